@@ -1,0 +1,130 @@
+// The attention API: describe the problem, give the tensors, plan once per step, run per layer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvattn/device.h"
+#include "kvattn/problem.h"
+#include "kvattn/status.h"
+#include "kvattn/tensor.h"
+
+namespace kvattn {
+
+// The tensors of one attention call. Which fields are used depends on Problem::op; the rest stay
+// empty. Page tables and indptrs are int32. For the CPU backend everything is host memory.
+struct AttentionArgs {
+  // single_decode [H_qo, D_qk]; batch_decode [B, H_qo, D_qk]; the rest [N, H_qo, D_qk].
+  TensorView q;
+  // single ops: [kv_len, H_kv, D] (NHD) or [H_kv, kv_len, D] (HND);
+  // batch_prefill_ragged: [kv_indptr[B], H_kv, D] (always NHD, as in FlashInfer).
+  TensorView k, v;
+  // Paged ops: [num_pages, page_size, H_kv, D] (NHD) or [num_pages, H_kv, page_size, D] (HND).
+  // A combined [P, 2, ...] cache is passed as two strided views.
+  TensorView paged_k_cache, paged_v_cache;
+  TensorView qo_indptr;         // batch_prefill_*: [B+1]
+  TensorView kv_indptr;         // paged: page indptr [B+1]; ragged: token indptr [B+1]
+  TensorView kv_indices;        // paged: [kv_indptr[B]] page ids
+  TensorView kv_last_page_len;  // paged: [B]
+  // MaskMode::kCustom: u8. Unpacked: one byte (0/1) per (i, j), per request row-major
+  // qo_len x kv_len, requests concatenated. Packed: the same bits, little-endian within a byte,
+  // each request starting at a byte boundary (FlashInfer's segment_packbits).
+  TensorView custom_mask;
+  bool custom_mask_packed = false;
+  // ALiBi slopes [H_qo] f32; empty = the standard slopes.
+  TensorView alibi_slopes;
+  // Outputs: out [N, H_qo, D_vo] (single_decode [H_qo, D_vo]); lse f32 [N, H_qo] when
+  // Problem::return_lse (single_decode [H_qo]).
+  TensorView out;
+  TensorView lse;
+};
+
+// One unit of work of a plan: a range of query rows of one request and KV head against a range
+// of its keys. Items whose request is split over several KV chunks write partial states that a
+// merge combines; `partial` is then the index of the chunk (else -1).
+struct WorkItem {
+  int32_t request = 0;
+  int32_t kv_head = 0;
+  int32_t qo_begin = 0, qo_end = 0;  // query rows within the request
+  int64_t kv_begin = 0, kv_end = 0;  // keys within the request
+  int32_t partial = -1;
+};
+
+struct PlanOptions {
+  std::string backend = "auto";  // auto | reference | cpu | fa2 | fa3
+  Device device = Device::cpu();
+  int num_threads = 0;           // 0: all cores
+  int64_t kv_chunk_size = 0;     // split-KV chunk in tokens; 0: the planner decides
+};
+
+// A plan is plain data made on the host, reused across all layers of a step: which backend,
+// and how the work is cut.
+struct Plan {
+  std::string backend;
+  Device device;
+  Problem problem;
+  int num_threads = 1;
+  int64_t kv_chunk_size = 0;  // 0: no split
+  std::vector<WorkItem> work;
+  std::vector<int64_t> kv_len;        // per request
+  std::vector<int64_t> qo_len;        // per request
+  int64_t num_partial_states = 0;     // partial (o, lse) rows the split writes before merging
+  std::size_t workspace_bytes = 0;    // what run() needs
+};
+
+// Chooses the backend (PlanOptions::backend), validates the problem against the arguments and
+// cuts the work. Only the index tensors of `args` are read (host memory).
+Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
+            Plan* out);
+
+// Runs a plan. `workspace` must hold plan.workspace_bytes (may be null when that is 0, or to let
+// kvattn allocate it for this call).
+Status run(const Plan& plan, const AttentionArgs& args, void* workspace = nullptr,
+           std::size_t workspace_bytes = 0);
+
+// plan + run in one call.
+Status run(const Problem& problem, const AttentionArgs& args, const PlanOptions& options = {});
+
+// Options for the operations that are not attention.
+struct OpOptions {
+  std::string backend = "auto";
+  Device device = Device::cpu();
+  int num_threads = 0;
+};
+
+// (o_a, lse_a) ⊕ (o_b, lse_b): v_* [N, H, D], s_* f32 [N, H]. -inf states are identities.
+Status merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
+                   const TensorView& s_b, const TensorView& v_out, const TensorView& s_out,
+                   const OpOptions& options = {});
+// Merges S states per row: v [N, S, H, D], s f32 [N, S, H] -> v_out [N, H, D], s_out [N, H]
+// (s_out may be empty).
+Status merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
+                    const TensorView& s_out, const OpOptions& options = {});
+
+// The paged cache as append_paged_kv_cache sees it.
+struct PagedKVCache {
+  TensorView k_cache, v_cache;  // [P, page_size, H_kv, D] (NHD) or [P, H_kv, page_size, D] (HND)
+  TensorView kv_indptr, kv_indices, kv_last_page_len;
+  KVLayout layout = KVLayout::kNHD;
+  float k_scale = 1.0f, v_scale = 1.0f;  // stored = round(real / scale) for fp8 caches
+};
+// Writes append_k/v [nnz, H_kv, D] at (batch_indices[i], positions[i]) of the paged cache,
+// converting (and for fp8 quantizing, saturating) to the cache dtype.
+Status append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v,
+                             const TensorView& batch_indices, const TensorView& positions,
+                             const PagedKVCache& cache, const OpOptions& options = {});
+
+struct RopeParams {
+  float rope_theta = 1e4f;
+  float rope_scale = 1.0f;
+  bool interleave = false;
+};
+// Rotates q [nnz, H_qo, D] and k [nnz, H_kv, D] at positions pos_ids [nnz] (int32), writing
+// q_out / k_out (which may be q / k themselves, or empty to skip that tensor).
+Status apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,
+                  const TensorView& k_out, const TensorView& pos_ids, const RopeParams& rope,
+                  const OpOptions& options = {});
+
+}  // namespace kvattn

@@ -1,0 +1,79 @@
+// What to compute: a value type that selection, planning and every backend read.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kvattn/dtype.h"
+
+namespace kvattn {
+
+enum class Op {
+  kSingleDecode,        // q [H_qo, D_qk], k/v [kv_len, H_kv, D] (NHD) or [H_kv, kv_len, D] (HND)
+  kSinglePrefill,       // q [qo_len, H_qo, D_qk], k/v as single decode
+  kBatchDecode,         // q [B, H_qo, D_qk] over a paged cache
+  kBatchPrefillPaged,   // ragged q [qo_indptr[B], H_qo, D_qk] over a paged cache
+  kBatchPrefillRagged,  // ragged q over ragged k/v [kv_indptr[B], H_kv, D]
+};
+std::string_view op_name(Op op);  // "single_decode", ... as the command line spells them
+std::optional<Op> parse_op(std::string_view name);
+inline bool is_decode(Op op) { return op == Op::kSingleDecode || op == Op::kBatchDecode; }
+inline bool is_paged(Op op) { return op == Op::kBatchDecode || op == Op::kBatchPrefillPaged; }
+inline bool is_batch(Op op) { return op != Op::kSingleDecode && op != Op::kSinglePrefill; }
+
+enum class KVLayout { kNHD, kHND };
+std::string_view kv_layout_name(KVLayout layout);  // "NHD", "HND"
+std::optional<KVLayout> parse_kv_layout(std::string_view name);
+
+enum class MaskMode { kNone, kCausal, kCustom };
+std::string_view mask_mode_name(MaskMode mode);  // "none", "causal", "custom"
+std::optional<MaskMode> parse_mask_mode(std::string_view name);
+
+enum class PosEncoding { kNone, kRopeLlama, kAlibi };
+std::string_view pos_encoding_name(PosEncoding p);  // "NONE", "ROPE_LLAMA", "ALIBI"
+std::optional<PosEncoding> parse_pos_encoding(std::string_view name);
+
+struct Problem {
+  Op op = Op::kBatchDecode;
+  int batch_size = 1;  // 1 for the single operations
+  int num_qo_heads = 32;
+  int num_kv_heads = 8;
+  int head_dim_qk = 128;
+  int head_dim_vo = 128;
+  int page_size = 16;  // paged operations only
+  KVLayout kv_layout = KVLayout::kNHD;
+
+  DType q_dtype = DType::kBF16;
+  DType kv_dtype = DType::kBF16;
+  DType o_dtype = DType::kBF16;
+
+  MaskMode mask_mode = MaskMode::kNone;  // causal or a custom mask (given with the arguments)
+  int window_left = -1;                  // < 0: no sliding window
+  float logits_soft_cap = 0.0f;          // <= 0: no soft cap
+  std::optional<float> sm_scale;         // default 1/sqrt(head_dim_qk)
+
+  PosEncoding pos_encoding_mode = PosEncoding::kNone;
+  float rope_theta = 1e4f;
+  float rope_scale = 1.0f;
+  bool rope_interleave = false;  // pairs (x[2t], x[2t+1]) instead of (x[t], x[t+D/2])
+
+  // Dequantization scales: real = stored * scale. Per tensor.
+  float q_scale = 1.0f;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+
+  bool return_lse = false;
+  bool use_fp16_qk_reduction = false;
+
+  int group_size() const { return num_kv_heads > 0 ? num_qo_heads / num_kv_heads : 0; }
+  float effective_sm_scale() const;
+  // One line, the command-line flags that reproduce the problem.
+  std::string to_string() const;
+};
+
+// The standard ALiBi slope of head h among num_heads heads (DESIGN.md §2).
+double alibi_slope(int head, int num_heads);
+
+}  // namespace kvattn

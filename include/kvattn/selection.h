@@ -1,0 +1,43 @@
+// Which backend runs a problem, and why (DESIGN.md §3).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvattn/device.h"
+#include "kvattn/problem.h"
+#include "kvattn/status.h"
+
+namespace kvattn {
+
+struct Verdict {
+  std::string backend;
+  bool supported = false;     // can_implement(problem, device)
+  std::string reason;         // why not (empty when supported)
+  bool available = false;     // built, and the device is present on this machine
+  std::string availability;   // why not available (empty when available)
+};
+
+struct Explanation {
+  Device device;
+  std::optional<std::string> selected;  // the first supported backend of the priority list
+  std::vector<Verdict> verdicts;        // every registered backend, priority order first
+  std::string to_json() const;          // {"device":..., "selected":..., "verdicts":[...]}
+  std::string to_text() const;
+};
+
+// Every backend's verdict. For a described device this machine does not have, `selected` is what
+// a build with every backend would pick (capability decides), and availability is reported beside.
+Explanation explain(const Problem& problem, const Device& device);
+
+// The backend that will run `problem` on `device`: "auto" takes the first of the device's
+// priority list that can implement it and is available; an explicit name must be able to, or it
+// is an error naming the backend, the rule, the value and the backend that would run it.
+Status select_backend(const Problem& problem, const Device& device, const std::string& requested,
+                      std::string* selected);
+
+// Registered backend names, in registration order.
+std::vector<std::string> backend_names();
+
+}  // namespace kvattn

@@ -1,0 +1,80 @@
+#include "core/cpu_features.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
+namespace kvattn::detail {
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.f16c = __builtin_cpu_supports("f16c");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512dq = __builtin_cpu_supports("avx512dq");
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+  f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+  f.avx512_fp16 = __builtin_cpu_supports("avx512fp16");
+#endif
+#endif
+  if (f.avx2 && f.fma && f.f16c) f.best = CpuIsa::kAvx2;
+  if (f.best == CpuIsa::kAvx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq) {
+    f.best = CpuIsa::kAvx512;
+  }
+  return f;
+}
+
+constexpr int kNoLimit = -1;
+std::atomic<int> g_isa_limit{kNoLimit};
+
+std::string_view env_isa() {
+  const char* v = std::getenv("KVATTN_CPU_ISA");
+  return v ? std::string_view(v) : std::string_view();
+}
+
+}  // namespace
+
+std::string CpuFeatures::to_string() const {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
+  };
+  add(avx2, "avx2");
+  add(fma, "fma");
+  add(f16c, "f16c");
+  add(avx512f, "avx512f");
+  add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
+  add(avx512dq, "avx512dq");
+  add(avx512_bf16, "avx512_bf16");
+  add(avx512_fp16, "avx512_fp16");
+  return s.empty() ? "none" : s;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+CpuIsa effective_cpu_isa() {
+  CpuIsa isa = cpu_features().best;
+  if (auto forced = parse_cpu_isa(env_isa()); forced && *forced < isa) isa = *forced;
+  int limit = g_isa_limit.load();
+  if (limit != kNoLimit && static_cast<CpuIsa>(limit) < isa) isa = static_cast<CpuIsa>(limit);
+  return isa;
+}
+
+bool cpu_forced_reference() { return env_isa() == "reference"; }
+
+void set_cpu_isa_limit(CpuIsa isa) { g_isa_limit.store(static_cast<int>(isa)); }
+void clear_cpu_isa_limit() { g_isa_limit.store(kNoLimit); }
+
+}  // namespace kvattn::detail

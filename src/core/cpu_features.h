@@ -1,0 +1,26 @@
+// CPU feature detection, once per process.
+#pragma once
+
+#include <string>
+
+#include "kvattn/device.h"
+
+namespace kvattn::detail {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512_bf16 = false, avx512_fp16 = false;
+  CpuIsa best = CpuIsa::kScalar;  // what the hardware and OS allow
+  std::string to_string() const;
+};
+const CpuFeatures& cpu_features();
+
+// The ISA level kernels use: the hardware's best, lowered by KVATTN_CPU_ISA (scalar|avx2|avx512)
+// or set_cpu_isa_limit. KVATTN_CPU_ISA=reference makes `auto` on the CPU pick the reference.
+CpuIsa effective_cpu_isa();
+bool cpu_forced_reference();
+void set_cpu_isa_limit(CpuIsa isa);  // for tests and debugging
+void clear_cpu_isa_limit();
+
+}  // namespace kvattn::detail

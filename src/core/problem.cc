@@ -1,0 +1,97 @@
+#include "kvattn/problem.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace kvattn {
+namespace {
+
+template <class E, std::size_t N>
+std::optional<E> parse_from(const std::pair<E, std::string_view> (&table)[N],
+                            std::string_view name) {
+  for (const auto& [e, n] : table) {
+    if (n == name) return e;
+  }
+  return std::nullopt;
+}
+template <class E, std::size_t N>
+std::string_view name_from(const std::pair<E, std::string_view> (&table)[N], E value) {
+  for (const auto& [e, n] : table) {
+    if (e == value) return n;
+  }
+  return "?";
+}
+
+constexpr std::pair<Op, std::string_view> kOps[] = {
+    {Op::kSingleDecode, "single_decode"},
+    {Op::kSinglePrefill, "single_prefill"},
+    {Op::kBatchDecode, "batch_decode"},
+    {Op::kBatchPrefillPaged, "batch_prefill_paged"},
+    {Op::kBatchPrefillRagged, "batch_prefill_ragged"},
+};
+constexpr std::pair<KVLayout, std::string_view> kLayouts[] = {{KVLayout::kNHD, "NHD"},
+                                                              {KVLayout::kHND, "HND"}};
+constexpr std::pair<MaskMode, std::string_view> kMasks[] = {
+    {MaskMode::kNone, "none"}, {MaskMode::kCausal, "causal"}, {MaskMode::kCustom, "custom"}};
+constexpr std::pair<PosEncoding, std::string_view> kPos[] = {{PosEncoding::kNone, "NONE"},
+                                                             {PosEncoding::kRopeLlama, "ROPE_LLAMA"},
+                                                             {PosEncoding::kAlibi, "ALIBI"}};
+
+}  // namespace
+
+std::string_view op_name(Op op) { return name_from(kOps, op); }
+std::optional<Op> parse_op(std::string_view name) { return parse_from(kOps, name); }
+std::string_view kv_layout_name(KVLayout l) { return name_from(kLayouts, l); }
+std::optional<KVLayout> parse_kv_layout(std::string_view name) {
+  return parse_from(kLayouts, name);
+}
+std::string_view mask_mode_name(MaskMode m) { return name_from(kMasks, m); }
+std::optional<MaskMode> parse_mask_mode(std::string_view name) {
+  return parse_from(kMasks, name);
+}
+std::string_view pos_encoding_name(PosEncoding p) { return name_from(kPos, p); }
+std::optional<PosEncoding> parse_pos_encoding(std::string_view name) {
+  return parse_from(kPos, name);
+}
+
+float Problem::effective_sm_scale() const {
+  if (sm_scale) return *sm_scale;
+  return head_dim_qk > 0 ? 1.0f / std::sqrt(static_cast<float>(head_dim_qk)) : 1.0f;
+}
+
+std::string Problem::to_string() const {
+  std::ostringstream os;
+  os << "--op " << op_name(op) << " --batch-size " << batch_size << " --num-qo-heads "
+     << num_qo_heads << " --num-kv-heads " << num_kv_heads << " --head-dim-qk " << head_dim_qk
+     << " --head-dim-vo " << head_dim_vo;
+  if (is_paged(op)) os << " --page-size " << page_size;
+  os << " --kv-layout " << kv_layout_name(kv_layout) << " --q-data-type " << dtype_name(q_dtype)
+     << " --kv-data-type " << dtype_name(kv_dtype) << " --o-data-type " << dtype_name(o_dtype);
+  if (mask_mode == MaskMode::kCausal) os << " --causal";
+  if (mask_mode == MaskMode::kCustom) os << " --custom-mask";
+  if (window_left >= 0) os << " --window-left " << window_left;
+  if (logits_soft_cap > 0) os << " --logits-soft-cap " << logits_soft_cap;
+  if (sm_scale) os << " --sm-scale " << *sm_scale;
+  if (pos_encoding_mode != PosEncoding::kNone) {
+    os << " --pos-encoding-mode " << pos_encoding_name(pos_encoding_mode);
+  }
+  if (pos_encoding_mode == PosEncoding::kRopeLlama) {
+    os << " --rope-theta " << rope_theta << " --rope-scale " << rope_scale;
+    if (rope_interleave) os << " --rope-interleave";
+  }
+  if (q_scale != 1.0f) os << " --q-scale " << q_scale;
+  if (k_scale != 1.0f) os << " --k-scale " << k_scale;
+  if (v_scale != 1.0f) os << " --v-scale " << v_scale;
+  if (return_lse) os << " --return-lse";
+  if (use_fp16_qk_reduction) os << " --use-fp16-qk-reduction";
+  return os.str();
+}
+
+double alibi_slope(int head, int num_heads) {
+  int n = 1;
+  while (n * 2 <= num_heads) n *= 2;
+  if (head < n) return std::exp2(-8.0 * (head + 1) / n);
+  return std::exp2(-4.0 * (2 * (head - n) + 1) / n);
+}
+
+}  // namespace kvattn

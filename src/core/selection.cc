@@ -1,0 +1,212 @@
+// Selection: per-device, per-operation priority lists; can_implement decides (DESIGN.md §3).
+#include "kvattn/selection.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/backend.h"
+#include "core/cpu_features.h"
+#include "core/status_macros.h"
+#include "core/validate.h"
+
+namespace kvattn {
+namespace {
+
+// The priority list for a device and operation; the only place that orders backends.
+std::vector<std::string_view> priority_list(const Problem& problem, const Device& device) {
+  if (device.is_cpu()) {
+    if (detail::cpu_forced_reference()) return {"reference"};
+    return {"cpu", "reference"};
+  }
+  if (device.sm == 90) {
+    // FA3 is slower than FA2 on decode shapes (one query row per request).
+    if (is_decode(problem.op)) return {"fa2", "fa3"};
+    return {"fa3", "fa2"};
+  }
+  if (device.sm >= 80) return {"fa2"};
+  return {};
+}
+
+// Backends in explain order: the priority list first, then every other registered one.
+std::vector<const Backend*> explain_order(const Problem& problem, const Device& device) {
+  std::vector<const Backend*> order;
+  for (std::string_view name : priority_list(problem, device)) {
+    if (const Backend* b = find_backend(name)) order.push_back(b);
+  }
+  for (const Backend* b : all_backends()) {
+    if (std::find(order.begin(), order.end(), b) == order.end()) order.push_back(b);
+  }
+  return order;
+}
+
+}  // namespace
+
+std::vector<std::string_view> aux_priority_list(const Device& device) {
+  if (device.is_cpu()) {
+    if (detail::cpu_forced_reference()) return {"reference"};
+    return {"cpu", "reference"};
+  }
+  if (device.sm >= 80) return {"fa2"};
+  return {};
+}
+
+namespace {
+
+bool in_priority_list(const Problem& problem, const Device& device, std::string_view name) {
+  auto list = priority_list(problem, device);
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
+Status usable(const Backend& b, const Problem& problem, const Device& device) {
+  KVATTN_RETURN_IF_ERROR(b.can_implement(problem, device));
+  KVATTN_RETURN_IF_ERROR(b.available(device));
+  return b.kernel_built(problem, device);
+}
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names;
+  for (const Backend* b : all_backends()) names.emplace_back(b->name());
+  return names;
+}
+
+Explanation explain(const Problem& problem, const Device& device) {
+  Explanation e;
+  e.device = device;
+  Status valid = validate_problem(problem);
+  for (const Backend* b : explain_order(problem, device)) {
+    Verdict v;
+    v.backend = std::string(b->name());
+    Status cap = valid.ok() ? b->can_implement(problem, device) : valid;
+    v.supported = cap.ok();
+    v.reason = cap.ok() ? "" : cap.message();
+    Status avail = b->available(device);
+    if (avail.ok() && cap.ok()) avail = b->kernel_built(problem, device);
+    v.available = avail.ok();
+    v.availability = avail.ok() ? "" : avail.message();
+    if (!e.selected && v.supported && in_priority_list(problem, device, v.backend) &&
+        (device.described || v.available)) {
+      e.selected = v.backend;
+    }
+    e.verdicts.push_back(std::move(v));
+  }
+  return e;
+}
+
+std::string Explanation::to_json() const {
+  std::ostringstream os;
+  os << "{\"device\": \"" << json_escape(device.to_string()) << "\", \"selected\": ";
+  if (selected) {
+    os << '"' << json_escape(*selected) << '"';
+  } else {
+    os << "null";
+  }
+  os << ", \"verdicts\": [";
+  for (std::size_t i = 0; i < verdicts.size(); ++i) {
+    const Verdict& v = verdicts[i];
+    os << (i ? ", " : "") << "{\"backend\": \"" << json_escape(v.backend)
+       << "\", \"supported\": " << (v.supported ? "true" : "false") << ", \"reason\": \""
+       << json_escape(v.reason) << "\", \"available\": " << (v.available ? "true" : "false")
+       << ", \"availability\": \"" << json_escape(v.availability) << "\"}";
+  }
+  os << "]}";
+  return os.str();
+}
+
+std::string Explanation::to_text() const {
+  std::ostringstream os;
+  os << "device: " << device.to_string() << (device.described ? " (described)" : "") << '\n';
+  os << "selected: " << (selected ? *selected : std::string("none")) << '\n';
+  for (const Verdict& v : verdicts) {
+    os << "  " << v.backend << ": " << (v.supported ? "supported" : "not supported");
+    if (!v.supported) os << " (" << v.reason << ")";
+    os << "; " << (v.available ? "available" : "not available");
+    if (!v.available) os << " (" << v.availability << ")";
+    os << '\n';
+  }
+  return os.str();
+}
+
+Status select_backend(const Problem& problem, const Device& device, const std::string& requested,
+                      std::string* selected) {
+  KVATTN_RETURN_IF_ERROR(validate_problem(problem));
+  if (requested.empty() || requested == "auto") {
+    std::ostringstream reasons;
+    auto list = priority_list(problem, device);
+    for (std::string_view name : list) {
+      const Backend* b = find_backend(name);
+      if (!b) continue;
+      Status s = usable(*b, problem, device);
+      if (s.ok()) {
+        *selected = std::string(name);
+        return Status::Ok();
+      }
+      reasons << "\n  " << name << ": " << s.message();
+    }
+    if (list.empty()) {
+      return make_error(ErrorCode::kNotSupported, "no backend runs on device ",
+                        device.to_string(), " (CUDA backends need SM80 or newer)");
+    }
+    // Backends outside the priority list are named too, so the message lists every reason.
+    for (const Backend* b : all_backends()) {
+      if (in_priority_list(problem, device, b->name())) continue;
+      Status s = b->can_implement(problem, device);
+      reasons << "\n  " << b->name() << ": " << (s.ok() ? "not in the priority list for "
+                                                        + device.to_string() : s.message());
+    }
+    return make_error(ErrorCode::kNotSupported, "no backend can run this problem on ",
+                      device.to_string(), ":", reasons.str());
+  }
+  const Backend* b = find_backend(requested);
+  if (!b) {
+    std::string names;
+    for (const std::string& n : backend_names()) names += " " + n;
+    return make_error(ErrorCode::kInvalidArgument, "backend '", requested,
+                      "' is unknown (expected auto or one of:", names, ")");
+  }
+  Status cap = b->can_implement(problem, device);
+  if (!cap.ok()) {
+    Explanation e = explain(problem, device);
+    std::string alternative =
+        e.selected ? "backend " + *e.selected + " would run it"
+                   : std::string("no backend can run it on ") + device.to_string();
+    return make_error(ErrorCode::kNotSupported, "backend ", requested,
+                      " cannot run this problem: ", cap.message(), "; ", alternative);
+  }
+  Status avail = b->available(device);
+  if (!avail.ok()) {
+    return make_error(ErrorCode::kUnavailable, "backend ", requested, " is not available: ",
+                      avail.message());
+  }
+  Status built = b->kernel_built(problem, device);
+  if (!built.ok()) {
+    return make_error(ErrorCode::kUnavailable, "backend ", requested,
+                      " has no kernel for this problem in this build: ", built.message());
+  }
+  *selected = requested;
+  return Status::Ok();
+}
+
+}  // namespace kvattn

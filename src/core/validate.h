@@ -1,0 +1,32 @@
+// Validation shared by every operation, run before any memory is touched (DESIGN.md §4).
+// A violation is a typed Status naming the argument, the value and the rule.
+#pragma once
+
+#include "kvattn/attention.h"
+#include "kvattn/problem.h"
+#include "kvattn/status.h"
+
+namespace kvattn {
+
+// The problem on its own: head counts and dims, group divisibility, page size, window, soft cap,
+// scales (finite and positive), rope parameters, sm_scale.
+Status validate_problem(const Problem& problem);
+
+// The tensors of `args` against `problem`: ranks, shapes, dtypes, strides inside their buffers,
+// the page table / indptrs (read from host memory), custom mask size, outputs not aliasing
+// inputs, sizes whose offsets do not overflow.
+Status validate_attention(const Problem& problem, const AttentionArgs& args);
+
+Status validate_merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
+                            const TensorView& s_b, const TensorView& v_out,
+                            const TensorView& s_out);
+Status validate_merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
+                             const TensorView& s_out);
+Status validate_append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v,
+                                      const TensorView& batch_indices,
+                                      const TensorView& positions, const PagedKVCache& cache);
+Status validate_apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,
+                           const TensorView& k_out, const TensorView& pos_ids,
+                           const RopeParams& rope);
+
+}  // namespace kvattn

@@ -1,0 +1,48 @@
+// fa2's capability, declared once. can_implement reads it and the kernel table is instantiated
+// from the same arrays (src/cuda/fa2/kernel_table.*), so the two cannot drift.
+#pragma once
+
+#include <array>
+
+#include "core/capability.h"
+
+namespace kvattn::fa2 {
+
+inline constexpr int kMinSm = 80;
+inline constexpr std::array kOps = {Op::kSingleDecode, Op::kSinglePrefill, Op::kBatchDecode,
+                                    Op::kBatchPrefillPaged, Op::kBatchPrefillRagged};
+inline constexpr std::array kQDTypes = {DType::kF16, DType::kBF16};
+// FP8 (and the other 16-bit type) is converted to q's type before the 16-bit MMA.
+inline constexpr std::array kKVDTypes = {DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2};
+inline constexpr std::array kODTypes = {DType::kF16, DType::kBF16, DType::kF32};
+inline constexpr std::array kHeadDims = {HeadDimPair{64, 64}, HeadDimPair{128, 128},
+                                         HeadDimPair{256, 256}, HeadDimPair{192, 128}};
+inline constexpr std::array kMaskModes = {MaskMode::kNone, MaskMode::kCausal, MaskMode::kCustom};
+inline constexpr std::array kPosEncodings = {PosEncoding::kNone, PosEncoding::kRopeLlama,
+                                             PosEncoding::kAlibi};
+inline constexpr std::array kKVLayouts = {KVLayout::kNHD, KVLayout::kHND};
+
+inline const CapabilityDecl& capability() {
+  static const CapabilityDecl decl{
+      .backend = "fa2",
+      .device_kind = Device::Kind::kCuda,
+      .min_sm = kMinSm,
+      .max_sm = 0,
+      .ops = kOps,
+      .q_dtypes = kQDTypes,
+      .kv_dtypes = kKVDTypes,
+      .o_dtypes = kODTypes,
+      .head_dims = kHeadDims,
+      .mask_modes = kMaskModes,
+      .pos_encodings = kPosEncodings,
+      .kv_layouts = kKVLayouts,
+      .soft_cap = true,
+      .sliding_window = true,
+      .fp16_qk_reduction = true,
+      .return_lse = true,
+      .rules = {},
+  };
+  return decl;
+}
+
+}  // namespace kvattn::fa2
