@@ -73,6 +73,7 @@ class Case {
   AttentionArgs inputs() const;
   CaseSpec spec_;
   std::vector<int64_t> qo_lens_, kv_lens_;
+  DType fresh_o_dtype_ = DType::kF32;
   int64_t total_qo_ = 0, total_kv_ = 0;
 };
 
