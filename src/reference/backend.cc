@@ -1,9 +1,11 @@
 // The reference backend: exact (fp64) and slow; every other backend is tested against it.
+#include "core/backend.h"
+
 #include <array>
 
-#include "core/backend.h"
 #include "core/capability.h"
 #include "core/status_macros.h"
+#include "reference/reference.h"
 
 namespace kvattn {
 namespace {
@@ -45,8 +47,31 @@ class ReferenceBackend final : public Backend {
     }
     return Status::Ok();
   }
-  Status run(const Plan&, const AttentionArgs&, void*, std::size_t) const override {
-    return make_error(ErrorCode::kInternal, "reference: attention not written yet");
+  // The default plan (one item per request and KV head) is accepted but not followed: the
+  // reference computes every row itself, in one obvious order.
+  Status run(const Plan& plan, const AttentionArgs& args, void*, std::size_t) const override {
+    return ref::attention(plan.problem, args);
+  }
+
+  bool supports_aux(AuxOp, const Device& device) const override { return device.is_cpu(); }
+  Status merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
+                     const TensorView& s_b, const TensorView& v_out, const TensorView& s_out,
+                     const OpOptions&) const override {
+    return ref::merge_state(v_a, s_a, v_b, s_b, v_out, s_out);
+  }
+  Status merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
+                      const TensorView& s_out, const OpOptions&) const override {
+    return ref::merge_states(v, s, v_out, s_out);
+  }
+  Status append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v,
+                               const TensorView& batch_indices, const TensorView& positions,
+                               const PagedKVCache& cache, const OpOptions&) const override {
+    return ref::append_paged_kv_cache(append_k, append_v, batch_indices, positions, cache);
+  }
+  Status apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,
+                    const TensorView& k_out, const TensorView& pos_ids, const RopeParams& rope,
+                    const OpOptions&) const override {
+    return ref::apply_rope(q, k, q_out, k_out, pos_ids, rope);
   }
 };
 

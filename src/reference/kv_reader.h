@@ -1,0 +1,112 @@
+// Where the rows of an attention call live: which element of which view holds query row i of
+// request b, and key/value j of request b, for every storage form of DESIGN.md §2 (contiguous
+// single K/V in NHD or HND, ragged K/V, paged caches in NHD or HND through the CSR page table).
+// Header-only so the test-support baseline reads exactly the same elements.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/backend.h"
+#include "kvattn/attention.h"
+#include "kvattn/problem.h"
+#include "reference/element_io.h"
+
+namespace kvattn::ref {
+
+class AttentionRows {
+ public:
+  // `args` must have been validated against `problem` (the index tensors are read here).
+  AttentionRows(const Problem& problem, const AttentionArgs& args)
+      : problem_(problem), args_(args) {
+    request_lengths(problem, args, &qo_len_, &kv_len_);
+    qo_begin_.assign(problem.batch_size + 1, 0);
+    for (int b = 0; b < problem.batch_size; ++b) qo_begin_[b + 1] = qo_begin_[b] + qo_len_[b];
+    if (problem.mask_mode == MaskMode::kCustom) build_mask_offsets();
+  }
+
+  int batch_size() const { return problem_.batch_size; }
+  int64_t qo_len(int b) const { return qo_len_[b]; }
+  int64_t kv_len(int b) const { return kv_len_[b]; }
+  // Index of query row i of request b among all query rows (the N of [N, H_qo, D]).
+  int64_t qo_row(int b, int64_t i) const { return qo_begin_[b] + i; }
+  int64_t total_qo() const { return qo_begin_[problem_.batch_size]; }
+
+  // single_decode has no row dimension: q [H, D], out [H, D], lse [H].
+  bool rowless() const { return problem_.op == Op::kSingleDecode; }
+
+  double q(int b, int64_t i, int h, int d) const {
+    const TensorView& t = args_.q;
+    return rowless() ? load(t, h, d) : load(t, qo_row(b, i), h, d);
+  }
+  double k(int b, int64_t j, int h, int d) const {
+    return kv(args_.k, args_.paged_k_cache, b, j, h, d);
+  }
+  double v(int b, int64_t j, int h, int d) const {
+    return kv(args_.v, args_.paged_v_cache, b, j, h, d);
+  }
+
+  void store_out(int b, int64_t i, int h, int d, double value) const {
+    if (rowless()) {
+      store(args_.out, value, h, d);
+    } else {
+      store(args_.out, value, qo_row(b, i), h, d);
+    }
+  }
+  void store_lse(int b, int64_t i, int h, double value) const {
+    if (rowless()) {
+      store(args_.lse, value, h);
+    } else {
+      store(args_.lse, value, qo_row(b, i), h);
+    }
+  }
+
+  // Whether the custom mask lets query i of request b see key j. Unpacked: one byte per (i, j),
+  // requests concatenated; packed: the same bits little-endian within a byte, each request
+  // starting at a byte boundary.
+  bool custom_mask_bit(int b, int64_t i, int64_t j) const {
+    const int64_t bit = i * kv_len_[b] + j;
+    const auto* bytes = static_cast<const uint8_t*>(args_.custom_mask.data);
+    const int64_t stride = args_.custom_mask.strides[0];
+    if (!args_.custom_mask_packed) return bytes[(mask_begin_[b] + bit) * stride] != 0;
+    const uint8_t byte = bytes[(mask_begin_[b] + (bit >> 3)) * stride];
+    return ((byte >> (bit & 7)) & 1) != 0;
+  }
+
+ private:
+  double kv(const TensorView& flat, const TensorView& paged, int b, int64_t j, int h, int d) const {
+    switch (problem_.op) {
+      case Op::kSingleDecode:
+      case Op::kSinglePrefill:
+        return problem_.kv_layout == KVLayout::kNHD ? load(flat, j, h, d) : load(flat, h, j, d);
+      case Op::kBatchPrefillRagged:
+        // Ragged K/V are always NHD, as in FlashInfer.
+        return load(flat, load_i32(args_.kv_indptr, b) + j, h, d);
+      case Op::kBatchDecode:
+      case Op::kBatchPrefillPaged: {
+        const int64_t page_size = problem_.page_size;
+        const int64_t page =
+            load_i32(args_.kv_indices, load_i32(args_.kv_indptr, b) + j / page_size);
+        const int64_t slot = j % page_size;
+        return problem_.kv_layout == KVLayout::kNHD ? load(paged, page, slot, h, d)
+                                                    : load(paged, page, h, slot, d);
+      }
+    }
+    return 0.0;
+  }
+
+  void build_mask_offsets() {
+    mask_begin_.assign(problem_.batch_size + 1, 0);
+    for (int b = 0; b < problem_.batch_size; ++b) {
+      const int64_t bits = qo_len_[b] * kv_len_[b];
+      mask_begin_[b + 1] = mask_begin_[b] + (args_.custom_mask_packed ? (bits + 7) / 8 : bits);
+    }
+  }
+
+  const Problem& problem_;
+  const AttentionArgs& args_;
+  std::vector<int64_t> qo_len_, kv_len_, qo_begin_;
+  std::vector<int64_t> mask_begin_;  // in bytes, per request
+};
+
+}  // namespace kvattn::ref
