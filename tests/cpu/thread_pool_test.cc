@@ -1,0 +1,45 @@
+#include "cpu/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+namespace kvattn::cpu {
+namespace {
+
+TEST(CpuThreadPool, RunsEveryItemExactlyOnce) {
+  for (int threads : {0, 1, 2, 3, 8}) {
+    for (int64_t n : {0, 1, 2, 7, 1000}) {
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<int> max_thread{0};
+      ThreadPool::global().parallel_for(threads, n, [&](int64_t item, int thread_id) {
+        hits[item].fetch_add(1);
+        int seen = max_thread.load();
+        while (thread_id > seen && !max_thread.compare_exchange_weak(seen, thread_id)) {
+        }
+      });
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "item " << i;
+      EXPECT_LT(max_thread.load(), resolve_num_threads(threads));
+    }
+  }
+}
+
+TEST(CpuThreadPool, NestedCallsRunInline) {
+  std::atomic<int64_t> sum{0};
+  ThreadPool::global().parallel_for(2, 4, [&](int64_t outer, int) {
+    ThreadPool::global().parallel_for(2, 10, [&](int64_t inner, int thread_id) {
+      EXPECT_EQ(thread_id, 0);
+      sum.fetch_add(outer * 10 + inner);
+    });
+  });
+  EXPECT_EQ(sum.load(), 780);  // sum of 0..39
+}
+
+TEST(CpuThreadPool, ResolvesThreadCounts) {
+  EXPECT_GE(resolve_num_threads(0), 1);
+  EXPECT_EQ(resolve_num_threads(3), 3);
+}
+
+}  // namespace
+}  // namespace kvattn::cpu
