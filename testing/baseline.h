@@ -1,0 +1,17 @@
+// A plain low-precision attention, used only to size tolerances (STYLE.md: error(backend vs
+// fp64) <= 2 x error(plain low-precision implementation vs fp64) + small atol, FA3's rule).
+// It is what a straightforward kernel would compute: fp32 math, scores in fp32, the softmax
+// probabilities P rounded to q's type when q is f16/bf16 (as a 16-bit MMA consumes them), P·V
+// accumulated in fp32, the output rounded to o_dtype. Same semantics as the reference otherwise.
+#pragma once
+
+#include "kvattn/attention.h"
+#include "kvattn/problem.h"
+#include "kvattn/status.h"
+
+namespace kvattn::testing {
+
+// Writes args.out (and args.lse when problem.return_lse). `args` must be valid for `problem`.
+Status baseline_attention(const Problem& problem, const AttentionArgs& args);
+
+}  // namespace kvattn::testing
