@@ -43,9 +43,14 @@ Status validate_problem(const Problem& p) {
     return make_error(ErrorCode::kInvalidShape, "head_dim_vo = ", p.head_dim_vo,
                       ": must be in [1, ", kMaxHeadDim, "]");
   }
-  if (p.batch_size < 0 || (!is_batch(p.op) && p.batch_size != 1)) {
+  if (is_batch(p.op) && p.batch_size < 1) {
     return make_error(ErrorCode::kInvalidShape, "batch_size = ", p.batch_size,
-                      is_batch(p.op) ? ": must be >= 0" : ": must be 1 for single operations");
+                      p.batch_size == 0 ? ": an empty batch; batch operations need >= 1 request"
+                                        : ": must be >= 1");
+  }
+  if (!is_batch(p.op) && p.batch_size != 1) {
+    return make_error(ErrorCode::kInvalidShape, "batch_size = ", p.batch_size,
+                      ": must be 1 for single operations");
   }
   if (is_paged(p.op) && (p.page_size <= 0 || p.page_size > kMaxPageSize)) {
     return make_error(ErrorCode::kInvalidShape, "page_size = ", p.page_size, ": must be in [1, ",

@@ -1,0 +1,290 @@
+// Validation unit tests: the building blocks (checked extents, overlap, output layouts), the
+// messages (argument, value, rule), and the valid edge cases that must be accepted. The
+// catalogue of bad inputs through the public API is tests/hardening/bad_input_*_test.cc.
+#include "core/validate.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/validate_tensor.h"
+#include "hardening/fixtures.h"
+#include "testing/case_builder.h"
+
+namespace kvattn {
+namespace {
+
+using hardening::AppendFixture;
+using hardening::AttentionFixture;
+using hardening::MergeFixture;
+using hardening::RopeFixture;
+
+void expect_error(const Status& s, ErrorCode code, const std::vector<std::string>& parts) {
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  for (const std::string& part : parts) {
+    EXPECT_NE(s.message().find(part), std::string::npos)
+        << "message lacks \"" << part << "\": " << s.message();
+  }
+}
+
+TensorView raw_view(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                    std::initializer_list<int64_t> strides, int64_t buffer_bytes) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.rank = static_cast<int>(shape.size());
+  std::copy(shape.begin(), shape.end(), t.shape.begin());
+  std::copy(strides.begin(), strides.end(), t.strides.begin());
+  t.buffer_bytes = buffer_bytes;
+  return t;
+}
+
+// ---- building blocks ----
+
+TEST(ValidateView, ExactExtentIsAcceptedOneByteLessIsNot) {
+  std::vector<float> buf(2 * 3 * 4);
+  TensorView t = raw_view(buf.data(), DType::kF32, {2, 3, 4}, {12, 4, 1}, 96);
+  EXPECT_TRUE(validation::check_view(t, "t").ok());
+  t.buffer_bytes = 95;
+  expect_error(validation::check_view(t, "t"), ErrorCode::kOutOfBounds,
+               {"t: shape [2, 3, 4]", "reaches 96 bytes", "buffer_bytes = 95"});
+}
+
+TEST(ValidateView, StridedViewReachesOnlyItsLastElement) {
+  // Every other row of a [4, 8] buffer: the last reachable element is row 2's last.
+  std::vector<float> buf(4 * 8);
+  TensorView t = raw_view(buf.data(), DType::kF32, {2, 8}, {16, 1}, 24 * 4);
+  EXPECT_TRUE(validation::check_view(t, "t").ok());
+  EXPECT_EQ(validation::reachable_bytes(t), 24 * 4);
+  t.buffer_bytes = 24 * 4 - 1;
+  EXPECT_EQ(validation::check_view(t, "t").code(), ErrorCode::kOutOfBounds);
+}
+
+TEST(ValidateView, EmptyDimNeedsNoMemory) {
+  TensorView t = raw_view(nullptr, DType::kBF16, {0, 8, 128}, {1024, 128, 1}, 0);
+  EXPECT_TRUE(validation::check_view(t, "q").ok());
+  EXPECT_EQ(validation::reachable_bytes(t), 0);
+}
+
+TEST(ValidateView, RefusesBeforeReadingHugeShapes) {
+  // A pointer that must never be dereferenced: validation works from the numbers alone.
+  void* bogus = reinterpret_cast<void*>(uintptr_t{0x1000});
+  TensorView t = raw_view(bogus, DType::kF32, {int64_t{1} << 32, 8}, {8, 1}, 64);
+  expect_error(validation::check_view(t, "k"), ErrorCode::kOutOfBounds, {"k: shape"});
+  t = raw_view(bogus, DType::kF32, {int64_t{1} << 32, int64_t{1} << 32}, {int64_t{1} << 32, 1}, 64);
+  expect_error(validation::check_view(t, "k"), ErrorCode::kOverflow, {"past the int64 range"});
+  // Element offsets fit int64, the byte count (x2) does not.
+  t = raw_view(bogus, DType::kF16, {int64_t{1} << 32, 2}, {int64_t{1} << 31, 1}, 64);
+  EXPECT_EQ(validation::check_view(t, "k").code(), ErrorCode::kOverflow);
+}
+
+TEST(ValidateView, NamesTheBadField) {
+  std::vector<float> buf(16);
+  TensorView t = raw_view(buf.data(), DType::kF32, {4, 4}, {4, -1}, 64);
+  expect_error(validation::check_view(t, "out"), ErrorCode::kOutOfBounds,
+               {"out.strides[1] = -1", ">= 0"});
+  t = raw_view(buf.data(), DType::kF32, {4, -4}, {4, 1}, 64);
+  expect_error(validation::check_view(t, "out"), ErrorCode::kInvalidShape, {"out.shape[1] = -4"});
+  t = raw_view(nullptr, DType::kF32, {4, 4}, {4, 1}, 64);
+  expect_error(validation::check_view(t, "out"), ErrorCode::kInvalidArgument, {"out.data is null"});
+  t = raw_view(buf.data(), static_cast<DType>(99), {4, 4}, {4, 1}, 64);
+  EXPECT_EQ(validation::check_view(t, "out").code(), ErrorCode::kInvalidDType);
+  t = raw_view(buf.data(), DType::kF32, {4, 4}, {4, 1}, 64);
+  t.rank = kMaxRank + 1;
+  EXPECT_EQ(validation::check_view(t, "out").code(), ErrorCode::kInvalidShape);
+}
+
+TEST(ValidateView, OverlapIsByteExact) {
+  std::vector<float> buf(32);
+  TensorView a = raw_view(buf.data(), DType::kF32, {8}, {1}, 32);
+  TensorView b = raw_view(buf.data() + 8, DType::kF32, {8}, {1}, 32);
+  EXPECT_FALSE(validation::overlaps(a, b));  // adjacent, not overlapping
+  b.data = buf.data() + 7;
+  EXPECT_TRUE(validation::overlaps(a, b));
+  b.memory = MemoryKind::kCuda;  // another memory: same numbers, different bytes
+  EXPECT_FALSE(validation::overlaps(a, b));
+  expect_error(validation::check_no_overlap(a, "out", a, "q"), ErrorCode::kAliasing,
+               {"out", "overlaps q"});
+}
+
+TEST(ValidateView, OutputLayoutsThatRepeatAnAddress) {
+  std::vector<float> buf(64);
+  // Transposed but one-to-one: fine.
+  EXPECT_TRUE(
+      validation::check_output_layout(raw_view(buf.data(), DType::kF32, {4, 8}, {1, 4}, 128), "o")
+          .ok());
+  // Broadcast dim of size 1 with stride 0: fine.
+  EXPECT_TRUE(
+      validation::check_output_layout(raw_view(buf.data(), DType::kF32, {1, 8}, {0, 1}, 32), "o")
+          .ok());
+  expect_error(
+      validation::check_output_layout(raw_view(buf.data(), DType::kF32, {4, 8}, {0, 1}, 32), "o"),
+      ErrorCode::kAliasing, {"o: strides [0, 1]"});
+  // Rows of 8 elements 4 apart interleave.
+  EXPECT_EQ(
+      validation::check_output_layout(raw_view(buf.data(), DType::kF32, {4, 8}, {4, 1}, 80), "o")
+          .code(),
+      ErrorCode::kAliasing);
+}
+
+// ---- messages of the attention validator ----
+
+TEST(ValidateAttention, PageTableMessagesNameArgumentValueAndRule) {
+  AttentionFixture f(Op::kBatchDecode);
+  f.kv_indptr = {0, 7, 5, 5};
+  expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidPageTable,
+               {"kv_indptr[2] = 5: must be >= kv_indptr[1] = 7 (non-decreasing)"});
+  AttentionFixture g(Op::kBatchPrefillPaged);
+  g.kv_indices[3] = 9;
+  expect_error(validate_attention(g.problem, g.args), ErrorCode::kInvalidPageTable,
+               {"kv_indices[3] = 9", "[0, num_pages = 7)"});
+  AttentionFixture h(Op::kBatchDecode);
+  h.kv_last_page_len[2] = 0;
+  expect_error(validate_attention(h.problem, h.args), ErrorCode::kInvalidPageTable,
+               {"kv_last_page_len[2] = 0", "[1, page_size = 4]"});
+}
+
+TEST(ValidateAttention, ShapeMessagesNameTheRule) {
+  AttentionFixture f(Op::kBatchPrefillRagged);
+  f.args.q.shape[1] = 2;
+  expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidShape,
+               {"q.shape[1] = 2", "num_qo_heads = 4"});
+  AttentionFixture g(Op::kBatchPrefillRagged);
+  g.kv_indptr[3] = 12;
+  expect_error(validate_attention(g.problem, g.args), ErrorCode::kInvalidPageTable,
+               {"kv_indptr[3] = 12", "rows of k = 14"});
+  AttentionFixture h(Op::kSinglePrefill, MaskMode::kCustom);
+  h.args.custom_mask.shape[0] = 20;
+  expect_error(validate_attention(h.problem, h.args), ErrorCode::kInvalidShape,
+               {"custom_mask", "[21]"});
+}
+
+TEST(ValidateAttention, EmptyBatchIsRefusedByName) {
+  AttentionFixture f(Op::kBatchDecode);
+  f.problem.batch_size = 0;
+  expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidShape,
+               {"batch_size = 0", "empty batch"});
+}
+
+// ---- valid edge cases that must pass ----
+
+TEST(ValidateAttention, AcceptsEveryFixture) {
+  for (Op op : {Op::kSingleDecode, Op::kSinglePrefill, Op::kBatchDecode, Op::kBatchPrefillPaged,
+                Op::kBatchPrefillRagged}) {
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+      for (bool packed : {false, true}) {
+        AttentionFixture f(op, MaskMode::kCustom, packed, layout);
+        Status s = validate_attention(f.problem, f.args);
+        EXPECT_TRUE(s.ok()) << op_name(op) << ": " << s.to_string();
+      }
+    }
+  }
+}
+
+TEST(ValidateAttention, AcceptsBoundaryPageTables) {
+  AttentionFixture f(Op::kBatchDecode);
+  // Full last pages, a request without pages whose last_page_len is not read, a page used by
+  // two requests (shared prefix) and extra kv_indices entries past kv_indptr[B].
+  f.kv_last_page_len = {4, 123, 4};
+  f.kv_indices = {6, 1, 6, 0, 4, 99};
+  f.args.kv_indices = hardening::i32_view(f.kv_indices);
+  Status s = validate_attention(f.problem, f.args);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  // Every request empty.
+  f.kv_indptr = {0, 0, 0, 0};
+  s = validate_attention(f.problem, f.args);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST(ValidateAttention, AcceptsCombinedCacheViews) {
+  // One [P, 2, page_size, H_kv, D] buffer; K and V are interleaved strided views of it.
+  AttentionFixture f(Op::kBatchDecode);
+  f.problem.head_dim_vo = f.problem.head_dim_qk;
+  const int64_t p = 7, ps = 4, hk = 2, d = 8, page = ps * hk * d;
+  std::vector<float> combined(p * 2 * page);
+  const int64_t shape[4] = {p, ps, hk, d};
+  const int64_t strides[4] = {2 * page, hk * d, d, 1};
+  const int64_t bytes = static_cast<int64_t>(combined.size() * sizeof(float));
+  f.args.paged_k_cache =
+      TensorView::strided(combined.data(), DType::kF32, shape, strides, 4, bytes);
+  f.args.paged_v_cache =
+      TensorView::strided(combined.data() + page, DType::kF32, shape, strides, 4, bytes - page * 4);
+  f.out.assign(3 * 4 * 8, 0.0f);
+  f.args.out = hardening::f32_view(f.out, {3, 4, 8});
+  Status s = validate_attention(f.problem, f.args);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  // The V view one element too long for what is left of the buffer.
+  f.args.paged_v_cache.buffer_bytes -= 4;
+  EXPECT_EQ(validate_attention(f.problem, f.args).code(), ErrorCode::kOutOfBounds);
+}
+
+TEST(ValidateAttention, AcceptsEveryCaseBuilderLayout) {
+  // The random cases the rest of the tests use must all pass validation.
+  for (Op op : {Op::kSingleDecode, Op::kSinglePrefill, Op::kBatchDecode, Op::kBatchPrefillPaged,
+                Op::kBatchPrefillRagged}) {
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+      for (bool combined : {false, true}) {
+        for (MaskMode mask : {MaskMode::kNone, MaskMode::kCausal, MaskMode::kCustom}) {
+          testing::CaseSpec spec;
+          spec.problem.op = op;
+          spec.problem.kv_layout = layout;
+          spec.problem.mask_mode = mask;
+          spec.problem.num_qo_heads = 4;
+          spec.problem.num_kv_heads = 2;
+          spec.problem.head_dim_qk = spec.problem.head_dim_vo = 16;
+          spec.problem.page_size = 3;
+          spec.problem.return_lse = mask != MaskMode::kNone;
+          spec.problem.batch_size = is_batch(op) ? 3 : 1;
+          spec.kv_lens = is_batch(op) ? std::vector<int64_t>{7, 0, 3} : std::vector<int64_t>{5};
+          spec.combined_kv_cache = combined;
+          spec.packed_custom_mask = combined;
+          testing::Case c = testing::Case::make(spec);
+          AttentionArgs args = c.args();
+          Status s = validate_attention(c.problem(), args);
+          EXPECT_TRUE(s.ok()) << c.problem().to_string() << ": " << s.to_string();
+        }
+      }
+    }
+  }
+}
+
+// ---- aux ops ----
+
+TEST(ValidateOps, AcceptsFixturesAndInPlaceRope) {
+  MergeFixture m;
+  EXPECT_TRUE(validate_merge_state(m.tv_a, m.ts_a, m.tv_b, m.ts_b, m.tv_out, m.ts_out).ok());
+  EXPECT_TRUE(validate_merge_states(m.tv_many, m.ts_many, m.tv_merged, m.ts_merged).ok());
+  EXPECT_TRUE(validate_merge_states(m.tv_many, m.ts_many, m.tv_merged, TensorView{}).ok());
+  AppendFixture a(DType::kE4M3, KVLayout::kHND);
+  EXPECT_TRUE(validate_append_paged_kv_cache(a.tappend_k, a.tappend_v, a.tbatch_indices,
+                                             a.tpositions, a.cache)
+                  .ok());
+  RopeFixture r;
+  EXPECT_TRUE(validate_apply_rope(r.tq, r.tk, r.tq_out, r.tk_out, r.tpos_ids, r.rope).ok());
+  EXPECT_TRUE(validate_apply_rope(r.tq, r.tk, r.tq, r.tk, r.tpos_ids, r.rope).ok());
+  // Only k: q is neither read nor checked.
+  EXPECT_TRUE(
+      validate_apply_rope(TensorView{}, r.tk, TensorView{}, r.tk_out, r.tpos_ids, r.rope).ok());
+}
+
+TEST(ValidateOps, AppendMessagesNameTheRequest) {
+  AppendFixture a;
+  a.positions[2] = 9;
+  expect_error(validate_append_paged_kv_cache(a.tappend_k, a.tappend_v, a.tbatch_indices,
+                                              a.tpositions, a.cache),
+               ErrorCode::kOutOfBounds, {"positions[2] = 9", "kv_len of request 2 = 9"});
+}
+
+TEST(ValidateOps, RopeInPlaceMustBeTheSameView) {
+  RopeFixture r;
+  TensorView q_out = r.tq;
+  q_out.strides = {32, 1, 4};  // same bytes, heads and dims swapped: not in place
+  q_out.shape = {5, 4, 8};
+  expect_error(validate_apply_rope(r.tq, r.tk, q_out, r.tk_out, r.tpos_ids, r.rope),
+               ErrorCode::kAliasing, {"q_out", "overlaps q"});
+}
+
+}  // namespace
+}  // namespace kvattn
