@@ -1,0 +1,62 @@
+// The problem parameters under FlashInfer's names, shared by the command-line flags (kebab case:
+// --num-qo-heads) and the case-file metadata (snake case: num_qo_heads), so that a value is
+// spelled the same way in both and one table says how each is parsed and printed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvattn/problem.h"
+#include "kvattn/status.h"
+
+namespace kvattn::tools {
+
+// A problem being assembled field by field. The mask kind and the default o dtype are resolved
+// by finish_problem once every field is known (o dtype follows q: fp8 q -> bf16).
+struct ProblemDraft {
+  Problem problem;
+  bool causal = false;
+  bool custom_mask = false;
+  bool o_dtype_given = false;
+};
+
+struct ProblemField {
+  std::string_view key;         // snake_case metadata key; the flag is "--" + kebab case
+  bool boolean = false;         // a flag without a value (--causal); "true"/"false" in metadata
+  std::string_view value_help;  // what is accepted, e.g. "f32|f16|bf16|e4m3|e5m2"
+  std::string_view help;
+  // Parses `value` into the draft; on failure `why` says what is accepted.
+  bool (*set)(std::string_view value, ProblemDraft* draft, std::string* why);
+  // The value as written on the command line, or nullopt when the parameter is unset (sm_scale).
+  std::optional<std::string> (*get)(const Problem& problem);
+};
+
+std::span<const ProblemField> problem_fields();
+const ProblemField* find_problem_field(std::string_view key);
+// "num_qo_heads" -> "--num-qo-heads".
+std::string flag_for_key(std::string_view key);
+
+// Resolves the mask kind and the default o dtype. kParseError when --causal and --custom-mask
+// are both given.
+Status finish_problem(const ProblemDraft& draft, Problem* out);
+
+// Every parameter of `problem` under its key, values as on the command line.
+std::map<std::string, std::string, std::less<>> problem_to_fields(const Problem& problem);
+
+// Number formatting and parsing as the command line and the case files use them: integers in
+// decimal, floats as the shortest decimal that reads back to the same float.
+std::string format_float(float value);
+bool parse_int(std::string_view text, int* out);
+bool parse_int64(std::string_view text, int64_t* out);
+bool parse_float(std::string_view text, float* out);
+bool parse_bool(std::string_view text, bool* out);
+// "1,2,3" -> {1, 2, 3}; each > 0 unless allow_zero.
+bool parse_length_list(std::string_view text, bool allow_zero, std::vector<int64_t>* out);
+std::string format_length_list(const std::vector<int64_t>& lengths);
+
+}  // namespace kvattn::tools
