@@ -1,16 +1,320 @@
-// Placeholder until the prefill kernels land: every prefill op reports that it is not built.
+// Planning and running the CPU prefill: cuts (request, KV head, query tile) work items, lays out
+// the workspace, fills PrefillParams and runs the items on the thread pool with the kernel of
+// the ISA level in effect.
 #include "cpu/prefill/prefill.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/cpu_features.h"
 #include "core/status_macros.h"
+#include "cpu/prefill/params.h"
+#include "cpu/prefill/tile_config.h"
+#include "cpu/thread_pool.h"
 
 namespace kvattn::cpu {
+namespace {
 
-Status plan_prefill(const Problem&, const AttentionArgs&, const PlanOptions&, Plan*) {
-  return make_error(ErrorCode::kNotSupported, "cpu prefill not built yet");
+using prefill::PrefillParams;
+using prefill::PrefillTile;
+using prefill::RequestInfo;
+using prefill::ScratchLayout;
+
+constexpr double kLog2e = 1.4426950408889634;
+constexpr std::size_t kAlign = 64;
+
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+PrefillTile tile_of(const Problem& p) {
+  return prefill::prefill_tile(p.group_size(), p.head_dim_qk, p.head_dim_vo);
 }
 
-Status run_prefill(const Plan&, const AttentionArgs&, void*, std::size_t) {
-  return make_error(ErrorCode::kNotSupported, "cpu prefill not built yet");
+bool uses_rope(const Problem& p) { return p.pos_encoding_mode == PosEncoding::kRopeLlama; }
+
+// The absolute positions RoPE needs a table for: queries sit at kv_len - qo_len + i (negative
+// when qo_len > kv_len), keys at j.
+struct PositionRange {
+  int64_t begin = 0, end = 0;
+};
+PositionRange rope_positions(const std::vector<int64_t>& qo_len,
+                             const std::vector<int64_t>& kv_len) {
+  PositionRange r;
+  for (std::size_t b = 0; b < qo_len.size(); ++b) {
+    r.begin = std::min(r.begin, kv_len[b] - qo_len[b]);
+    r.end = std::max(r.end, kv_len[b]);
+  }
+  return r;
+}
+
+// The workspace: request table, ALiBi slopes, RoPE table, then one scratch per thread. One
+// function computes offsets and size, so plan and run cannot disagree.
+struct WorkspaceLayout {
+  std::size_t requests = 0, slopes = 0, rope = 0, scratch = 0, bytes = 0;
+  std::size_t scratch_stride = 0;  // bytes per thread
+};
+
+WorkspaceLayout workspace_layout(const Problem& p, const std::vector<int64_t>& qo_len,
+                                 const std::vector<int64_t>& kv_len, int num_threads) {
+  const PrefillTile tile = tile_of(p);
+  const ScratchLayout scratch = prefill::scratch_layout(tile, p.head_dim_qk, p.head_dim_vo);
+  WorkspaceLayout w;
+  std::size_t at = 0;
+  w.requests = at;
+  at += align_up(sizeof(RequestInfo) * qo_len.size());
+  w.slopes = at;
+  at += align_up(sizeof(float) * p.num_qo_heads);
+  w.rope = at;
+  if (uses_rope(p)) {
+    const PositionRange pos = rope_positions(qo_len, kv_len);
+    at += align_up(sizeof(float) * (pos.end - pos.begin) * (p.head_dim_qk / 2) * 2);
+  }
+  w.scratch = at;
+  w.scratch_stride = align_up(sizeof(float) * scratch.floats);
+  at += w.scratch_stride * num_threads;
+  w.bytes = at + kAlign;  // room to align the caller's pointer
+  return w;
+}
+
+int64_t read_index(const TensorView& t, int64_t i) {
+  return static_cast<const int32_t*>(t.data)[i * t.strides[0]];
+}
+
+// The keys a tile of query tokens [t0, t1) can see (for cost and the plan's kv range).
+void visible_keys(const Problem& p, int64_t qo_len, int64_t kv_len, int64_t t0, int64_t t1,
+                  int64_t* begin, int64_t* end) {
+  const int64_t offset = kv_len - qo_len;
+  *begin = 0;
+  *end = kv_len;
+  if (p.mask_mode == MaskMode::kCausal) *end = std::clamp<int64_t>(t1 - 1 + offset + 1, 0, kv_len);
+  if (p.window_left >= 0) *begin = std::clamp<int64_t>(t0 + offset - p.window_left, 0, kv_len);
+  if (*end < *begin) *end = *begin;
+}
+
+void fill_rope_table(const Problem& p, const PositionRange& pos, float* table, int num_threads) {
+  const int half = p.head_dim_qk / 2;
+  std::vector<double> inv_freq(half);
+  for (int t = 0; t < half; ++t) {
+    inv_freq[t] = std::pow(static_cast<double>(p.rope_theta), -2.0 * t / p.head_dim_qk);
+  }
+  const int64_t count = pos.end - pos.begin;
+  ThreadPool::global().parallel_for(num_threads, count, [&](int64_t i, int) {
+    const double position = static_cast<double>(pos.begin + i) / p.rope_scale;
+    float* row = table + i * 2 * half;
+    for (int t = 0; t < half; ++t) {
+      const double angle = position * inv_freq[t];
+      row[2 * t] = static_cast<float>(std::cos(angle));
+      row[2 * t + 1] = static_cast<float>(std::sin(angle));
+    }
+  });
+}
+
+prefill::PrefillItemFn kernel_for_isa(CpuIsa isa) {
+  prefill::PrefillItemFn fn = nullptr;
+  if (isa >= CpuIsa::kAvx512) fn = prefill::prefill_item_fn_avx512();
+  if (fn == nullptr && isa >= CpuIsa::kAvx2) fn = prefill::prefill_item_fn_avx2();
+  if (fn == nullptr) fn = prefill::prefill_item_fn_scalar();
+  return fn;
+}
+
+}  // namespace
+
+Status plan_prefill(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
+                    Plan* plan) {
+  if (problem.o_dtype != DType::kF32 && problem.o_dtype != DType::kF16 &&
+      problem.o_dtype != DType::kBF16) {
+    return make_error(ErrorCode::kNotSupported, "cpu prefill: o_dtype ",
+                      dtype_name(problem.o_dtype), " (the output is f32, f16 or bf16)");
+  }
+  if (uses_rope(problem) && problem.head_dim_qk % 2 != 0) {
+    return make_error(ErrorCode::kNotSupported,
+                      "cpu prefill: fused RoPE needs an even head_dim_qk, got ",
+                      problem.head_dim_qk);
+  }
+  request_lengths(problem, args, &plan->qo_len, &plan->kv_len);
+  const PrefillTile tile = tile_of(problem);
+
+  // One item per (request, KV head, query tile), costliest first: the pool hands items out in
+  // order, so the long causal tiles at the bottom of each request start early and the short ones
+  // fill the gaps at the end.
+  struct Costed {
+    WorkItem item;
+    int64_t cost;
+  };
+  std::vector<Costed> items;
+  for (int b = 0; b < problem.batch_size; ++b) {
+    const int64_t qo_len = plan->qo_len[b], kv_len = plan->kv_len[b];
+    for (int64_t t0 = 0; t0 < qo_len; t0 += tile.tokens) {
+      const int64_t t1 = std::min<int64_t>(t0 + tile.tokens, qo_len);
+      int64_t kv_begin, kv_end;
+      visible_keys(problem, qo_len, kv_len, t0, t1, &kv_begin, &kv_end);
+      // Staging the queries and writing the output cost about as much as a few keys.
+      const int64_t cost = (t1 - t0) * (kv_end - kv_begin + 8);
+      for (int h = 0; h < problem.num_kv_heads; ++h) {
+        WorkItem w;
+        w.request = b;
+        w.kv_head = h;
+        w.qo_begin = static_cast<int32_t>(t0);
+        w.qo_end = static_cast<int32_t>(t1);
+        w.kv_begin = kv_begin;
+        w.kv_end = kv_end;
+        items.push_back({w, cost});
+      }
+    }
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Costed& a, const Costed& b) { return a.cost > b.cost; });
+  plan->work.clear();
+  plan->work.reserve(items.size());
+  for (const Costed& c : items) plan->work.push_back(c.item);
+
+  const int threads = resolve_num_threads(options.num_threads);
+  plan->num_threads =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, plan->work.size())));
+  plan->kv_chunk_size = 0;
+  plan->num_partial_states = 0;
+  plan->workspace_bytes =
+      workspace_layout(problem, plan->qo_len, plan->kv_len, plan->num_threads).bytes;
+  return Status::Ok();
+}
+
+Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
+                   std::size_t workspace_bytes) {
+  const Problem& p = plan.problem;
+  const WorkspaceLayout layout = workspace_layout(p, plan.qo_len, plan.kv_len, plan.num_threads);
+  if (workspace == nullptr || workspace_bytes < layout.bytes) {
+    return make_error(ErrorCode::kInvalidArgument, "cpu prefill: workspace of ", workspace_bytes,
+                      " bytes, the plan needs ", layout.bytes);
+  }
+  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) /
+                                            kAlign * kAlign);
+
+  PrefillParams params;
+  params.tile = tile_of(p);
+  params.scratch = prefill::scratch_layout(params.tile, p.head_dim_qk, p.head_dim_vo);
+
+  const int batch = static_cast<int>(plan.qo_len.size());
+  auto* requests = reinterpret_cast<RequestInfo*>(base + layout.requests);
+  const bool single = p.op == Op::kSinglePrefill;
+  const bool paged = p.op == Op::kBatchPrefillPaged;
+  int64_t qo_at = 0, mask_at = 0;
+  for (int b = 0; b < batch; ++b) {
+    RequestInfo r;
+    r.qo_begin = single ? 0 : read_index(args.qo_indptr, b);
+    r.qo_len = plan.qo_len[b];
+    r.kv_len = plan.kv_len[b];
+    if (p.op == Op::kBatchPrefillRagged) r.kv_token_begin = read_index(args.kv_indptr, b);
+    if (paged) r.page_begin = read_index(args.kv_indptr, b);
+    r.mask_begin = mask_at;
+    const int64_t bits = r.qo_len * r.kv_len;
+    mask_at += args.custom_mask_packed ? (bits + 7) / 8 : bits;
+    qo_at += r.qo_len;
+    requests[b] = r;
+  }
+  params.requests = requests;
+
+  params.q = args.q.data;
+  params.q_dtype = p.q_dtype;
+  params.q_stride_token = args.q.strides[0];
+  params.q_stride_head = args.q.strides[1];
+  params.q_stride_dim = args.q.strides[2];
+  params.out = args.out.data;
+  params.o_dtype = p.o_dtype;
+  params.o_stride_token = args.out.strides[0];
+  params.o_stride_head = args.out.strides[1];
+  params.o_stride_dim = args.out.strides[2];
+  if (p.return_lse && !args.lse.empty()) {
+    params.lse = static_cast<float*>(args.lse.data);
+    params.lse_stride_token = args.lse.strides[0];
+    params.lse_stride_head = args.lse.strides[1];
+  }
+
+  params.kv_dtype = p.kv_dtype;
+  params.paged = paged;
+  auto source = [&](const TensorView& flat, const TensorView& cache) {
+    prefill::KVSource s;
+    if (paged) {
+      s.base = cache.data;
+      s.stride_page = cache.strides[0];
+      const bool nhd = p.kv_layout == KVLayout::kNHD;
+      s.stride_slot = nhd ? cache.strides[1] : cache.strides[2];
+      s.stride_head = nhd ? cache.strides[2] : cache.strides[1];
+      s.stride_dim = cache.strides[3];
+    } else {
+      // Ragged K/V are always NHD (as in FlashInfer); single K/V follow kv_layout.
+      const bool nhd = p.op == Op::kBatchPrefillRagged || p.kv_layout == KVLayout::kNHD;
+      s.base = flat.data;
+      s.stride_token = nhd ? flat.strides[0] : flat.strides[1];
+      s.stride_head = nhd ? flat.strides[1] : flat.strides[0];
+      s.stride_dim = flat.strides[2];
+    }
+    return s;
+  };
+  params.k = source(args.k, args.paged_k_cache);
+  params.v = source(args.v, args.paged_v_cache);
+  if (paged) {
+    params.page_size = p.page_size;
+    params.page_ids = static_cast<const int32_t*>(args.kv_indices.data);
+    params.page_ids_stride = args.kv_indices.strides[0];
+  }
+
+  params.num_kv_heads = p.num_kv_heads;
+  params.group = p.group_size();
+  params.head_dim_qk = p.head_dim_qk;
+  params.head_dim_vo = p.head_dim_vo;
+
+  const double sm_scale = p.effective_sm_scale();
+  const double cap = p.logits_soft_cap > 0.0f ? p.logits_soft_cap : 0.0;
+  params.q_scale = p.q_scale;
+  params.k_scale = p.k_scale;
+  params.v_scale = p.v_scale;
+  params.fp16_qk_reduction = p.use_fp16_qk_reduction;
+  params.soft_cap = static_cast<float>(cap);
+  params.cap_log2e = static_cast<float>(cap * kLog2e);
+  // What multiplies the raw dot product before the soft cap's tanh (or, without one, what turns
+  // it into a log2-domain score).
+  const double before_cap = cap > 0.0 ? sm_scale / cap : sm_scale * kLog2e;
+  params.qk_scale = p.use_fp16_qk_reduction ? 1.0f : static_cast<float>(before_cap);
+  params.reduction_scale = static_cast<float>(before_cap);
+
+  params.causal = p.mask_mode == MaskMode::kCausal;
+  params.window_left = p.window_left;
+  if (p.mask_mode == MaskMode::kCustom) {
+    params.custom_mask = static_cast<const uint8_t*>(args.custom_mask.data);
+    params.custom_mask_stride = args.custom_mask.strides[0];
+    params.custom_mask_packed = args.custom_mask_packed;
+  }
+  if (p.pos_encoding_mode == PosEncoding::kAlibi) {
+    auto* slopes = reinterpret_cast<float*>(base + layout.slopes);
+    for (int h = 0; h < p.num_qo_heads; ++h) {
+      const double slope =
+          args.alibi_slopes.empty()
+              ? alibi_slope(h, p.num_qo_heads)
+              : static_cast<const float*>(args.alibi_slopes.data)[h * args.alibi_slopes.strides[0]];
+      slopes[h] = static_cast<float>(slope * kLog2e);
+    }
+    params.alibi_slopes_log2e = slopes;
+  }
+  if (uses_rope(p)) {
+    const PositionRange pos = rope_positions(plan.qo_len, plan.kv_len);
+    auto* table = reinterpret_cast<float*>(base + layout.rope);
+    fill_rope_table(p, pos, table, plan.num_threads);
+    params.rope_table = table;
+    params.rope_pos_begin = pos.begin;
+    params.rope_interleave = p.rope_interleave;
+  }
+
+  const prefill::PrefillItemFn kernel = kernel_for_isa(detail::effective_cpu_isa());
+  std::byte* scratch = base + layout.scratch;
+  const std::size_t stride = layout.scratch_stride;
+  ThreadPool::global().parallel_for(
+      plan.num_threads, static_cast<int64_t>(plan.work.size()), [&](int64_t i, int thread_id) {
+        kernel(params, plan.work[i], reinterpret_cast<float*>(scratch + stride * thread_id));
+      });
+  return Status::Ok();
 }
 
 }  // namespace kvattn::cpu

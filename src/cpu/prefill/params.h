@@ -1,0 +1,95 @@
+// What a prefill kernel reads: plain data made by run_prefill from the plan and the arguments.
+// Shared by every ISA's kernel file, so it holds types only (no inline code that each ISA's flags
+// would compile differently).
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/prefill/tile_config.h"
+#include "kvattn/attention.h"
+#include "kvattn/dtype.h"
+
+namespace kvattn::cpu::prefill {
+
+// Where K (or V) row j of request b, KV head h starts, in elements of `base`:
+//   contiguous (single, ragged): (token_begin[b] + j) * stride_token + h * stride_head
+//   paged: page * stride_page + (j % page_size) * stride_slot + h * stride_head,
+//          page = page_ids[page_begin[b] + j / page_size]
+struct KVSource {
+  const void* base = nullptr;
+  int64_t stride_token = 0;                  // contiguous forms
+  int64_t stride_page = 0, stride_slot = 0;  // paged form
+  int64_t stride_head = 0;
+  int64_t stride_dim = 1;
+};
+
+struct RequestInfo {
+  int64_t qo_begin = 0;  // first query row of the request in q / out / lse
+  int64_t qo_len = 0, kv_len = 0;
+  int64_t kv_token_begin = 0;  // contiguous K/V: first token row
+  int64_t page_begin = 0;      // paged: first entry of the request in page_ids
+  int64_t mask_begin = 0;      // custom mask: first byte of the request
+};
+
+struct PrefillParams {
+  PrefillTile tile;
+  ScratchLayout scratch;
+  const RequestInfo* requests = nullptr;
+
+  // q [N, H_qo, D_qk], out [N, H_qo, D_vo], lse [N, H_qo] (may be null); strides in elements.
+  const void* q = nullptr;
+  DType q_dtype = DType::kF32;
+  int64_t q_stride_token = 0, q_stride_head = 0, q_stride_dim = 1;
+  void* out = nullptr;
+  DType o_dtype = DType::kF32;
+  int64_t o_stride_token = 0, o_stride_head = 0, o_stride_dim = 1;
+  float* lse = nullptr;
+  int64_t lse_stride_token = 0, lse_stride_head = 0;
+
+  KVSource k, v;
+  DType kv_dtype = DType::kF32;
+  bool paged = false;
+  int page_size = 1;
+  const int32_t* page_ids = nullptr;
+  int64_t page_ids_stride = 1;
+
+  int num_kv_heads = 1, group = 1, head_dim_qk = 0, head_dim_vo = 0;
+
+  // q is multiplied by q_scale * qk_scale when staged; K by k_scale, V by v_scale. qk_scale is
+  // sm_scale * log2(e) (scores live in the log2 domain so the softmax uses exp2), or
+  // sm_scale / soft_cap with a soft cap, or 1 with the fp16 QK reduction (the rounding applies
+  // to the raw dot product, see score_scale).
+  float q_scale = 1.0f, k_scale = 1.0f, v_scale = 1.0f;
+  float qk_scale = 1.0f;
+  // Applied to S after the dot product: soft cap: s2 = score_scale * tanh(s) with
+  // score_scale = cap * log2(e); fp16 reduction: s2 = round_f16(s) * score_scale with
+  // score_scale = sm_scale * log2(e) (and the soft cap after it when both are on).
+  bool fp16_qk_reduction = false;
+  float soft_cap = 0.0f;         // > 0: on
+  float reduction_scale = 1.0f;  // fp16 reduction: sm_scale (or sm_scale / cap), else unused
+  float cap_log2e = 0.0f;        // cap * log2(e)
+
+  bool causal = false;
+  int64_t window_left = -1;  // < 0: none
+  // Custom mask: u8 bytes with element stride; packed = bits little-endian.
+  const uint8_t* custom_mask = nullptr;
+  int64_t custom_mask_stride = 1;
+  bool custom_mask_packed = false;
+
+  const float* alibi_slopes_log2e = nullptr;  // [H_qo] slope * log2(e); null: no ALiBi
+
+  // Fused RoPE: cos/sin table [pos - rope_pos_begin][D_qk / 2], interleaved (cos, sin).
+  const float* rope_table = nullptr;
+  int64_t rope_pos_begin = 0;
+  bool rope_interleave = false;
+};
+
+// Runs one plan work item (a range of query tokens of one request and KV head, cut in tiles)
+// with the per-thread scratch `scratch` (scratch.floats floats, 64-byte aligned).
+using PrefillItemFn = void (*)(const PrefillParams& params, const WorkItem& item, float* scratch);
+
+PrefillItemFn prefill_item_fn_scalar();
+PrefillItemFn prefill_item_fn_avx2();    // null when not built
+PrefillItemFn prefill_item_fn_avx512();  // null when not built
+
+}  // namespace kvattn::cpu::prefill

@@ -1,0 +1,188 @@
+// The prefill kernel for AVX2 + FMA + F16C: 8 f32 lanes, 16 registers. Built with only this ISA's
+// flags; reached through prefill_item_fn_avx2() when the CPU has it.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/prefill/params.h"
+
+namespace kvattn::cpu::prefill::avx2 {
+namespace {
+
+struct Vec {
+  using Reg = __m256;
+  static constexpr int W = 8;
+  // 2 row vectors x 6 keys = 12 accumulators + 2 row loads + 1 broadcast: 15 of 16 registers.
+  static constexpr int kRowVecs = 2;
+  static constexpr int kKeyBlock = 6;
+  static constexpr int kDvBlock = 6;
+
+  static Reg zero() { return _mm256_setzero_ps(); }
+  static Reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, Reg x) { _mm256_storeu_ps(p, x); }
+  static Reg set1(float x) { return _mm256_set1_ps(x); }
+  static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
+  static Reg max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  static bool any_greater(Reg a, Reg b) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ)) != 0;
+  }
+  static Reg zero_if_neg_inf(Reg x) {
+    const Reg is_neg_inf = _mm256_cmp_ps(x, set1(-__builtin_huge_valf()), _CMP_EQ_OQ);
+    return _mm256_andnot_ps(is_neg_inf, x);
+  }
+
+  // 2^x as in the AVX-512 file; the power of two is built in the exponent bits, valid because x
+  // is clamped to [-125, 127] (and results below 2^-125 are flushed to 0).
+  static Reg exp2(Reg x) {
+    const Reg tiny = _mm256_cmp_ps(x, set1(-125.0f), _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, set1(-125.0f)), set1(127.0f));
+    const Reg n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const Reg f = sub(x, n);
+    Reg p = set1(1.535336188319500e-4f);
+    p = fma(p, f, set1(1.339887440266574e-3f));
+    p = fma(p, f, set1(9.618437357674640e-3f));
+    p = fma(p, f, set1(5.550332471162809e-2f));
+    p = fma(p, f, set1(2.402264791363012e-1f));
+    p = fma(p, f, set1(6.931472028550421e-1f));
+    p = fma(p, f, set1(1.0f));
+    // Multiply by 2^n in two halves so the p < 1, n = -125 corner stays a normal number.
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i half1 = _mm256_srai_epi32(ni, 1);
+    const __m256i half2 = _mm256_sub_epi32(ni, half1);
+    const Reg s1 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half1, _mm256_set1_epi32(127)), 23));
+    const Reg s2 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half2, _mm256_set1_epi32(127)), 23));
+    return _mm256_andnot_ps(tiny, mul(mul(p, s1), s2));
+  }
+
+  static Reg tanh(Reg x) {
+    const Reg sign = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u))));
+    const Reg ax = _mm256_andnot_ps(sign, x);
+    const Reg z = mul(x, x);
+    Reg p = set1(-5.70498872745e-3f);
+    p = fma(p, z, set1(2.06390887954e-2f));
+    p = fma(p, z, set1(-5.37397155531e-2f));
+    p = fma(p, z, set1(1.33314422036e-1f));
+    p = fma(p, z, set1(-3.33332819422e-1f));
+    const Reg small = fma(mul(p, z), x, x);
+    const Reg e = exp2(_mm256_min_ps(mul(ax, set1(2.0f * 1.4426950408889634f)), set1(60.0f)));
+    const Reg large =
+        _mm256_or_ps(sub(set1(1.0f), _mm256_div_ps(set1(2.0f), add(e, set1(1.0f)))), sign);
+    const Reg is_small = _mm256_cmp_ps(ax, set1(0.625f), _CMP_LT_OQ);
+    return _mm256_blendv_ps(large, small, is_small);
+  }
+
+  static Reg round_f16(Reg x) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+
+  // 8 stored elements at src as f32 (before the scale).
+  static Reg load8(const unsigned char* src, DType dtype, float* extra_scale) {
+    *extra_scale = 1.0f;
+    switch (dtype) {
+      case DType::kF32:
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(src));
+      case DType::kF16:
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+      case DType::kBF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))), 16));
+      case DType::kE5M2: {
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
+        return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(b), 8));
+      }
+      case DType::kE4M3: {
+        // As in the AVX-512 file: e4m3 bits placed in an f16, times 2^8; S.1111.111 is NaN.
+        const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+        const __m128i mag = _mm_and_si128(x, _mm_set1_epi16(0x7f));
+        const __m128i sign = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8);
+        const __m128i h = _mm_or_si128(sign, _mm_slli_epi16(mag, 7));
+        const __m128i nan16 = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f));
+        const Reg nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan16));
+        *extra_scale = 256.0f;
+        return _mm256_blendv_ps(_mm256_cvtph_ps(h), set1(__builtin_nanf("")), nan);
+      }
+      default:
+        return zero();
+    }
+  }
+
+  static int element_bytes(DType dtype) {
+    return dtype == DType::kF32 ? 4 : (dtype == DType::kF16 || dtype == DType::kBF16) ? 2 : 1;
+  }
+
+  static void load_convert(const void* src, DType dtype, int n, float scale, float* dst) {
+    const auto* bytes = static_cast<const unsigned char*>(src);
+    const int esize = element_bytes(dtype);
+    float extra = 1.0f;
+    int i = 0;
+    for (; i + W <= n; i += W) {
+      const Reg x = load8(bytes + i * esize, dtype, &extra);
+      store(dst + i, mul(x, set1(scale * extra)));
+    }
+    if (i < n) {
+      // The tail through a zeroed staging buffer: never reads past the row.
+      alignas(32) unsigned char staged[W * 4] = {};
+      alignas(32) float out[W];
+      std::memcpy(staged, bytes + i * esize, (n - i) * esize);
+      const Reg x = load8(staged, dtype, &extra);
+      store(out, mul(x, set1(scale * extra)));
+      std::memcpy(dst + i, out, (n - i) * sizeof(float));
+    }
+  }
+
+  static void store8(Reg x, DType dtype, unsigned char* dst) {
+    switch (dtype) {
+      case DType::kF32:
+        _mm256_storeu_ps(reinterpret_cast<float*>(dst), x);
+        return;
+      case DType::kF16:
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
+                         _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        return;
+      case DType::kBF16: {
+        const __m256i u = _mm256_castps_si256(x);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        const __m256i rounded = _mm256_srli_epi32(
+            _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+        const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+        const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        const __m256i bits = _mm256_blendv_epi8(rounded, quiet, nan);
+        const __m128i packed =
+            _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), packed);
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  static void store_convert(const float* src, int n, DType dtype, void* dst) {
+    auto* bytes = static_cast<unsigned char*>(dst);
+    const int esize = element_bytes(dtype);
+    int i = 0;
+    for (; i + W <= n; i += W) store8(load(src + i), dtype, bytes + i * esize);
+    if (i < n) {
+      alignas(32) float in[W] = {};
+      alignas(32) unsigned char staged[W * 4];
+      std::memcpy(in, src + i, (n - i) * sizeof(float));
+      store8(load(in), dtype, staged);
+      std::memcpy(bytes + i * esize, staged, (n - i) * esize);
+    }
+  }
+};
+
+#include "cpu/prefill/kernel.inc"
+
+}  // namespace
+}  // namespace kvattn::cpu::prefill::avx2
+
+namespace kvattn::cpu::prefill {
+PrefillItemFn prefill_item_fn_avx2() { return &avx2::run_item; }
+}  // namespace kvattn::cpu::prefill

@@ -1,0 +1,7 @@
+// Builds without the x86 kernels (another architecture or compiler): only the scalar level.
+#include "cpu/prefill/params.h"
+
+namespace kvattn::cpu::prefill {
+PrefillItemFn prefill_item_fn_avx2() { return nullptr; }
+PrefillItemFn prefill_item_fn_avx512() { return nullptr; }
+}  // namespace kvattn::cpu::prefill

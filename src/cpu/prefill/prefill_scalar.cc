@@ -1,0 +1,84 @@
+// The portable prefill kernel: one f32 lane, plain C++ (built without ISA flags), the fallback
+// and the path KVATTN_CPU_ISA=scalar forces for debugging.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/numeric.h"
+#include "cpu/prefill/params.h"
+
+namespace kvattn::cpu::prefill::scalar {
+namespace {
+
+struct Vec {
+  using Reg = float;
+  static constexpr int W = 1;
+  static constexpr int kRowVecs = 4;
+  static constexpr int kKeyBlock = 4;
+  static constexpr int kDvBlock = 4;
+
+  static Reg zero() { return 0.0f; }
+  static Reg load(const float* p) { return *p; }
+  static void store(float* p, Reg x) { *p = x; }
+  static Reg set1(float x) { return x; }
+  static Reg fma(Reg a, Reg b, Reg c) { return a * b + c; }
+  static Reg mul(Reg a, Reg b) { return a * b; }
+  static Reg add(Reg a, Reg b) { return a + b; }
+  static Reg sub(Reg a, Reg b) { return a - b; }
+  static Reg max(Reg a, Reg b) { return a > b ? a : b; }
+  static bool any_greater(Reg a, Reg b) { return a > b; }
+  static Reg zero_if_neg_inf(Reg x) { return x == -HUGE_VALF ? 0.0f : x; }
+  // Below 2^-125 flushed to 0 as in the vector files, so every level masks alike.
+  static Reg exp2(Reg x) { return x < -125.0f ? 0.0f : std::exp2(x); }
+  static Reg tanh(Reg x) { return std::tanh(x); }
+  static Reg round_f16(Reg x) { return num::f16_to_f32(num::f32_to_f16(x)); }
+
+  static void load_convert(const void* src, DType dtype, int n, float scale, float* dst) {
+    for (int i = 0; i < n; ++i) {
+      float x = 0.0f;
+      switch (dtype) {
+        case DType::kF32:
+          std::memcpy(&x, static_cast<const unsigned char*>(src) + 4 * i, 4);
+          break;
+        case DType::kF16:
+        case DType::kBF16: {
+          uint16_t h;
+          std::memcpy(&h, static_cast<const unsigned char*>(src) + 2 * i, 2);
+          x = dtype == DType::kF16 ? num::f16_to_f32(h) : num::bf16_to_f32(h);
+          break;
+        }
+        case DType::kE4M3:
+          x = num::e4m3_to_f32(static_cast<const uint8_t*>(src)[i]);
+          break;
+        case DType::kE5M2:
+          x = num::e5m2_to_f32(static_cast<const uint8_t*>(src)[i]);
+          break;
+        default:
+          break;
+      }
+      dst[i] = x * scale;
+    }
+  }
+
+  static void store_convert(const float* src, int n, DType dtype, void* dst) {
+    auto* bytes = static_cast<unsigned char*>(dst);
+    for (int i = 0; i < n; ++i) {
+      if (dtype == DType::kF32) {
+        std::memcpy(bytes + 4 * i, &src[i], 4);
+      } else {
+        const uint16_t h =
+            dtype == DType::kF16 ? num::f32_to_f16(src[i]) : num::f32_to_bf16(src[i]);
+        std::memcpy(bytes + 2 * i, &h, 2);
+      }
+    }
+  }
+};
+
+#include "cpu/prefill/kernel.inc"
+
+}  // namespace
+}  // namespace kvattn::cpu::prefill::scalar
+
+namespace kvattn::cpu::prefill {
+PrefillItemFn prefill_item_fn_scalar() { return &scalar::run_item; }
+}  // namespace kvattn::cpu::prefill

@@ -1,0 +1,74 @@
+// Prefill tile sizes and the per-thread scratch layout: the one place both the planner (work
+// items, workspace size) and the kernels (buffer offsets) read them from.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvattn::cpu::prefill {
+
+// Query rows of a tile are padded to a multiple of this (the widest vector, 16 f32 lanes), so the
+// scratch layout does not depend on the ISA level that runs it.
+inline constexpr int kRowAlign = 16;
+// A tile stacks all query heads of a GQA group as rows (token-major: row = token * group + head),
+// so each converted K/V tile serves the whole group.
+inline constexpr int kTargetTileRows = 64;
+
+struct PrefillTile {
+  int tokens;    // query tokens per tile
+  int rows;      // tokens * group
+  int rows_pad;  // rows rounded up to kRowAlign
+  int kv_tile;   // keys per KV tile
+};
+
+// 64 rows x 64 keys keeps, for head dim 128, the transposed Q tile (32 KiB) in L1 while S = Q K^T
+// runs, and the K/V tiles, S and O^T (about 100 KiB) in L2.
+constexpr PrefillTile prefill_tile(int group, int head_dim_qk, int head_dim_vo) {
+  PrefillTile t{};
+  t.tokens = group >= kTargetTileRows ? 1 : kTargetTileRows / group;
+  t.rows = t.tokens * group;
+  t.rows_pad = (t.rows + kRowAlign - 1) / kRowAlign * kRowAlign;
+  t.kv_tile = head_dim_qk + head_dim_vo > 256 ? 32 : 64;
+  return t;
+}
+
+// Offsets (in floats, each a multiple of 16 so every buffer is 64-byte aligned) of one thread's
+// scratch.
+struct ScratchLayout {
+  int64_t qt = 0;                    // Q^T [D_qk][rows_pad], scaled (and rotated)
+  int64_t st = 0;                    // S^T then P^T [kv_tile][rows_pad]
+  int64_t ot = 0;                    // O^T [D_vo][rows_pad], unnormalized
+  int64_t kf = 0;                    // K tile f32 [kv_tile][D_qk]
+  int64_t vf = 0;                    // V tile f32 [kv_tile][D_vo]
+  int64_t row_max = 0, row_sum = 0;  // [rows_pad], log2 domain
+  int64_t row_pos = 0;               // [rows_pad] absolute query positions (int32 storage)
+  int64_t row_slope = 0;             // [rows_pad] ALiBi slope * log2(e)
+  int64_t row_tmp = 0;               // [max(D_qk, D_vo) + 64] conversion staging
+  int64_t floats = 0;                // total per thread
+};
+
+constexpr int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
+
+constexpr ScratchLayout scratch_layout(const PrefillTile& t, int head_dim_qk, int head_dim_vo) {
+  ScratchLayout s{};
+  int64_t at = 0;
+  auto take = [&at](int64_t n) {
+    int64_t here = at;
+    at += align16(n);
+    return here;
+  };
+  s.qt = take(int64_t{head_dim_qk} * t.rows_pad);
+  s.st = take(int64_t{t.kv_tile} * t.rows_pad);
+  s.ot = take(int64_t{head_dim_vo} * t.rows_pad);
+  s.kf = take(int64_t{t.kv_tile} * head_dim_qk);
+  s.vf = take(int64_t{t.kv_tile} * head_dim_vo);
+  s.row_max = take(t.rows_pad);
+  s.row_sum = take(t.rows_pad);
+  s.row_pos = take(t.rows_pad);
+  s.row_slope = take(t.rows_pad);
+  s.row_tmp = take((head_dim_qk > head_dim_vo ? head_dim_qk : head_dim_vo) + 64);
+  s.floats = at;
+  return s;
+}
+
+}  // namespace kvattn::cpu::prefill

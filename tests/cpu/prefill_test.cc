@@ -1,0 +1,302 @@
+// The CPU prefill path (plan_prefill + run_prefill) against the fp64 reference, at every ISA
+// level this machine has: every variant, dtype triple, head-dim pair, layout and page size, and
+// the lengths around each tile size.
+#include "cpu/prefill/prefill.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/backend.h"
+#include "cpu/prefill/tile_config.h"
+#include "cpu/prefill_test_util.h"
+
+namespace kvattn::cpu::test {
+namespace {
+
+struct Variant {
+  std::string name;
+  void (*apply)(testing::CaseSpec& spec);
+};
+
+const std::vector<Variant>& variants() {
+  static const std::vector<Variant> all = {
+      {"plain", [](testing::CaseSpec&) {}},
+      {"causal", [](testing::CaseSpec& s) { s.problem.mask_mode = MaskMode::kCausal; }},
+      {"causal_window",
+       [](testing::CaseSpec& s) {
+         s.problem.mask_mode = MaskMode::kCausal;
+         s.problem.window_left = 9;
+       }},
+      {"window_only", [](testing::CaseSpec& s) { s.problem.window_left = 20; }},
+      {"soft_cap",
+       [](testing::CaseSpec& s) {
+         // Scores reach a few times the cap, so both branches of the tanh run.
+         s.problem.logits_soft_cap = 0.5f;
+         s.value_range = 2.0f;
+       }},
+      {"custom_mask", [](testing::CaseSpec& s) { s.problem.mask_mode = MaskMode::kCustom; }},
+      {"custom_mask_packed",
+       [](testing::CaseSpec& s) {
+         s.problem.mask_mode = MaskMode::kCustom;
+         s.packed_custom_mask = true;
+       }},
+      {"alibi", [](testing::CaseSpec& s) { s.problem.pos_encoding_mode = PosEncoding::kAlibi; }},
+      {"rope", [](testing::CaseSpec& s) { s.problem.pos_encoding_mode = PosEncoding::kRopeLlama; }},
+      {"rope_interleaved_scaled",
+       [](testing::CaseSpec& s) {
+         s.problem.pos_encoding_mode = PosEncoding::kRopeLlama;
+         s.problem.rope_interleave = true;
+         s.problem.rope_theta = 5e5f;
+         s.problem.rope_scale = 4.0f;
+       }},
+      {"lse", [](testing::CaseSpec& s) { s.problem.return_lse = true; }},
+      {"fp16_qk_reduction",
+       [](testing::CaseSpec& s) {
+         s.problem.use_fp16_qk_reduction = true;
+         s.problem.return_lse = true;
+       }},
+      {"sm_scale", [](testing::CaseSpec& s) { s.problem.sm_scale = 0.3f; }},
+      {"everything",
+       [](testing::CaseSpec& s) {
+         s.problem.mask_mode = MaskMode::kCausal;
+         s.problem.window_left = 30;
+         s.problem.logits_soft_cap = 2.0f;
+         s.problem.pos_encoding_mode = PosEncoding::kAlibi;
+         s.problem.return_lse = true;
+       }},
+      {"causal_rope_lse",
+       [](testing::CaseSpec& s) {
+         s.problem.mask_mode = MaskMode::kCausal;
+         s.problem.pos_encoding_mode = PosEncoding::kRopeLlama;
+         s.problem.return_lse = true;
+       }},
+  };
+  return all;
+}
+
+TEST(CpuPrefillVariants, MatchReferenceAtEveryIsa) {
+  for (CpuIsa isa : available_isas()) {
+    for (const Variant& v : variants()) {
+      // Two requests: one with a cached prefix (qo < kv), one square; lengths off the tiles.
+      testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {19, 33}, {83, 33});
+      spec.problem.return_lse = true;
+      v.apply(spec);
+      expect_matches_reference(spec, isa, v.name);
+    }
+  }
+}
+
+TEST(CpuPrefillVariants, RaggedKVAndSingleAtEveryIsa) {
+  for (CpuIsa isa : available_isas()) {
+    for (const Variant& v : variants()) {
+      testing::CaseSpec ragged = small_spec(Op::kBatchPrefillRagged, {7, 40}, {30, 70});
+      v.apply(ragged);
+      expect_matches_reference(ragged, isa, "ragged " + v.name);
+      testing::CaseSpec single = small_spec(Op::kSinglePrefill, {37}, {50});
+      v.apply(single);
+      expect_matches_reference(single, isa, "single " + v.name);
+    }
+  }
+}
+
+TEST(CpuPrefillDTypes, EveryQueryKVOutputTriple) {
+  const DType inputs[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2};
+  const DType outputs[] = {DType::kF32, DType::kF16, DType::kBF16};
+  for (CpuIsa isa : available_isas()) {
+    for (DType q : inputs) {
+      for (DType kv : inputs) {
+        for (DType o : outputs) {
+          // The full grid at the best level; each lower level runs it with one output type.
+          if (isa != available_isas().back() && o != DType::kF32) continue;
+          testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {21}, {45});
+          spec.problem.q_dtype = q;
+          spec.problem.kv_dtype = kv;
+          spec.problem.o_dtype = o;
+          spec.problem.mask_mode = MaskMode::kCausal;
+          spec.problem.return_lse = true;
+          if (is_fp8(q)) spec.problem.q_scale = 0.75f;
+          if (is_fp8(kv)) {
+            spec.problem.k_scale = 0.5f;
+            spec.problem.v_scale = 3.0f;
+            spec.value_range = 4.0f;
+          }
+          expect_matches_reference(spec, isa,
+                                   std::string("q ") + std::string(dtype_name(q)) + " kv " +
+                                       std::string(dtype_name(kv)) + " o " +
+                                       std::string(dtype_name(o)));
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuPrefillHeadDims, FastAndGenericPairs) {
+  const std::pair<int, int> dims[] = {{64, 64}, {128, 128}, {256, 256}, {192, 128},
+                                      {40, 40}, {96, 32},   {18, 70},   {8, 8}};
+  for (CpuIsa isa : available_isas()) {
+    for (auto [dqk, dvo] : dims) {
+      testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {17, 5}, {70, 5});
+      spec.problem.head_dim_qk = dqk;
+      spec.problem.head_dim_vo = dvo;
+      spec.problem.mask_mode = MaskMode::kCausal;
+      spec.problem.pos_encoding_mode = PosEncoding::kRopeLlama;
+      spec.problem.return_lse = true;
+      expect_matches_reference(spec, isa,
+                               "dims " + std::to_string(dqk) + "/" + std::to_string(dvo));
+    }
+  }
+}
+
+TEST(CpuPrefillLayouts, PagedCachesAndSingleLayouts) {
+  for (CpuIsa isa : available_isas()) {
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+      for (int page_size : {1, 16, 7}) {
+        for (bool combined : {false, true}) {
+          testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {12, 30, 1}, {44, 30, 17});
+          spec.problem.kv_layout = layout;
+          spec.problem.page_size = page_size;
+          spec.problem.mask_mode = MaskMode::kCausal;
+          spec.combined_kv_cache = combined;
+          expect_matches_reference(spec, isa,
+                                   std::string(kv_layout_name(layout)) + " page " +
+                                       std::to_string(page_size) + (combined ? " combined" : ""));
+        }
+      }
+      testing::CaseSpec single = small_spec(Op::kSinglePrefill, {29}, {61});
+      single.problem.kv_layout = layout;
+      single.problem.mask_mode = MaskMode::kCausal;
+      expect_matches_reference(single, isa, "single " + std::string(kv_layout_name(layout)));
+    }
+  }
+}
+
+// Query lengths below, at, above and twice the tokens of a tile, key lengths likewise around the
+// KV tile, for several GQA group sizes (which change the tokens per tile).
+TEST(CpuPrefillTiles, LengthsAroundEveryTileSize) {
+  struct Heads {
+    int qo, kv;
+  };
+  const Heads head_sets[] = {{4, 2}, {2, 2}, {6, 2}, {8, 1}, {80, 1}};
+  for (CpuIsa isa : available_isas()) {
+    for (Heads h : head_sets) {
+      const int group = h.qo / h.kv;
+      const prefill::PrefillTile tile = prefill::prefill_tile(group, 64, 64);
+      const int64_t t = tile.tokens, n = tile.kv_tile;
+      const std::vector<int64_t> qo_lens = {1, t - 1, t, t + 1, 2 * t};
+      const std::vector<int64_t> kv_lens = {n - 1, n, n + 1, 2 * n};
+      for (int64_t qo : qo_lens) {
+        if (qo < 1) continue;
+        for (int64_t kv : kv_lens) {
+          // Causal with the queries at the end of the keys, and with more queries than keys.
+          testing::CaseSpec spec =
+              small_spec(Op::kBatchPrefillPaged, {qo, qo + 3}, {kv, qo + 3 > kv ? kv : qo + 3});
+          spec.problem.num_qo_heads = h.qo;
+          spec.problem.num_kv_heads = h.kv;
+          spec.problem.mask_mode = MaskMode::kCausal;
+          spec.problem.return_lse = true;
+          expect_matches_reference(spec, isa,
+                                   "heads " + std::to_string(h.qo) + "/" + std::to_string(h.kv) +
+                                       " qo " + std::to_string(qo) + " kv " + std::to_string(kv));
+        }
+      }
+      if (group > 8) continue;  // the long case once per small group keeps the suite quick
+      testing::CaseSpec longer = small_spec(Op::kBatchPrefillPaged, {3 * t + 5}, {5 * n + 3});
+      longer.problem.num_qo_heads = h.qo;
+      longer.problem.num_kv_heads = h.kv;
+      longer.problem.mask_mode = MaskMode::kCausal;
+      longer.problem.window_left = n + 5;
+      expect_matches_reference(longer, isa, "long window heads " + std::to_string(h.qo));
+    }
+  }
+}
+
+TEST(CpuPrefillEmptyRows, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
+  for (CpuIsa isa : available_isas()) {
+    // More queries than keys, causal: the first qo_len - kv_len rows see nothing.
+    testing::CaseSpec more_queries = small_spec(Op::kBatchPrefillPaged, {40}, {9});
+    more_queries.problem.mask_mode = MaskMode::kCausal;
+    more_queries.problem.return_lse = true;
+    expect_matches_reference(more_queries, isa, "qo > kv causal");
+    // A custom mask that hides everything from every row.
+    testing::CaseSpec hidden = small_spec(Op::kBatchPrefillPaged, {20}, {30});
+    hidden.problem.mask_mode = MaskMode::kCustom;
+    hidden.custom_mask_density = 0.0;
+    hidden.problem.return_lse = true;
+    expect_matches_reference(hidden, isa, "mask of zeros");
+    // A sparse custom mask: some rows see nothing, some one key.
+    testing::CaseSpec sparse = small_spec(Op::kBatchPrefillPaged, {20}, {30});
+    sparse.problem.mask_mode = MaskMode::kCustom;
+    sparse.custom_mask_density = 0.03;
+    sparse.packed_custom_mask = true;
+    sparse.problem.return_lse = true;
+    expect_matches_reference(sparse, isa, "sparse packed mask");
+    // A request without keys next to one with keys.
+    testing::CaseSpec no_keys = small_spec(Op::kBatchPrefillRagged, {5, 6}, {0, 12});
+    no_keys.problem.return_lse = true;
+    expect_matches_reference(no_keys, isa, "request without keys");
+  }
+}
+
+TEST(CpuPrefillPlan, CoversEveryQueryRowOnceCostliestFirst) {
+  testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {100, 3, 0, 64}, {300, 3, 10, 64});
+  spec.problem.mask_mode = MaskMode::kCausal;
+  testing::Case c = testing::Case::make(spec);
+  const AttentionArgs args = c.args();
+  Plan plan;
+  plan.problem = spec.problem;
+  PlanOptions options;
+  options.num_threads = 2;
+  ASSERT_TRUE(plan_prefill(spec.problem, args, options, &plan).ok());
+  EXPECT_GT(plan.workspace_bytes, 0u);
+  EXPECT_GE(plan.num_threads, 1);
+  EXPECT_LE(plan.num_threads, 2);
+  std::map<std::tuple<int, int, int>, int> covered;
+  int64_t previous_cost = -1;
+  for (const WorkItem& w : plan.work) {
+    for (int t = w.qo_begin; t < w.qo_end; ++t) ++covered[{w.request, w.kv_head, t}];
+    // Cost order: query tokens x visible keys (+ a constant per token) never increases.
+    const int64_t cost = int64_t{w.qo_end - w.qo_begin} * (w.kv_end - w.kv_begin + 8);
+    if (previous_cost >= 0) {
+      EXPECT_LE(cost, previous_cost);
+    }
+    previous_cost = cost;
+  }
+  int64_t expected = 0;
+  for (int b = 0; b < 4; ++b) expected += spec.qo_lens[b] * spec.problem.num_kv_heads;
+  EXPECT_EQ(static_cast<int64_t>(covered.size()), expected);
+  for (const auto& [key, count] : covered) EXPECT_EQ(count, 1);
+}
+
+TEST(CpuPrefillThreads, ResultIsTheSameOnOneAndTwoThreads) {
+  testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {70, 20}, {90, 20});
+  spec.problem.mask_mode = MaskMode::kCausal;
+  spec.problem.return_lse = true;
+  testing::Case c = testing::Case::make(spec);
+  AttentionArgs one = c.args();
+  ASSERT_TRUE(run_cpu_prefill(spec.problem, one, 1).ok());
+  const std::vector<float> out_one = c.out_f32(), lse_one = c.lse_f32();
+  AttentionArgs two = c.args_with_fresh_outputs(spec.problem.o_dtype);
+  ASSERT_TRUE(run_cpu_prefill(spec.problem, two, 2).ok());
+  const std::vector<float> out_two = c.fresh_out_f32(), lse_two = c.fresh_lse_f32();
+  ASSERT_EQ(out_one.size(), out_two.size());
+  EXPECT_EQ(std::memcmp(out_one.data(), out_two.data(), out_one.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(lse_one.data(), lse_two.data(), lse_one.size() * sizeof(float)), 0);
+}
+
+TEST(CpuPrefillPlan, RejectsAnFp8Output) {
+  testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {4}, {4});
+  spec.problem.o_dtype = DType::kE4M3;
+  Plan plan;
+  plan.problem = spec.problem;
+  testing::Case c = testing::Case::make(spec);
+  const Status st = plan_prefill(spec.problem, c.args(), PlanOptions{}, &plan);
+  EXPECT_EQ(st.code(), ErrorCode::kNotSupported) << st.to_string();
+}
+
+}  // namespace
+}  // namespace kvattn::cpu::test

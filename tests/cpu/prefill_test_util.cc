@@ -1,0 +1,64 @@
+#include "cpu/prefill_test_util.h"
+
+#include <cstddef>
+#include <memory>
+
+#include "core/validate.h"
+#include "cpu/prefill/prefill.h"
+#include "kvattn/device.h"
+
+namespace kvattn::cpu::test {
+
+std::vector<CpuIsa> available_isas() {
+  std::vector<CpuIsa> isas = {CpuIsa::kScalar};
+  const CpuIsa best = detail::cpu_features().best;
+  if (best >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  if (best >= CpuIsa::kAvx512) isas.push_back(CpuIsa::kAvx512);
+  return isas;
+}
+
+Status run_cpu_prefill(const Problem& problem, const AttentionArgs& args, int num_threads) {
+  Status st = validate_attention(problem, args);
+  if (!st.ok()) return st;
+  Plan plan;
+  plan.backend = "cpu";
+  plan.device = Device::cpu();
+  plan.problem = problem;
+  PlanOptions options;
+  options.backend = "cpu";
+  options.num_threads = num_threads;
+  st = plan_prefill(problem, args, options, &plan);
+  if (!st.ok()) return st;
+  std::unique_ptr<std::byte[]> workspace(new std::byte[plan.workspace_bytes]);
+  return run_prefill(plan, args, workspace.get(), plan.workspace_bytes);
+}
+
+testing::CaseSpec small_spec(Op op, std::vector<int64_t> qo_lens, std::vector<int64_t> kv_lens) {
+  testing::CaseSpec spec;
+  Problem& p = spec.problem;
+  p.op = op;
+  p.batch_size = static_cast<int>(kv_lens.size());
+  p.num_qo_heads = 4;
+  p.num_kv_heads = 2;
+  p.head_dim_qk = 64;
+  p.head_dim_vo = 64;
+  p.page_size = 16;
+  p.q_dtype = DType::kBF16;
+  p.kv_dtype = DType::kBF16;
+  p.o_dtype = DType::kBF16;
+  spec.qo_lens = std::move(qo_lens);
+  spec.kv_lens = std::move(kv_lens);
+  return spec;
+}
+
+void expect_matches_reference(const testing::CaseSpec& spec, CpuIsa isa, const std::string& what) {
+  testing::Case c = testing::Case::make(spec);
+  IsaLimit limit(isa);
+  const testing::CheckResult result = testing::check_against_reference(
+      c, [](const Problem& p, const AttentionArgs& a) { return run_cpu_prefill(p, a); });
+  EXPECT_TRUE(result.ok) << what << " [isa " << cpu_isa_name(isa) << "] "
+                         << spec.problem.to_string() << "\n"
+                         << result.message;
+}
+
+}  // namespace kvattn::cpu::test

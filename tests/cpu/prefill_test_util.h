@@ -1,0 +1,42 @@
+// Shared helpers of the CPU prefill tests: running the prefill path directly (plan_prefill +
+// run_prefill, as the cpu backend does) at a chosen ISA level, and checking it against the
+// reference with the tolerance of testing/tolerance.h.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "kvattn/attention.h"
+#include "testing/case_builder.h"
+#include "testing/tolerance.h"
+
+namespace kvattn::cpu::test {
+
+// Every ISA level this machine can run, lowest first.
+std::vector<CpuIsa> available_isas();
+
+// Limits the ISA level for the lifetime of the object.
+class IsaLimit {
+ public:
+  explicit IsaLimit(CpuIsa isa) { detail::set_cpu_isa_limit(isa); }
+  ~IsaLimit() { detail::clear_cpu_isa_limit(); }
+  IsaLimit(const IsaLimit&) = delete;
+  IsaLimit& operator=(const IsaLimit&) = delete;
+};
+
+// Validates, plans with plan_prefill and runs with run_prefill on `num_threads` threads.
+Status run_cpu_prefill(const Problem& problem, const AttentionArgs& args, int num_threads = 0);
+
+// A spec with small, fast defaults: batch_prefill_paged, 4 q heads over 2 KV heads, d 64,
+// bf16 q/kv/o, page size 16.
+testing::CaseSpec small_spec(Op op, std::vector<int64_t> qo_lens, std::vector<int64_t> kv_lens);
+
+// Builds the case, runs the CPU prefill at `isa` and compares with the reference; a failure
+// names the ISA, the problem and the error figures.
+void expect_matches_reference(const testing::CaseSpec& spec, CpuIsa isa,
+                              const std::string& what = "");
+
+}  // namespace kvattn::cpu::test
