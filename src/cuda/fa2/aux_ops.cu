@@ -1,0 +1,239 @@
+// fa2's operations that are not attention: merging attention states, appending to a paged cache
+// (quantizing to FP8) and RoPE by positions. Elementwise kernels over generic strides; the index
+// tensors are host memory, resolved on the host into per-row device arrays.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/attention_math.h"
+#include "core/paged_kv.h"
+#include "cuda/common/device_buffer.h"
+#include "cuda/common/element_io.cuh"
+#include "cuda/fa2/launch.h"
+
+namespace kvattn::fa2 {
+namespace {
+
+constexpr int kThreads = 256;
+
+cuda::Strides4 strides_of(const TensorView& t) {
+  cuda::Strides4 s;
+  for (int i = 0; i < t.rank && i < 4; ++i) s.s[i] = t.strides[i];
+  return s;
+}
+
+int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
+
+Status expect_device(std::initializer_list<const TensorView*> views) {
+  for (const TensorView* t : views) {
+    if (!t->empty() && t->memory != MemoryKind::kCuda) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "fa2: the tensors of this operation must be in CUDA device memory "
+                        "(the index tensors in host memory)");
+    }
+  }
+  return Status::Ok();
+}
+Status expect_host(const TensorView& t, const char* name) {
+  if (t.empty() || t.memory == MemoryKind::kHost) return Status::Ok();
+  return make_error(ErrorCode::kInvalidArgument, "fa2: ", name, " must be in host memory");
+}
+
+std::vector<int32_t> read_i32(const TensorView& t) {
+  std::vector<int32_t> v(size_t(t.shape[0]));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<const int32_t*>(t.data)[i * t.strides[0]];
+  return v;
+}
+
+struct StateView {
+  const void* v;
+  DType v_dtype;
+  cuda::Strides4 vs;
+  const float* s;
+  cuda::Strides4 ss;
+};
+struct OutView {
+  void* v;
+  DType v_dtype;
+  cuda::Strides4 vs;
+  float* s;  // may be null
+  cuda::Strides4 ss;
+};
+
+// Rows x heads x dims threads; each merges `states` states of its (row, head) for its dim.
+// states_axis: the merge_states layout [N, S, H, D] (true) or two separate tensors (false).
+__global__ void merge_kernel(StateView a, StateView b, bool states_axis, int64_t states,
+                             int64_t rows, int64_t heads, int64_t dim, OutView out) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= rows * heads * dim) return;
+  const int64_t d = idx % dim, h = (idx / dim) % heads, n = idx / (dim * heads);
+  math::StateMerger merger;
+  float o = 0.0f;
+  bool nan = false;
+  for (int64_t k = 0; k < states; ++k) {
+    const StateView& sv = states_axis || k == 0 ? a : b;
+    const float lse = states_axis ? sv.s[sv.ss.at(n, k, h)] : sv.s[sv.ss.at(n, h)];
+    if (lse != lse) nan = true;
+    // A state that saw no key is skipped, not multiplied by 0: its o may hold anything.
+    if (lse == -INFINITY) continue;
+    const float v = states_axis ? cuda::load_f32(sv.v, sv.v_dtype, sv.vs.at(n, k, h, d))
+                                : cuda::load_f32(sv.v, sv.v_dtype, sv.vs.at(n, h, d));
+    float scale_acc = 0.0f, scale_k = 0.0f;
+    merger.add(lse, &scale_acc, &scale_k);
+    o = o * scale_acc + v * scale_k;
+  }
+  const float lse = nan ? NAN : merger.lse();
+  o = nan ? NAN : o * merger.inv_sum();
+  cuda::store_f32(out.v, out.v_dtype, out.vs.at(n, h, d), o);
+  if (out.s && d == 0) out.s[out.ss.at(n, h)] = lse;
+}
+
+// One thread per (token, head, dim) of append_k or append_v; page_slot[i] = (page, slot).
+__global__ void append_kernel(const void* src, DType src_dtype, cuda::Strides4 src_strides,
+                              int64_t nnz, int64_t heads, int64_t dim, const int64_t* page_slot,
+                              void* cache, DType cache_dtype, paged::CacheStrides cache_strides,
+                              float inv_scale) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= nnz * heads * dim) return;
+  const int64_t d = idx % dim, h = (idx / dim) % heads, i = idx / (dim * heads);
+  const float x = cuda::load_f32(src, src_dtype, src_strides.at(i, h, d)) * inv_scale;
+  cuda::store_f32(cache, cache_dtype,
+                  cache_strides.offset(page_slot[2 * i], page_slot[2 * i + 1], h, d), x);
+}
+
+// One thread per (token, head, rotation pair): reads both elements before writing, so out may
+// be in itself.
+__global__ void rope_kernel(const void* in, DType in_dtype, cuda::Strides4 in_strides, void* out,
+                            DType out_dtype, cuda::Strides4 out_strides, int64_t nnz, int64_t heads,
+                            int dim, const int32_t* pos_ids, float theta, float scale,
+                            bool interleave) {
+  const int half = dim / 2;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= nnz * heads * half) return;
+  const int t = int(idx % half);
+  const int64_t h = (idx / half) % heads, i = idx / (int64_t(half) * heads);
+  const math::RopePair e = math::rope_pair(t, dim, interleave);
+  const float x1 = cuda::load_f32(in, in_dtype, in_strides.at(i, h, e.first));
+  const float x2 = cuda::load_f32(in, in_dtype, in_strides.at(i, h, e.second));
+  const math::Rotated r =
+      math::rope_rotate(x1, x2, math::rope_angle(pos_ids[i], t, dim, theta, scale));
+  cuda::store_f32(out, out_dtype, out_strides.at(i, h, e.first), r.first);
+  cuda::store_f32(out, out_dtype, out_strides.at(i, h, e.second), r.second);
+}
+
+Status launched(const char* what) { return cuda::cuda_status(what, cudaGetLastError()); }
+
+StateView state_view(const TensorView& v, const TensorView& s) {
+  return StateView{v.data, v.dtype, strides_of(v), static_cast<const float*>(s.data),
+                   strides_of(s)};
+}
+OutView out_view(const TensorView& v, const TensorView& s) {
+  return OutView{v.data, v.dtype, strides_of(v), s.empty() ? nullptr : static_cast<float*>(s.data),
+                 strides_of(s)};
+}
+
+}  // namespace
+
+Status run_merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
+                       const TensorView& s_b, const TensorView& v_out, const TensorView& s_out,
+                       int device_index) {
+  KVATTN_RETURN_IF_ERROR(expect_device({&v_a, &s_a, &v_b, &s_b, &v_out, &s_out}));
+  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(device_index)));
+  const int64_t rows = v_a.shape[0], heads = v_a.shape[1], dim = v_a.shape[2];
+  const int64_t n = rows * heads * dim;
+  if (n == 0) return Status::Ok();
+  merge_kernel<<<blocks_for(n), kThreads>>>(state_view(v_a, s_a), state_view(v_b, s_b), false, 2,
+                                            rows, heads, dim, out_view(v_out, s_out));
+  return launched("fa2 merge_state kernel");
+}
+
+Status run_merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
+                        const TensorView& s_out, int device_index) {
+  KVATTN_RETURN_IF_ERROR(expect_device({&v, &s, &v_out, &s_out}));
+  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(device_index)));
+  const int64_t rows = v.shape[0], states = v.shape[1], heads = v.shape[2], dim = v.shape[3];
+  const int64_t n = rows * heads * dim;
+  if (n == 0) return Status::Ok();
+  merge_kernel<<<blocks_for(n), kThreads>>>(state_view(v, s), state_view(v, s), true, states, rows,
+                                            heads, dim, out_view(v_out, s_out));
+  return launched("fa2 merge_states kernel");
+}
+
+Status run_append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v,
+                                 const TensorView& batch_indices, const TensorView& positions,
+                                 const PagedKVCache& cache, int device_index) {
+  KVATTN_RETURN_IF_ERROR(expect_device({&append_k, &append_v, &cache.k_cache, &cache.v_cache}));
+  for (const auto& [t, name] : {std::pair{&batch_indices, "batch_indices"},
+                                {&positions, "positions"},
+                                {&cache.kv_indptr, "kv_indptr"},
+                                {&cache.kv_indices, "kv_indices"},
+                                {&cache.kv_last_page_len, "kv_last_page_len"}}) {
+    KVATTN_RETURN_IF_ERROR(expect_host(*t, name));
+  }
+  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(device_index)));
+  const bool hnd = cache.layout == KVLayout::kHND;
+  const int64_t page_size = hnd ? cache.k_cache.shape[2] : cache.k_cache.shape[1];
+  const int64_t nnz = append_k.shape[0];
+  if (nnz == 0) return Status::Ok();
+  const std::vector<int32_t> b_of = read_i32(batch_indices), pos_of = read_i32(positions);
+  const std::vector<int32_t> indptr = read_i32(cache.kv_indptr),
+                             indices = read_i32(cache.kv_indices);
+  const int64_t num_pages = cache.k_cache.shape[0];
+  std::vector<int64_t> page_slot(size_t(2 * nnz));
+  for (int64_t i = 0; i < nnz; ++i) {
+    const int64_t b = b_of[size_t(i)], pos = pos_of[size_t(i)];
+    // Validation proves these; re-checked because a wrong page here is a write outside the cache.
+    if (b < 0 || b + 1 >= int64_t(indptr.size()) || pos < 0 ||
+        indptr[size_t(b)] + pos / page_size >= indptr[size_t(b + 1)]) {
+      return make_error(ErrorCode::kInvalidArgument, "append_paged_kv_cache: entry ", i,
+                        " (batch index ", b, ", position ", pos, ") is outside the page table");
+    }
+    const int64_t page = indices[size_t(indptr[size_t(b)] + pos / page_size)];
+    if (page < 0 || page >= num_pages) {
+      return make_error(ErrorCode::kInvalidPageTable, "append_paged_kv_cache: page id ", page,
+                        " is outside [0, ", num_pages, ")");
+    }
+    page_slot[size_t(2 * i)] = page;
+    page_slot[size_t(2 * i + 1)] = pos % page_size;
+  }
+  cuda::DeviceBuffer slots;
+  KVATTN_RETURN_IF_ERROR(slots.upload(page_slot));
+  const auto append = [&](const TensorView& src, const TensorView& dst, float scale) {
+    const int64_t heads = src.shape[1], dim = src.shape[2];
+    const int64_t n = nnz * heads * dim;
+    if (n == 0) return Status::Ok();
+    append_kernel<<<blocks_for(n), kThreads>>>(
+        src.data, src.dtype, strides_of(src), nnz, heads, dim, slots.as<int64_t>(), dst.data,
+        dst.dtype, paged::cache_strides(dst.strides.data(), hnd), 1.0f / scale);
+    return launched("fa2 append_paged_kv_cache kernel");
+  };
+  KVATTN_RETURN_IF_ERROR(append(append_k, cache.k_cache, cache.k_scale));
+  return append(append_v, cache.v_cache, cache.v_scale);
+}
+
+Status run_apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,
+                      const TensorView& k_out, const TensorView& pos_ids, const RopeParams& rope,
+                      int device_index) {
+  KVATTN_RETURN_IF_ERROR(expect_device({&q, &k, &q_out, &k_out}));
+  KVATTN_RETURN_IF_ERROR(expect_host(pos_ids, "pos_ids"));
+  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(device_index)));
+  cuda::DeviceBuffer positions;
+  KVATTN_RETURN_IF_ERROR(positions.upload(read_i32(pos_ids)));
+  const auto rotate = [&](const TensorView& in, const TensorView& out) {
+    if (in.empty() || out.empty()) return Status::Ok();
+    const int64_t nnz = in.shape[0], heads = in.shape[1];
+    const int dim = int(in.shape[2]);
+    const int64_t n = nnz * heads * (dim / 2);
+    if (n == 0) return Status::Ok();
+    rope_kernel<<<blocks_for(n), kThreads>>>(
+        in.data, in.dtype, strides_of(in), out.data, out.dtype, strides_of(out), nnz, heads, dim,
+        positions.as<int32_t>(), rope.rope_theta, rope.rope_scale, rope.interleave);
+    return launched("fa2 apply_rope kernel");
+  };
+  KVATTN_RETURN_IF_ERROR(rotate(q, q_out));
+  return rotate(k, k_out);
+}
+
+}  // namespace kvattn::fa2

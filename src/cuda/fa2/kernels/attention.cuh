@@ -1,0 +1,443 @@
+// fa2's attention kernel, FlashAttention-2 style: one CTA per work unit (packed query rows of a
+// request and KV head, against one KV chunk); warps split the rows, 16 each. Per K/V block:
+//   tile loader  - cp.async copies the raw K/V rows (any cache dtype) into a staging buffer while
+//                  the previous block computes (two-stage pipeline), then one pass decodes them
+//                  to q's 16-bit type (fused RoPE on K here) into swizzled tiles;
+//   mainloop     - S = Q K^T with ldmatrix + mma.m16n8k16, score transforms and masks in
+//                  registers, online softmax, O += P V with P reused from the S registers;
+//   epilogue     - normalize and write o (and lse), or a partial state for the split-KV merge.
+// Head dims are compile-time; masks, window, soft cap, ALiBi, RoPE and the o dtype are uniform
+// run-time parameters of the same kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/attention_math.h"
+#include "core/split_kv.h"
+#include "cuda/common/ptx.cuh"
+#include "cuda/fa2/kernels/kv_storage.cuh"
+#include "cuda/fa2/kernels/store_out.cuh"
+#include "cuda/fa2/params.h"
+
+namespace kvattn::fa2 {
+
+template <class QTag_, class KV_, int kDqk_, int kDvo_, int kWarps_>
+struct AttentionConfig {
+  using QTag = QTag_;
+  using KV = KV_;
+  using Q16 = cuda::Compute16<QTag>;
+  using T = typename Q16::T;
+  using Raw = typename KV::Raw;
+  static constexpr int kDqk = kDqk_;
+  static constexpr int kDvo = kDvo_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRows = cta_rows(kWarps);
+  static constexpr int kKeys = kv_block_keys(kDqk);
+  static constexpr int kQBytes = kRows * kDqk * 2;
+  static constexpr int kKBytes = kKeys * kDqk * 2;
+  static constexpr int kVBytes = kKeys * kDvo * 2;
+  static constexpr int kKStageBytes = kKeys * kDqk * int(sizeof(Raw));
+  static constexpr int kVStageBytes = kKeys * kDvo * int(sizeof(Raw));
+  static constexpr int kSmemBytes = kQBytes + kKBytes + kVBytes + kKStageBytes + kVStageBytes;
+  // The swizzle permutes 16-byte chunks within groups of 8, so a row needs a multiple of 64
+  // elements; every head dim of fa2's capability is.
+  static_assert(kDqk % 64 == 0 && kDvo % 64 == 0, "head dims must be multiples of 64");
+  static_assert(kKeys % 16 == 0, "a K/V block is whole MMA k-steps");
+  static_assert(kSmemBytes <= 99 * 1024, "shared memory must fit SM86/SM89's 99 KiB per block");
+};
+
+// Element offset of (row, col) in a [rows x D] 16-bit tile whose 16-byte chunks are XOR-swizzled
+// by row % 8: the 8 rows one ldmatrix phase reads hit 8 different bank groups.
+template <int D>
+__device__ __forceinline__ int swizzled(int row, int col) {
+  return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+}
+
+// What a thread needs about each of the two query rows (g and g + 8) it holds accumulators for.
+struct RowInfo {
+  bool valid = false;
+  int64_t token = 0;  // query index within the request
+  int64_t q_abs = 0;  // absolute position (bottom-right aligned)
+  int head = 0;       // query head
+  float alibi_slope = 0.0f;
+};
+
+__device__ __forceinline__ RowInfo row_info(const AttentionParams& p, const WorkUnit& w,
+                                            const RequestInfo& r, int tile_row) {
+  RowInfo ri;
+  int packed = w.row_begin + tile_row;
+  ri.valid = packed < w.row_end;
+  if (!ri.valid) return ri;
+  ri.token = packed / p.group;
+  ri.head = w.kv_head * p.group + packed % p.group;
+  ri.q_abs = math::query_abs_pos(ri.token, r.qo_len, r.kv_len);
+  if (p.alibi) {
+    ri.alibi_slope =
+        p.alibi_slopes ? p.alibi_slopes[ri.head] : math::alibi_slope(ri.head, p.num_qo_heads);
+  }
+  return ri;
+}
+
+// Element indices of rotation pair t (or of the plain pair 2t, 2t+1 without RoPE).
+__device__ __forceinline__ math::RopePair element_pair(bool rope, int t, int head_dim,
+                                                       bool interleave) {
+  return rope ? math::rope_pair(t, head_dim, interleave) : math::RopePair{2 * t, 2 * t + 1};
+}
+
+// ---- Tile loader ----------------------------------------------------------------------------
+template <class C>
+__device__ void load_q_tile(const AttentionParams& p, const WorkUnit& w, const RequestInfo& r,
+                            typename C::T* q_s) {
+  using T = typename C::T;
+  constexpr int kPairs = C::kDqk / 2;
+  const T* q = static_cast<const T*>(p.q);
+  for (int idx = threadIdx.x; idx < C::kRows * kPairs; idx += C::kThreads) {
+    const int row = idx / kPairs, t = idx % kPairs;
+    const math::RopePair e = element_pair(p.rope, t, C::kDqk, p.rope_interleave);
+    const int packed = w.row_begin + row;
+    float x1 = 0.0f, x2 = 0.0f;
+    if (packed < w.row_end) {
+      const int64_t token = packed / p.group;
+      const int head = w.kv_head * p.group + packed % p.group;
+      const T* src = q + (r.q_row + token) * p.q_stride_row + head * p.q_stride_head;
+      x1 = C::Q16::to_float(src[e.first * p.q_stride_dim]);
+      x2 = C::Q16::to_float(src[e.second * p.q_stride_dim]);
+      if (p.rope) {
+        float angle = math::rope_angle(math::query_abs_pos(token, r.qo_len, r.kv_len), t, C::kDqk,
+                                       p.rope_theta, p.rope_scale);
+        math::Rotated rot = math::rope_rotate(x1, x2, angle);
+        x1 = rot.first;
+        x2 = rot.second;
+      }
+    }
+    q_s[swizzled<C::kDqk>(row, e.first)] = C::Q16::from_float(x1);
+    q_s[swizzled<C::kDqk>(row, e.second)] = C::Q16::from_float(x2);
+  }
+}
+
+// Element offset of key j's row (dim 0) for one KV head.
+__device__ __forceinline__ int64_t kv_row_offset(const AttentionParams& p,
+                                                 const paged::CacheStrides& s, const RequestInfo& r,
+                                                 int64_t j, int head) {
+  if (p.paged) {
+    paged::PageSlot ps = paged::locate_token(p.kv_indices, r.kv_first, j, p.page_size);
+    return s.offset(ps.page, ps.slot, head, 0);
+  }
+  return s.offset(0, r.kv_first + j, head, 0);
+}
+
+// Copies the raw rows of keys [block_begin, min(block_begin + kKeys, kv_hi)) into staging, with
+// cp.async when the rows allow 16-byte copies (left in flight), else with plain loads. Rows past
+// kv_hi are not touched: the decode pass writes zeros for them.
+template <class C, int D>
+__device__ void copy_raw_rows(const AttentionParams& p, const typename C::Raw* src_base,
+                              const paged::CacheStrides& s, const RequestInfo& r, int kv_head,
+                              int64_t block_begin, int64_t kv_hi, typename C::Raw* stage) {
+  using Raw = typename C::Raw;
+  if (p.kv_vector_loads) {
+    constexpr int kPerChunk = 16 / int(sizeof(Raw));
+    constexpr int kChunks = D / kPerChunk;
+    for (int idx = threadIdx.x; idx < C::kKeys * kChunks; idx += C::kThreads) {
+      const int n = idx / kChunks, c = idx % kChunks;
+      const int64_t j = block_begin + n;
+      if (j < kv_hi) {
+        cuda::cp_async_16(stage + n * D + c * kPerChunk,
+                          src_base + kv_row_offset(p, s, r, j, kv_head) + c * kPerChunk);
+      }
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < C::kKeys * D; idx += C::kThreads) {
+      const int n = idx / D, e = idx % D;
+      const int64_t j = block_begin + n;
+      if (j < kv_hi) stage[n * D + e] = src_base[kv_row_offset(p, s, r, j, kv_head) + e * s.dim];
+    }
+  }
+}
+
+template <class C>
+__device__ void issue_kv_block(const AttentionParams& p, const RequestInfo& r, int kv_head,
+                               int64_t block_begin, int64_t kv_hi, typename C::Raw* k_stage,
+                               typename C::Raw* v_stage) {
+  using Raw = typename C::Raw;
+  copy_raw_rows<C, C::kDqk>(p, static_cast<const Raw*>(p.k), p.k_strides, r, kv_head, block_begin,
+                            kv_hi, k_stage);
+  copy_raw_rows<C, C::kDvo>(p, static_cast<const Raw*>(p.v), p.v_strides, r, kv_head, block_begin,
+                            kv_hi, v_stage);
+  cuda::cp_async_commit();
+}
+
+// Staging -> swizzled 16-bit K and V tiles: decode (FP8 or the other 16-bit type), RoPE on K,
+// zeros past kv_hi (so that a masked key's V contributes 0, never 0 * garbage = NaN).
+template <class C>
+__device__ void decode_kv_block(const AttentionParams& p, int64_t block_begin, int64_t kv_hi,
+                                const typename C::Raw* k_stage, const typename C::Raw* v_stage,
+                                typename C::T* k_s, typename C::T* v_s) {
+  using KV = typename C::KV;
+  constexpr int kKPairs = C::kDqk / 2;
+  for (int idx = threadIdx.x; idx < C::kKeys * kKPairs; idx += C::kThreads) {
+    const int n = idx / kKPairs, t = idx % kKPairs;
+    const int64_t j = block_begin + n;
+    const math::RopePair e = element_pair(p.rope, t, C::kDqk, p.rope_interleave);
+    float x1 = 0.0f, x2 = 0.0f;
+    if (j < kv_hi) {
+      x1 = KV::to_float(k_stage[n * C::kDqk + e.first]);
+      x2 = KV::to_float(k_stage[n * C::kDqk + e.second]);
+      if (p.rope) {
+        math::Rotated rot =
+            math::rope_rotate(x1, x2, math::rope_angle(j, t, C::kDqk, p.rope_theta, p.rope_scale));
+        x1 = rot.first;
+        x2 = rot.second;
+      }
+    }
+    k_s[swizzled<C::kDqk>(n, e.first)] = C::Q16::from_float(x1);
+    k_s[swizzled<C::kDqk>(n, e.second)] = C::Q16::from_float(x2);
+  }
+  constexpr int kVPairs = C::kDvo / 2;
+  for (int idx = threadIdx.x; idx < C::kKeys * kVPairs; idx += C::kThreads) {
+    const int n = idx / kVPairs, t = idx % kVPairs;
+    const bool in = block_begin + n < kv_hi;
+    float x1 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t]) : 0.0f;
+    float x2 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t + 1]) : 0.0f;
+    v_s[swizzled<C::kDvo>(n, 2 * t)] = C::Q16::from_float(x1);
+    v_s[swizzled<C::kDvo>(n, 2 * t + 1)] = C::Q16::from_float(x2);
+  }
+}
+
+// ---- Mainloop -------------------------------------------------------------------------------
+// The per-thread accumulators: o for rows g and g+8 of the warp (c0,c1 -> row g; c2,c3 -> g+8),
+// and the online-softmax state of those rows in log2 units (scores are pre-multiplied by log2 e
+// so that exp2 does the exponentials). l is this thread's partial row sum; the quad (4 threads
+// sharing a row) adds its parts in the epilogue.
+template <class C>
+struct Accumulators {
+  float o[C::kDvo / 8][4];
+  float m[2];
+  float l[2];
+};
+
+template <class C>
+__device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
+                             const RowInfo (&rows)[2], int64_t block_begin, int64_t kv_lo,
+                             int64_t kv_hi, const typename C::T* q_s, const typename C::T* k_s,
+                             const typename C::T* v_s, Accumulators<C>& acc) {
+  constexpr int kNTiles = C::kKeys / 8;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  float s[kNTiles][4];
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < C::kDqk / 16; ++ks) {
+    uint32_t a[4];
+    cuda::ldmatrix_x4(a,
+                      q_s + swizzled<C::kDqk>(warp * 16 + (lane & 15), ks * 16 + (lane >> 4) * 8));
+#pragma unroll
+    for (int nt2 = 0; nt2 < kNTiles / 2; ++nt2) {
+      // Matrices: keys 0-7 x dims 0-7, keys 0-7 x dims 8-15, keys 8-15 x dims 0-7, keys 8-15 x
+      // dims 8-15 of this (16 keys, 16 dims) block: b0,b1 of two 8-key n-tiles.
+      uint32_t b[4];
+      cuda::ldmatrix_x4(b, k_s + swizzled<C::kDqk>(nt2 * 16 + (lane & 7) + (lane >> 4) * 8,
+                                                   ks * 16 + ((lane >> 3) & 1) * 8));
+      cuda::mma_16816<typename C::QTag>(s[2 * nt2], a, b[0], b[1]);
+      cuda::mma_16816<typename C::QTag>(s[2 * nt2 + 1], a, b[2], b[3]);
+    }
+  }
+
+  // Score transforms in DESIGN.md §2's order (scale, soft cap, ALiBi), then the masks.
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const RowInfo& ri = rows[e >> 1];
+      const int64_t j = block_begin + nt * 8 + (lane & 3) * 2 + (e & 1);
+      float x = math::soft_cap(s[nt][e] * p.score_scale, p.soft_cap);
+      if (p.alibi) x += math::alibi_bias(ri.alibi_slope, ri.q_abs, j);
+      bool visible = ri.valid && j >= kv_lo && j < kv_hi &&
+                     (!p.causal || math::causal_visible(ri.q_abs, j)) &&
+                     math::window_visible(ri.q_abs, j, p.window_left);
+      if (visible && p.custom_mask) {
+        visible = math::custom_mask_bit(p.custom_mask, r.mask_offset, p.custom_mask_packed,
+                                        ri.token, j, r.kv_len);
+      }
+      s[nt][e] = visible ? x * kLog2e : -INFINITY;
+    }
+  }
+
+  // Online softmax, one row half at a time.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float block_max = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      block_max = fmaxf(block_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
+    }
+    block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
+    block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+    const float m_new = fmaxf(acc.m[half], block_max);
+    // While a row has seen no visible key its max stays -inf; subtracting 0 instead keeps every
+    // exponential exp2(-inf) = 0 rather than exp2(-inf + inf) = NaN.
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float rescale = exp2f(acc.m[half] - m_use);
+    acc.m[half] = m_new;
+    acc.l[half] *= rescale;
+#pragma unroll
+    for (int dt = 0; dt < C::kDvo / 8; ++dt) {
+      acc.o[dt][2 * half] *= rescale;
+      acc.o[dt][2 * half + 1] *= rescale;
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      s[nt][2 * half] = exp2f(s[nt][2 * half] - m_use);
+      s[nt][2 * half + 1] = exp2f(s[nt][2 * half + 1] - m_use);
+      acc.l[half] += s[nt][2 * half] + s[nt][2 * half + 1];
+    }
+  }
+
+  // O += P V: the S accumulators of n-tiles 2kk and 2kk+1 are exactly the A fragment of the
+  // 16-key k-step kk.
+#pragma unroll
+  for (int kk = 0; kk < C::kKeys / 16; ++kk) {
+    uint32_t a[4] = {C::Q16::pack(s[2 * kk][0], s[2 * kk][1]),
+                     C::Q16::pack(s[2 * kk][2], s[2 * kk][3]),
+                     C::Q16::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                     C::Q16::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+    for (int dt2 = 0; dt2 < C::kDvo / 16; ++dt2) {
+      // Transposed matrices: keys 0-7 x dims 0-7, keys 8-15 x dims 0-7, keys 0-7 x dims 8-15,
+      // keys 8-15 x dims 8-15: b0,b1 of two 8-dim n-tiles.
+      uint32_t b[4];
+      cuda::ldmatrix_x4_trans(b,
+                              v_s + swizzled<C::kDvo>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                      dt2 * 16 + (lane >> 4) * 8));
+      cuda::mma_16816<typename C::QTag>(acc.o[2 * dt2], a, b[0], b[1]);
+      cuda::mma_16816<typename C::QTag>(acc.o[2 * dt2 + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// ---- Epilogue -------------------------------------------------------------------------------
+template <class C>
+__device__ void store_rows(const AttentionParams& p, const WorkUnit& w, const RequestInfo& r,
+                           const RowInfo (&rows)[2], Accumulators<C>& acc) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float l = acc.l[half];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const RowInfo& ri = rows[half];
+    if (!ri.valid) continue;
+    // A row with no visible key: o = 0, lse = -inf (DESIGN.md §2), never NaN.
+    const float o_scale = l > 0.0f ? p.v_scale / l : 0.0f;
+    const float lse = l > 0.0f ? (acc.m[half] + log2f(l)) * kLn2 : -INFINITY;
+    const bool lse_writer = (lane & 3) == 0;
+    if (w.chunk < 0) {
+      const int64_t row = r.q_row + ri.token;
+      const int64_t base = row * p.o_stride_row + ri.head * p.o_stride_head;
+#pragma unroll
+      for (int dt = 0; dt < C::kDvo / 8; ++dt) {
+        const int d = dt * 8 + (lane & 3) * 2;
+        store_out(p, base + d * p.o_stride_dim, acc.o[dt][2 * half] * o_scale);
+        store_out(p, base + (d + 1) * p.o_stride_dim, acc.o[dt][2 * half + 1] * o_scale);
+      }
+      if (p.lse && lse_writer) p.lse[row * p.lse_stride_row + ri.head * p.lse_stride_head] = lse;
+    } else {
+      const int64_t state = split::PartialBlock{r.partial_base, r.chunks}.state(ri.token, w.chunk);
+      float* po = p.partial_o + (state * p.num_qo_heads + ri.head) * C::kDvo;
+#pragma unroll
+      for (int dt = 0; dt < C::kDvo / 8; ++dt) {
+        const int d = dt * 8 + (lane & 3) * 2;
+        po[d] = acc.o[dt][2 * half] * o_scale;
+        po[d + 1] = acc.o[dt][2 * half + 1] * o_scale;
+      }
+      if (lse_writer) p.partial_lse[state * p.num_qo_heads + ri.head] = lse;
+    }
+  }
+}
+
+// ---- The kernel -----------------------------------------------------------------------------
+template <class C>
+__global__ void __launch_bounds__(C::kThreads) attention_kernel(const AttentionParams p) {
+  using T = typename C::T;
+  using Raw = typename C::Raw;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* q_s = reinterpret_cast<T*>(smem);
+  T* k_s = reinterpret_cast<T*>(smem + C::kQBytes);
+  T* v_s = reinterpret_cast<T*>(smem + C::kQBytes + C::kKBytes);
+  Raw* k_stage = reinterpret_cast<Raw*>(smem + C::kQBytes + C::kKBytes + C::kVBytes);
+  Raw* v_stage =
+      reinterpret_cast<Raw*>(smem + C::kQBytes + C::kKBytes + C::kVBytes + C::kKStageBytes);
+
+  const WorkUnit w = p.work[blockIdx.x];
+  const RequestInfo r = p.requests[w.request];
+
+  // This unit's keys: its chunk, narrowed to what the causal mask leaves to the tile's last
+  // query and the window leaves to its first, so fully masked blocks are never loaded.
+  const split::ChunkRange chunk = w.chunk < 0 ? split::ChunkRange{0, r.kv_len}
+                                              : split::chunk_range(r.kv_len, p.chunk_size, w.chunk);
+  int64_t kv_lo = chunk.begin, kv_hi = chunk.end;
+  if (p.causal) {
+    const int64_t last = math::query_abs_pos((w.row_end - 1) / p.group, r.qo_len, r.kv_len);
+    kv_hi = kv_hi < last + 1 ? kv_hi : last + 1;
+  }
+  if (p.window_left >= 0) {
+    const int64_t first = math::query_abs_pos(w.row_begin / p.group, r.qo_len, r.kv_len);
+    kv_lo = kv_lo > first - p.window_left ? kv_lo : first - p.window_left;
+  }
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const RowInfo rows[2] = {row_info(p, w, r, warp * 16 + lane / 4),
+                           row_info(p, w, r, warp * 16 + lane / 4 + 8)};
+  Accumulators<C> acc;
+#pragma unroll
+  for (int dt = 0; dt < C::kDvo / 8; ++dt)
+    acc.o[dt][0] = acc.o[dt][1] = acc.o[dt][2] = acc.o[dt][3] = 0.0f;
+  acc.m[0] = acc.m[1] = -INFINITY;
+  acc.l[0] = acc.l[1] = 0.0f;
+
+  load_q_tile<C>(p, w, r, q_s);
+  const int64_t num_blocks = kv_hi > kv_lo ? (kv_hi - kv_lo + C::kKeys - 1) / C::kKeys : 0;
+  if (num_blocks > 0) issue_kv_block<C>(p, r, w.kv_head, kv_lo, kv_hi, k_stage, v_stage);
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const int64_t block_begin = kv_lo + b * C::kKeys;
+    // Staging holds block b; every warp is done with block b-1's tiles (and q_s is written).
+    cuda::cp_async_wait_all();
+    __syncthreads();
+    decode_kv_block<C>(p, block_begin, kv_hi, k_stage, v_stage, k_s, v_s);
+    // The tiles are ready and staging is free: fetch block b+1 while this one computes.
+    __syncthreads();
+    if (b + 1 < num_blocks) {
+      issue_kv_block<C>(p, r, w.kv_head, block_begin + C::kKeys, kv_hi, k_stage, v_stage);
+    }
+    attend_block<C>(p, r, rows, block_begin, kv_lo, kv_hi, q_s, k_s, v_s, acc);
+  }
+  store_rows<C>(p, w, r, rows, acc);
+}
+
+template <class C>
+int launch_config(const AttentionParams& p, int num_units, cudaStream_t stream) {
+  auto kernel = attention_kernel<C>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  if (err != cudaSuccess) return int(err);
+  kernel<<<num_units, C::kThreads, C::kSmemBytes, stream>>>(p);
+  return int(cudaGetLastError());
+}
+
+// The entry point each generated translation unit instantiates: `warps` picks the decode tile
+// (one warp, 16 packed rows) or the prefill tile (four warps, 64 rows).
+template <class QTag, class KV, int kDqk, int kDvo>
+int launch_attention(const AttentionParams& p, int num_units, int warps, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (warps == kDecodeWarps) {
+    return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, kDecodeWarps>>(p, num_units, s);
+  }
+  return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, kPrefillWarps>>(p, num_units, s);
+}
+
+}  // namespace kvattn::fa2

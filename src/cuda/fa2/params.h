@@ -1,0 +1,100 @@
+// The plain data fa2's attention kernels read: per-request facts, the work units (one CTA each)
+// and the kernel parameters. Made on the host by plan.cc's functions, copied to the device by
+// launch.cu; nothing here owns memory.
+#pragma once
+
+#include <cstdint>
+
+#include "core/paged_kv.h"
+
+namespace kvattn::fa2 {
+
+// Tile sizes, one constexpr source for the planner and the kernels (STYLE.md "One source of
+// truth"). A CTA holds kWarpRows query rows per warp; rows are (query token, head of the GQA
+// group) pairs packed token-major, so one CTA reads each K/V block once for the whole group.
+inline constexpr int kWarpRows = 16;
+inline constexpr int kPrefillWarps = 4;
+inline constexpr int kDecodeWarps = 1;
+// Keys per K/V block: 64, halved for the 256-wide heads so that shared memory stays under the
+// 99 KiB per block that SM86/SM89 allow.
+constexpr int kv_block_keys(int head_dim_qk) { return head_dim_qk > 128 ? 32 : 64; }
+constexpr int cta_rows(int warps) { return warps * kWarpRows; }
+
+// Output element types the epilogue writes.
+enum class OutKind : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+struct RequestInfo {
+  int64_t q_row = 0;  // first row of this request in q / out / lse
+  int64_t qo_len = 0;
+  int64_t kv_len = 0;
+  int64_t kv_first = 0;      // paged: first entry in kv_indices; ragged: first key row in k / v
+  int64_t mask_offset = 0;   // custom mask: where this request's bits start (bytes)
+  int64_t partial_base = 0;  // split: first partial state of this request
+  int64_t chunks = 1;        // split: KV chunks (1: this request is not split)
+};
+
+// One CTA: packed rows [row_begin, row_end) of a request (row = token * group + head in group)
+// against KV chunk `chunk` (-1: all its keys, written straight to out).
+struct WorkUnit {
+  int32_t request = 0;
+  int32_t kv_head = 0;
+  int32_t row_begin = 0;
+  int32_t row_end = 0;
+  int32_t chunk = -1;
+  int32_t reserved = 0;
+};
+
+// One row of the split-KV merge: the states [first_state, first_state + chunks) of query row
+// out_row, each [H_qo, D_vo] f32 with [H_qo] lse.
+struct MergeRow {
+  int64_t out_row = 0;
+  int64_t first_state = 0;
+  int64_t chunks = 1;
+};
+
+struct AttentionParams {
+  // q [rows, H_qo, D_qk] (16-bit), strides in elements.
+  const void* q = nullptr;
+  int64_t q_stride_row = 0, q_stride_head = 0, q_stride_dim = 1;
+  // K and V: paged caches, or contiguous [tokens, H_kv, D] (page stride 0, slot = token).
+  const void* k = nullptr;
+  const void* v = nullptr;
+  paged::CacheStrides k_strides, v_strides;
+  bool paged = false;
+  int page_size = 1;
+  const int32_t* kv_indices = nullptr;  // device copy
+  // True when every K/V row is 16-byte aligned and dense in the dim: cp.async 16-byte copies.
+  bool kv_vector_loads = false;
+
+  void* out = nullptr;
+  int64_t o_stride_row = 0, o_stride_head = 0, o_stride_dim = 1;
+  OutKind out_kind = OutKind::kBF16;
+  float* lse = nullptr;  // may be null
+  int64_t lse_stride_row = 0, lse_stride_head = 1;
+  // Split-KV partial states: [states, H_qo, D_vo] and [states, H_qo].
+  float* partial_o = nullptr;
+  float* partial_lse = nullptr;
+  int64_t chunk_size = 0;
+
+  const RequestInfo* requests = nullptr;
+  const WorkUnit* work = nullptr;
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;
+  int group = 1;
+
+  float score_scale = 1.0f;  // sm_scale * k_scale: FP8 K's scale folded into the score
+  float v_scale = 1.0f;      // folded into the output
+  float soft_cap = 0.0f;
+  bool causal = false;
+  int window_left = -1;
+  const uint8_t* custom_mask = nullptr;  // null: no custom mask
+  bool custom_mask_packed = false;
+  bool alibi = false;
+  const float* alibi_slopes = nullptr;  // null with alibi: the standard slopes
+  bool rope = false;
+  float rope_theta = 1e4f;
+  float rope_scale = 1.0f;
+  bool rope_interleave = false;
+};
+
+}  // namespace kvattn::fa2

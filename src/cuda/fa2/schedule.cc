@@ -1,0 +1,121 @@
+#include "cuda/fa2/schedule.h"
+
+#include <algorithm>
+
+#include "core/attention_math.h"
+#include "core/split_kv.h"
+
+namespace kvattn::fa2 {
+namespace {
+
+int32_t read_i32(const TensorView& t, int64_t i) {
+  return static_cast<const int32_t*>(t.data)[i * t.strides[0]];
+}
+
+// Splitting a chunk smaller than this costs more in the merge than it gains in parallelism.
+constexpr int64_t kMinChunkKeys = 256;
+
+}  // namespace
+
+RequestStarts request_starts(const Problem& p, const AttentionArgs& args) {
+  RequestStarts s;
+  s.q_row.assign(p.batch_size, 0);
+  s.kv_first.assign(p.batch_size, 0);
+  for (int b = 0; b < p.batch_size; ++b) {
+    switch (p.op) {
+      case Op::kSingleDecode:
+      case Op::kSinglePrefill:
+        break;
+      case Op::kBatchDecode:
+        s.q_row[b] = b;
+        s.kv_first[b] = read_i32(args.kv_indptr, b);
+        break;
+      case Op::kBatchPrefillPaged:
+      case Op::kBatchPrefillRagged:
+        s.q_row[b] = read_i32(args.qo_indptr, b);
+        s.kv_first[b] = read_i32(args.kv_indptr, b);
+        break;
+    }
+  }
+  return s;
+}
+
+Schedule make_schedule(const Problem& p, const std::vector<int64_t>& qo_len,
+                       const std::vector<int64_t>& kv_len, const RequestStarts& starts,
+                       bool custom_mask_packed, int64_t requested_chunk, int num_sms) {
+  Schedule s;
+  const int group = p.group_size();
+  const int batch = p.batch_size;
+  int64_t max_rows = 0;
+  for (int b = 0; b < batch; ++b) max_rows = std::max(max_rows, qo_len[b] * group);
+  s.warps = max_rows <= cta_rows(kDecodeWarps) ? kDecodeWarps : kPrefillWarps;
+  const int64_t tile_rows = cta_rows(s.warps);
+
+  int64_t row_tiles = 0;
+  for (int b = 0; b < batch; ++b) row_tiles += (qo_len[b] * group + tile_rows - 1) / tile_rows;
+  const int64_t units = row_tiles * p.num_kv_heads;
+  if (requested_chunk > 0) {
+    s.chunk_size = requested_chunk;
+  } else if (requested_chunk == 0 && batch > 0) {
+    const int64_t per_request = std::max<int64_t>(1, units / batch);
+    s.chunk_size = split::choose_chunk_size(kv_len.data(), batch, per_request,
+                                            int64_t(2) * std::max(1, num_sms), kMinChunkKeys);
+  }
+
+  int64_t mask_offset = 0;
+  s.requests.resize(batch);
+  for (int b = 0; b < batch; ++b) {
+    RequestInfo& r = s.requests[b];
+    r.q_row = starts.q_row[b];
+    r.qo_len = qo_len[b];
+    r.kv_len = kv_len[b];
+    r.kv_first = starts.kv_first[b];
+    r.mask_offset = mask_offset;
+    mask_offset += math::custom_mask_bytes(qo_len[b], kv_len[b], custom_mask_packed);
+    r.chunks = split::num_chunks(kv_len[b], s.chunk_size);
+    r.partial_base = s.num_partial_states;
+    if (r.chunks > 1) {
+      s.num_partial_states += qo_len[b] * r.chunks;
+      for (int64_t i = 0; i < qo_len[b]; ++i) {
+        s.merge_rows.push_back(MergeRow{r.q_row + i, r.partial_base + i * r.chunks, r.chunks});
+      }
+    }
+    const int64_t rows = qo_len[b] * group;
+    for (int h = 0; h < p.num_kv_heads; ++h) {
+      for (int64_t row = 0; row < rows; row += tile_rows) {
+        for (int64_t c = 0; c < r.chunks; ++c) {
+          WorkUnit w;
+          w.request = b;
+          w.kv_head = h;
+          w.row_begin = int32_t(row);
+          w.row_end = int32_t(std::min(rows, row + tile_rows));
+          w.chunk = r.chunks > 1 ? int32_t(c) : -1;
+          s.work.push_back(w);
+        }
+      }
+    }
+  }
+  return s;
+}
+
+std::vector<WorkItem> describe(const Schedule& s, int group) {
+  std::vector<WorkItem> items;
+  items.reserve(s.work.size());
+  for (const WorkUnit& w : s.work) {
+    const RequestInfo& r = s.requests[w.request];
+    WorkItem item;
+    item.request = w.request;
+    item.kv_head = w.kv_head;
+    item.qo_begin = w.row_begin / group;
+    item.qo_end = (w.row_end + group - 1) / group;
+    split::ChunkRange keys = w.chunk < 0 ? split::ChunkRange{0, r.kv_len}
+                                         : split::chunk_range(r.kv_len, s.chunk_size, w.chunk);
+    item.kv_begin = keys.begin;
+    item.kv_end = keys.end;
+    item.partial = w.chunk;
+    items.push_back(item);
+  }
+  return items;
+}
+
+}  // namespace kvattn::fa2

@@ -1,0 +1,44 @@
+// fa2's host-side schedule: how a batch is cut into CTAs (work units), where each request's rows,
+// keys, mask bits and partial states are, and which rows the split-KV merge combines. One
+// function computes it for plan() and run() alike, so the two cannot disagree.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/fa2/params.h"
+#include "kvattn/attention.h"
+#include "kvattn/problem.h"
+
+namespace kvattn::fa2 {
+
+struct Schedule {
+  int warps = kPrefillWarps;  // the tile: kDecodeWarps (16 packed rows) or kPrefillWarps
+  int64_t chunk_size = 0;     // split-KV chunk in keys; 0: no request is split
+  std::vector<RequestInfo> requests;
+  std::vector<WorkUnit> work;
+  std::vector<MergeRow> merge_rows;
+  int64_t num_partial_states = 0;
+};
+
+// Where each request starts in the (host) index tensors of validated args.
+struct RequestStarts {
+  std::vector<int64_t> q_row;     // first row in q / out
+  std::vector<int64_t> kv_first;  // paged: first kv_indices entry; ragged: first key row; else 0
+};
+RequestStarts request_starts(const Problem& problem, const AttentionArgs& args);
+
+// The number of SMs assumed when the device is only described (an H100/H200 has 132).
+inline constexpr int kAssumedSms = 132;
+
+// requested_chunk > 0 forces that split-KV chunk size, < 0 forbids a split, and 0 lets the
+// schedule decide (split only when the batch gives fewer than two CTAs per SM and a request is
+// long). run() passes the chunk its plan decided, so plan and run cut the work alike.
+Schedule make_schedule(const Problem& problem, const std::vector<int64_t>& qo_len,
+                       const std::vector<int64_t>& kv_len, const RequestStarts& starts,
+                       bool custom_mask_packed, int64_t requested_chunk, int num_sms);
+
+// The public description of the schedule (Plan::work).
+std::vector<WorkItem> describe(const Schedule& schedule, int group);
+
+}  // namespace kvattn::fa2
