@@ -198,6 +198,8 @@ CheckResult check_against_reference(Case& c, const RunBackend& run_backend) {
   const int64_t total_qo = p.op == Op::kSingleDecode ? 1 : c.total_qo();
   const int64_t rows = total_qo * p.num_qo_heads;
   const int64_t out_elements = rows * p.head_dim_vo;
+  // Before the backend runs: reading the inputs through c.args() remakes the case's outputs.
+  const ScoreWidening widening = fp16_score_widening(c);
 
   // The reference, unrounded (f32 output) and always with its LSE: the LSE says which rows see
   // no key.
@@ -237,8 +239,10 @@ CheckResult check_against_reference(Case& c, const RunBackend& run_backend) {
   }
   const std::vector<float> got_out = c.out_f32();
   const std::vector<float> got_lse = p.return_lse ? c.lse_f32() : std::vector<float>{};
-  return compare_with_reference(p, rows, ref_out, ref_lse, baseline_out, baseline_lse, got_out,
-                                got_lse, fp16_score_widening(c));
+  CheckResult r = compare_with_reference(p, rows, ref_out, ref_lse, baseline_out, baseline_lse,
+                                         got_out, got_lse, widening);
+  if (!r.ok) r.message += " (case seed " + std::to_string(c.spec().seed) + ")";
+  return r;
 }
 
 RunBackend run_with_backend(const std::string& backend, int num_threads) {

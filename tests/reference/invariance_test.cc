@@ -202,6 +202,43 @@ TEST(ReferenceInvariance, SplitKeysThenMergeEqualsAllKeys) {
     EXPECT_NEAR(merged_lse[i], all.lse[i], 1e-6) << i;
 }
 
+// Strides are honoured: q read out of a fused [N, 3, H, D] projection buffer, K/V rows with a
+// padded head stride, and an output with padding between heads give the contiguous result.
+TEST(ReferenceInvariance, StridedViewsEqualContiguous) {
+  Problem p = base_problem(2, 1, 4, 4);
+  p.op = Op::kSinglePrefill;
+  const Batch batch(p, {3}, {5}, 15);
+  const Result contiguous = run_single(batch, 0, false);
+  const float* q = reinterpret_cast<const float*>(batch.q[0].data());
+  const float* k = reinterpret_cast<const float*>(batch.k[0].data());
+  const float* v = reinterpret_cast<const float*>(batch.v[0].data());
+  std::vector<float> qkv(3 * 3 * 2 * 4, NAN), k_padded(5 * 6, NAN), v_padded(5 * 6, NAN);
+  for (int i = 0; i < 3; ++i) {
+    for (int e = 0; e < 2 * 4; ++e) qkv[i * 3 * 8 + e] = q[i * 8 + e];  // slot 0 of [3, H, D]
+  }
+  for (int j = 0; j < 5; ++j) {
+    for (int d = 0; d < 4; ++d) {
+      k_padded[j * 6 + d] = k[j * 4 + d];
+      v_padded[j * 6 + d] = v[j * 4 + d];
+    }
+  }
+  std::vector<float> out(3 * 2 * 7, NAN), lse(3 * 2, NAN);
+  AttentionArgs a;
+  a.q = TensorView::strided(qkv.data(), DType::kF32, {3, 2, 4}, {24, 4, 1});
+  a.k = TensorView::strided(k_padded.data(), DType::kF32, {5, 1, 4}, {6, 6, 1});
+  a.v = TensorView::strided(v_padded.data(), DType::kF32, {5, 1, 4}, {6, 6, 1});
+  a.out = TensorView::strided(out.data(), DType::kF32, {3, 2, 4}, {14, 7, 1});
+  a.lse = TensorView::contiguous(lse.data(), DType::kF32, {3, 2});
+  Problem strided = p;
+  strided.return_lse = true;
+  ASSERT_TRUE(run_reference(strided, a).ok());
+  for (int row = 0; row < 6; ++row) {
+    EXPECT_EQ(lse[row], contiguous.lse[row]) << row;
+    for (int d = 0; d < 4; ++d) EXPECT_EQ(out[row * 7 + d], contiguous.out[row * 4 + d]) << row;
+    for (int d = 4; d < 7; ++d) EXPECT_TRUE(std::isnan(out[row * 7 + d])) << "padding written";
+  }
+}
+
 // With RoPE, a score depends only on the distance between query and key: prepending keys to
 // the cache (so the query moves by the same amount) leaves a query that attends to one window of
 // keys unchanged.

@@ -92,6 +92,25 @@ TEST(ReferenceSemantics, AlibiSlopesFromArguments) {
   expect_alibi_weights(t, 1, 3.0);
 }
 
+TEST(ReferenceSemantics, AlibiUsesTheAbsoluteQueryPositionInPrefill) {
+  // qo_len 2, kv_len 3: query i sits at i_abs = i + 1; q = 0 so s = slope * (j - i_abs).
+  Dense t(2, 3, 1, 1, 1, 1);
+  t.p.pos_encoding_mode = PosEncoding::kAlibi;
+  t.alibi_slopes = {1.0f};
+  t.v = {0, 1, 2};
+  t.run();
+  for (int i = 0; i < 2; ++i) {
+    double sum = 0, weighted = 0;
+    for (int j = 0; j < 3; ++j) {
+      const double w = std::exp(static_cast<double>(j - (i + 1)));
+      sum += w;
+      weighted += w * j;
+    }
+    EXPECT_NEAR(t.o(i, 0, 0), weighted / sum, kTol) << "row " << i;
+    EXPECT_NEAR(t.lse_at(i, 0), std::log(sum), kTol) << "row " << i;
+  }
+}
+
 TEST(ReferenceSemantics, AlibiIsAddedAfterTheSoftCap) {
   Dense t(1, 2, 1, 1, 1, 1, /*decode=*/true);
   t.p.pos_encoding_mode = PosEncoding::kAlibi;

@@ -179,6 +179,20 @@ TEST(Baseline, ErrorFollowsThePrecision) {
   }
 }
 
+// fp16 QK reduction lets a backend's rounded dot product land one f16 step from the
+// reference's: the bound widens for it, and only for it.
+TEST(Tolerance, Fp16QkReductionWidensTheBound) {
+  CaseSpec spec = varied_specs()[3];
+  Case with = Case::make(spec);
+  spec.problem.use_fp16_qk_reduction = false;
+  Case without = Case::make(spec);
+  const CheckResult a = check_against_reference(with, run_with_backend("reference"));
+  const CheckResult b = check_against_reference(without, run_with_backend("reference"));
+  ASSERT_TRUE(a.ok && b.ok) << a.message << "\n" << b.message;
+  EXPECT_GT(a.lse.atol, b.lse.atol);
+  EXPECT_GT(a.out.atol, b.out.atol);
+}
+
 TEST(Tolerance, AtolFollowsTheOutputDtype) {
   EXPECT_DOUBLE_EQ(output_atol(DType::kBF16, 1.0), 1.0 / 128);
   EXPECT_DOUBLE_EQ(output_atol(DType::kF16, 2.0), 2.0 / 1024);
