@@ -4,6 +4,10 @@
 #include <cstdlib>
 #include <string_view>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace kvattn::detail {
 namespace {
 
@@ -13,12 +17,22 @@ CpuFeatures detect() {
   __builtin_cpu_init();
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
+#if defined(__clang__)
+  // clang 14 (Debian's, used for fuzzing and TSan) has no "f16c" / "avx512fp16" in
+  // __builtin_cpu_supports: read them from CPUID (leaf 1 ECX bit 29, leaf 7 EDX bit 23).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) f.f16c = (ecx >> 29) & 1;
+#else
   f.f16c = __builtin_cpu_supports("f16c");
+#endif
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#if defined(__clang__)
+  f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) f.avx512_fp16 = (edx >> 23) & 1;
+#elif defined(__GNUC__) && __GNUC__ >= 12
   f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
   f.avx512_fp16 = __builtin_cpu_supports("avx512fp16");
 #endif
