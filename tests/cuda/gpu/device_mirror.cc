@@ -1,0 +1,84 @@
+#include "cuda/gpu/device_mirror.h"
+
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_query.h"
+
+namespace kvattn::fa2::test {
+
+std::optional<Device> gpu_or_reason(std::string* why) {
+  std::vector<CudaDeviceInfo> devices;
+  detail::query_cuda_devices(&devices, why);
+  for (const CudaDeviceInfo& d : devices) {
+    if (d.sm >= 80) {
+      std::optional<Device> dev = Device::parse("cuda:" + std::to_string(d.index), why);
+      if (dev) return dev;
+    }
+  }
+  if (!devices.empty()) *why = "no CUDA device of SM80 or newer";
+  return std::nullopt;
+}
+
+DeviceMirror::~DeviceMirror() {
+  for (void* p : buffers_) (void)cudaFree(p);
+}
+
+TensorView DeviceMirror::to_device(const TensorView& host) {
+  if (host.empty() || host.memory == MemoryKind::kCuda) return host;
+  TensorView d = host;
+  void* ptr = nullptr;
+  const size_t bytes = size_t(std::max<int64_t>(host.buffer_bytes, 1));
+  if (cudaMalloc(&ptr, bytes) != cudaSuccess) return TensorView{};
+  buffers_.push_back(ptr);
+  if (host.buffer_bytes > 0) {
+    (void)cudaMemcpy(ptr, host.data, size_t(host.buffer_bytes), cudaMemcpyHostToDevice);
+  }
+  d.data = ptr;
+  d.memory = MemoryKind::kCuda;
+  d.device_index = 0;
+  return d;
+}
+
+void DeviceMirror::to_host(const TensorView& device, const TensorView& host) const {
+  if (device.empty() || host.empty() || host.buffer_bytes <= 0) return;
+  (void)cudaMemcpy(host.data, device.data, size_t(host.buffer_bytes), cudaMemcpyDeviceToHost);
+}
+
+AttentionArgs mirror_args(const Problem&, const AttentionArgs& host, DeviceMirror* m) {
+  AttentionArgs d = host;
+  d.q = m->to_device(host.q);
+  d.k = m->to_device(host.k);
+  d.v = m->to_device(host.v);
+  d.paged_k_cache = m->to_device(host.paged_k_cache);
+  d.paged_v_cache = m->to_device(host.paged_v_cache);
+  d.custom_mask = m->to_device(host.custom_mask);
+  d.alibi_slopes = m->to_device(host.alibi_slopes);
+  d.out = m->to_device(host.out);
+  d.lse = m->to_device(host.lse);
+  return d;
+}
+
+testing::RunBackend run_fa2(const Device& device, int64_t kv_chunk_size) {
+  return [device, kv_chunk_size](const Problem& problem, const AttentionArgs& host) -> Status {
+    DeviceMirror mirror;
+    AttentionArgs args = mirror_args(problem, host, &mirror);
+    PlanOptions options;
+    options.backend = "fa2";
+    options.device = device;
+    options.kv_chunk_size = kv_chunk_size;
+    Plan plan;
+    Status st = kvattn::plan(problem, args, options, &plan);
+    if (!st.ok()) return st;
+    st = kvattn::run(plan, args);
+    if (!st.ok()) return st;
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) {
+      return Status(ErrorCode::kInternal, std::string("CUDA: ") + cudaGetErrorString(err));
+    }
+    mirror.to_host(args.out, host.out);
+    mirror.to_host(args.lse, host.lse);
+    return Status::Ok();
+  };
+}
+
+}  // namespace kvattn::fa2::test

@@ -1,0 +1,44 @@
+// Test support for the GPU tests: copies of host tensors in CUDA device memory, and a RunBackend
+// that runs fa2 on the device copies of a case's tensors and copies the outputs back, so the
+// host-side comparison with the reference (testing/tolerance.h) works unchanged.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvattn/attention.h"
+#include "kvattn/device.h"
+#include "testing/tolerance.h"
+
+namespace kvattn::fa2::test {
+
+// The first CUDA device of SM80 or newer, or nullopt with why in `why`.
+std::optional<Device> gpu_or_reason(std::string* why);
+
+// Device copies of host views; the copies live as long as the mirror.
+class DeviceMirror {
+ public:
+  DeviceMirror() = default;
+  DeviceMirror(const DeviceMirror&) = delete;
+  DeviceMirror& operator=(const DeviceMirror&) = delete;
+  ~DeviceMirror();
+
+  // A device view with the same dtype, shape and strides over a copy of the view's buffer.
+  // Empty views stay empty.
+  TensorView to_device(const TensorView& host);
+  // Copies a device view made by to_device back into the host view it mirrors.
+  void to_host(const TensorView& device, const TensorView& host) const;
+
+ private:
+  std::vector<void*> buffers_;
+};
+
+// Data tensors to the device, index tensors left on the host (fa2's convention).
+AttentionArgs mirror_args(const Problem& problem, const AttentionArgs& host, DeviceMirror* m);
+
+// Runs fa2 on `device` through the public API (plan + run), synchronizes, copies out and lse
+// back. kv_chunk_size as PlanOptions::kv_chunk_size (0: fa2 decides).
+testing::RunBackend run_fa2(const Device& device, int64_t kv_chunk_size = 0);
+
+}  // namespace kvattn::fa2::test

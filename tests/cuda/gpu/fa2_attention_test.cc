@@ -1,0 +1,237 @@
+// fa2 on a GPU against the fp64 reference, with the precision-following tolerance of
+// testing/tolerance.h, on the same kinds of random cases as the CPU backend: every operation,
+// every mask / position-encoding variant, lengths around the tile sizes, GQA groups, layouts and
+// page sizes, forced split-KV, output dtypes. Only the kernel keys this build compiled are run;
+// every test skips with the reason when there is no CUDA device (never passes empty).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda/fa2/kernel_key.h"
+#include "cuda/fa2/kernel_keys.h"
+#include "cuda/fa2/params.h"
+#include "cuda/gpu/device_mirror.h"
+#include "testing/case_builder.h"
+#include "testing/tolerance.h"
+
+namespace kvattn::fa2::test {
+namespace {
+
+class Fa2Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    std::optional<Device> d = gpu_or_reason(&why);
+    if (!d) GTEST_SKIP() << why;
+    device_ = *d;
+  }
+
+  std::vector<KernelKey> built_keys() const {
+    return std::vector<KernelKey>(kBuiltKernelKeysStorage,
+                                  kBuiltKernelKeysStorage + kBuiltKernelCount);
+  }
+
+  void expect_matches(const testing::CaseSpec& spec, const std::string& what,
+                      int64_t kv_chunk_size = 0) {
+    testing::Case c = testing::Case::make(spec);
+    testing::CheckResult r = testing::check_against_reference(c, run_fa2(device_, kv_chunk_size));
+    EXPECT_TRUE(r.ok) << what << " [" << spec.problem.to_string() << "]: " << r.message;
+  }
+
+  Device device_;
+};
+
+testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
+                           std::vector<int64_t> kv, int qo_heads = 8, int kv_heads = 2) {
+  testing::CaseSpec s;
+  s.problem.op = op;
+  s.problem.batch_size = int(kv.size());
+  s.problem.num_qo_heads = qo_heads;
+  s.problem.num_kv_heads = kv_heads;
+  s.problem.head_dim_qk = key.head_dim_qk;
+  s.problem.head_dim_vo = key.head_dim_vo;
+  s.problem.q_dtype = key.q;
+  s.problem.kv_dtype = key.kv;
+  s.problem.o_dtype = key.q;
+  s.problem.page_size = 16;
+  s.qo_lens = std::move(qo);
+  s.kv_lens = std::move(kv);
+  if (is_fp8(key.kv)) {
+    // A scaled FP8 cache, as an engine keeps one: the scales are folded into the kernel.
+    s.problem.k_scale = 0.5f;
+    s.problem.v_scale = 2.0f;
+  }
+  return s;
+}
+
+struct Variant {
+  const char* name;
+  void (*apply)(testing::CaseSpec&);
+};
+const Variant kVariants[] = {
+    {"plain", [](testing::CaseSpec&) {}},
+    {"causal", [](testing::CaseSpec& s) { s.problem.mask_mode = MaskMode::kCausal; }},
+    {"causal_window",
+     [](testing::CaseSpec& s) {
+       s.problem.mask_mode = MaskMode::kCausal;
+       s.problem.window_left = 9;
+     }},
+    {"window_only", [](testing::CaseSpec& s) { s.problem.window_left = 20; }},
+    {"soft_cap",
+     [](testing::CaseSpec& s) {
+       s.problem.logits_soft_cap = 0.5f;
+       s.value_range = 2.0f;
+     }},
+    {"custom_mask", [](testing::CaseSpec& s) { s.problem.mask_mode = MaskMode::kCustom; }},
+    {"custom_mask_packed",
+     [](testing::CaseSpec& s) {
+       s.problem.mask_mode = MaskMode::kCustom;
+       s.packed_custom_mask = true;
+     }},
+    {"alibi", [](testing::CaseSpec& s) { s.problem.pos_encoding_mode = PosEncoding::kAlibi; }},
+    {"rope", [](testing::CaseSpec& s) { s.problem.pos_encoding_mode = PosEncoding::kRopeLlama; }},
+    {"rope_interleaved_scaled",
+     [](testing::CaseSpec& s) {
+       s.problem.pos_encoding_mode = PosEncoding::kRopeLlama;
+       s.problem.rope_interleave = true;
+       s.problem.rope_theta = 5e5f;
+       s.problem.rope_scale = 4.0f;
+     }},
+    {"lse", [](testing::CaseSpec& s) { s.problem.return_lse = true; }},
+    {"fp16_qk_reduction",
+     [](testing::CaseSpec& s) {
+       s.problem.use_fp16_qk_reduction = true;
+       s.problem.return_lse = true;
+     }},
+    {"sm_scale", [](testing::CaseSpec& s) { s.problem.sm_scale = 0.3f; }},
+    {"everything",
+     [](testing::CaseSpec& s) {
+       s.problem.mask_mode = MaskMode::kCausal;
+       s.problem.window_left = 30;
+       s.problem.logits_soft_cap = 2.0f;
+       s.problem.pos_encoding_mode = PosEncoding::kAlibi;
+       s.problem.return_lse = true;
+     }},
+};
+
+TEST_F(Fa2Gpu, EveryOperationEveryVariant) {
+  const Op ops[] = {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kBatchDecode,
+                    Op::kSinglePrefill, Op::kSingleDecode};
+  for (const KernelKey& key : built_keys()) {
+    for (Op op : ops) {
+      for (const Variant& v : kVariants) {
+        const bool single = !is_batch(op);
+        testing::CaseSpec s = single ? spec_for(key, op, {37}, {83})
+                                     : spec_for(key, op, {1, 17, 64, 5}, {40, 17, 130, 300});
+        v.apply(s);
+        expect_matches(s, std::string(op_name(op)) + "/" + v.name + "/" + kernel_key_string(key));
+      }
+    }
+  }
+}
+
+TEST_F(Fa2Gpu, LengthsAroundTheTilesAndGroups) {
+  struct Heads {
+    int qo, kv;
+  };
+  for (const KernelKey& key : built_keys()) {
+    const int64_t keys = kv_block_keys(key.head_dim_qk);
+    for (Heads h : {Heads{4, 4}, Heads{8, 2}, Heads{32, 8}, Heads{20, 4}, Heads{64, 1}}) {
+      for (int64_t qo : {int64_t(1), int64_t(15), int64_t(16), int64_t(17), int64_t(65)}) {
+        for (int64_t kv : {keys - 1, keys, keys + 1, 2 * keys + 3}) {
+          for (MaskMode mask : {MaskMode::kNone, MaskMode::kCausal}) {
+            testing::CaseSpec s =
+                spec_for(key, Op::kBatchPrefillPaged, {qo, 1}, {std::max(kv, qo), kv}, h.qo, h.kv);
+            s.problem.mask_mode = mask;
+            s.problem.return_lse = true;
+            expect_matches(s, "qo=" + std::to_string(qo) + " kv=" + std::to_string(kv) +
+                                  " heads=" + std::to_string(h.qo) + "/" + std::to_string(h.kv));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Fa2Gpu, LayoutsPageSizesAndCombinedCaches) {
+  for (const KernelKey& key : built_keys()) {
+    for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged}) {
+      for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+        for (int page_size : {1, 16, 7}) {
+          for (bool combined : {false, true}) {
+            testing::CaseSpec s = spec_for(key, op, {3, 20, 1}, {50, 20, 129});
+            s.problem.kv_layout = layout;
+            s.problem.page_size = page_size;
+            s.problem.mask_mode = MaskMode::kCausal;
+            s.combined_kv_cache = combined;
+            expect_matches(s, std::string(kv_layout_name(layout)) + " page " +
+                                  std::to_string(page_size) + (combined ? " combined" : ""));
+          }
+        }
+      }
+    }
+    // Single ops read K/V directly in either layout.
+    for (Op op : {Op::kSingleDecode, Op::kSinglePrefill}) {
+      testing::CaseSpec s = spec_for(key, op, {33}, {97});
+      s.problem.kv_layout = KVLayout::kHND;
+      expect_matches(s, std::string(op_name(op)) + " HND");
+    }
+  }
+}
+
+TEST_F(Fa2Gpu, SplitKVMatchesTheReference) {
+  for (const KernelKey& key : built_keys()) {
+    for (int64_t chunk : {int64_t(64), int64_t(100), int64_t(1000)}) {
+      for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged}) {
+        testing::CaseSpec s = spec_for(key, op, {1, 9, 2}, {1500, 10, 0});
+        s.problem.mask_mode = MaskMode::kCausal;
+        s.problem.return_lse = true;
+        expect_matches(s, "chunk " + std::to_string(chunk), chunk);
+      }
+    }
+    // Decode of one long request: fa2 decides to split by itself.
+    testing::CaseSpec s = spec_for(key, Op::kBatchDecode, {1}, {20000}, 32, 8);
+    s.problem.return_lse = true;
+    expect_matches(s, "long decode, planner's split");
+  }
+}
+
+TEST_F(Fa2Gpu, OutputDTypesAndEmptyRows) {
+  for (const KernelKey& key : built_keys()) {
+    for (DType o : {DType::kF32, DType::kF16, DType::kBF16}) {
+      testing::CaseSpec s = spec_for(key, Op::kBatchPrefillRagged, {7, 30}, {7, 12});
+      s.problem.o_dtype = o;
+      s.problem.mask_mode = MaskMode::kCausal;  // 30 queries over 12 keys: 18 rows see nothing
+      s.problem.return_lse = true;
+      expect_matches(s, std::string("o ") + std::string(dtype_name(o)));
+    }
+    testing::CaseSpec s = spec_for(key, Op::kBatchPrefillPaged, {4, 3}, {0, 5});
+    s.problem.return_lse = true;
+    expect_matches(s, "a request without keys");
+  }
+}
+
+TEST_F(Fa2Gpu, AKernelOutsideThisBuildIsReportedNotRun) {
+  for (const KernelKey& key : kFullKernelKeys) {
+    bool built = false;
+    for (const KernelKey& b : built_keys()) built = built || b == key;
+    if (built) continue;
+    testing::CaseSpec s = spec_for(key, Op::kBatchDecode, {1}, {10});
+    testing::Case c = testing::Case::make(s);
+    DeviceMirror mirror;
+    AttentionArgs args = mirror_args(s.problem, c.args(), &mirror);
+    PlanOptions options;
+    options.backend = "fa2";
+    options.device = device_;
+    Plan plan;
+    Status st = kvattn::plan(s.problem, args, options, &plan);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(kernel_key_string(key)), std::string::npos) << st.message();
+    return;  // one is enough
+  }
+  GTEST_SKIP() << "this build compiled every fa2 kernel";
+}
+
+}  // namespace
+}  // namespace kvattn::fa2::test
