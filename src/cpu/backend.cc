@@ -1,9 +1,13 @@
-// The fast CPU backend (placeholder until its kernels land).
+// The fast CPU backend: decode kernels per ISA (decode.h), the prefill path (prefill/prefill.h),
+// and the operations that are not attention (aux_ops.h).
 #include <array>
 
 #include "core/backend.h"
 #include "core/capability.h"
 #include "core/status_macros.h"
+#include "cpu/aux_ops.h"
+#include "cpu/decode.h"
+#include "cpu/prefill/prefill.h"
 
 namespace kvattn {
 namespace {
@@ -18,6 +22,8 @@ constexpr std::array kPosEncodings = {PosEncoding::kNone, PosEncoding::kRopeLlam
                                       PosEncoding::kAlibi};
 constexpr std::array kKVLayouts = {KVLayout::kNHD, KVLayout::kHND};
 
+// Everything the reference computes: every op, dtype, head-dim pair (unrolled kernels for 64,
+// 128 and 256, a generic one for any other), layout and variant.
 const CapabilityDecl kCapability{
     .backend = "cpu",
     .device_kind = Device::Kind::kCpu,
@@ -45,8 +51,37 @@ class CpuBackend final : public Backend {
     }
     return Status::Ok();
   }
-  Status run(const Plan&, const AttentionArgs&, void*, std::size_t) const override {
-    return make_error(ErrorCode::kInternal, "cpu: attention not written yet");
+  Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
+              Plan* plan) const override {
+    if (is_decode(problem.op)) return cpu::plan_decode(problem, args, options, plan);
+    return cpu::plan_prefill(problem, args, options, plan);
+  }
+  Status run(const Plan& plan, const AttentionArgs& args, void* workspace,
+             std::size_t workspace_bytes) const override {
+    if (is_decode(plan.problem.op)) return cpu::run_decode(plan, args, workspace, workspace_bytes);
+    return cpu::run_prefill(plan, args, workspace, workspace_bytes);
+  }
+
+  bool supports_aux(AuxOp, const Device& device) const override { return device.is_cpu(); }
+  Status merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
+                     const TensorView& s_b, const TensorView& v_out, const TensorView& s_out,
+                     const OpOptions& options) const override {
+    return cpu::merge_state(v_a, s_a, v_b, s_b, v_out, s_out, options.num_threads);
+  }
+  Status merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
+                      const TensorView& s_out, const OpOptions& options) const override {
+    return cpu::merge_states(v, s, v_out, s_out, options.num_threads);
+  }
+  Status append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v,
+                               const TensorView& batch_indices, const TensorView& positions,
+                               const PagedKVCache& cache, const OpOptions& options) const override {
+    return cpu::append_paged_kv_cache(append_k, append_v, batch_indices, positions, cache,
+                                      options.num_threads);
+  }
+  Status apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,
+                    const TensorView& k_out, const TensorView& pos_ids, const RopeParams& rope,
+                    const OpOptions& options) const override {
+    return cpu::apply_rope(q, k, q_out, k_out, pos_ids, rope, options.num_threads);
   }
 };
 

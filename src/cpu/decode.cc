@@ -1,0 +1,372 @@
+// Decode planning (the split-KV decision), the run driver and the merge of split requests.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/numeric.h"
+#include "core/cpu_features.h"
+#include "core/status_macros.h"
+#include "cpu/decode.h"
+#include "cpu/thread_pool.h"
+
+namespace kvattn::cpu {
+namespace {
+
+// Below this many keys per chunk the merge and the per-item prologue cost more than the
+// parallelism gains.
+constexpr int64_t kMinAutoChunk = 256;
+// Work items per thread the automatic split aims for, so that dynamic scheduling can even out
+// items of different lengths.
+constexpr int64_t kItemsPerThread = 8;
+
+std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int pad_to(int n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// The keys query position kv_len - 1 can see at all: [lo, kv_len).
+int64_t first_visible_key(const Problem& problem, int64_t kv_len) {
+  if (problem.window_left < 0) return 0;
+  return std::max<int64_t>(0, kv_len - 1 - problem.window_left);
+}
+
+// Workspace of a decode run: partial states of split items, per-request mask offsets, ALiBi
+// slopes, then one scratch per thread. One function for the size and the layout.
+struct DecodeWorkspaceLayout {
+  std::size_t partial_o = 0, partial_lse = 0, mask_begin = 0, alibi = 0, scratch = 0;
+  std::size_t scratch_bytes = 0, bytes = 0;
+
+  static DecodeWorkspaceLayout make(const Problem& problem, int64_t num_partial, int threads) {
+    DecodeWorkspaceLayout l;
+    const int group = problem.group_size();
+    std::size_t at = 0;
+    auto take = [&](std::size_t bytes) {
+      const std::size_t begin = at;
+      at = align_up(at + bytes, 64);
+      return begin;
+    };
+    l.partial_o = take(sizeof(float) * num_partial * group * problem.head_dim_vo);
+    l.partial_lse = take(sizeof(float) * num_partial * group);
+    l.mask_begin = take(sizeof(int64_t) * problem.batch_size);
+    l.alibi = take(sizeof(float) * problem.num_qo_heads);
+    l.scratch_bytes = DecodeScratchLayout::make(decode_padded_group(group),
+                                                pad_to(problem.head_dim_qk, kDecodeRowPad),
+                                                pad_to(problem.head_dim_vo, kDecodeRowPad),
+                                                problem.pos_encoding_mode == PosEncoding::kRopeLlama)
+                          .bytes;
+    l.scratch = take(l.scratch_bytes * threads);
+    l.bytes = at;
+    return l;
+  }
+};
+
+float read_f32(const TensorView& t, int64_t i) { return t.as<const float>()[i * t.strides[0]]; }
+
+// Merges the partial states of one split (request, KV head): items [first, last) of the plan.
+void merge_split(const Plan& plan, const DecodeParams& p, int64_t first, int64_t last) {
+  const WorkItem& w0 = plan.work[first];
+  const int group = p.group, dvo = p.head_dim_vo;
+  const int64_t o_bytes = static_cast<int64_t>(dtype_size(p.o_dtype));
+  std::vector<double> weight(last - first);
+  std::vector<float> merged(dvo);
+  for (int g = 0; g < group; ++g) {
+    double max_lse = -std::numeric_limits<double>::infinity();
+    bool nan = false;
+    for (int64_t i = first; i < last; ++i) {
+      const double s = p.partial_lse[int64_t{plan.work[i].partial} * group + g];
+      nan |= std::isnan(s);
+      max_lse = std::max(max_lse, s);
+    }
+    double lse;
+    if (nan) {
+      lse = std::numeric_limits<double>::quiet_NaN();
+      std::fill(merged.begin(), merged.end(), static_cast<float>(lse));
+    } else if (max_lse == -std::numeric_limits<double>::infinity()) {
+      lse = max_lse;
+      std::fill(merged.begin(), merged.end(), 0.0f);
+    } else {
+      double sum = 0;
+      for (int64_t i = first; i < last; ++i) {
+        const double s = p.partial_lse[int64_t{plan.work[i].partial} * group + g];
+        weight[i - first] = s == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(s - max_lse);
+        sum += weight[i - first];
+      }
+      for (int d = 0; d < dvo; ++d) {
+        double acc = 0;
+        for (int64_t i = first; i < last; ++i) {
+          if (weight[i - first] == 0.0) continue;
+          acc += weight[i - first] *
+                 p.partial_o[(int64_t{plan.work[i].partial} * group + g) * dvo + d];
+        }
+        merged[d] = static_cast<float>(acc / sum);
+      }
+      lse = max_lse + std::log(sum);
+    }
+    const int qo_head = w0.kv_head * group + g;
+    std::byte* dst = p.out + (w0.request * p.o_stride_b + qo_head * p.o_stride_h) * o_bytes;
+    for (int d = 0; d < dvo; ++d) {
+      std::byte* e = dst + d * p.o_stride_d * o_bytes;
+      if (p.o_dtype == DType::kF32) {
+        std::memcpy(e, &merged[d], 4);
+      } else {
+        const uint16_t h =
+            p.o_dtype == DType::kF16 ? num::f32_to_f16(merged[d]) : num::f32_to_bf16(merged[d]);
+        std::memcpy(e, &h, 2);
+      }
+    }
+    if (p.lse) {
+      p.lse[w0.request * p.lse_stride_b + qo_head * p.lse_stride_h] = static_cast<float>(lse);
+    }
+  }
+}
+
+}  // namespace
+
+int decode_padded_group(int group) {
+  if (group <= 1) return 1;
+  if (group <= 2) return 2;
+  if (group <= 4) return 4;
+  return pad_to(group, 8);
+}
+
+DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_padded,
+                                              int head_dim_vo_padded, bool rope) {
+  DecodeScratchLayout l;
+  std::size_t at = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t begin = at;
+    at = align_up(at + bytes, 64);
+    return begin;
+  };
+  l.q = take(sizeof(float) * group_padded * head_dim_qk_padded);
+  l.o = take(sizeof(float) * group_padded * head_dim_vo_padded);
+  l.scores = take(sizeof(float) * group_padded * kDecodeTileKeys);
+  l.max = take(sizeof(float) * group_padded);
+  l.sum = take(sizeof(float) * group_padded);
+  l.k_rows = take(sizeof(void*) * 2 * kDecodeTileKeys);
+  l.v_rows = take(sizeof(void*) * 2 * kDecodeTileKeys);
+  l.mask = take(kDecodeTileKeys);
+  if (rope) {
+    l.rope_k = take(sizeof(float) * kDecodeTileKeys * head_dim_qk_padded);
+    l.rope_cos_sin = take(sizeof(double) * 5 * (head_dim_qk_padded / 2));
+  }
+  l.bytes = at;
+  return l;
+}
+
+DecodeItemFn find_decode_kernel(CpuIsa isa, DType kv, int dqk, int dvo, int group_padded,
+                                bool contiguous_rows) {
+  if (!contiguous_rows) isa = CpuIsa::kScalar;
+#if defined(__x86_64__)
+  if (isa == CpuIsa::kAvx512) return find_decode_kernel_avx512(kv, dqk, dvo, group_padded);
+  if (isa == CpuIsa::kAvx2) return find_decode_kernel_avx2(kv, dqk, dvo, group_padded);
+#endif
+  return find_decode_kernel_scalar(kv, dqk, dvo, group_padded);
+}
+
+Status plan_decode(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
+                   Plan* plan) {
+  plan->backend = "cpu";
+  plan->device = options.device;
+  plan->problem = problem;
+  request_lengths(problem, args, &plan->qo_len, &plan->kv_len);
+  const int threads = resolve_num_threads(options.num_threads);
+  plan->num_threads = threads;
+
+  const int batch = problem.batch_size, heads = problem.num_kv_heads;
+  int64_t chunk = options.kv_chunk_size;
+  if (chunk == 0) {
+    // Automatic: split only when there are too few (request, head) units to keep every thread
+    // busy; then cut the longest range into enough tile-aligned chunks.
+    int64_t max_len = 0;
+    for (int b = 0; b < batch; ++b) {
+      max_len = std::max(max_len, plan->kv_len[b] - first_visible_key(problem, plan->kv_len[b]));
+    }
+    const int64_t units = int64_t{batch} * heads;
+    const int64_t target = kItemsPerThread * threads;
+    if (threads > 1 && units < target) {
+      const int64_t pieces = ceil_div(target, units);
+      chunk = std::max(kMinAutoChunk,
+                       ceil_div(ceil_div(max_len, pieces), kDecodeTileKeys) * kDecodeTileKeys);
+      if (chunk >= max_len) chunk = 0;
+    }
+  }
+  plan->kv_chunk_size = chunk;
+
+  plan->work.clear();
+  int64_t partial = 0;
+  for (int b = 0; b < batch; ++b) {
+    const int64_t hi = plan->kv_len[b];
+    const int64_t lo = std::min(first_visible_key(problem, hi), hi);
+    // Chunks start at multiples of the chunk size counted from key 0, so a request is cut the
+    // same way whatever else is in the batch.
+    const int64_t first_chunk = chunk > 0 ? lo / chunk : 0;
+    const int64_t last_chunk = chunk > 0 && hi > lo ? (hi - 1) / chunk : first_chunk;
+    const bool split = last_chunk > first_chunk;
+    for (int h = 0; h < heads; ++h) {
+      for (int64_t c = first_chunk; c <= last_chunk; ++c) {
+        WorkItem w;
+        w.request = b;
+        w.kv_head = h;
+        w.qo_begin = 0;
+        w.qo_end = 1;
+        w.kv_begin = split ? std::max(lo, c * chunk) : lo;
+        w.kv_end = split ? std::min(hi, (c + 1) * chunk) : hi;
+        w.partial = split ? static_cast<int32_t>(partial++) : -1;
+        plan->work.push_back(w);
+      }
+    }
+  }
+  plan->num_partial_states = partial;
+  plan->workspace_bytes = DecodeWorkspaceLayout::make(problem, partial, threads).bytes;
+  return Status::Ok();
+}
+
+Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
+                  std::size_t workspace_bytes) {
+  const Problem& pb = plan.problem;
+  const DecodeWorkspaceLayout layout =
+      DecodeWorkspaceLayout::make(pb, plan.num_partial_states, plan.num_threads);
+  if (workspace_bytes < layout.bytes || (layout.bytes > 0 && workspace == nullptr)) {
+    return make_error(ErrorCode::kInvalidArgument, "cpu decode: workspace of ", workspace_bytes,
+                      " bytes, the plan needs ", layout.bytes);
+  }
+  auto* ws = static_cast<std::byte*>(workspace);
+  const bool single = pb.op == Op::kSingleDecode;
+
+  DecodeParams p;
+  p.group = pb.group_size();
+  p.group_padded = decode_padded_group(p.group);
+  p.head_dim_qk = pb.head_dim_qk;
+  p.head_dim_vo = pb.head_dim_vo;
+  p.head_dim_qk_padded = pad_to(pb.head_dim_qk, kDecodeRowPad);
+  p.head_dim_vo_padded = pad_to(pb.head_dim_vo, kDecodeRowPad);
+  p.q_dtype = pb.q_dtype;
+  p.kv_dtype = pb.kv_dtype;
+  p.o_dtype = pb.o_dtype;
+
+  p.q = static_cast<const std::byte*>(args.q.data);
+  p.q_stride_b = single ? 0 : args.q.strides[0];
+  p.q_stride_h = args.q.strides[single ? 0 : 1];
+  p.q_stride_d = args.q.strides[single ? 1 : 2];
+  p.out = static_cast<std::byte*>(args.out.data);
+  p.o_stride_b = single ? 0 : args.out.strides[0];
+  p.o_stride_h = args.out.strides[single ? 0 : 1];
+  p.o_stride_d = args.out.strides[single ? 1 : 2];
+  if (pb.return_lse) {
+    p.lse = args.lse.as<float>();
+    p.lse_stride_b = single ? 0 : args.lse.strides[0];
+    p.lse_stride_h = args.lse.strides[single ? 0 : 1];
+  }
+
+  static const int32_t kSinglePageIndptr[2] = {0, 1};
+  static const int32_t kSinglePage[1] = {0};
+  const bool nhd = pb.kv_layout == KVLayout::kNHD;
+  if (single) {
+    const TensorView &k = args.k, &v = args.v;
+    p.k = static_cast<const std::byte*>(k.data);
+    p.v = static_cast<const std::byte*>(v.data);
+    p.k_token_stride = k.strides[nhd ? 0 : 1];
+    p.k_head_stride = k.strides[nhd ? 1 : 0];
+    p.k_elem_stride = k.strides[2];
+    p.v_token_stride = v.strides[nhd ? 0 : 1];
+    p.v_head_stride = v.strides[nhd ? 1 : 0];
+    p.v_elem_stride = v.strides[2];
+    p.page_size = std::max<int64_t>(plan.kv_len[0], 1);
+    p.kv_indptr = kSinglePageIndptr;
+    p.kv_indices = kSinglePage;
+  } else {
+    const TensorView &k = args.paged_k_cache, &v = args.paged_v_cache;
+    p.k = static_cast<const std::byte*>(k.data);
+    p.v = static_cast<const std::byte*>(v.data);
+    p.k_page_stride = k.strides[0];
+    p.k_token_stride = k.strides[nhd ? 1 : 2];
+    p.k_head_stride = k.strides[nhd ? 2 : 1];
+    p.k_elem_stride = k.strides[3];
+    p.v_page_stride = v.strides[0];
+    p.v_token_stride = v.strides[nhd ? 1 : 2];
+    p.v_head_stride = v.strides[nhd ? 2 : 1];
+    p.v_elem_stride = v.strides[3];
+    p.page_size = pb.page_size;
+    p.kv_indptr = args.kv_indptr.as<const int32_t>();
+    p.indptr_stride = args.kv_indptr.strides[0];
+    p.kv_indices = args.kv_indices.as<const int32_t>();
+    p.indices_stride = args.kv_indices.rank > 0 ? args.kv_indices.strides[0] : 1;
+  }
+  p.kv_len = plan.kv_len.data();
+
+  p.q_scale = pb.q_scale;
+  p.k_scale = pb.k_scale;
+  p.v_scale = pb.v_scale;
+  p.sm_scale = pb.effective_sm_scale();
+  p.logits_soft_cap = pb.logits_soft_cap > 0 ? pb.logits_soft_cap : 0.0f;
+  p.fp16_qk_reduction = pb.use_fp16_qk_reduction;
+  if (pb.pos_encoding_mode == PosEncoding::kAlibi) {
+    auto* slopes = reinterpret_cast<float*>(ws + layout.alibi);
+    for (int h = 0; h < pb.num_qo_heads; ++h) {
+      slopes[h] = args.alibi_slopes.empty() ? static_cast<float>(alibi_slope(h, pb.num_qo_heads))
+                                            : read_f32(args.alibi_slopes, h);
+    }
+    p.alibi_slopes = slopes;
+  }
+  p.rope = pb.pos_encoding_mode == PosEncoding::kRopeLlama;
+  p.rope_interleave = pb.rope_interleave;
+  p.rope_theta = pb.rope_theta;
+  p.rope_scale = pb.rope_scale;
+  p.window_left = pb.window_left;
+  if (pb.mask_mode == MaskMode::kCustom) {
+    auto* begin = reinterpret_cast<int64_t*>(ws + layout.mask_begin);
+    int64_t at = 0;
+    for (int b = 0; b < pb.batch_size; ++b) {
+      begin[b] = args.custom_mask_packed ? at * 8 : at;
+      at += args.custom_mask_packed ? ceil_div(plan.kv_len[b], 8) : plan.kv_len[b];
+    }
+    p.mask = args.custom_mask.as<const uint8_t>();
+    p.mask_stride = args.custom_mask.strides[0];
+    p.mask_packed = args.custom_mask_packed;
+    p.mask_begin = begin;
+  }
+  p.partial_o = reinterpret_cast<float*>(ws + layout.partial_o);
+  p.partial_lse = reinterpret_cast<float*>(ws + layout.partial_lse);
+
+  const bool contiguous = p.k_elem_stride == 1 && p.v_elem_stride == 1;
+  const DecodeItemFn kernel = find_decode_kernel(detail::effective_cpu_isa(), pb.kv_dtype,
+                                                 pb.head_dim_qk, pb.head_dim_vo, p.group_padded,
+                                                 contiguous);
+  if (!kernel) {
+    return make_error(ErrorCode::kInternal, "cpu decode: no kernel for kv ",
+                      dtype_name(pb.kv_dtype), ", head dims ", pb.head_dim_qk, "/",
+                      pb.head_dim_vo, ", group ", p.group);
+  }
+  std::byte* scratch = ws + layout.scratch;
+  ThreadPool::global().parallel_for(
+      plan.num_threads, static_cast<int64_t>(plan.work.size()), [&](int64_t i, int thread_id) {
+        kernel(p, plan.work[i], scratch + layout.scratch_bytes * thread_id);
+      });
+
+  if (plan.num_partial_states > 0) {
+    // Split (request, KV head) pairs are runs of consecutive items with partial >= 0.
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    const int64_t n = static_cast<int64_t>(plan.work.size());
+    for (int64_t i = 0; i < n;) {
+      int64_t j = i + 1;
+      if (plan.work[i].partial >= 0) {
+        while (j < n && plan.work[j].partial >= 0 && plan.work[j].request == plan.work[i].request &&
+               plan.work[j].kv_head == plan.work[i].kv_head) {
+          ++j;
+        }
+        runs.emplace_back(i, j);
+      }
+      i = j;
+    }
+    ThreadPool::global().parallel_for(plan.num_threads, static_cast<int64_t>(runs.size()),
+                                      [&](int64_t r, int) {
+                                        merge_split(plan, p, runs[r].first, runs[r].second);
+                                      });
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvattn::cpu

@@ -1,0 +1,101 @@
+// The CPU decode path (single_decode, batch_decode): plain-data parameters shared by the planner
+// (decode.cc, portable) and the per-ISA kernels (decode_kernel.h instantiated by decode_<isa>.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvattn/attention.h"
+#include "kvattn/device.h"
+#include "kvattn/problem.h"
+#include "kvattn/status.h"
+
+namespace kvattn::cpu {
+
+// Keys per tile: scores of a tile are computed, softmaxed and applied before the next tile. 32
+// keys of K and V (bf16, d 128: 16 KiB) stay in L1 between the QK and the PV pass, and one tile
+// ahead is prefetched. Also the granularity of the split-KV chunks the planner makes.
+inline constexpr int kDecodeTileKeys = 32;
+// Every per-query f32 row in scratch is padded to this many floats, the widest vector.
+inline constexpr int kDecodeRowPad = 16;
+// Query heads of a GQA group are padded to 1, 2, 4, 8 or a multiple of 8 (zero queries).
+int decode_padded_group(int group);
+
+struct DecodeParams {
+  int group = 1, group_padded = 1;
+  int head_dim_qk = 0, head_dim_vo = 0;
+  int head_dim_qk_padded = 0, head_dim_vo_padded = 0;
+  DType q_dtype = DType::kBF16, kv_dtype = DType::kBF16, o_dtype = DType::kBF16;
+
+  // q element (b, qo_head, d) at q + (b*q_stride_b + qo_head*q_stride_h + d*q_stride_d).
+  const std::byte* q = nullptr;
+  int64_t q_stride_b = 0, q_stride_h = 0, q_stride_d = 1;
+  // Key j of request b, KV head h: page = kv_indices[(kv_indptr[b] + j / page_size) *
+  // indices_stride], row at base + (page*page_stride + (j % page_size)*token_stride +
+  // h*head_stride) elements. The single ops use one page of the whole length.
+  const std::byte* k = nullptr;
+  const std::byte* v = nullptr;
+  int64_t k_page_stride = 0, k_token_stride = 0, k_head_stride = 0, k_elem_stride = 1;
+  int64_t v_page_stride = 0, v_token_stride = 0, v_head_stride = 0, v_elem_stride = 1;
+  int64_t page_size = 1;
+  const int32_t* kv_indptr = nullptr;
+  const int32_t* kv_indices = nullptr;
+  int64_t indptr_stride = 1, indices_stride = 1;
+  const int64_t* kv_len = nullptr;  // per request
+
+  float q_scale = 1, k_scale = 1, v_scale = 1, sm_scale = 1;
+  float logits_soft_cap = 0;  // > 0: on
+  bool fp16_qk_reduction = false;  // the real q.k rounded to f16 once, before sm_scale
+  const float* alibi_slopes = nullptr;  // [H_qo] when ALiBi is on
+  bool rope = false, rope_interleave = false;
+  double rope_theta = 1e4, rope_scale = 1;
+  int window_left = -1;
+  // Custom mask: element (or, packed, bit) of key j of request b at mask_begin[b] + j.
+  const uint8_t* mask = nullptr;
+  int64_t mask_stride = 1;
+  bool mask_packed = false;
+  const int64_t* mask_begin = nullptr;
+
+  std::byte* out = nullptr;
+  int64_t o_stride_b = 0, o_stride_h = 0, o_stride_d = 1;
+  float* lse = nullptr;  // null: not asked
+  int64_t lse_stride_b = 0, lse_stride_h = 0;
+  // Split requests: partial state s (= WorkItem::partial) of query g at
+  // partial_o[(s*group + g)*head_dim_vo + d], partial_lse[s*group + g].
+  float* partial_o = nullptr;
+  float* partial_lse = nullptr;
+
+  // True when the general score path (soft cap, ALiBi, custom mask) is needed.
+  bool general_scores() const {
+    return logits_soft_cap > 0 || alibi_slopes != nullptr || mask != nullptr ||
+           fp16_qk_reduction;
+  }
+};
+
+// Byte offsets of each thread's scratch. One function for the size and the layout.
+struct DecodeScratchLayout {
+  std::size_t q = 0, o = 0, scores = 0, max = 0, sum = 0, k_rows = 0, v_rows = 0, rope_k = 0,
+              rope_cos_sin = 0, mask = 0, bytes = 0;
+  static DecodeScratchLayout make(int group_padded, int head_dim_qk_padded, int head_dim_vo_padded,
+                                  bool rope);
+};
+
+// One work item of the decode kernel: all query heads of (w.request, w.kv_head) over keys
+// [w.kv_begin, w.kv_end), writing the output (w.partial < 0) or partial state w.partial.
+using DecodeItemFn = void (*)(const DecodeParams& params, const WorkItem& w, std::byte* scratch);
+
+// Kernels per ISA; each returns nullptr where no kernel fits. `contiguous_rows`: K/V rows have
+// unit element stride (the vector ISAs need it; the scalar kernels take any stride).
+DecodeItemFn find_decode_kernel_scalar(DType kv, int dqk, int dvo, int group_padded);
+DecodeItemFn find_decode_kernel_avx2(DType kv, int dqk, int dvo, int group_padded);
+DecodeItemFn find_decode_kernel_avx512(DType kv, int dqk, int dvo, int group_padded);
+DecodeItemFn find_decode_kernel(CpuIsa isa, DType kv, int dqk, int dvo, int group_padded,
+                                bool contiguous_rows);
+
+// Plans a decode op: one item per (request, KV head), or per KV chunk of it when split.
+Status plan_decode(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
+                   Plan* plan);
+Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
+                  std::size_t workspace_bytes);
+
+}  // namespace kvattn::cpu

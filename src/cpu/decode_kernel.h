@@ -1,0 +1,453 @@
+// The decode kernel, written once over a vector-helper struct S (simd_<isa>.h) and instantiated
+// by each decode_<isa>.cc with only that ISA's compile flags. Everything here is a template on S
+// so that no symbol compiled for one ISA can be linked in place of another's.
+//
+// One work item = one (request, KV head, KV range). The query heads of the GQA group (padded to
+// `group_padded` zero rows) are computed from one pass over the K/V rows of the range: per tile
+// of kDecodeTileKeys keys, QK (each K row converted once and dotted with every query of the
+// group), the score variants, an online-softmax step in fp32 (base 2), then PV.
+// FP8 rows are widened in registers to raw f32 (simd_avx512.h); the raw factor and the tensor
+// scale are applied once per tile to the scores and once per item to the output.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "core/numeric.h"
+#include "cpu/decode.h"
+
+namespace kvattn::cpu::decode_detail {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr double kLn2 = 0.6931471805599453;
+inline constexpr int kTile = kDecodeTileKeys;
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+template <DType T>
+inline constexpr int kElemBytes =
+    T == DType::kF32 ? 4 : (T == DType::kF16 || T == DType::kBF16) ? 2 : 1;
+
+// One stored element of any float dtype as f32, exactly.
+template <class S>
+float load_element(DType dtype, const std::byte* p) {
+  switch (dtype) {
+    case DType::kF32: {
+      float x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case DType::kF16:
+    case DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return dtype == DType::kF16 ? num::f16_to_f32(h) : num::bf16_to_f32(h);
+    }
+    case DType::kE4M3:
+      return num::e4m3_to_f32(static_cast<uint8_t>(*p));
+    case DType::kE5M2:
+      return num::e5m2_to_f32(static_cast<uint8_t>(*p));
+    default:
+      return 0.0f;
+  }
+}
+
+template <class S>
+void store_element(DType dtype, std::byte* p, float x) {
+  if (dtype == DType::kF32) {
+    std::memcpy(p, &x, 4);
+  } else {
+    const uint16_t h = dtype == DType::kF16 ? num::f32_to_f16(x) : num::f32_to_bf16(x);
+    std::memcpy(p, &h, 2);
+  }
+}
+
+// llama RoPE of x[0, dim) with cos/sin of each pair t given.
+template <class S>
+void rotate(float* x, int dim, bool interleave, const double* cos_t, const double* sin_t) {
+  const int half = dim / 2;
+  for (int t = 0; t < half; ++t) {
+    float& x1 = interleave ? x[2 * t] : x[t];
+    float& x2 = interleave ? x[2 * t + 1] : x[t + half];
+    const double a = x1, b = x2;
+    x1 = static_cast<float>(a * cos_t[t] - b * sin_t[t]);
+    x2 = static_cast<float>(b * cos_t[t] + a * sin_t[t]);
+  }
+}
+
+// Row addresses of keys [j0, j0 + n) of request b, KV head h.
+template <class S>
+void row_pointers(const DecodeParams& p, int b, int h, int64_t j0, int n, std::size_t elem_bytes,
+                  const std::byte** k_rows, const std::byte** v_rows) {
+  const int64_t first_page = p.kv_indptr[b * p.indptr_stride];
+  int64_t page_index = j0 / p.page_size, slot = j0 % p.page_size;
+  int64_t page = p.kv_indices[(first_page + page_index) * p.indices_stride];
+  for (int i = 0; i < n; ++i) {
+    k_rows[i] = p.k + (page * p.k_page_stride + slot * p.k_token_stride + h * p.k_head_stride) *
+                          static_cast<int64_t>(elem_bytes);
+    v_rows[i] = p.v + (page * p.v_page_stride + slot * p.v_token_stride + h * p.v_head_stride) *
+                          static_cast<int64_t>(elem_bytes);
+    if (++slot == p.page_size && i + 1 < n) {
+      slot = 0;
+      ++page_index;
+      page = p.kv_indices[(first_page + page_index) * p.indices_stride];
+    }
+  }
+}
+
+template <class S>
+void prefetch_rows(const std::byte* const* rows, int n, int64_t row_bytes) {
+  for (int i = 0; i < n; ++i) {
+    for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(rows[i] + off, 0, 3);
+  }
+}
+
+// scores[g][kk] = q[g] . K row kk (raw), for n keys and every padded query row.
+template <class S, DType kKV, int kD, int kNG>
+void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
+             int d_runtime, int64_t elem_stride, float* scores) {
+  using Vec = typename S::Vec;
+  constexpr int W = S::kWidth;
+  const int dim = kD > 0 ? kD : d_runtime;
+  const int full = dim / W, tail = dim % W;
+  const int64_t step = int64_t{W} * kElemBytes<kKV> * elem_stride;
+  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+    const float* qg = q + g0 * q_row;
+    for (int kb = 0; kb < n; kb += W) {
+      Vec parts[kNG][W];
+      const int count = std::min(W, n - kb);
+      for (int kk = 0; kk < count; ++kk) {
+        const std::byte* row = rows[kb + kk];
+        Vec acc[kNG];
+        for (int g = 0; g < kNG; ++g) acc[g] = S::zero();
+        for (int c = 0; c < full; ++c) {
+          const Vec k = S::template load_raw<kKV>(row + c * step);
+          for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::load(qg + g * q_row + c * W), k, acc[g]);
+        }
+        if (tail) {
+          const Vec k = S::template load_raw_tail<kKV>(row + full * step, tail);
+          for (int g = 0; g < kNG; ++g) {
+            acc[g] = S::fma(S::load(qg + g * q_row + full * W), k, acc[g]);
+          }
+        }
+        for (int g = 0; g < kNG; ++g) parts[g][kk] = acc[g];
+      }
+      for (int kk = count; kk < W; ++kk) {
+        for (int g = 0; g < kNG; ++g) parts[g][kk] = S::zero();
+      }
+      for (int g = 0; g < kNG; ++g) S::store(scores + (g0 + g) * kTile + kb, S::reduce_rows(parts[g]));
+    }
+  }
+}
+
+// o[g] += sum_kk p[g][kk] * V row kk (raw), two column chunks at a time so that 2*kNG FMA chains
+// run side by side.
+template <class S, DType kKV, int kD, int kNG>
+void pv_tile(const float* p, int group_padded, const std::byte* const* rows, int n, int d_runtime,
+             int64_t elem_stride, float* o, int o_row) {
+  using Vec = typename S::Vec;
+  constexpr int W = S::kWidth;
+  const int dim = kD > 0 ? kD : d_runtime;
+  const int full = dim / W, tail = dim % W;
+  const int64_t step = int64_t{W} * kElemBytes<kKV> * elem_stride;
+  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+    const float* pg = p + g0 * kTile;
+    float* og = o + g0 * o_row;
+    int c = 0;
+    for (; c + 2 <= full; c += 2) {
+      Vec acc0[kNG], acc1[kNG];
+      for (int g = 0; g < kNG; ++g) {
+        acc0[g] = S::load(og + g * o_row + c * W);
+        acc1[g] = S::load(og + g * o_row + (c + 1) * W);
+      }
+      for (int kk = 0; kk < n; ++kk) {
+        const Vec v0 = S::template load_raw<kKV>(rows[kk] + c * step);
+        const Vec v1 = S::template load_raw<kKV>(rows[kk] + (c + 1) * step);
+        for (int g = 0; g < kNG; ++g) {
+          const Vec w = S::set1(pg[g * kTile + kk]);
+          acc0[g] = S::fma(w, v0, acc0[g]);
+          acc1[g] = S::fma(w, v1, acc1[g]);
+        }
+      }
+      for (int g = 0; g < kNG; ++g) {
+        S::store(og + g * o_row + c * W, acc0[g]);
+        S::store(og + g * o_row + (c + 1) * W, acc1[g]);
+      }
+    }
+    for (; c < full + (tail ? 1 : 0); ++c) {
+      Vec acc[kNG];
+      for (int g = 0; g < kNG; ++g) acc[g] = S::load(og + g * o_row + c * W);
+      for (int kk = 0; kk < n; ++kk) {
+        const Vec v = c < full ? S::template load_raw<kKV>(rows[kk] + c * step)
+                               : S::template load_raw_tail<kKV>(rows[kk] + c * step, tail);
+        for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::set1(pg[g * kTile + kk]), v, acc[g]);
+      }
+      for (int g = 0; g < kNG; ++g) S::store(og + g * o_row + c * W, acc[g]);
+    }
+  }
+}
+
+// Raw scores of one tile -> base-2 logits (scaled, soft-capped, ALiBi, masked); lanes past n get
+// -inf. `raw_to_real` is the K raw factor.
+template <class S>
+void transform_scores(const DecodeParams& p, float* s, int n, int64_t j0, int64_t q_pos,
+                      float alibi_slope, const uint8_t* visible, float raw_to_real) {
+  using Vec = typename S::Vec;
+  constexpr int W = S::kWidth;
+  const Vec raw = S::set1(raw_to_real);
+  if (!p.general_scores()) {
+    const Vec scale = S::set1(p.k_scale * p.sm_scale * kLog2e);
+    for (int kb = 0; kb < n; kb += W) S::store(s + kb, S::mul(S::mul(S::load(s + kb), raw), scale));
+  } else {
+    const Vec k_scale = S::set1(p.k_scale), sm_scale = S::set1(p.sm_scale);
+    const float cap = p.logits_soft_cap;
+    for (int kb = 0; kb < n; kb += W) {
+      Vec x = S::mul(S::mul(S::load(s + kb), raw), k_scale);
+      if (p.fp16_qk_reduction) x = S::round_f16(x);
+      x = S::mul(x, sm_scale);
+      if (cap > 0) x = S::mul(S::set1(cap), S::tanh(S::mul(x, S::set1(1.0f / cap))));
+      if (p.alibi_slopes) {
+        const Vec distance = S::iota(static_cast<float>(j0 + kb - q_pos));
+        x = S::fma(S::set1(alibi_slope), distance, x);
+      }
+      if (visible) x = S::mask_by_bytes(x, visible + kb);
+      S::store(s + kb, S::mul(x, S::set1(kLog2e)));
+    }
+  }
+  for (int kk = n; kk < (n + W - 1) / W * W; ++kk) s[kk] = kNegInf;
+}
+
+// One online-softmax step for query row g: scores -> probabilities (in place), running max and
+// sum updated, the accumulated output rescaled. Returns false when the tile has no visible key.
+template <class S>
+bool softmax_step(float* s, int n, float* running_max, float* running_sum, float* o, int o_len) {
+  using Vec = typename S::Vec;
+  constexpr int W = S::kWidth;
+  Vec mx = S::set1(kNegInf);
+  for (int kb = 0; kb < n; kb += W) mx = S::max(mx, S::load(s + kb));
+  const float tile_max = S::reduce_max(mx);
+  const float new_max = std::max(*running_max, tile_max);
+  if (new_max == kNegInf) return false;
+  const float alpha = std::exp2(*running_max - new_max);
+  const Vec m = S::set1(new_max);
+  Vec sum = S::zero();
+  for (int kb = 0; kb < n; kb += W) {
+    const Vec e = S::exp2(S::sub(S::load(s + kb), m));
+    S::store(s + kb, e);
+    sum = S::add(sum, e);
+  }
+  *running_sum = *running_sum * alpha + S::reduce_add(sum);
+  *running_max = new_max;
+  if (alpha != 1.0f) {
+    const Vec a = S::set1(alpha);
+    for (int d = 0; d < o_len; d += W) S::store(o + d, S::mul(S::load(o + d), a));
+  }
+  return true;
+}
+
+template <class S, DType kKV, int kDqk, int kDvo, int kNG>
+void decode_item(const DecodeParams& p, const WorkItem& w, std::byte* scratch) {
+  const DecodeScratchLayout layout = DecodeScratchLayout::make(
+      p.group_padded, p.head_dim_qk_padded, p.head_dim_vo_padded, p.rope);
+  float* q = reinterpret_cast<float*>(scratch + layout.q);
+  float* o = reinterpret_cast<float*>(scratch + layout.o);
+  float* scores = reinterpret_cast<float*>(scratch + layout.scores);
+  float* row_max = reinterpret_cast<float*>(scratch + layout.max);
+  float* row_sum = reinterpret_cast<float*>(scratch + layout.sum);
+  auto* k_rows = reinterpret_cast<const std::byte**>(scratch + layout.k_rows);  // [2][kTile]
+  auto* v_rows = reinterpret_cast<const std::byte**>(scratch + layout.v_rows);
+  auto* visible = reinterpret_cast<uint8_t*>(scratch + layout.mask);
+
+  const int group = p.group, gp = p.group_padded;
+  const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
+  const int q_row = p.head_dim_qk_padded, o_row = p.head_dim_vo_padded;
+  const int b = w.request, h = w.kv_head;
+  const int64_t kv_len = p.kv_len[b];
+  const int64_t q_pos = kv_len - 1;  // decode: the query is the last position
+
+  // Rope tables: inverse frequencies and, per tile, cos/sin advanced by one position per key.
+  double* inv_freq = nullptr;
+  double *cos_t = nullptr, *sin_t = nullptr, *cos_step = nullptr, *sin_step = nullptr;
+  float* rope_k = nullptr;
+  const int half = dqk / 2;
+  if (p.rope) {
+    auto* tables = reinterpret_cast<double*>(scratch + layout.rope_cos_sin);
+    inv_freq = tables;
+    cos_t = tables + half;
+    sin_t = tables + 2 * half;
+    cos_step = tables + 3 * half;
+    sin_step = tables + 4 * half;
+    rope_k = reinterpret_cast<float*>(scratch + layout.rope_k);
+    for (int t = 0; t < half; ++t) {
+      inv_freq[t] = std::pow(p.rope_theta, -2.0 * t / dqk) / p.rope_scale;
+      cos_step[t] = std::cos(inv_freq[t]);
+      sin_step[t] = std::sin(inv_freq[t]);
+    }
+  }
+
+  // Prologue: the group's queries in f32, dequantized and rotated; padding zero.
+  std::fill(q, q + gp * q_row, 0.0f);
+  for (int g = 0; g < group; ++g) {
+    const int qo_head = h * group + g;
+    const std::byte* src = p.q + (b * p.q_stride_b + qo_head * p.q_stride_h) *
+                                     static_cast<int64_t>(dtype_size(p.q_dtype));
+    float* dst = q + g * q_row;
+    for (int d = 0; d < dqk; ++d) {
+      dst[d] = load_element<S>(p.q_dtype, src + d * p.q_stride_d * dtype_size(p.q_dtype)) *
+               p.q_scale;
+    }
+    if (p.rope) {
+      for (int t = 0; t < half; ++t) {
+        cos_t[t] = std::cos(static_cast<double>(q_pos) * inv_freq[t]);
+        sin_t[t] = std::sin(static_cast<double>(q_pos) * inv_freq[t]);
+      }
+      rotate<S>(dst, dqk, p.rope_interleave, cos_t, sin_t);
+    }
+  }
+  std::fill(o, o + gp * o_row, 0.0f);
+  std::fill(row_max, row_max + gp, kNegInf);
+  std::fill(row_sum, row_sum + gp, 0.0f);
+
+  int64_t begin = w.kv_begin;
+  const int64_t end = w.kv_end;
+  if (p.window_left >= 0) begin = std::max(begin, q_pos - p.window_left);
+
+  constexpr std::size_t kv_bytes = kElemBytes<kKV>;
+  const int64_t k_row_bytes = p.k_elem_stride == 1 ? dqk * int64_t{kv_bytes} : 0;
+  const int64_t v_row_bytes = p.v_elem_stride == 1 ? dvo * int64_t{kv_bytes} : 0;
+  const float k_raw = p.rope ? 1.0f : S::template raw_to_real<kKV>();
+  if (begin < end) {
+    row_pointers<S>(p, b, h, begin, static_cast<int>(std::min<int64_t>(kTile, end - begin)),
+                    kv_bytes, k_rows, v_rows);
+  }
+  for (int64_t j0 = begin, t = 0; j0 < end; j0 += kTile, ++t) {
+    const int n = static_cast<int>(std::min<int64_t>(kTile, end - j0));
+    const std::byte** kr = k_rows + (t & 1) * kTile;
+    const std::byte** vr = v_rows + (t & 1) * kTile;
+    if (j0 + kTile < end) {
+      const std::byte** next_k = k_rows + ((t + 1) & 1) * kTile;
+      const std::byte** next_v = v_rows + ((t + 1) & 1) * kTile;
+      const int next_n = static_cast<int>(std::min<int64_t>(kTile, end - j0 - kTile));
+      row_pointers<S>(p, b, h, j0 + kTile, next_n, kv_bytes, next_k, next_v);
+      prefetch_rows<S>(next_k, next_n, k_row_bytes);
+      prefetch_rows<S>(next_v, next_n, v_row_bytes);
+    }
+
+    if (p.rope) {
+      for (int kk = 0; kk < n; ++kk) {
+        float* dst = rope_k + kk * q_row;
+        for (int d = 0; d < dqk; ++d) {
+          dst[d] = load_element<S>(p.kv_dtype, kr[kk] + d * p.k_elem_stride * kv_bytes);
+        }
+        if (kk == 0) {
+          for (int tt = 0; tt < half; ++tt) {
+            cos_t[tt] = std::cos(static_cast<double>(j0) * inv_freq[tt]);
+            sin_t[tt] = std::sin(static_cast<double>(j0) * inv_freq[tt]);
+          }
+        } else {
+          for (int tt = 0; tt < half; ++tt) {
+            const double c = cos_t[tt], s = sin_t[tt];
+            cos_t[tt] = c * cos_step[tt] - s * sin_step[tt];
+            sin_t[tt] = s * cos_step[tt] + c * sin_step[tt];
+          }
+        }
+        rotate<S>(dst, dqk, p.rope_interleave, cos_t, sin_t);
+        kr[kk] = reinterpret_cast<const std::byte*>(dst);
+      }
+      qk_tile<S, DType::kF32, kDqk, kNG>(q, q_row, gp, kr, n, dqk, 1, scores);
+    } else {
+      qk_tile<S, kKV, kDqk, kNG>(q, q_row, gp, kr, n, dqk, p.k_elem_stride, scores);
+    }
+
+    const uint8_t* tile_visible = nullptr;
+    if (p.mask) {
+      const int64_t first = p.mask_begin[b] + j0;
+      for (int kk = 0; kk < n; ++kk) {
+        const int64_t e = first + kk;
+        visible[kk] = p.mask_packed ? (p.mask[(e >> 3) * p.mask_stride] >> (e & 7)) & 1
+                                    : p.mask[e * p.mask_stride] != 0;
+      }
+      tile_visible = visible;
+    }
+    bool any = false;
+    for (int g = 0; g < group; ++g) {
+      float* s = scores + g * kTile;
+      const float slope = p.alibi_slopes ? p.alibi_slopes[h * group + g] : 0.0f;
+      transform_scores<S>(p, s, n, j0, q_pos, slope, tile_visible, k_raw);
+      if (softmax_step<S>(s, n, row_max + g, row_sum + g, o + g * o_row, o_row)) {
+        any = true;
+      } else {
+        std::fill(s, s + kTile, 0.0f);
+      }
+    }
+    if (!any) continue;
+    for (int g = group; g < gp; ++g) std::fill(scores + g * kTile, scores + (g + 1) * kTile, 0.0f);
+    for (int g = 0; g < group; ++g) std::fill(scores + g * kTile + n, scores + (g + 1) * kTile, 0.0f);
+    pv_tile<S, kKV, kDvo, kNG>(scores, gp, vr, n, dvo, p.v_elem_stride, o, o_row);
+  }
+
+  // Epilogue: normalize, undo the V raw factor, write the output or the partial state.
+  const float v_raw = S::template raw_to_real<kKV>();
+  for (int g = 0; g < group; ++g) {
+    const int qo_head = h * group + g;
+    const float* acc = o + g * o_row;
+    const bool empty = row_sum[g] == 0.0f;
+    const float norm = empty ? 0.0f : p.v_scale / row_sum[g];
+    const float lse =
+        empty ? kNegInf
+              : static_cast<float>((row_max[g] + std::log2(static_cast<double>(row_sum[g]))) * kLn2);
+    if (w.partial >= 0) {
+      float* dst = p.partial_o + (int64_t{w.partial} * group + g) * dvo;
+      for (int d = 0; d < dvo; ++d) dst[d] = empty ? 0.0f : acc[d] * v_raw * norm;
+      p.partial_lse[int64_t{w.partial} * group + g] = lse;
+    } else {
+      const int64_t o_bytes = static_cast<int64_t>(dtype_size(p.o_dtype));
+      std::byte* dst = p.out + (b * p.o_stride_b + qo_head * p.o_stride_h) * o_bytes;
+      for (int d = 0; d < dvo; ++d) {
+        store_element<S>(p.o_dtype, dst + d * p.o_stride_d * o_bytes,
+                         empty ? 0.0f : acc[d] * v_raw * norm);
+      }
+      if (p.lse) p.lse[b * p.lse_stride_b + qo_head * p.lse_stride_h] = lse;
+    }
+  }
+}
+
+template <class S, DType kKV, int kDqk, int kDvo>
+DecodeItemFn pick_group_block(int group_padded) {
+  switch (std::min(group_padded, 8)) {
+    case 1: return &decode_item<S, kKV, kDqk, kDvo, 1>;
+    case 2: return &decode_item<S, kKV, kDqk, kDvo, 2>;
+    case 4: return &decode_item<S, kKV, kDqk, kDvo, 4>;
+    case 8: return &decode_item<S, kKV, kDqk, kDvo, 8>;
+    default: return nullptr;
+  }
+}
+
+// Head dims 64, 128 and 256 (equal) get unrolled kernels on the vector ISAs; every other pair
+// runs the generic kernel (runtime dims, masked tail).
+template <class S, DType kKV>
+DecodeItemFn pick_dims(int dqk, int dvo, int group_padded) {
+  if constexpr (S::kWidth > 1) {
+    if (dqk == dvo && dqk == 64) return pick_group_block<S, kKV, 64, 64>(group_padded);
+    if (dqk == dvo && dqk == 128) return pick_group_block<S, kKV, 128, 128>(group_padded);
+    if (dqk == dvo && dqk == 256) return pick_group_block<S, kKV, 256, 256>(group_padded);
+  }
+  return pick_group_block<S, kKV, 0, 0>(group_padded);
+}
+
+template <class S>
+DecodeItemFn find_kernel(DType kv, int dqk, int dvo, int group_padded) {
+  switch (kv) {
+    case DType::kF32: return pick_dims<S, DType::kF32>(dqk, dvo, group_padded);
+    case DType::kF16: return pick_dims<S, DType::kF16>(dqk, dvo, group_padded);
+    case DType::kBF16: return pick_dims<S, DType::kBF16>(dqk, dvo, group_padded);
+    case DType::kE4M3: return pick_dims<S, DType::kE4M3>(dqk, dvo, group_padded);
+    case DType::kE5M2: return pick_dims<S, DType::kE5M2>(dqk, dvo, group_padded);
+    default: return nullptr;
+  }
+}
+
+}  // namespace kvattn::cpu::decode_detail

@@ -1,0 +1,163 @@
+// AVX2 + FMA vector helpers for the CPU kernels (8 f32 lanes), the same interface as
+// simd_avx512.h. Include only from files compiled with -mavx2 -mfma -mf16c.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kvattn/dtype.h"
+
+namespace kvattn::cpu::avx2 {
+
+struct Simd {
+  static constexpr int kWidth = 8;
+  using Vec = __m256;
+
+  static Vec zero() { return _mm256_setzero_ps(); }
+  static Vec set1(float x) { return _mm256_set1_ps(x); }
+  static Vec load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  static Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+  static Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static Vec max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+  static Vec min(Vec a, Vec b) { return _mm256_min_ps(a, b); }
+  static float reduce_add(Vec v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
+  static float reduce_max(Vec v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_max_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
+
+  // parts[i] holds partial sums of dot product i; returns lane i = sum of parts[i]'s lanes.
+  static Vec reduce_rows(const Vec* parts) {
+    const Vec h01 = _mm256_hadd_ps(parts[0], parts[1]);
+    const Vec h23 = _mm256_hadd_ps(parts[2], parts[3]);
+    const Vec h45 = _mm256_hadd_ps(parts[4], parts[5]);
+    const Vec h67 = _mm256_hadd_ps(parts[6], parts[7]);
+    const Vec q0 = _mm256_hadd_ps(h01, h23);  // lanes 0-3: rows 0-3 over the low half
+    const Vec q1 = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20),
+                         _mm256_permute2f128_ps(q0, q1, 0x31));
+  }
+
+  // 2^x, relative error ~1e-7; -inf -> 0, NaN -> NaN.
+  static Vec exp2(Vec x) {
+    // Below -127 the exponent field is 0: the result is 0 (values there are < 1e-38).
+    x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(127.0f), x);
+    const Vec n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const Vec f = _mm256_sub_ps(x, n);
+    Vec p = _mm256_set1_ps(1.5252733804059841e-05f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393381609e-04f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-03f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-03f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-02f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-01f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-01f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i bits =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  }
+
+  static Vec tanh(Vec x) {
+    const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN));
+    const Vec abs = _mm256_andnot_ps(sign_mask, x);
+    const Vec t = exp2(_mm256_mul_ps(abs, _mm256_set1_ps(-2.8853900817779268f)));
+    const Vec one = _mm256_set1_ps(1.0f);
+    const Vec r = _mm256_div_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t));
+    return _mm256_or_ps(r, _mm256_and_ps(x, sign_mask));
+  }
+
+  static Vec round_f16(Vec x) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static Vec iota(float base) {
+    return _mm256_add_ps(_mm256_set1_ps(base), _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static Vec mask_by_bytes(Vec v, const uint8_t* keep) {
+    int64_t bytes8;
+    std::memcpy(&bytes8, keep, 8);
+    const __m256i k = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes8));
+    const __m256 hidden = _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_setzero_si256()));
+    return _mm256_blendv_ps(v, _mm256_set1_ps(-__builtin_inff()), hidden);
+  }
+
+  template <DType T>
+  static constexpr float raw_to_real() {
+    return T == DType::kE4M3 ? 0x1p120f : 1.0f;
+  }
+
+  template <DType T>
+  static Vec load_raw(const void* p) {
+    if constexpr (T == DType::kF32) {
+      return _mm256_loadu_ps(static_cast<const float*>(p));
+    } else if constexpr (T == DType::kF16) {
+      return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+    } else if constexpr (T == DType::kBF16) {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    } else if constexpr (T == DType::kE4M3) {
+      int64_t bytes8;
+      std::memcpy(&bytes8, p, 8);
+      const __m256i x = _mm256_slli_epi32(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes8)), 20);
+      return _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(int32_t(0x87F00000u))));
+    } else {
+      static_assert(T == DType::kE5M2);
+      int64_t bytes8;
+      std::memcpy(&bytes8, p, 8);
+      const __m128i w = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(bytes8));
+      return _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
+    }
+  }
+  template <DType T>
+  static Vec load_raw_tail(const void* p, int n) {
+    alignas(32) unsigned char buffer[32] = {};
+    std::memcpy(buffer, p, static_cast<std::size_t>(n) * dtype_size(T));
+    return load_raw<T>(buffer);
+  }
+  static Vec load_tail(const float* p, int n) {
+    alignas(32) float buffer[8] = {};
+    std::memcpy(buffer, p, static_cast<std::size_t>(n) * sizeof(float));
+    return _mm256_load_ps(buffer);
+  }
+  static void store_tail(float* p, Vec v, int n) {
+    alignas(32) float buffer[8];
+    _mm256_store_ps(buffer, v);
+    std::memcpy(p, buffer, static_cast<std::size_t>(n) * sizeof(float));
+  }
+
+  static bool has_e4m3_nan(const void* p, int64_t n) {
+    const auto* bytes = static_cast<const uint8_t*>(p);
+    const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
+    const __m256i ones = _mm256_set1_epi8(-1);
+    int found = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m256i x =
+          _mm256_or_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes + i)), sign);
+      found |= _mm256_movemask_epi8(_mm256_cmpeq_epi8(x, ones));
+    }
+    for (; i < n; ++i) found |= (bytes[i] & 0x7F) == 0x7F;
+    return found != 0;
+  }
+
+  template <DType T>
+  static Vec load_scaled(const void* p, float scale) {
+    Vec raw = load_raw<T>(p);
+    if constexpr (T == DType::kE4M3) raw = _mm256_mul_ps(raw, _mm256_set1_ps(raw_to_real<T>()));
+    return _mm256_mul_ps(raw, _mm256_set1_ps(scale));
+  }
+};
+
+}  // namespace kvattn::cpu::avx2

@@ -1,0 +1,173 @@
+// AVX-512 vector helpers for the CPU kernels (16 f32 lanes). Include only from files compiled
+// with the AVX-512 flags (-mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c).
+//
+// Stored K/V elements load as f32 "raw" values: real = raw * raw_to_real<T>() * tensor scale.
+// The raw factor exists because e4m3 is widened by bit placement alone (3 instructions, see
+// load_e4m3) and lands 2^-120 below its value; folding 2^120 into a per-tile scalar is cheaper
+// than a multiply per element.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kvattn/dtype.h"
+
+namespace kvattn::cpu::avx512 {
+
+struct Simd {
+  static constexpr int kWidth = 16;
+  using Vec = __m512;
+
+  static Vec zero() { return _mm512_setzero_ps(); }
+  static Vec set1(float x) { return _mm512_set1_ps(x); }
+  static Vec load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+  static Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+  static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+  // max/min return b when either is NaN, so max(limit, x) keeps a NaN x.
+  static Vec max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+  static Vec min(Vec a, Vec b) { return _mm512_min_ps(a, b); }
+  static float reduce_add(Vec v) { return _mm512_reduce_add_ps(v); }
+  static float reduce_max(Vec v) { return _mm512_reduce_max_ps(v); }
+
+  // parts[i] holds partial sums of dot product i; returns lane i = sum of parts[i]'s lanes.
+  static Vec reduce_rows(const Vec* parts) {
+    Vec pair[8];
+    for (int i = 0; i < 8; ++i) {
+      pair[i] = _mm512_add_ps(_mm512_unpacklo_ps(parts[2 * i], parts[2 * i + 1]),
+                              _mm512_unpackhi_ps(parts[2 * i], parts[2 * i + 1]));
+    }
+    Vec quad[4];
+    for (int i = 0; i < 4; ++i) {
+      quad[i] = _mm512_add_ps(_mm512_shuffle_ps(pair[2 * i], pair[2 * i + 1], 0x44),
+                              _mm512_shuffle_ps(pair[2 * i], pair[2 * i + 1], 0xEE));
+    }
+    Vec half[2];
+    for (int i = 0; i < 2; ++i) {
+      half[i] = _mm512_add_ps(_mm512_shuffle_f32x4(quad[2 * i], quad[2 * i + 1], 0x88),
+                              _mm512_shuffle_f32x4(quad[2 * i], quad[2 * i + 1], 0xDD));
+    }
+    return _mm512_add_ps(_mm512_shuffle_f32x4(half[0], half[1], 0x88),
+                         _mm512_shuffle_f32x4(half[0], half[1], 0xDD));
+  }
+
+  // 2^x, relative error ~1e-7; -inf -> 0, NaN -> NaN.
+  static Vec exp2(Vec x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
+    x = _mm512_min_ps(_mm512_set1_ps(128.0f), x);
+    const Vec n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const Vec f = _mm512_sub_ps(x, n);
+    // Taylor series of 2^f = e^(f ln 2) on [-0.5, 0.5]: the 8th term is below 2^-27.
+    Vec p = _mm512_set1_ps(1.5252733804059841e-05f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381609e-04f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+  }
+
+  // tanh(x) = sign(x) (1 - e^-2|x|) / (1 + e^-2|x|).
+  static Vec tanh(Vec x) {
+    const Vec abs = _mm512_abs_ps(x);
+    const Vec t = exp2(_mm512_mul_ps(abs, _mm512_set1_ps(-2.8853900817779268f)));  // -2 log2(e)
+    const Vec one = _mm512_set1_ps(1.0f);
+    const Vec r = _mm512_div_ps(_mm512_sub_ps(one, t), _mm512_add_ps(one, t));
+    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
+  }
+
+  // Rounded to the nearest f16 (even on ties), as f32.
+  static Vec round_f16(Vec x) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // Lane i = base + i.
+  static Vec iota(float base) {
+    return _mm512_add_ps(_mm512_set1_ps(base),
+                         _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  }
+  // Lanes whose byte in `keep` (16 bytes, 0 or not) is 0 become -inf.
+  static Vec mask_by_bytes(Vec v, const uint8_t* keep) {
+    const __mmask16 visible = _mm_test_epi8_mask(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(keep)), _mm_set1_epi8(-1));
+    return _mm512_mask_mov_ps(_mm512_set1_ps(-__builtin_inff()), visible, v);
+  }
+
+  template <DType T>
+  static constexpr float raw_to_real() {
+    return T == DType::kE4M3 ? 0x1p120f : 1.0f;
+  }
+
+  // kWidth stored elements of type T at p, as raw f32 (see the file comment).
+  template <DType T>
+  static Vec load_raw(const void* p) {
+    if constexpr (T == DType::kF32) {
+      return _mm512_loadu_ps(p);
+    } else if constexpr (T == DType::kF16) {
+      return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+    } else if constexpr (T == DType::kBF16) {
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    } else if constexpr (T == DType::kE4M3) {
+      return load_e4m3(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+    } else {
+      static_assert(T == DType::kE5M2);
+      // e5m2 is the top byte of an f16 with the same exponent bias.
+      const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+      return _mm512_cvtph_ps(_mm256_slli_epi16(w, 8));
+    }
+  }
+  // The first n (< kWidth) elements, the other lanes 0.
+  template <DType T>
+  static Vec load_raw_tail(const void* p, int n) {
+    alignas(64) unsigned char buffer[64] = {};
+    std::memcpy(buffer, p, static_cast<std::size_t>(n) * dtype_size(T));
+    return load_raw<T>(buffer);
+  }
+  static Vec load_tail(const float* p, int n) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+  }
+  static void store_tail(float* p, Vec v, int n) {
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+  }
+
+  // 16 e4m3 codes -> f32 of value * 2^-120: sign to bit 31, the 7 exponent-mantissa bits to
+  // bits 26..20, i.e. an f32 whose exponent field is the e4m3 one (bias 7 instead of 127).
+  // Subnormal codes become f32 subnormals, still exact. The NaN code (S.1111.111) is not
+  // distinguished here: callers that must see it use has_e4m3_nan.
+  static Vec load_e4m3(__m128i codes) {
+    const __m512i x = _mm512_slli_epi32(_mm512_cvtepi8_epi32(codes), 20);
+    return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(int32_t(0x87F00000u))));
+  }
+  // Whether any of the n bytes at p is an e4m3 NaN code.
+  static bool has_e4m3_nan(const void* p, int64_t n) {
+    const auto* bytes = static_cast<const uint8_t*>(p);
+    const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512i ones = _mm512_set1_epi8(-1);
+    __mmask64 found = 0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+      const __m512i x = _mm512_or_si512(_mm512_loadu_si512(bytes + i), sign);
+      found |= _mm512_cmpeq_epi8_mask(x, ones);
+    }
+    for (; i < n; ++i) found |= (bytes[i] & 0x7F) == 0x7F;
+    return found != 0;
+  }
+
+  // Loads 16 values of f16/bf16/e4m3/e5m2/f32 at p as real f32 times `scale`.
+  template <DType T>
+  static Vec load_scaled(const void* p, float scale) {
+    // Two multiplies for e4m3: scale * 2^120 alone could overflow.
+    Vec raw = load_raw<T>(p);
+    if constexpr (T == DType::kE4M3) raw = _mm512_mul_ps(raw, _mm512_set1_ps(raw_to_real<T>()));
+    return _mm512_mul_ps(raw, _mm512_set1_ps(scale));
+  }
+};
+
+}  // namespace kvattn::cpu::avx512

@@ -1,0 +1,64 @@
+// Shared helpers of the cpu backend tests: the ISA levels this machine has, and a cross-check of
+// the cpu backend against the reference at one level.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "kvattn/attention.h"
+#include "kvattn/device.h"
+#include "testing/case_builder.h"
+#include "testing/tolerance.h"
+
+namespace kvattn::cputest {
+
+// Every level up to the best this machine (and KVATTN_CPU_ISA) allows, lowest first.
+inline std::vector<CpuIsa> isa_levels() {
+  std::vector<CpuIsa> levels;
+  detail::clear_cpu_isa_limit();
+  const CpuIsa best = detail::effective_cpu_isa();
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (isa <= best) levels.push_back(isa);
+  }
+  return levels;
+}
+
+// Lowers the kernels' ISA for the lifetime of the object.
+class IsaLimit {
+ public:
+  explicit IsaLimit(CpuIsa isa) { detail::set_cpu_isa_limit(isa); }
+  ~IsaLimit() { detail::clear_cpu_isa_limit(); }
+  IsaLimit(const IsaLimit&) = delete;
+  IsaLimit& operator=(const IsaLimit&) = delete;
+};
+
+struct CpuRunOptions {
+  int num_threads = 0;
+  int64_t kv_chunk_size = 0;
+};
+
+inline testing::RunBackend run_cpu(CpuRunOptions o = {}) {
+  return [o](const Problem& problem, const AttentionArgs& args) {
+    PlanOptions options;
+    options.backend = "cpu";
+    options.num_threads = o.num_threads;
+    options.kv_chunk_size = o.kv_chunk_size;
+    return kvattn::run(problem, args, options);
+  };
+}
+
+// Builds the case, runs cpu at `isa` and checks it against the reference.
+inline void expect_matches_reference(const testing::CaseSpec& spec, CpuIsa isa,
+                                     CpuRunOptions o = {}) {
+  IsaLimit limit(isa);
+  testing::Case c = testing::Case::make(spec);
+  const testing::CheckResult r = testing::check_against_reference(c, run_cpu(o));
+  EXPECT_TRUE(r.ok) << "isa " << cpu_isa_name(isa) << ", chunk " << o.kv_chunk_size << ": "
+                    << spec.problem.to_string() << "\n"
+                    << r.message;
+}
+
+}  // namespace kvattn::cputest

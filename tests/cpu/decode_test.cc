@@ -1,0 +1,218 @@
+// The cpu decode kernels against the reference over random problems (every variant, dtype pair,
+// head-dim pair, layout and page size, lengths around the tile size), at every ISA level this
+// machine has; long contexts that split; bit-identical results across batch compositions.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu/decode.h"
+#include "cpu_test_util.h"
+
+namespace kvattn::cputest {
+namespace {
+
+using testing::Case;
+using testing::CaseSpec;
+
+constexpr int kTile = cpu::kDecodeTileKeys;
+
+// A random decode problem; `i` cycles through the enumerations so that every value of each
+// appears within a few dozen problems whatever the random draws.
+CaseSpec random_decode_spec(int i, std::mt19937& rng) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % n); };
+  CaseSpec spec;
+  Problem& p = spec.problem;
+  p.op = i % 3 == 0 ? Op::kSingleDecode : Op::kBatchDecode;
+  p.batch_size = p.op == Op::kSingleDecode ? 1 : 1 + pick(4);
+  p.num_kv_heads = 1 + pick(3);
+  const int groups[] = {1, 2, 3, 4, 5, 8};
+  p.num_qo_heads = p.num_kv_heads * groups[i % 6];
+  const int dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}, {40, 40}, {72, 24}};
+  p.head_dim_qk = dims[(i / 2) % 6][0];
+  p.head_dim_vo = dims[(i / 2) % 6][1];
+  const int page_sizes[] = {1, 16, 5};
+  p.page_size = page_sizes[i % 3];
+  p.kv_layout = (i / 3) % 2 ? KVLayout::kHND : KVLayout::kNHD;
+  const DType kv_types[] = {DType::kBF16, DType::kF16, DType::kE4M3, DType::kE5M2, DType::kF32};
+  const DType q_types[] = {DType::kBF16, DType::kF16, DType::kF32};
+  const DType o_types[] = {DType::kBF16, DType::kF32, DType::kF16};
+  p.kv_dtype = kv_types[i % 5];
+  p.q_dtype = q_types[(i / 5) % 3];
+  p.o_dtype = o_types[(i / 7) % 3];
+  p.return_lse = pick(2) == 0;
+  if (is_fp8(p.kv_dtype)) {
+    p.k_scale = 0.5f + pick(4) * 0.25f;
+    p.v_scale = 0.25f + pick(4) * 0.5f;
+  }
+  // Variants, one or two at a time.
+  switch (i % 8) {
+    case 1: p.logits_soft_cap = 5.0f + pick(20); break;
+    case 2: p.pos_encoding_mode = PosEncoding::kAlibi; break;
+    case 3:
+      p.pos_encoding_mode = PosEncoding::kRopeLlama;
+      p.rope_interleave = pick(2) == 0;
+      p.rope_scale = pick(2) ? 1.0f : 2.0f;
+      break;
+    case 4: p.window_left = pick(80); break;
+    case 5:
+      p.mask_mode = MaskMode::kCustom;
+      spec.packed_custom_mask = pick(2) == 0;
+      break;
+    case 6: p.mask_mode = MaskMode::kCausal; p.sm_scale = 0.3f; break;
+    case 7:
+      p.logits_soft_cap = 30.0f;
+      p.pos_encoding_mode = PosEncoding::kAlibi;
+      p.use_fp16_qk_reduction = true;
+      break;
+    default: break;
+  }
+  const int64_t lengths[] = {1, kTile - 1, kTile, kTile + 1, 2 * kTile - 1, 2 * kTile,
+                             2 * kTile + 1, 3 * kTile + 7, 0};
+  for (int b = 0; b < p.batch_size; ++b) {
+    int64_t len = lengths[(i + 3 * b) % 9];
+    if (p.op == Op::kSingleDecode && len == 0) len = 17;
+    spec.kv_lens.push_back(len);
+  }
+  spec.seed = 1000 + i;
+  spec.combined_kv_cache = i % 4 == 1;
+  return spec;
+}
+
+class CpuDecodeGrid : public ::testing::TestWithParam<CpuIsa> {};
+
+TEST_P(CpuDecodeGrid, MatchesTheReferenceOnRandomProblems) {
+  std::mt19937 rng(42);
+  constexpr int kProblems = 72;
+  for (int i = 0; i < kProblems; ++i) {
+    const CaseSpec spec = random_decode_spec(i, rng);
+    expect_matches_reference(spec, GetParam());
+    // Every fourth problem again with a forced split in small chunks (merge path).
+    if (i % 4 == 0) expect_matches_reference(spec, GetParam(), {.kv_chunk_size = kTile});
+  }
+}
+
+// The comparison these tests rely on notices a small error in one element of a kernel's output.
+TEST(CpuDecodeHarness, AnErrorOfOnePercentInOneElementFails) {
+  std::mt19937 rng(7);
+  CaseSpec spec = random_decode_spec(1, rng);
+  spec.problem.o_dtype = DType::kF32;
+  Case c = Case::make(spec);
+  const testing::RunBackend corrupt = [](const Problem& problem, const AttentionArgs& args) {
+    Status s = run_cpu()(problem, args);
+    args.out.as<float>()[3] *= 1.01f;
+    return s;
+  };
+  EXPECT_FALSE(testing::check_against_reference(c, corrupt).ok);
+  EXPECT_TRUE(testing::check_against_reference(c, run_cpu()).ok);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, CpuDecodeGrid, ::testing::ValuesIn(isa_levels()),
+                         [](const auto& info) { return std::string(cpu_isa_name(info.param)); });
+
+// Long contexts: the automatic split at batch 1 and a forced split, at the best level and scalar.
+TEST(CpuDecodeLong, SplitKvAt32kMatchesTheReference) {
+  CaseSpec spec;
+  spec.problem.op = Op::kBatchDecode;
+  spec.problem.batch_size = 1;
+  spec.problem.num_qo_heads = 8;
+  spec.problem.num_kv_heads = 2;
+  spec.problem.page_size = 16;
+  spec.problem.kv_dtype = DType::kE4M3;
+  spec.problem.k_scale = 0.5f;
+  spec.problem.return_lse = true;
+  spec.kv_lens = {32768};
+  for (CpuIsa isa : isa_levels()) {
+    if (isa == CpuIsa::kAvx2) continue;  // the same code path as avx512 at another width
+    expect_matches_reference(spec, isa);
+    expect_matches_reference(spec, isa, {.num_threads = 2, .kv_chunk_size = 4096});
+  }
+  Problem& p = spec.problem;
+  p.kv_dtype = DType::kBF16;
+  p.kv_layout = KVLayout::kHND;
+  p.window_left = 20000;
+  expect_matches_reference(spec, isa_levels().back());
+}
+
+TEST(CpuDecodePlan, SplitsLongRequestsAtBatchOneAndNotLargeBatches) {
+  for (int batch : {1, 64}) {
+    CaseSpec spec;
+    spec.problem.op = Op::kBatchDecode;
+    spec.problem.batch_size = batch;
+    spec.problem.num_qo_heads = 8;
+    spec.problem.num_kv_heads = 8;
+    spec.problem.head_dim_qk = spec.problem.head_dim_vo = 64;
+    spec.kv_lens.assign(batch, batch == 1 ? 8192 : 512);
+    Case c = Case::make(spec);
+    PlanOptions options;
+    options.backend = "cpu";
+    options.num_threads = 2;
+    Plan plan;
+    ASSERT_TRUE(kvattn::plan(spec.problem, c.args(), options, &plan).ok());
+    if (batch == 1) {
+      EXPECT_GT(plan.kv_chunk_size, 0);
+      EXPECT_GE(static_cast<int64_t>(plan.work.size()), 16);
+      EXPECT_GT(plan.num_partial_states, 0);
+    } else {
+      EXPECT_EQ(plan.kv_chunk_size, 0);
+      EXPECT_EQ(static_cast<int64_t>(plan.work.size()), 64 * 8);
+    }
+  }
+}
+
+// With a fixed chunk size a request's output does not depend on what else is in the batch nor on
+// the thread count: request 1 alone (same cache, a page table of its own) gives the same bits.
+TEST(CpuDecodeDeterminism, FixedChunkGivesTheSameBitsWhateverTheBatch) {
+  CaseSpec spec;
+  Problem& p = spec.problem;
+  p.op = Op::kBatchDecode;
+  p.batch_size = 3;
+  p.num_qo_heads = 8;
+  p.num_kv_heads = 2;
+  p.page_size = 16;
+  p.kv_dtype = DType::kBF16;
+  p.o_dtype = DType::kF32;
+  p.return_lse = true;
+  spec.kv_lens = {300, 1000, 77};
+  Case c = Case::make(spec);
+  for (CpuIsa isa : isa_levels()) {
+    IsaLimit limit(isa);
+    AttentionArgs all = c.args();
+    PlanOptions options;
+    options.backend = "cpu";
+    options.kv_chunk_size = 128;
+    options.num_threads = 2;
+    ASSERT_TRUE(kvattn::run(p, all, options).ok());
+    const std::vector<float> out_all = c.out_f32(), lse_all = c.lse_f32();
+
+    // Request 1 alone: its row of q, its pages.
+    Problem alone = p;
+    alone.batch_size = 1;
+    const int64_t row = int64_t{p.num_qo_heads} * p.head_dim_qk;
+    std::vector<int32_t> indptr = {0, c.kv_indptr[2] - c.kv_indptr[1]};
+    std::vector<int32_t> indices(c.kv_indices.begin() + c.kv_indptr[1],
+                                 c.kv_indices.begin() + c.kv_indptr[2]);
+    std::vector<int32_t> last = {c.kv_last_page_len[1]};
+    std::vector<float> out(int64_t{p.num_qo_heads} * p.head_dim_vo), lse(p.num_qo_heads);
+    AttentionArgs one = all;
+    one.q = TensorView::contiguous(
+        static_cast<std::byte*>(all.q.data) + row * dtype_size(p.q_dtype), p.q_dtype,
+        {1, p.num_qo_heads, p.head_dim_qk});
+    one.kv_indptr = TensorView::contiguous(indptr.data(), DType::kI32, {2});
+    one.kv_indices = TensorView::contiguous(indices.data(), DType::kI32,
+                                            {static_cast<int64_t>(indices.size())});
+    one.kv_last_page_len = TensorView::contiguous(last.data(), DType::kI32, {1});
+    one.out = TensorView::contiguous(out.data(), DType::kF32, {1, p.num_qo_heads, p.head_dim_vo});
+    one.lse = TensorView::contiguous(lse.data(), DType::kF32, {1, p.num_qo_heads});
+    options.num_threads = 1;
+    ASSERT_TRUE(kvattn::run(alone, one, options).ok());
+    EXPECT_EQ(0, std::memcmp(out.data(), out_all.data() + out.size(), out.size() * sizeof(float)))
+        << "isa " << cpu_isa_name(isa);
+    EXPECT_EQ(0, std::memcmp(lse.data(), lse_all.data() + lse.size(), lse.size() * sizeof(float)))
+        << "isa " << cpu_isa_name(isa);
+  }
+}
+
+}  // namespace
+}  // namespace kvattn::cputest
