@@ -1,7 +1,9 @@
 // The reference attention: DESIGN.md §2 written out literally in fp64, one query row at a time.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "reference/element_io.h"
@@ -163,16 +165,33 @@ Status attention(const Problem& p, const AttentionArgs& args) {
   const double sm_scale = sm_scale_of(p);
   const std::vector<double> slopes = alibi_slopes_of(p, args);
   const int group = p.group_size();
+  struct Item {
+    int request, kv_head;
+  };
+  std::vector<Item> items;
   for (int b = 0; b < rows.batch_size(); ++b) {
     if (rows.qo_len(b) == 0) continue;
-    for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
-      const HeadKV kv = load_head_kv(p, rows, b, kv_head);
-      for (int g = 0; g < group; ++g) {
-        const int qo_head = kv_head * group + g;
-        attend_head(p, rows, b, qo_head, kv, sm_scale, slopes[qo_head]);
-      }
-    }
+    for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) items.push_back({b, kv_head});
   }
+  auto attend_item = [&](const Item& item) {
+    const HeadKV kv = load_head_kv(p, rows, item.request, item.kv_head);
+    for (int g = 0; g < group; ++g) {
+      const int qo_head = item.kv_head * group + g;
+      attend_head(p, rows, item.request, qo_head, kv, sm_scale, slopes[qo_head]);
+    }
+  };
+  // The (request, KV head) items read shared inputs and write disjoint output rows, and each is
+  // computed the same way whichever thread takes it: running them on all cores changes nothing
+  // in the result, and makes the reference usable on serving-sized problems.
+  std::atomic<std::size_t> next_item{0};
+  auto worker = [&] {
+    for (std::size_t i = next_item++; i < items.size(); i = next_item++) attend_item(items[i]);
+  };
+  const std::size_t num_threads =
+      std::min<std::size_t>(std::max(1u, std::thread::hardware_concurrency()), items.size());
+  std::vector<std::jthread> helpers;
+  for (std::size_t t = 1; t < num_threads; ++t) helpers.emplace_back(worker);
+  worker();
   return Status::Ok();
 }
 
