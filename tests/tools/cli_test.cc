@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <string>
 
 #include "tools/json.h"
@@ -167,22 +168,30 @@ TEST(CliTest, RunCheckOnReferencePasses) {
 }
 
 TEST(CliTest, RunCheckOnCpuPasses) {
-  for (const char* op : {"batch_decode --kv-len 70,33,5",
-                         "batch_prefill_paged --kv-len 40,17 "
-                         "--qo-len 9,3 --causal",
-                         "single_prefill --kv-len 30 --qo-len 30 --causal"}) {
+  std::string not_built;
+  int ran = 0;
+  for (const char* op :
+       {"batch_decode --kv-len 70,33,5", "batch_prefill_paged --kv-len 40,17 --qo-len 9,3 --causal",
+        "batch_prefill_ragged --kv-len 20,31 --qo-len 20,7 --kv-data-type e5m2",
+        "single_prefill --kv-len 30 --qo-len 30 --causal --kv-layout HND",
+        "single_decode --kv-len 45"}) {
     Result r =
         kvattn_cli(std::string("run --backend cpu --num-qo-heads 4 --num-kv-heads 2 "
                                "--head-dim-qk 64 --head-dim-vo 64 --repeat 2 --check --op ") +
                    op);
+    // The cpu backend lands operation by operation; one it does not run yet says so.
     if (r.output.find("not written yet") != std::string::npos ||
         r.output.find("not built") != std::string::npos) {
-      GTEST_SKIP() << "the cpu backend does not run " << op << " in this build:\n" << r.output;
+      not_built += std::string("\n  ") + op + ": " + r.output;
+      continue;
     }
+    ++ran;
     EXPECT_EQ(r.exit_code, 0) << op << "\n" << r.output;
     EXPECT_NE(r.output.find("backend: cpu"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("check: PASS"), std::string::npos) << r.output;
   }
+  if (!not_built.empty()) std::cout << "cpu backend does not run yet:" << not_built << '\n';
+  if (ran == 0) GTEST_SKIP() << "the cpu backend runs none of these operations:" << not_built;
 }
 
 TEST(CliTest, SavedCaseReplaysToTheSameOutputBits) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -78,7 +79,9 @@ TEST(SafeTensorsTest, RoundTripEveryDType) {
     EXPECT_EQ(got->dtype, t.dtype) << t.name;
     EXPECT_EQ(got->shape, t.shape) << t.name;
     ASSERT_EQ(got->bytes.size(), t.bytes.size()) << t.name;
-    EXPECT_EQ(std::memcmp(got->bytes.data(), t.bytes.data(), t.bytes.size()), 0) << t.name;
+    EXPECT_TRUE(std::equal(t.bytes.begin(), t.bytes.end(),
+                           reinterpret_cast<const std::byte*>(got->bytes.data())))
+        << t.name;
     // Each tensor is aligned to its element size inside the file.
     const auto offset = static_cast<size_t>(got->bytes.data() - file.data());
     EXPECT_EQ(offset % dtype_size(t.dtype), 0u) << t.name;
