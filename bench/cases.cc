@@ -1,0 +1,50 @@
+#include "bench/cases.h"
+
+namespace kvattn::bench {
+namespace {
+
+// Llama-3-8B attention: 32 query heads, 8 KV heads, head dim 128, pages of 16 tokens.
+testing::CaseSpec llama3_decode(DType kv, int head_dim, int batch, int64_t context) {
+  testing::CaseSpec spec;
+  Problem& p = spec.problem;
+  p.op = Op::kBatchDecode;
+  p.batch_size = batch;
+  p.num_qo_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim_qk = p.head_dim_vo = head_dim;
+  p.page_size = 16;
+  p.q_dtype = DType::kBF16;
+  p.kv_dtype = kv;
+  p.o_dtype = DType::kBF16;
+  spec.kv_lens.assign(batch, context);
+  spec.extra_pages = 0;
+  spec.nan_fill_outputs = false;
+  return spec;
+}
+
+// Ragged Q over a paged KV cache, one request of `tokens` new tokens, causal.
+testing::CaseSpec llama3_prefill(int head_dim, int64_t tokens) {
+  testing::CaseSpec spec = llama3_decode(DType::kBF16, head_dim, 1, tokens);
+  spec.problem.op = Op::kBatchPrefillPaged;
+  spec.problem.mask_mode = MaskMode::kCausal;
+  spec.qo_lens = {tokens};
+  return spec;
+}
+
+}  // namespace
+
+std::vector<BenchCase> standard_cases() {
+  return {
+      // 16 x 4096 tokens x 8 heads x 128 x 2 (K, V) x 2 bytes = 268 MB: 8x the 32 MiB L3.
+      {"decode_llama3_8b_bf16", llama3_decode(DType::kBF16, 128, 16, 4096), true},
+      {"decode_llama3_8b_e4m3", llama3_decode(DType::kE4M3, 128, 16, 4096), true},
+      {"decode_long_b1", llama3_decode(DType::kBF16, 128, 1, 32768), true},
+      {"decode_d64_bf16", llama3_decode(DType::kBF16, 64, 16, 4096), true},
+      {"decode_d256_bf16", llama3_decode(DType::kBF16, 256, 16, 4096), true},
+      {"prefill_llama3_8b_causal", llama3_prefill(128, 4096), false},
+      {"prefill_d64_causal", llama3_prefill(64, 4096), false},
+      {"prefill_d256_causal", llama3_prefill(256, 4096), false},
+  };
+}
+
+}  // namespace kvattn::bench

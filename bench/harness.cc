@@ -1,0 +1,86 @@
+#include "bench/harness.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+#include "kvattn/attention.h"
+
+namespace kvattn::bench {
+
+struct PreparedCase::State {
+  std::optional<testing::Case> c;
+  AttentionArgs args;
+  Plan plan;
+  std::vector<std::byte> workspace;
+  int threads = 1;
+};
+
+PreparedCase::PreparedCase() = default;
+PreparedCase::~PreparedCase() { delete state_; }
+PreparedCase::PreparedCase(PreparedCase&& o) noexcept : state_(o.state_) { o.state_ = nullptr; }
+PreparedCase& PreparedCase::operator=(PreparedCase&& o) noexcept {
+  std::swap(state_, o.state_);
+  return *this;
+}
+
+Status PreparedCase::prepare(const BenchCase& bench_case, const std::string& backend,
+                             int num_threads, PreparedCase* out) {
+  auto state = std::make_unique<State>();
+  state->c.emplace(testing::Case::make(bench_case.spec));
+  state->args = state->c->args();
+  PlanOptions options;
+  options.backend = backend;
+  options.num_threads = num_threads;
+  Status s = plan(bench_case.spec.problem, state->args, options, &state->plan);
+  if (!s.ok()) return s;
+  state->workspace.resize(state->plan.workspace_bytes);
+  state->threads = state->plan.backend == "cpu" ? state->plan.num_threads : 1;
+  delete out->state_;
+  out->state_ = state.release();
+  return Status::Ok();
+}
+
+Status PreparedCase::run_once() {
+  return run(state_->plan, state_->args, state_->workspace.data(), state_->workspace.size());
+}
+const std::string& PreparedCase::backend() const { return state_->plan.backend; }
+double PreparedCase::bytes() const { return static_cast<double>(state_->c->bytes_moved()); }
+double PreparedCase::flops() const { return state_->c->flops(); }
+int PreparedCase::threads() const { return state_->threads; }
+
+Status time_case(const BenchCase& bench_case, PreparedCase& prepared, int repeats,
+                 const Rooflines& rooflines, CaseResult* result) {
+  using Clock = std::chrono::steady_clock;
+  Status s = prepared.run_once();  // warm-up: pages faulted in, pool threads started
+  if (!s.ok()) return s;
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    s = prepared.run_once();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (!s.ok()) return s;
+  }
+  std::sort(ms.begin(), ms.end());
+  CaseResult& r = *result;
+  r.name = bench_case.name;
+  r.backend = prepared.backend();
+  r.repeats = repeats;
+  r.threads = prepared.threads();
+  r.median_ms = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  r.min_ms = ms.front();
+  r.max_ms = ms.back();
+  r.bytes = prepared.bytes();
+  r.flops = prepared.flops();
+  const double seconds = r.median_ms / 1e3;
+  r.gbps = r.bytes / seconds / 1e9;
+  r.gflops = r.flops / seconds / 1e9;
+  r.roofline_fraction = bench_case.memory_bound ? r.gbps / rooflines.dram_gbps
+                                                : r.gflops / rooflines.fma_gflops;
+  return Status::Ok();
+}
+
+}  // namespace kvattn::bench

@@ -1,0 +1,52 @@
+// Timing one standard case on one backend: plan once, run repeatedly, report the median.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bench/cases.h"
+#include "kvattn/status.h"
+
+namespace kvattn::bench {
+
+struct Rooflines {
+  double dram_gbps = 0;
+  double fma_gflops = 0;
+};
+
+struct CaseResult {
+  std::string name, backend;
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  double gbps = 0, gflops = 0;
+  double roofline_fraction = 0;  // gbps / dram (memory-bound) or gflops / fma peak
+  double bytes = 0, flops = 0;
+  int repeats = 0, threads = 0;
+};
+
+// A case with its buffers made and its plan cut, ready to run many times.
+class PreparedCase {
+ public:
+  // `backend`: auto | cpu | reference | ...; `num_threads` 0 = all cores.
+  static Status prepare(const BenchCase& bench_case, const std::string& backend, int num_threads,
+                        PreparedCase* out);
+  PreparedCase();
+  ~PreparedCase();
+  PreparedCase(PreparedCase&&) noexcept;
+  PreparedCase& operator=(PreparedCase&&) noexcept;
+
+  Status run_once();
+  const std::string& backend() const;
+  double bytes() const;
+  double flops() const;
+  int threads() const;
+
+ private:
+  struct State;
+  State* state_ = nullptr;
+};
+
+// Runs `repeats` timed runs after one warm-up run and fills the figures.
+Status time_case(const BenchCase& bench_case, PreparedCase& prepared, int repeats,
+                 const Rooflines& rooflines, CaseResult* result);
+
+}  // namespace kvattn::bench

@@ -1,0 +1,172 @@
+#include "bench/machine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace kvattn::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kWorkingSetBytes = std::size_t{1} << 30;
+constexpr int kBandwidthPasses = 5;
+constexpr int kFmaPasses = 5;
+constexpr int64_t kFmaIterations = 20'000'000;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Sums 64-byte lines; the sum is returned so that the loads cannot be dropped.
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) uint64_t read_avx512(const uint64_t* p, std::size_t words) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (std::size_t i = 0; i + 32 <= words; i += 32) {
+    a0 = _mm512_add_epi64(a0, _mm512_load_si512(p + i));
+    a1 = _mm512_add_epi64(a1, _mm512_load_si512(p + i + 8));
+    a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + i + 16));
+    a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + i + 24));
+  }
+  return _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+}
+__attribute__((target("avx2"))) uint64_t read_avx2(const uint64_t* p, std::size_t words) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (std::size_t i = 0; i + 16 <= words; i += 16) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 8)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 12)));
+  }
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
+                     _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+#endif
+uint64_t read_portable(const uint64_t* p, std::size_t words) {
+  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  for (std::size_t i = 0; i + 4 <= words; i += 4) {
+    a0 += p[i];
+    a1 += p[i + 1];
+    a2 += p[i + 2];
+    a3 += p[i + 3];
+  }
+  return a0 + a1 + a2 + a3;
+}
+
+uint64_t read_words(const uint64_t* p, std::size_t words) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) return read_avx512(p, words);
+  if (__builtin_cpu_supports("avx2")) return read_avx2(p, words);
+#endif
+  return read_portable(p, words);
+}
+
+// 16 independent FMA chains per thread: enough to cover latency 4 x 2 pipes with room to spare.
+#if defined(__x86_64__)
+__attribute__((target("avx512f,fma"))) float fma_avx512(int64_t iterations, int64_t* flops) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  *flops = iterations * 16 * 16 * 2;
+  __m512 sum = acc[0];
+  for (int i = 1; i < 16; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  return _mm512_reduce_add_ps(sum);
+}
+__attribute__((target("avx2,fma"))) float fma_avx2(int64_t iterations, int64_t* flops) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  *flops = iterations * 12 * 8 * 2;
+  alignas(32) float lanes[8];
+  __m256 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  _mm256_store_ps(lanes, sum);
+  return lanes[0];
+}
+#endif
+float fma_portable(int64_t iterations, int64_t* flops) {
+  float acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = static_cast<float>(i);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (float& x : acc) x = x * 0.999999f + 1e-7f;
+  }
+  *flops = iterations * 8 * 2;
+  return acc[0] + acc[7];
+}
+
+float run_fma(int64_t iterations, int64_t* flops) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) return fma_avx512(iterations, flops);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return fma_avx2(iterations, flops);
+  }
+#endif
+  return fma_portable(iterations, flops);
+}
+
+}  // namespace
+
+double measure_dram_read_gbps(int num_threads) {
+  const int threads = cpu::resolve_num_threads(num_threads);
+  const std::size_t words = kWorkingSetBytes / sizeof(uint64_t);
+  std::unique_ptr<uint64_t[], void (*)(uint64_t*)> data(
+      static_cast<uint64_t*>(std::aligned_alloc(64, kWorkingSetBytes)),
+      [](uint64_t* p) { std::free(p); });
+  const std::size_t share = words / threads / 32 * 32;
+  // First touch by the thread that reads the share (NUMA placement), with non-zero data.
+  cpu::ThreadPool::global().parallel_for(threads, threads, [&](int64_t t, int) {
+    for (std::size_t i = 0; i < share; ++i) data[t * share + i] = i ^ static_cast<uint64_t>(t);
+  });
+  double best = 0;
+  std::atomic<uint64_t> sink{0};
+  for (int pass = 0; pass < kBandwidthPasses; ++pass) {
+    const auto t0 = Clock::now();
+    cpu::ThreadPool::global().parallel_for(threads, threads, [&](int64_t t, int) {
+      sink.fetch_add(read_words(data.get() + t * share, share), std::memory_order_relaxed);
+    });
+    const double s = seconds_since(t0);
+    best = std::max(best, static_cast<double>(share * threads * sizeof(uint64_t)) / s / 1e9);
+  }
+  return sink.load() == 42 ? best + 0.0 : best;
+}
+
+double measure_fma_gflops(int num_threads) {
+  const int threads = cpu::resolve_num_threads(num_threads);
+  double best = 0;
+  std::atomic<float> sink{0};
+  for (int pass = 0; pass < kFmaPasses; ++pass) {
+    std::vector<int64_t> flops(threads, 0);
+    const auto t0 = Clock::now();
+    cpu::ThreadPool::global().parallel_for(threads, threads, [&](int64_t t, int) {
+      const float r = run_fma(kFmaIterations, &flops[t]);
+      float seen = sink.load();
+      while (!sink.compare_exchange_weak(seen, seen + r)) {
+      }
+    });
+    const double s = seconds_since(t0);
+    double total = 0;
+    for (int64_t f : flops) total += static_cast<double>(f);
+    best = std::max(best, total / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace kvattn::bench
