@@ -80,7 +80,7 @@ const std::vector<Variant>& variants() {
 }
 
 TEST(CpuPrefillVariants, MatchReferenceAtEveryIsa) {
-  for (CpuIsa isa : available_isas()) {
+  for (const KernelLevel& isa : available_levels()) {
     for (const Variant& v : variants()) {
       // Two requests: one with a cached prefix (qo < kv), one square; lengths off the tiles.
       testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {19, 33}, {83, 33});
@@ -92,7 +92,7 @@ TEST(CpuPrefillVariants, MatchReferenceAtEveryIsa) {
 }
 
 TEST(CpuPrefillVariants, RaggedKVAndSingleAtEveryIsa) {
-  for (CpuIsa isa : available_isas()) {
+  for (const KernelLevel& isa : available_levels()) {
     for (const Variant& v : variants()) {
       testing::CaseSpec ragged = small_spec(Op::kBatchPrefillRagged, {7, 40}, {30, 70});
       v.apply(ragged);
@@ -107,12 +107,12 @@ TEST(CpuPrefillVariants, RaggedKVAndSingleAtEveryIsa) {
 TEST(CpuPrefillDTypes, EveryQueryKVOutputTriple) {
   const DType inputs[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2};
   const DType outputs[] = {DType::kF32, DType::kF16, DType::kBF16};
-  for (CpuIsa isa : available_isas()) {
+  for (const KernelLevel& isa : available_levels()) {
     for (DType q : inputs) {
       for (DType kv : inputs) {
         for (DType o : outputs) {
           // The full grid at the best level; each lower level runs it with one output type.
-          if (isa != available_isas().back() && o != DType::kF32) continue;
+          if (isa.isa != available_levels().back().isa && o != DType::kF32) continue;
           testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {21}, {45});
           spec.problem.q_dtype = q;
           spec.problem.kv_dtype = kv;
@@ -138,7 +138,7 @@ TEST(CpuPrefillDTypes, EveryQueryKVOutputTriple) {
 TEST(CpuPrefillHeadDims, FastAndGenericPairs) {
   const std::pair<int, int> dims[] = {{64, 64}, {128, 128}, {256, 256}, {192, 128},
                                       {40, 40}, {96, 32},   {18, 70},   {8, 8}};
-  for (CpuIsa isa : available_isas()) {
+  for (const KernelLevel& isa : available_levels()) {
     for (auto [dqk, dvo] : dims) {
       testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {17, 5}, {70, 5});
       spec.problem.head_dim_qk = dqk;
@@ -153,7 +153,7 @@ TEST(CpuPrefillHeadDims, FastAndGenericPairs) {
 }
 
 TEST(CpuPrefillLayouts, PagedCachesAndSingleLayouts) {
-  for (CpuIsa isa : available_isas()) {
+  for (const KernelLevel& isa : available_levels()) {
     for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
       for (int page_size : {1, 16, 7}) {
         for (bool combined : {false, true}) {
@@ -182,7 +182,7 @@ TEST(CpuPrefillTiles, LengthsAroundEveryTileSize) {
     int qo, kv;
   };
   const Heads head_sets[] = {{4, 2}, {2, 2}, {6, 2}, {8, 1}, {80, 1}};
-  for (CpuIsa isa : available_isas()) {
+  for (const KernelLevel& isa : available_levels()) {
     for (Heads h : head_sets) {
       const int group = h.qo / h.kv;
       const prefill::PrefillTile tile = prefill::prefill_tile(group, 64, 64);
@@ -216,7 +216,7 @@ TEST(CpuPrefillTiles, LengthsAroundEveryTileSize) {
 }
 
 TEST(CpuPrefillEmptyRows, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
-  for (CpuIsa isa : available_isas()) {
+  for (const KernelLevel& isa : available_levels()) {
     // More queries than keys, causal: the first qo_len - kv_len rows see nothing.
     testing::CaseSpec more_queries = small_spec(Op::kBatchPrefillPaged, {40}, {9});
     more_queries.problem.mask_mode = MaskMode::kCausal;

@@ -1,20 +1,37 @@
 #include "cpu/prefill_test_util.h"
 
 #include <cstddef>
+#include <cstdlib>
+#include <iostream>
 #include <memory>
 
 #include "core/validate.h"
+#include "cpu/prefill/params.h"
 #include "cpu/prefill/prefill.h"
 #include "kvattn/device.h"
 
 namespace kvattn::cpu::test {
 
-std::vector<CpuIsa> available_isas() {
-  std::vector<CpuIsa> isas = {CpuIsa::kScalar};
-  const CpuIsa best = detail::cpu_features().best;
-  if (best >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
-  if (best >= CpuIsa::kAvx512) isas.push_back(CpuIsa::kAvx512);
-  return isas;
+std::string KernelLevel::name() const {
+  return std::string(cpu_isa_name(isa)) + (bf16_dot ? "+bf16dot" : "");
+}
+
+std::vector<KernelLevel> available_levels() {
+  std::vector<KernelLevel> levels = {{CpuIsa::kScalar, false}};
+  const detail::CpuFeatures& f = detail::cpu_features();
+  if (f.best >= CpuIsa::kAvx2) levels.push_back({CpuIsa::kAvx2, false});
+  if (f.best >= CpuIsa::kAvx512) levels.push_back({CpuIsa::kAvx512, false});
+  if (f.best >= CpuIsa::kAvx512 && f.avx512_bf16) levels.push_back({CpuIsa::kAvx512, true});
+  return levels;
+}
+
+LevelGuard::LevelGuard(const KernelLevel& level) {
+  detail::set_cpu_isa_limit(level.isa);
+  prefill::set_bf16_dot_allowed(level.bf16_dot);
+}
+LevelGuard::~LevelGuard() {
+  detail::clear_cpu_isa_limit();
+  prefill::set_bf16_dot_allowed(true);
 }
 
 Status run_cpu_prefill(const Problem& problem, const AttentionArgs& args, int num_threads) {
@@ -51,13 +68,17 @@ testing::CaseSpec small_spec(Op op, std::vector<int64_t> qo_lens, std::vector<in
   return spec;
 }
 
-void expect_matches_reference(const testing::CaseSpec& spec, CpuIsa isa, const std::string& what) {
+void expect_matches_reference(const testing::CaseSpec& spec, const KernelLevel& level,
+                              const std::string& what) {
   testing::Case c = testing::Case::make(spec);
-  IsaLimit limit(isa);
+  LevelGuard guard(level);
   const testing::CheckResult result = testing::check_against_reference(
       c, [](const Problem& p, const AttentionArgs& a) { return run_cpu_prefill(p, a); });
-  EXPECT_TRUE(result.ok) << what << " [isa " << cpu_isa_name(isa) << "] "
-                         << spec.problem.to_string() << "\n"
+  // KVATTN_PREFILL_TEST_VERBOSE=1 prints the error figures of passing cases too (the margins).
+  if (std::getenv("KVATTN_PREFILL_TEST_VERBOSE") != nullptr) {
+    std::cout << what << " [" << level.name() << "] " << result.message << "\n";
+  }
+  EXPECT_TRUE(result.ok) << what << " [" << level.name() << "] " << spec.problem.to_string() << "\n"
                          << result.message;
 }
 

@@ -15,16 +15,24 @@
 
 namespace kvattn::cpu::test {
 
-// Every ISA level this machine can run, lowest first.
-std::vector<CpuIsa> available_isas();
+// A kernel level: an ISA limit, and at AVX-512 whether the bf16 dot-product kernel may run.
+struct KernelLevel {
+  CpuIsa isa = CpuIsa::kScalar;
+  bool bf16_dot = false;
+  std::string name() const;
+};
 
-// Limits the ISA level for the lifetime of the object.
-class IsaLimit {
+// Every level this machine can run, lowest first (AVX-512 twice when the CPU has AVX512_BF16:
+// f32 only, then with the bf16 dot products).
+std::vector<KernelLevel> available_levels();
+
+// Sets a level for the lifetime of the object.
+class LevelGuard {
  public:
-  explicit IsaLimit(CpuIsa isa) { detail::set_cpu_isa_limit(isa); }
-  ~IsaLimit() { detail::clear_cpu_isa_limit(); }
-  IsaLimit(const IsaLimit&) = delete;
-  IsaLimit& operator=(const IsaLimit&) = delete;
+  explicit LevelGuard(const KernelLevel& level);
+  ~LevelGuard();
+  LevelGuard(const LevelGuard&) = delete;
+  LevelGuard& operator=(const LevelGuard&) = delete;
 };
 
 // Validates, plans with plan_prefill and runs with run_prefill on `num_threads` threads.
@@ -34,9 +42,9 @@ Status run_cpu_prefill(const Problem& problem, const AttentionArgs& args, int nu
 // bf16 q/kv/o, page size 16.
 testing::CaseSpec small_spec(Op op, std::vector<int64_t> qo_lens, std::vector<int64_t> kv_lens);
 
-// Builds the case, runs the CPU prefill at `isa` and compares with the reference; a failure
-// names the ISA, the problem and the error figures.
-void expect_matches_reference(const testing::CaseSpec& spec, CpuIsa isa,
+// Builds the case, runs the CPU prefill at `level` and compares with the reference; a failure
+// names the level, the problem and the error figures.
+void expect_matches_reference(const testing::CaseSpec& spec, const KernelLevel& level,
                               const std::string& what = "");
 
 }  // namespace kvattn::cpu::test

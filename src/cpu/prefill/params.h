@@ -91,5 +91,11 @@ using PrefillItemFn = void (*)(const PrefillParams& params, const WorkItem& item
 PrefillItemFn prefill_item_fn_scalar();
 PrefillItemFn prefill_item_fn_avx2();    // null when not built
 PrefillItemFn prefill_item_fn_avx512();  // null when not built
+// bf16 dot products (AVX512_BF16) for bf16 q over bf16 / fp8 K/V; null when not built.
+PrefillItemFn prefill_item_fn_avx512_bf16();
+
+// Whether run_prefill may use the bf16 dot-product kernel where it applies (default on); tests
+// turn it off to run the f32 AVX-512 kernel on the same problems.
+void set_bf16_dot_allowed(bool allowed);
 
 }  // namespace kvattn::cpu::prefill

@@ -4,6 +4,7 @@
 #include "cpu/prefill/prefill.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -112,15 +113,37 @@ void fill_rope_table(const Problem& p, const PositionRange& pos, float* table, i
   });
 }
 
-prefill::PrefillItemFn kernel_for_isa(CpuIsa isa) {
+std::atomic<bool> g_bf16_dot_allowed{true};
+
+// The bf16 dot-product kernel computes exactly what the f32 one does up to the rounding of P to
+// bf16, which bf16 queries allow (STYLE.md's baseline rounds P to q's type too). It needs q
+// bf16 whose pairs are adjacent, K/V that widen exactly to bf16, and no rotation or fp16
+// rounding of the raw dot product (those change q or the dot before the scales).
+bool bf16_dot_applies(const PrefillParams& params, const Problem& p) {
+  return p.q_dtype == DType::kBF16 &&
+         (p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kE4M3 || p.kv_dtype == DType::kE5M2) &&
+         p.pos_encoding_mode != PosEncoding::kRopeLlama && !p.use_fp16_qk_reduction &&
+         p.head_dim_qk % 2 == 0 && params.q_stride_dim == 1 && params.k.stride_dim == 1 &&
+         params.v.stride_dim == 1;
+}
+
+prefill::PrefillItemFn kernel_for(CpuIsa isa, const PrefillParams& params, const Problem& p) {
   prefill::PrefillItemFn fn = nullptr;
-  if (isa >= CpuIsa::kAvx512) fn = prefill::prefill_item_fn_avx512();
+  if (isa >= CpuIsa::kAvx512 && detail::cpu_features().avx512_bf16 && g_bf16_dot_allowed.load() &&
+      bf16_dot_applies(params, p)) {
+    fn = prefill::prefill_item_fn_avx512_bf16();
+  }
+  if (fn == nullptr && isa >= CpuIsa::kAvx512) fn = prefill::prefill_item_fn_avx512();
   if (fn == nullptr && isa >= CpuIsa::kAvx2) fn = prefill::prefill_item_fn_avx2();
   if (fn == nullptr) fn = prefill::prefill_item_fn_scalar();
   return fn;
 }
 
 }  // namespace
+
+namespace prefill {
+void set_bf16_dot_allowed(bool allowed) { g_bf16_dot_allowed.store(allowed); }
+}  // namespace prefill
 
 Status plan_prefill(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
                     Plan* plan) {
@@ -307,7 +330,7 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
     params.rope_interleave = p.rope_interleave;
   }
 
-  const prefill::PrefillItemFn kernel = kernel_for_isa(detail::effective_cpu_isa());
+  const prefill::PrefillItemFn kernel = kernel_for(detail::effective_cpu_isa(), params, p);
   std::byte* scratch = base + layout.scratch;
   const std::size_t stride = layout.scratch_stride;
   ThreadPool::global().parallel_for(

@@ -81,58 +81,70 @@ struct Vec {
     return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 
-  // 8 stored elements at src as f32 (before the scale).
-  static Reg load8(const unsigned char* src, DType dtype, float* extra_scale) {
-    *extra_scale = 1.0f;
-    switch (dtype) {
-      case DType::kF32:
-        return _mm256_loadu_ps(reinterpret_cast<const float*>(src));
-      case DType::kF16:
-        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-      case DType::kBF16:
-        return _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))), 16));
-      case DType::kE5M2: {
-        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
-        return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(b), 8));
-      }
-      case DType::kE4M3: {
-        // As in the AVX-512 file: e4m3 bits placed in an f16, times 2^8; S.1111.111 is NaN.
-        const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
-        const __m128i mag = _mm_and_si128(x, _mm_set1_epi16(0x7f));
-        const __m128i sign = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8);
-        const __m128i h = _mm_or_si128(sign, _mm_slli_epi16(mag, 7));
-        const __m128i nan16 = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f));
-        const Reg nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan16));
-        *extra_scale = 256.0f;
-        return _mm256_blendv_ps(_mm256_cvtph_ps(h), set1(__builtin_nanf("")), nan);
-      }
-      default:
-        return zero();
+  // 8 stored elements at src as f32, before the scale and before raw_scale<T>().
+  template <DType T>
+  static Reg load8(const unsigned char* src) {
+    if constexpr (T == DType::kF32) {
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(src));
+    } else if constexpr (T == DType::kF16) {
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+    } else if constexpr (T == DType::kBF16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))), 16));
+    } else if constexpr (T == DType::kE5M2) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
+      return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(b), 8));
+    } else {
+      // As in the AVX-512 file: e4m3 bits placed in an f16 (2^-8 off); S.1111.111 is NaN.
+      const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+      const __m128i mag = _mm_and_si128(x, _mm_set1_epi16(0x7f));
+      const __m128i sign = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8);
+      const __m128i h = _mm_or_si128(sign, _mm_slli_epi16(mag, 7));
+      const __m128i nan16 = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f));
+      const Reg nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan16));
+      return _mm256_blendv_ps(_mm256_cvtph_ps(h), set1(__builtin_nanf("")), nan);
     }
+  }
+  template <DType T>
+  static constexpr float raw_scale() {
+    return T == DType::kE4M3 ? 256.0f : 1.0f;
   }
 
   static int element_bytes(DType dtype) {
     return dtype == DType::kF32 ? 4 : (dtype == DType::kF16 || dtype == DType::kBF16) ? 2 : 1;
   }
 
-  static void load_convert(const void* src, DType dtype, int n, float scale, float* dst) {
-    const auto* bytes = static_cast<const unsigned char*>(src);
-    const int esize = element_bytes(dtype);
-    float extra = 1.0f;
+  template <DType T>
+  static void convert_row(const unsigned char* src, int n, float scale, float* dst) {
+    constexpr int esize = T == DType::kF32 ? 4 : (T == DType::kF16 || T == DType::kBF16) ? 2 : 1;
+    const Reg s = set1(scale * raw_scale<T>());
     int i = 0;
-    for (; i + W <= n; i += W) {
-      const Reg x = load8(bytes + i * esize, dtype, &extra);
-      store(dst + i, mul(x, set1(scale * extra)));
-    }
+    for (; i + W <= n; i += W) store(dst + i, mul(load8<T>(src + i * esize), s));
     if (i < n) {
       // The tail through a zeroed staging buffer: never reads past the row.
       alignas(32) unsigned char staged[W * 4] = {};
       alignas(32) float out[W];
-      std::memcpy(staged, bytes + i * esize, (n - i) * esize);
-      const Reg x = load8(staged, dtype, &extra);
-      store(out, mul(x, set1(scale * extra)));
+      std::memcpy(staged, src + i * esize, (n - i) * esize);
+      store(out, mul(load8<T>(staged), s));
       std::memcpy(dst + i, out, (n - i) * sizeof(float));
+    }
+  }
+
+  static void load_convert(const void* src, DType dtype, int n, float scale, float* dst) {
+    const auto* bytes = static_cast<const unsigned char*>(src);
+    switch (dtype) {
+      case DType::kF32:
+        return convert_row<DType::kF32>(bytes, n, scale, dst);
+      case DType::kF16:
+        return convert_row<DType::kF16>(bytes, n, scale, dst);
+      case DType::kBF16:
+        return convert_row<DType::kBF16>(bytes, n, scale, dst);
+      case DType::kE4M3:
+        return convert_row<DType::kE4M3>(bytes, n, scale, dst);
+      case DType::kE5M2:
+        return convert_row<DType::kE5M2>(bytes, n, scale, dst);
+      default:
+        return;
     }
   }
 

@@ -12,7 +12,10 @@ namespace kvattn::cpu::prefill {
 inline constexpr int kRowAlign = 16;
 // A tile stacks all query heads of a GQA group as rows (token-major: row = token * group + head),
 // so each converted K/V tile serves the whole group.
-inline constexpr int kTargetTileRows = 64;
+inline constexpr int kTargetTileRows = 128;
+
+// The largest KV tile prefill_tile hands out (kernels size stack arrays of row pointers by it).
+inline constexpr int kMaxKVTile = 64;
 
 struct PrefillTile {
   int tokens;    // query tokens per tile
@@ -44,6 +47,7 @@ struct ScratchLayout {
   int64_t row_pos = 0;               // [rows_pad] absolute query positions (int32 storage)
   int64_t row_slope = 0;             // [rows_pad] ALiBi slope * log2(e)
   int64_t row_tmp = 0;               // [max(D_qk, D_vo) + 64] conversion staging
+  int64_t pair_rows = 0;             // 3 x max(D_qk, D_vo) u16: bf16 rows being paired
   int64_t floats = 0;                // total per thread
 };
 
@@ -66,7 +70,9 @@ constexpr ScratchLayout scratch_layout(const PrefillTile& t, int head_dim_qk, in
   s.row_sum = take(t.rows_pad);
   s.row_pos = take(t.rows_pad);
   s.row_slope = take(t.rows_pad);
-  s.row_tmp = take((head_dim_qk > head_dim_vo ? head_dim_qk : head_dim_vo) + 64);
+  const int64_t widest = head_dim_qk > head_dim_vo ? head_dim_qk : head_dim_vo;
+  s.row_tmp = take(widest + 64);
+  s.pair_rows = take((3 * widest + 1) / 2);
   s.floats = at;
   return s;
 }
