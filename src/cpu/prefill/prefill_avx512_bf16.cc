@@ -219,26 +219,56 @@ inline void stage_kv_tile_bf16(const PrefillParams& p, const RequestInfo& req, i
   }
 }
 
-// P (f32, >= 0) to bf16 pairs over keys, in place: row p of the pairs is written after rows 2p
-// and 2p + 1 of P were read.
-inline void pack_probabilities(const TileRows& t, int keys, float* st) {
-  const __m512i bias = _mm512_set1_epi32(0x7fff);
+// The online softmax of kernel.inc's softmax_update fused with the score scale (c > 0, so the
+// max of c * s is c times the max of s) and with the packing of P into bf16 pairs over keys,
+// written in place: pair row p is stored after rows 2p and 2p + 1 of S were read, and no later
+// step reads them. The row sums add the unrounded P.
+inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, float scale,
+                         float* scratch) {
+  using R = Vec::Reg;
+  float* st = scratch + p.scratch.st;
+  float* ot = scratch + p.scratch.ot;
+  float* row_max = scratch + p.scratch.row_max;
+  float* row_sum = scratch + p.scratch.row_sum;
+  const R c = Vec::set1(scale);
+  const __m512i round_bias = _mm512_set1_epi32(0x7fff);
   const __m512i one = _mm512_set1_epi32(1);
-  auto round_bits = [&](__m512 x) {
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  // Round to nearest even (P is finite and >= 0), the bf16 in the top half.
+  auto rounded = [&](R x) {
     const __m512i u = _mm512_castps_si512(x);
     return _mm512_add_epi32(
-        u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+        u, _mm512_add_epi32(round_bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
   };
-  const __m512i high_half = _mm512_set1_epi32(int(0xffff0000u));
-  for (int jj = 0; jj < keys; jj += 2) {
-    for (int rv = 0; rv < t.row_vecs; ++rv) {
-      const __m512 a = Vec::load(st + jj * t.rows_pad + rv * Vec::W);
-      const __m512 b =
-          jj + 1 < keys ? Vec::load(st + (jj + 1) * t.rows_pad + rv * Vec::W) : Vec::zero();
-      const __m512i lo = _mm512_srli_epi32(round_bits(a), 16);
-      const __m512i hi = _mm512_and_si512(round_bits(b), high_half);
-      _mm512_storeu_si512(st + (jj / 2) * t.rows_pad + rv * Vec::W, _mm512_or_si512(lo, hi));
+  for (int rv = 0; rv < t.row_vecs; ++rv) {
+    float* s = st + rv * Vec::W;
+    const R old_max = Vec::load(row_max + rv * Vec::W);
+    R raw_max = Vec::set1(kNegInf);
+    for (int jj = 0; jj < keys; ++jj) raw_max = Vec::max(raw_max, Vec::load(s + jj * t.rows_pad));
+    const R new_max = Vec::max(old_max, Vec::mul(raw_max, c));
+    const R base = Vec::zero_if_neg_inf(new_max);
+    const R neg_base = Vec::sub(Vec::zero(), base);
+    R sum = Vec::load(row_sum + rv * Vec::W);
+    if (Vec::any_greater(new_max, old_max)) {
+      const R alpha = Vec::exp2(Vec::sub(old_max, base));
+      sum = Vec::mul(sum, alpha);
+      for (int d = 0; d < p.head_dim_vo; ++d) {
+        float* o = ot + d * t.rows_pad + rv * Vec::W;
+        Vec::store(o, Vec::mul(Vec::load(o), alpha));
+      }
     }
+    for (int jj = 0; jj < keys; jj += 2) {
+      const R a = Vec::exp2(Vec::fma(Vec::load(s + jj * t.rows_pad), c, neg_base));
+      const R b = jj + 1 < keys
+                      ? Vec::exp2(Vec::fma(Vec::load(s + (jj + 1) * t.rows_pad), c, neg_base))
+                      : Vec::zero();
+      sum = Vec::add(sum, Vec::add(a, b));
+      const __m512i pair = _mm512_or_si512(_mm512_srli_epi32(rounded(a), 16),
+                                           _mm512_and_si512(rounded(b), high_half));
+      _mm512_storeu_si512(s + (jj / 2) * t.rows_pad, pair);
+    }
+    Vec::store(row_sum + rv * Vec::W, sum);
+    Vec::store(row_max + rv * Vec::W, new_max);
   }
 }
 
@@ -272,12 +302,16 @@ inline void run_tile_bf16(const PrefillParams& p, const RequestInfo& req, int kv
     }
     scores(k_rows, p.head_dim_qk / 2, reinterpret_cast<const uint32_t*>(scratch + p.scratch.qt),
            t.rows_pad, t.row_vecs, n, st);
-    scale_scores(t, n, score_scale, st);
-    if (transform) transform_scores(p, t, j0, n, scratch);
+    // The soft cap and ALiBi act on scaled scores; otherwise the scale rides along the softmax.
+    float softmax_scale = score_scale;
+    if (transform) {
+      scale_scores(t, n, score_scale, st);
+      transform_scores(p, t, j0, n, scratch);
+      softmax_scale = 1.0f;
+    }
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
     if (!full) mask_scores(p, req, t, j0, n, scratch);
-    softmax_update(p, t, n, scratch);
-    pack_probabilities(t, n, st);
+    softmax_pack(p, t, n, softmax_scale, scratch);
     accumulate_values(reinterpret_cast<const uint32_t*>(scratch + p.scratch.vf), p.head_dim_vo,
                       reinterpret_cast<const uint32_t*>(st), t.rows_pad, t.row_vecs, (n + 1) / 2,
                       scratch + p.scratch.ot);
