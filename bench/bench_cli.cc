@@ -92,11 +92,12 @@ std::string json_string(const std::string& s) {
 void print_json(const CaseResult& r, const Rooflines& m) {
   std::printf(
       "{\"name\":%s,\"backend\":%s,\"median_ms\":%.4f,\"min_ms\":%.4f,\"max_ms\":%.4f,"
+      "\"median_cpu_ms\":%.4f,"
       "\"gbps\":%.3f,\"gflops\":%.3f,\"roofline_fraction\":%.4f,\"dram_gbps\":%.3f,"
       "\"fma_gflops\":%.3f,\"bytes\":%.0f,\"flops\":%.0f,\"repeats\":%d,\"threads\":%d,"
       "\"cpu_isa\":%s}\n",
       json_string(r.name).c_str(), json_string(r.backend).c_str(), r.median_ms, r.min_ms,
-      r.max_ms, r.gbps, r.gflops, r.roofline_fraction, m.dram_gbps, m.fma_gflops, r.bytes,
+      r.max_ms, r.median_cpu_ms, r.gbps, r.gflops, r.roofline_fraction, m.dram_gbps, m.fma_gflops, r.bytes,
       r.flops, r.repeats, r.threads,
       json_string(std::string(cpu_isa_name(detail::effective_cpu_isa()))).c_str());
   std::fflush(stdout);
@@ -137,8 +138,8 @@ int bench_main(int argc, char** argv) {
     std::printf("machine: %d threads, DRAM read %.1f GB/s, fp32 FMA peak %.1f GFLOP/s, isa %s\n",
                 cpu::resolve_num_threads(o.threads), m.dram_gbps, m.fma_gflops,
                 std::string(cpu_isa_name(detail::effective_cpu_isa())).c_str());
-    std::printf("%-26s %-9s %10s %9s %10s %9s\n", "case", "backend", "median_ms", "GB/s",
-                "GFLOP/s", "roofline");
+    std::printf("%-26s %-9s %10s %9s %10s %9s %10s\n", "case", "backend", "median_ms", "GB/s",
+                "GFLOP/s", "roofline", "cpu_ms");
   }
   int failures = 0;
   for (const BenchCase& c : cases) {
@@ -154,8 +155,9 @@ int bench_main(int argc, char** argv) {
     if (o.json) {
       print_json(r, m);
     } else {
-      std::printf("%-26s %-9s %10.3f %9.2f %10.2f %8.1f%%\n", r.name.c_str(), r.backend.c_str(),
-                  r.median_ms, r.gbps, r.gflops, 100 * r.roofline_fraction);
+      std::printf("%-26s %-9s %10.3f %9.2f %10.2f %8.1f%% %10.3f\n", r.name.c_str(),
+                  r.backend.c_str(), r.median_ms, r.gbps, r.gflops, 100 * r.roofline_fraction,
+                  r.median_cpu_ms);
       std::fflush(stdout);
     }
   }

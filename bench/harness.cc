@@ -6,6 +6,8 @@
 #include <optional>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include "cpu/thread_pool.h"
 #include "kvattn/attention.h"
 
@@ -52,25 +54,45 @@ double PreparedCase::bytes() const { return static_cast<double>(state_->c->bytes
 double PreparedCase::flops() const { return state_->c->flops(); }
 int PreparedCase::threads() const { return state_->threads; }
 
+namespace {
+
+double process_cpu_ms() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto ms = [](const timeval& t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; };
+  return ms(u.ru_utime) + ms(u.ru_stime);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
 Status time_case(const BenchCase& bench_case, PreparedCase& prepared, int repeats,
                  const Rooflines& rooflines, CaseResult* result) {
   using Clock = std::chrono::steady_clock;
   Status s = prepared.run_once();  // warm-up: pages faulted in, pool threads started
   if (!s.ok()) return s;
-  std::vector<double> ms;
+  std::vector<double> ms, cpu_ms;
   for (int r = 0; r < repeats; ++r) {
+    const double c0 = process_cpu_ms();
     const auto t0 = Clock::now();
     s = prepared.run_once();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    cpu_ms.push_back(process_cpu_ms() - c0);
     if (!s.ok()) return s;
   }
   std::sort(ms.begin(), ms.end());
+  result->median_cpu_ms = median(cpu_ms);
   CaseResult& r = *result;
   r.name = bench_case.name;
   r.backend = prepared.backend();
   r.repeats = repeats;
   r.threads = prepared.threads();
-  r.median_ms = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  r.median_ms = median(ms);
   r.min_ms = ms.front();
   r.max_ms = ms.back();
   r.bytes = prepared.bytes();

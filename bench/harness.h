@@ -17,6 +17,9 @@ struct Rooflines {
 struct CaseResult {
   std::string name, backend;
   double median_ms = 0, min_ms = 0, max_ms = 0;
+  // Process CPU time per run (all threads), median: on a loaded machine wall time includes time
+  // the threads waited for a core; cpu_ms / threads is what the run would take on idle cores.
+  double median_cpu_ms = 0;
   double gbps = 0, gflops = 0;
   double roofline_fraction = 0;  // gbps / dram (memory-bound) or gflops / fma peak
   double bytes = 0, flops = 0;

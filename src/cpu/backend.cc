@@ -54,6 +54,10 @@ class CpuBackend final : public Backend {
   Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
               Plan* plan) const override {
     if (is_decode(problem.op)) return cpu::plan_decode(problem, args, options, plan);
+    // plan_prefill cuts the work; what every plan carries is filled here.
+    plan->backend = std::string(name());
+    plan->device = options.device;
+    plan->problem = problem;
     return cpu::plan_prefill(problem, args, options, plan);
   }
   Status run(const Plan& plan, const AttentionArgs& args, void* workspace,
