@@ -1,7 +1,6 @@
 // kvattn run: one attention problem on random (seeded) or replayed inputs, timed, optionally
 // checked against the reference, its inputs and outputs optionally saved.
 #include <algorithm>
-#include <chrono>
 #include <exception>
 #include <iomanip>
 #include <iostream>
@@ -13,6 +12,7 @@
 #include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/run_check.h"
+#include "tools/timed_run.h"
 
 namespace kvattn::tools {
 namespace {
@@ -44,7 +44,8 @@ void print_help() {
          "dtypes; pages shuffled) or on a case file's, and prints the backend, the median time,\n"
          "the achieved GB/s (q, k, v, o, lse bytes) and GFLOP/s (DESIGN.md §5). --check compares\n"
          "with the fp64 reference: max |err| <= 2 x the error of a plain low-precision\n"
-         "implementation + atol.\n"
+         "implementation + atol. On a GPU (--device cuda:N) the data tensors are copied to its\n"
+         "memory (index tensors stay on the host) and each timed call includes a synchronize.\n"
          "Exit: 0 ok, 1 check failed or runtime/file error, 2 usage error, 3 not supported or\n"
          "unavailable.\n\nflags:\n"
       << flags_help(run_flags());
@@ -125,7 +126,13 @@ int run_main(const std::vector<std::string>& args) {
   if (s.ok() && flags.get("device")) {
     std::string error;
     std::optional<Device> d = Device::parse(*flags.get("device"), &error);
-    if (!d) s = Status(ErrorCode::kParseError, "--device: " + error);
+    if (!d) {
+      // A GPU asked for by ordinal that this machine lacks is unavailable, not a usage error.
+      const std::string& text = *flags.get("device");
+      bool gpu_ordinal = text.rfind("cuda", 0) == 0 && text.find("sm") == std::string::npos;
+      s = Status(gpu_ordinal ? ErrorCode::kUnavailable : ErrorCode::kParseError,
+                 "--device: " + error);
+    }
     if (d) options.device = *d;
   }
   if (s.ok() && flags.has("case") && has_problem_flags(flags)) {
@@ -134,6 +141,7 @@ int run_main(const std::vector<std::string>& args) {
   }
   Workload w;
   if (s.ok() && !flags.has("case")) s = workload_from_args(flags, &w);
+  if (s.code() == ErrorCode::kUnavailable) return fail(s, "cannot run");
   if (!s.ok()) {
     std::cerr << "kvattn run: " << s.message() << "\n(see kvattn run --help)\n";
     return kExitUsage;
@@ -149,32 +157,19 @@ int run_main(const std::vector<std::string>& args) {
     if (!s.ok()) return fail(s, "cannot save the case");
   }
   if (options.device.is_cuda()) {
+    // Selection first, so that a backend that cannot run the problem says so (and which would)
+    // before anything is copied to a GPU.
     std::string selected;
     s = select_backend(p, options.device, options.backend, &selected);
     if (!s.ok()) return fail(s, "cannot run");
-    std::cerr << "kvattn run: backend " << selected << " on " << options.device.to_string()
-              << " is selected, but kvattn run keeps its inputs in host memory and does not "
-                 "copy them to a GPU yet\n";
-    return kExitUnsupported;
   }
-
   io::OutputBuffers outputs;
-  AttentionArgs a = c.args_with_outputs(&outputs, p.o_dtype, p.return_lse);
-  Plan plan;
-  s = kvattn::plan(p, a, options, &plan);
-  if (!s.ok()) return fail(s, "cannot plan");
-  s = kvattn::run(plan, a);  // warm-up: first-touch of the buffers, thread start-up
-  if (!s.ok()) return fail(s, "run failed");
-  std::vector<double> seconds;
-  for (int i = 0; i < repeat; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    s = kvattn::run(plan, a);
-    auto stop = std::chrono::steady_clock::now();
-    if (!s.ok()) return fail(s, "run failed");
-    seconds.push_back(std::chrono::duration<double>(stop - start).count());
-  }
-  std::sort(seconds.begin(), seconds.end());
-  const double median = seconds[seconds.size() / 2];
+  TimedRun timed;
+  s = options.device.is_cuda() ? timed_run_cuda(c, options, repeat, &outputs, &timed)
+                               : timed_run_host(c, options, repeat, &outputs, &timed);
+  if (!s.ok()) return fail(s, "cannot run");
+  const Plan& plan = timed.plan;
+  const double median = timed.median();
 
   std::cout << "problem: " << p.to_string() << '\n'
             << "lengths: qo " << summarize_lengths(c.qo_lens) << ", kv "
@@ -182,7 +177,7 @@ int run_main(const std::vector<std::string>& args) {
             << "backend: " << plan.backend << " on " << plan.device.to_string() << ", "
             << plan.num_threads << " threads\n"
             << std::fixed << std::setprecision(3) << "time: " << median * 1e3 << " ms median of "
-            << repeat << " (min " << seconds.front() * 1e3 << ")\n"
+            << repeat << " (min " << timed.seconds.front() * 1e3 << ")\n"
             << std::setprecision(2) << "throughput: " << c.bytes_moved() / median / 1e9 << " GB/s, "
             << c.flops() / median / 1e9 << " GFLOP/s\n";
   int code = kExitOk;
@@ -194,7 +189,15 @@ int run_main(const std::vector<std::string>& args) {
     if (!result.ok) code = kExitFailure;
   }
   if (const std::string* path = flags.get("output")) {
-    s = io::save_output(*path, p, a.out, a.lse,
+    std::vector<int64_t> shape = c.out_shape();
+    TensorView out = TensorView::contiguous(outputs.out.data(), p.o_dtype, shape.data(),
+                                            static_cast<int>(shape.size()));
+    TensorView lse;
+    if (p.return_lse) {
+      lse = TensorView::contiguous(outputs.lse.data(), DType::kF32, shape.data(),
+                                   static_cast<int>(shape.size()) - 1);
+    }
+    s = io::save_output(*path, p, out, lse,
                         {{"backend", plan.backend}, {"device", plan.device.to_string()}});
     if (!s.ok()) return fail(s, "cannot write the output");
   }
