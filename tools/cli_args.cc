@@ -1,6 +1,7 @@
 #include "tools/cli_args.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/status_macros.h"
 #include "core/validate.h"
@@ -10,6 +11,7 @@ namespace {
 
 // Keys per request when neither --kv-len nor a case file says otherwise.
 constexpr int64_t kDefaultKvLen = 512;
+constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
 
 Status usage(const std::string& what) { return Status(ErrorCode::kParseError, what); }
 
@@ -201,6 +203,16 @@ Status workload_from_args(const Args& args, Workload* out) {
   }
   if (p.op == Op::kSinglePrefill && qo[0] == 0) {
     return usage("--qo-len: single_prefill needs at least one query token");
+  }
+  // Index tensors are int32: every token count, and the totals, must fit.
+  for (auto [flag, list] : {std::pair{"qo-len", &qo}, std::pair{"kv-len", &kv}}) {
+    int64_t total = 0;
+    for (int64_t l : *list) total += std::min<int64_t>(l, kMaxTokens + 1);
+    if (total > kMaxTokens) {
+      return usage(std::string("--") + flag + ": " + std::to_string(total) +
+                   " tokens in all is more than the int32 index tensors hold (" +
+                   std::to_string(kMaxTokens) + ")");
+    }
   }
   w.qo_lens = std::move(qo);
   w.kv_lens = std::move(kv);

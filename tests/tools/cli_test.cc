@@ -109,6 +109,8 @@ TEST(CliTest, UsageErrorsExit2AndNameTheFlag) {
       {"run --op single_decode --kv-len 3,4", "runs one request"},
       {"run --op batch_decode --qo-len 4", "one query per request"},
       {"run --op batch_prefill_paged --batch-size 3 --kv-len 1,2", "--batch-size 3"},
+      {"run --op batch_decode --kv-len 2000000000,2000000000", "int32"},
+      {"run --kv-len 99999999999999999999", "--kv-len: '99999999999999999999'"},
       {"run positional", "unexpected argument"},
       {"devices extra", "unexpected argument"},
   };
@@ -244,9 +246,13 @@ TEST(CliTest, BenchIsDelegatedOrSaysNotBuilt) {
   Result r = kvattn_cli("bench --help");
   if (r.exit_code == 3) {
     EXPECT_NE(r.output.find("not built"), std::string::npos) << r.output;
-  } else {
-    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return;
   }
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kvattn bench"), std::string::npos) << r.output;
+  r = kvattn_cli("bench --list");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("decode"), std::string::npos) << r.output;
 }
 
 }  // namespace
