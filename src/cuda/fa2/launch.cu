@@ -168,12 +168,17 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
   k.causal = p.mask_mode == MaskMode::kCausal;
   k.window_left = p.window_left;
   if (p.mask_mode == MaskMode::kCustom) {
+    if (args.custom_mask.strides[0] != 1) {
+      return make_error(ErrorCode::kInvalidArgument, "fa2: custom_mask must be contiguous (stride ",
+                        args.custom_mask.strides[0], ")");
+    }
     k.custom_mask = static_cast<const uint8_t*>(args.custom_mask.data);
     k.custom_mask_packed = args.custom_mask_packed;
   }
   k.alibi = p.pos_encoding_mode == PosEncoding::kAlibi;
   if (k.alibi && !args.alibi_slopes.empty()) {
     k.alibi_slopes = static_cast<const float*>(args.alibi_slopes.data);
+    k.alibi_stride = args.alibi_slopes.strides[0];
   }
   k.rope = p.pos_encoding_mode == PosEncoding::kRopeLlama;
   k.rope_theta = p.rope_theta;

@@ -87,10 +87,11 @@ struct AttentionParams {
   float soft_cap = 0.0f;
   bool causal = false;
   int window_left = -1;
-  const uint8_t* custom_mask = nullptr;  // null: no custom mask
+  const uint8_t* custom_mask = nullptr;  // null: no custom mask (contiguous bytes)
   bool custom_mask_packed = false;
   bool alibi = false;
   const float* alibi_slopes = nullptr;  // null with alibi: the standard slopes
+  int64_t alibi_stride = 1;
   bool rope = false;
   float rope_theta = 1e4f;
   float rope_scale = 1.0f;

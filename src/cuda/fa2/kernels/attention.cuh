@@ -75,8 +75,8 @@ __device__ __forceinline__ RowInfo row_info(const AttentionParams& p, const Work
   ri.head = w.kv_head * p.group + packed % p.group;
   ri.q_abs = math::query_abs_pos(ri.token, r.qo_len, r.kv_len);
   if (p.alibi) {
-    ri.alibi_slope =
-        p.alibi_slopes ? p.alibi_slopes[ri.head] : math::alibi_slope(ri.head, p.num_qo_heads);
+    ri.alibi_slope = p.alibi_slopes ? p.alibi_slopes[ri.head * p.alibi_stride]
+                                    : math::alibi_slope(ri.head, p.num_qo_heads);
   }
   return ri;
 }
