@@ -32,23 +32,14 @@ double max_abs_finite(const std::vector<float>& values) {
   return m;
 }
 
-// The widening for fp16 QK reduction. A backend that rounds its own fp32 dot product to f16 may
-// land one f16 step away from the reference's rounding of the exact product; the baseline rarely
-// shows it (its fp32 dot product is too close to the exact one). One step is at most
-// delta = 2^-10 |q·k| sm_scale, with |q·k| <= ||q|| ||k|| <= D max|q| max|k| (RoPE keeps norms).
-// Scores shifted by up to delta move the LSE by at most delta and the softmax weights by at most
-// 2 delta in total, so the output by at most 2 delta max|v|.
 ScoreWidening fp16_score_widening(Case& c) {
   const Problem& p = c.problem();
   if (!p.use_fp16_qk_reduction) return {};
   AttentionArgs a = c.args();
   const bool paged = is_paged(p.op);
-  const double max_q = max_abs_finite(view_to_f32(a.q)) * p.q_scale;
-  const double max_k = max_abs_finite(view_to_f32(paged ? a.paged_k_cache : a.k)) * p.k_scale;
-  const double max_v = max_abs_finite(view_to_f32(paged ? a.paged_v_cache : a.v)) * p.v_scale;
-  constexpr double kF16Epsilon = 1.0 / 1024;  // 2^-10: one ulp relative to the value
-  const double delta = kF16Epsilon * p.head_dim_qk * max_q * max_k * p.effective_sm_scale();
-  return {2.0 * delta * max_v, delta};
+  return fp16_qk_widening(p, max_abs_finite(view_to_f32(a.q)),
+                          max_abs_finite(view_to_f32(paged ? a.paged_k_cache : a.k)),
+                          max_abs_finite(view_to_f32(paged ? a.paged_v_cache : a.v)));
 }
 
 std::string describe_index(const Problem& p, int64_t flat, int64_t dim) {
@@ -61,6 +52,21 @@ std::string describe_index(const Problem& p, int64_t flat, int64_t dim) {
 }
 
 }  // namespace
+
+// The widening for fp16 QK reduction. A backend that rounds its own fp32 dot product to f16 may
+// land one f16 step away from the reference's rounding of the exact product; the baseline rarely
+// shows it (its fp32 dot product is too close to the exact one). One step is at most
+// delta = 2^-10 |q·k| sm_scale, with |q·k| <= ||q|| ||k|| <= D max|q| max|k| (RoPE keeps norms).
+// Scores shifted by up to delta move the LSE by at most delta and the softmax weights by at most
+// 2 delta in total, so the output by at most 2 delta max|v|.
+ScoreWidening fp16_qk_widening(const Problem& p, double max_abs_q, double max_abs_k,
+                               double max_abs_v) {
+  if (!p.use_fp16_qk_reduction) return {};
+  constexpr double kF16Epsilon = 1.0 / 1024;  // 2^-10: one ulp relative to the value
+  const double max_q = max_abs_q * p.q_scale, max_k = max_abs_k * p.k_scale;
+  const double delta = kF16Epsilon * p.head_dim_qk * max_q * max_k * p.effective_sm_scale();
+  return {2.0 * delta * max_abs_v * p.v_scale, delta};
+}
 
 // Output atol: one unit in the last place of the output dtype at the output's scale (a
 // relative epsilon times max |reference|). Two correct implementations that both round to

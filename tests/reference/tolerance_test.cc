@@ -193,6 +193,18 @@ TEST(Tolerance, Fp16QkReductionWidensTheBound) {
   EXPECT_GT(a.out.atol, b.out.atol);
 }
 
+TEST(Tolerance, Fp16QkWideningIsOneF16StepOfTheLargestScore) {
+  Problem p;
+  p.head_dim_qk = 16;  // default sm_scale 1/4
+  p.k_scale = 2.0f;
+  EXPECT_EQ(fp16_qk_widening(p, 1.0, 1.0, 1.0).lse, 0.0);  // not asked: no widening
+  p.use_fp16_qk_reduction = true;
+  const ScoreWidening w = fp16_qk_widening(p, 1.0, 0.5, 3.0);
+  const double delta = 16 * 1.0 * (0.5 * 2.0) / 1024 * 0.25;
+  EXPECT_DOUBLE_EQ(w.lse, delta);
+  EXPECT_DOUBLE_EQ(w.out, 2 * delta * 3.0);
+}
+
 TEST(Tolerance, AtolFollowsTheOutputDtype) {
   EXPECT_DOUBLE_EQ(output_atol(DType::kBF16, 1.0), 1.0 / 128);
   EXPECT_DOUBLE_EQ(output_atol(DType::kF16, 2.0), 2.0 / 1024);
