@@ -220,6 +220,24 @@ Status workload_from_args(const Args& args, Workload* out) {
   return Status::Ok();
 }
 
+Status device_from_args(const Args& args, Device* out) {
+  const std::string* text = args.get("device");
+  if (!text) {
+    *out = Device::cpu();
+    return Status::Ok();
+  }
+  std::string error;
+  std::optional<Device> d = Device::parse(*text, &error);
+  if (d) {
+    *out = *d;
+    return Status::Ok();
+  }
+  // A GPU asked for by ordinal that this machine lacks is unavailable, not a usage error.
+  const bool gpu_ordinal = text->rfind("cuda", 0) == 0 && text->find("sm") == std::string::npos;
+  return Status(gpu_ordinal ? ErrorCode::kUnavailable : ErrorCode::kParseError,
+                "--device: " + error);
+}
+
 int exit_code_for(const Status& s) {
   switch (s.code()) {
     case ErrorCode::kOk:

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvattn/device.h"
 #include "kvattn/status.h"
 #include "tools/problem_fields.h"
 
@@ -64,6 +65,10 @@ Status problem_from_args(const Args& args, Problem* out);
 Status workload_from_args(const Args& args, Workload* out);
 // True when any problem or workload flag is given.
 bool has_problem_flags(const Args& args);
+
+// The device of --device (default: this machine's CPU). kParseError for a malformed one,
+// kUnavailable for a GPU ordinal (cuda, cuda:N) this machine does not have.
+Status device_from_args(const Args& args, Device* out);
 
 // The exit code for a Status from selection, planning or running.
 int exit_code_for(const Status& s);

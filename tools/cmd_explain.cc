@@ -51,15 +51,11 @@ int explain_main(const std::vector<std::string>& args) {
     std::cerr << "kvattn explain: " << s.message() << '\n';
     return kExitUsage;
   }
-  Device device = Device::cpu();
-  if (const std::string* text = flags.get("device")) {
-    std::string error;
-    std::optional<Device> d = Device::parse(*text, &error);
-    if (!d) {
-      std::cerr << "kvattn explain: --device: " << error << '\n';
-      return kExitUsage;
-    }
-    device = *d;
+  Device device;
+  s = device_from_args(flags, &device);
+  if (!s.ok()) {
+    std::cerr << "kvattn explain: " << s.message() << '\n';
+    return s.code() == ErrorCode::kUnavailable ? kExitUnsupported : kExitUsage;
   }
   Explanation e = explain(w.problem, device);
   if (flags.has("json") && *flags.get("json") == "true") {

@@ -123,18 +123,7 @@ int run_main(const std::vector<std::string>& args) {
                                              "fa2 or fa3)");
     }
   }
-  if (s.ok() && flags.get("device")) {
-    std::string error;
-    std::optional<Device> d = Device::parse(*flags.get("device"), &error);
-    if (!d) {
-      // A GPU asked for by ordinal that this machine lacks is unavailable, not a usage error.
-      const std::string& text = *flags.get("device");
-      bool gpu_ordinal = text.rfind("cuda", 0) == 0 && text.find("sm") == std::string::npos;
-      s = Status(gpu_ordinal ? ErrorCode::kUnavailable : ErrorCode::kParseError,
-                 "--device: " + error);
-    }
-    if (d) options.device = *d;
-  }
+  if (s.ok()) s = device_from_args(flags, &options.device);
   if (s.ok() && flags.has("case") && has_problem_flags(flags)) {
     s = Status(ErrorCode::kParseError,
                "--case replays a file's problem; problem flags cannot be given with it");

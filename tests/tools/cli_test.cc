@@ -74,6 +74,13 @@ TEST(CliTest, ExplainWithNoBackendPrintsNullAndExits3) {
   json::Value e;
   ASSERT_TRUE(json::parse(r.output, &e).ok()) << r.output;
   EXPECT_TRUE(e.find("selected")->is_null());
+  // A GPU ordinal this machine lacks is unavailable (3), a malformed device a usage error (2).
+  r = kvattn_cli("explain --device cuda:63");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("no such CUDA device"), std::string::npos) << r.output;
+  // A described GPU that is not here: selection answers, running is unavailable.
+  r = kvattn_cli("run --device cuda:sm90 --op batch_decode --kv-len 16");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
   // Text form: the problem as flags, then every verdict.
   r = kvattn_cli(
       "explain --device cuda:sm90 --op batch_decode --q-data-type f16 --kv-data-type e5m2");
