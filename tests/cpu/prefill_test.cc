@@ -288,6 +288,20 @@ TEST(CpuPrefillThreads, ResultIsTheSameOnOneAndTwoThreads) {
   EXPECT_EQ(std::memcmp(lse_one.data(), lse_two.data(), lse_one.size() * sizeof(float)), 0);
 }
 
+// Through the public API with backend "cpu": selection, validation, plan, workspace and run.
+TEST(CpuPrefillApi, PlanAndRunThroughTheBackend) {
+  for (Op op : {Op::kSinglePrefill, Op::kBatchPrefillPaged, Op::kBatchPrefillRagged}) {
+    testing::CaseSpec spec =
+        op == Op::kSinglePrefill ? small_spec(op, {45}, {60}) : small_spec(op, {45, 8}, {60, 8});
+    spec.problem.mask_mode = MaskMode::kCausal;
+    spec.problem.return_lse = true;
+    testing::Case c = testing::Case::make(spec);
+    const testing::CheckResult result =
+        testing::check_against_reference(c, testing::run_with_backend("cpu", 2));
+    EXPECT_TRUE(result.ok) << spec.problem.to_string() << "\n" << result.message;
+  }
+}
+
 TEST(CpuPrefillPlan, RejectsAnFp8Output) {
   testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {4}, {4});
   spec.problem.o_dtype = DType::kE4M3;
