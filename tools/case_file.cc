@@ -200,14 +200,14 @@ double OwnedCase::flops() const {
 Status capture_case(const Problem& problem, const AttentionArgs& args, OwnedCase* out) {
   OwnedCase c;
   c.problem = problem;
-  AttentionArgs& mutable_args = const_cast<AttentionArgs&>(args);
+  AttentionArgs views = args;  // case_input_slot hands out fields of a non-const AttentionArgs
   for (const char* name : kCaseInputNames) {
-    const TensorView* view = detail::case_input_slot(&mutable_args, name);
+    const TensorView* view = detail::case_input_slot(&views, name);
     if (!view->empty()) KVATTN_RETURN_IF_ERROR(check_input_view(problem, name, *view));
   }
   KVATTN_RETURN_IF_ERROR(detail::case_request_lengths(problem, args, &c.qo_lens, &c.kv_lens));
   for (const char* name : kCaseInputNames) {
-    const TensorView* view = detail::case_input_slot(&mutable_args, name);
+    const TensorView* view = detail::case_input_slot(&views, name);
     if (view->empty()) continue;
     std::vector<std::byte> bytes = contiguous_bytes(*view);
     std::vector<int64_t> shape = shape_of(*view);

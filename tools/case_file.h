@@ -34,7 +34,6 @@ struct OutputBuffers {
 
 // A problem with its inputs, owned (host memory, contiguous). Movable (the buffers keep their
 // addresses), not copyable.
-
 class OwnedCase {
  public:
   OwnedCase() = default;
@@ -68,7 +67,8 @@ class OwnedCase {
 
 // Copies the inputs of `args` (views in any layout: strided, combined K/V cache, packed custom
 // mask) into contiguous case-file form. Index tensors are checked enough to derive the request
-// lengths safely; a bad one is kInvalidArgument.
+// lengths safely: a view outside its buffer is kOutOfBounds, a wrong dtype kInvalidDType, a bad
+// shape or page table kInvalidShape / kInvalidPageTable.
 Status capture_case(const Problem& problem, const AttentionArgs& args, OwnedCase* out);
 // The same for a random case of the case builder; its seed goes into the metadata.
 Status capture_case(testing::Case& c, OwnedCase* out);
