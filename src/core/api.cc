@@ -67,7 +67,14 @@ Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions
     return make_error(ErrorCode::kInvalidArgument, "kv_chunk_size = ", options.kv_chunk_size,
                       ": must be >= 0 (0: the planner decides)");
   }
-  return backend->plan(problem, args, options, out);
+  KVATTN_RETURN_IF_ERROR(backend->plan(problem, args, options, out));
+  // What selection and validation decided is recorded here, once, whatever the backend's planner
+  // filled in: run() trusts these fields.
+  out->backend = name;
+  out->device = options.device;
+  out->problem = problem;
+  request_lengths(problem, args, &out->qo_len, &out->kv_len);
+  return Status::Ok();
 }
 
 Status run(const Plan& plan, const AttentionArgs& args, void* workspace,
