@@ -18,9 +18,9 @@ namespace {
 // Below this many keys per chunk the merge and the per-item prologue cost more than the
 // parallelism gains.
 constexpr int64_t kMinAutoChunk = 256;
-// Work items per thread the automatic split aims for, so that dynamic scheduling can even out
-// items of different lengths.
-constexpr int64_t kItemsPerThread = 8;
+// Tasks per thread the automatic split aims for, so that dynamic scheduling can even out tasks
+// of different lengths.
+constexpr int64_t kTasksPerThread = 4;
 
 std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -64,17 +64,18 @@ struct DecodeWorkspaceLayout {
 
 float read_f32(const TensorView& t, int64_t i) { return t.as<const float>()[i * t.strides[0]]; }
 
-// Merges the partial states of one split (request, KV head): items [first, last) of the plan.
-void merge_split(const Plan& plan, const DecodeParams& p, int64_t first, int64_t last) {
-  const WorkItem& w0 = plan.work[first];
+// Merges the partial states of one split (request, KV head): plan items `items`, in chunk order.
+void merge_split(const Plan& plan, const DecodeParams& p, const std::vector<int64_t>& items) {
+  const WorkItem& w0 = plan.work[items.front()];
   const int group = p.group, dvo = p.head_dim_vo;
   const int64_t o_bytes = static_cast<int64_t>(dtype_size(p.o_dtype));
-  std::vector<double> weight(last - first);
+  const int64_t count = static_cast<int64_t>(items.size());
+  std::vector<double> weight(count);
   std::vector<float> merged(dvo);
   for (int g = 0; g < group; ++g) {
     double max_lse = -std::numeric_limits<double>::infinity();
     bool nan = false;
-    for (int64_t i = first; i < last; ++i) {
+    for (int64_t i : items) {
       const double s = p.partial_lse[int64_t{plan.work[i].partial} * group + g];
       nan |= std::isnan(s);
       max_lse = std::max(max_lse, s);
@@ -88,17 +89,16 @@ void merge_split(const Plan& plan, const DecodeParams& p, int64_t first, int64_t
       std::fill(merged.begin(), merged.end(), 0.0f);
     } else {
       double sum = 0;
-      for (int64_t i = first; i < last; ++i) {
-        const double s = p.partial_lse[int64_t{plan.work[i].partial} * group + g];
-        weight[i - first] = s == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(s - max_lse);
-        sum += weight[i - first];
+      for (int64_t k = 0; k < count; ++k) {
+        const double s = p.partial_lse[int64_t{plan.work[items[k]].partial} * group + g];
+        weight[k] = s == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(s - max_lse);
+        sum += weight[k];
       }
       for (int d = 0; d < dvo; ++d) {
         double acc = 0;
-        for (int64_t i = first; i < last; ++i) {
-          if (weight[i - first] == 0.0) continue;
-          acc += weight[i - first] *
-                 p.partial_o[(int64_t{plan.work[i].partial} * group + g) * dvo + d];
+        for (int64_t k = 0; k < count; ++k) {
+          if (weight[k] == 0.0) continue;
+          acc += weight[k] * p.partial_o[(int64_t{plan.work[items[k]].partial} * group + g) * dvo + d];
         }
         merged[d] = static_cast<float>(acc / sum);
       }
@@ -140,13 +140,15 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
     at = align_up(at + bytes, 64);
     return begin;
   };
-  l.q = take(sizeof(float) * group_padded * head_dim_qk_padded);
-  l.o = take(sizeof(float) * group_padded * head_dim_vo_padded);
+  const int heads = kDecodeMaxTaskHeads;
+  l.q = take(sizeof(float) * heads * group_padded * head_dim_qk_padded);
+  l.o = take(sizeof(float) * heads * group_padded * head_dim_vo_padded);
   l.scores = take(sizeof(float) * group_padded * kDecodeTileKeys);
-  l.max = take(sizeof(float) * group_padded);
-  l.sum = take(sizeof(float) * group_padded);
+  l.max = take(sizeof(float) * heads * group_padded);
+  l.sum = take(sizeof(float) * heads * group_padded);
   l.k_rows = take(sizeof(void*) * 2 * kDecodeTileKeys);
   l.v_rows = take(sizeof(void*) * 2 * kDecodeTileKeys);
+  l.head_rows = take(sizeof(void*) * 2 * kDecodeTileKeys);
   l.mask = take(kDecodeTileKeys);
   if (rope) {
     l.rope_k = take(sizeof(float) * kDecodeTileKeys * head_dim_qk_padded);
@@ -178,16 +180,17 @@ Status plan_decode(const Problem& problem, const AttentionArgs& args, const Plan
   const int batch = problem.batch_size, heads = problem.num_kv_heads;
   int64_t chunk = options.kv_chunk_size;
   if (chunk == 0) {
-    // Automatic: split only when there are too few (request, head) units to keep every thread
-    // busy; then cut the longest range into enough tile-aligned chunks.
+    // Automatic: split only when there are too few tasks (request x block of up to
+    // kDecodeMaxTaskHeads KV heads, see run_decode) to keep every thread busy; then cut the
+    // longest range into enough tile-aligned chunks.
     int64_t max_len = 0;
     for (int b = 0; b < batch; ++b) {
       max_len = std::max(max_len, plan->kv_len[b] - first_visible_key(problem, plan->kv_len[b]));
     }
-    const int64_t units = int64_t{batch} * heads;
-    const int64_t target = kItemsPerThread * threads;
-    if (threads > 1 && units < target) {
-      const int64_t pieces = ceil_div(target, units);
+    const int64_t tasks = int64_t{batch} * ceil_div(heads, kDecodeMaxTaskHeads);
+    const int64_t target = kTasksPerThread * threads;
+    if (threads > 1 && tasks < target) {
+      const int64_t pieces = ceil_div(target, tasks);
       chunk = std::max(kMinAutoChunk,
                        ceil_div(ceil_div(max_len, pieces), kDecodeTileKeys) * kDecodeTileKeys);
       if (chunk >= max_len) chunk = 0;
@@ -205,8 +208,9 @@ Status plan_decode(const Problem& problem, const AttentionArgs& args, const Plan
     const int64_t first_chunk = chunk > 0 ? lo / chunk : 0;
     const int64_t last_chunk = chunk > 0 && hi > lo ? (hi - 1) / chunk : first_chunk;
     const bool split = last_chunk > first_chunk;
-    for (int h = 0; h < heads; ++h) {
-      for (int64_t c = first_chunk; c <= last_chunk; ++c) {
+    // Heads innermost: the items of one chunk on consecutive heads run as one task.
+    for (int64_t c = first_chunk; c <= last_chunk; ++c) {
+      for (int h = 0; h < heads; ++h) {
         WorkItem w;
         w.request = b;
         w.kv_head = h;
@@ -340,31 +344,49 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
                       dtype_name(pb.kv_dtype), ", head dims ", pb.head_dim_qk, "/",
                       pb.head_dim_vo, ", group ", p.group);
   }
+  // Tasks: runs of consecutive items of one request and KV range on consecutive heads (one head
+  // each under fused RoPE, whose per-tile tables are per head).
+  const int max_task_heads = p.rope ? 1 : kDecodeMaxTaskHeads;
+  std::vector<std::pair<int64_t, int>> tasks;  // first item, heads
+  const int64_t num_items = static_cast<int64_t>(plan.work.size());
+  for (int64_t i = 0; i < num_items;) {
+    const WorkItem& w = plan.work[i];
+    int count = 1;
+    while (count < max_task_heads && i + count < num_items) {
+      const WorkItem& x = plan.work[i + count];
+      if (x.request != w.request || x.kv_begin != w.kv_begin || x.kv_end != w.kv_end ||
+          x.kv_head != w.kv_head + count) {
+        break;
+      }
+      ++count;
+    }
+    tasks.emplace_back(i, count);
+    i += count;
+  }
   std::byte* scratch = ws + layout.scratch;
   ThreadPool::global().parallel_for(
-      plan.num_threads, static_cast<int64_t>(plan.work.size()), [&](int64_t i, int thread_id) {
-        kernel(p, plan.work[i], scratch + layout.scratch_bytes * thread_id);
+      plan.num_threads, static_cast<int64_t>(tasks.size()), [&](int64_t t, int thread_id) {
+        kernel(p, plan.work.data() + tasks[t].first, tasks[t].second,
+               scratch + layout.scratch_bytes * thread_id);
       });
 
   if (plan.num_partial_states > 0) {
-    // Split (request, KV head) pairs are runs of consecutive items with partial >= 0.
-    std::vector<std::pair<int64_t, int64_t>> runs;
-    const int64_t n = static_cast<int64_t>(plan.work.size());
-    for (int64_t i = 0; i < n;) {
-      int64_t j = i + 1;
-      if (plan.work[i].partial >= 0) {
-        while (j < n && plan.work[j].partial >= 0 && plan.work[j].request == plan.work[i].request &&
-               plan.work[j].kv_head == plan.work[i].kv_head) {
-          ++j;
-        }
-        runs.emplace_back(i, j);
+    // The partial states of each split (request, KV head), in chunk order.
+    std::vector<std::vector<int64_t>> splits;
+    std::vector<int64_t> split_of(int64_t{pb.batch_size} * pb.num_kv_heads, -1);
+    for (int64_t i = 0; i < num_items; ++i) {
+      const WorkItem& w = plan.work[i];
+      if (w.partial < 0) continue;
+      int64_t& s = split_of[int64_t{w.request} * pb.num_kv_heads + w.kv_head];
+      if (s < 0) {
+        s = static_cast<int64_t>(splits.size());
+        splits.emplace_back();
       }
-      i = j;
+      splits[s].push_back(i);
     }
-    ThreadPool::global().parallel_for(plan.num_threads, static_cast<int64_t>(runs.size()),
-                                      [&](int64_t r, int) {
-                                        merge_split(plan, p, runs[r].first, runs[r].second);
-                                      });
+    ThreadPool::global().parallel_for(
+        plan.num_threads, static_cast<int64_t>(splits.size()),
+        [&](int64_t s, int) { merge_split(plan, p, splits[s]); });
   }
   return Status::Ok();
 }

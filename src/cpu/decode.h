@@ -72,17 +72,23 @@ struct DecodeParams {
   }
 };
 
+// KV heads one task takes at most: their queries and accumulators (16 KiB each for 8 heads of
+// group 4, d 128) stay in L1/L2 while the tile's rows of all of them stream in.
+inline constexpr int kDecodeMaxTaskHeads = 16;
+
 // Byte offsets of each thread's scratch. One function for the size and the layout.
 struct DecodeScratchLayout {
-  std::size_t q = 0, o = 0, scores = 0, max = 0, sum = 0, k_rows = 0, v_rows = 0, rope_k = 0,
-              rope_cos_sin = 0, mask = 0, bytes = 0;
+  std::size_t q = 0, o = 0, scores = 0, max = 0, sum = 0, k_rows = 0, v_rows = 0, head_rows = 0,
+              rope_k = 0, rope_cos_sin = 0, mask = 0, bytes = 0;
   static DecodeScratchLayout make(int group_padded, int head_dim_qk_padded, int head_dim_vo_padded,
                                   bool rope);
 };
 
-// One work item of the decode kernel: all query heads of (w.request, w.kv_head) over keys
-// [w.kv_begin, w.kv_end), writing the output (w.partial < 0) or partial state w.partial.
-using DecodeItemFn = void (*)(const DecodeParams& params, const WorkItem& w, std::byte* scratch);
+// One task of the decode kernel: work items items[0, num_heads) of one request and KV range on
+// consecutive KV heads; all query heads of each over keys [kv_begin, kv_end), writing the output
+// (partial < 0) or partial state `partial`.
+using DecodeItemFn = void (*)(const DecodeParams& params, const WorkItem* items, int num_heads,
+                              std::byte* scratch);
 
 // Kernels per ISA; each returns nullptr where no kernel fits. `contiguous_rows`: K/V rows have
 // unit element stride (the vector ISAs need it; the scalar kernels take any stride).

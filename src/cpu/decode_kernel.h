@@ -2,10 +2,13 @@
 // by each decode_<isa>.cc with only that ISA's compile flags. Everything here is a template on S
 // so that no symbol compiled for one ISA can be linked in place of another's.
 //
-// One work item = one (request, KV head, KV range). The query heads of the GQA group (padded to
-// `group_padded` zero rows) are computed from one pass over the K/V rows of the range: per tile
-// of kDecodeTileKeys keys, QK (each K row converted once and dotted with every query of the
-// group), the score variants, an online-softmax step in fp32 (base 2), then PV.
+// One task = the work items of one request and KV range over consecutive KV heads. The query
+// heads of each GQA group (padded to `group_padded` zero rows) are computed from one pass over
+// the K/V rows of the range: per tile of kDecodeTileKeys keys and per head, QK (each K row
+// converted once and dotted with every query of the group), the score variants, an
+// online-softmax step in fp32 (base 2), then PV. Walking all heads of a tile before the next
+// tile reads each token's rows of all heads together: in the NHD layout that is one contiguous
+// block per token, which streams from DRAM far better than one head's 256-byte slices.
 // FP8 rows are widened in registers to raw f32 (simd_avx512.h); the raw factor and the tensor
 // scale are applied once per tile to the scores and once per item to the output.
 #pragma once
@@ -95,13 +98,6 @@ void row_pointers(const DecodeParams& p, int b, int h, int64_t j0, int n, std::s
       ++page_index;
       page = p.kv_indices[(first_page + page_index) * p.indices_stride];
     }
-  }
-}
-
-template <class S>
-void prefetch_rows(const std::byte* const* rows, int n, int64_t row_bytes) {
-  for (int i = 0; i < n; ++i) {
-    for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(rows[i] + off, 0, 3);
   }
 }
 
@@ -249,26 +245,31 @@ bool softmax_step(float* s, int n, float* running_max, float* running_sum, float
 }
 
 template <class S, DType kKV, int kDqk, int kDvo, int kNG>
-void decode_item(const DecodeParams& p, const WorkItem& w, std::byte* scratch) {
+void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, std::byte* scratch) {
   const DecodeScratchLayout layout = DecodeScratchLayout::make(
       p.group_padded, p.head_dim_qk_padded, p.head_dim_vo_padded, p.rope);
-  float* q = reinterpret_cast<float*>(scratch + layout.q);
-  float* o = reinterpret_cast<float*>(scratch + layout.o);
-  float* scores = reinterpret_cast<float*>(scratch + layout.scores);
-  float* row_max = reinterpret_cast<float*>(scratch + layout.max);
-  float* row_sum = reinterpret_cast<float*>(scratch + layout.sum);
-  auto* k_rows = reinterpret_cast<const std::byte**>(scratch + layout.k_rows);  // [2][kTile]
-  auto* v_rows = reinterpret_cast<const std::byte**>(scratch + layout.v_rows);
-  auto* visible = reinterpret_cast<uint8_t*>(scratch + layout.mask);
-
   const int group = p.group, gp = p.group_padded;
   const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
   const int q_row = p.head_dim_qk_padded, o_row = p.head_dim_vo_padded;
-  const int b = w.request, h = w.kv_head;
+  // Per head of the task: its queries, output accumulators, running max and sum.
+  const int q_head = gp * q_row, o_head = gp * o_row;
+  float* q_all = reinterpret_cast<float*>(scratch + layout.q);
+  float* o_all = reinterpret_cast<float*>(scratch + layout.o);
+  float* max_all = reinterpret_cast<float*>(scratch + layout.max);
+  float* sum_all = reinterpret_cast<float*>(scratch + layout.sum);
+  float* scores = reinterpret_cast<float*>(scratch + layout.scores);
+  // Row addresses of the first head of the task, double-buffered for the next tile.
+  auto* k_rows = reinterpret_cast<const std::byte**>(scratch + layout.k_rows);  // [2][kTile]
+  auto* v_rows = reinterpret_cast<const std::byte**>(scratch + layout.v_rows);
+  auto* head_rows = reinterpret_cast<const std::byte**>(scratch + layout.head_rows);  // [2][kTile]
+  auto* visible = reinterpret_cast<uint8_t*>(scratch + layout.mask);
+
+  const WorkItem& w = items[0];
+  const int b = w.request, h0 = w.kv_head;
   const int64_t kv_len = p.kv_len[b];
   const int64_t q_pos = kv_len - 1;  // decode: the query is the last position
 
-  // Rope tables: inverse frequencies and, per tile, cos/sin advanced by one position per key.
+  // Rope (tasks of one head): inverse frequencies and cos/sin advanced one position per key.
   double* inv_freq = nullptr;
   double *cos_t = nullptr, *sin_t = nullptr, *cos_step = nullptr, *sin_step = nullptr;
   float* rope_k = nullptr;
@@ -288,28 +289,29 @@ void decode_item(const DecodeParams& p, const WorkItem& w, std::byte* scratch) {
     }
   }
 
-  // Prologue: the group's queries in f32, dequantized and rotated; padding zero.
-  std::fill(q, q + gp * q_row, 0.0f);
-  for (int g = 0; g < group; ++g) {
-    const int qo_head = h * group + g;
-    const std::byte* src = p.q + (b * p.q_stride_b + qo_head * p.q_stride_h) *
-                                     static_cast<int64_t>(dtype_size(p.q_dtype));
-    float* dst = q + g * q_row;
-    for (int d = 0; d < dqk; ++d) {
-      dst[d] = load_element<S>(p.q_dtype, src + d * p.q_stride_d * dtype_size(p.q_dtype)) *
-               p.q_scale;
-    }
-    if (p.rope) {
-      for (int t = 0; t < half; ++t) {
-        cos_t[t] = std::cos(static_cast<double>(q_pos) * inv_freq[t]);
-        sin_t[t] = std::sin(static_cast<double>(q_pos) * inv_freq[t]);
+  // Prologue: each head's queries in f32, dequantized and rotated; padding zero.
+  std::fill(q_all, q_all + num_heads * q_head, 0.0f);
+  const int64_t q_bytes = static_cast<int64_t>(dtype_size(p.q_dtype));
+  for (int hi = 0; hi < num_heads; ++hi) {
+    for (int g = 0; g < group; ++g) {
+      const int qo_head = (h0 + hi) * group + g;
+      const std::byte* src = p.q + (b * p.q_stride_b + qo_head * p.q_stride_h) * q_bytes;
+      float* dst = q_all + hi * q_head + g * q_row;
+      for (int d = 0; d < dqk; ++d) {
+        dst[d] = load_element<S>(p.q_dtype, src + d * p.q_stride_d * q_bytes) * p.q_scale;
       }
-      rotate<S>(dst, dqk, p.rope_interleave, cos_t, sin_t);
+      if (p.rope) {
+        for (int t = 0; t < half; ++t) {
+          cos_t[t] = std::cos(static_cast<double>(q_pos) * inv_freq[t]);
+          sin_t[t] = std::sin(static_cast<double>(q_pos) * inv_freq[t]);
+        }
+        rotate<S>(dst, dqk, p.rope_interleave, cos_t, sin_t);
+      }
     }
   }
-  std::fill(o, o + gp * o_row, 0.0f);
-  std::fill(row_max, row_max + gp, kNegInf);
-  std::fill(row_sum, row_sum + gp, 0.0f);
+  std::fill(o_all, o_all + num_heads * o_head, 0.0f);
+  std::fill(max_all, max_all + num_heads * gp, kNegInf);
+  std::fill(sum_all, sum_all + num_heads * gp, 0.0f);
 
   int64_t begin = w.kv_begin;
   const int64_t end = w.kv_end;
@@ -318,49 +320,21 @@ void decode_item(const DecodeParams& p, const WorkItem& w, std::byte* scratch) {
   constexpr std::size_t kv_bytes = kElemBytes<kKV>;
   const int64_t k_row_bytes = p.k_elem_stride == 1 ? dqk * int64_t{kv_bytes} : 0;
   const int64_t v_row_bytes = p.v_elem_stride == 1 ? dvo * int64_t{kv_bytes} : 0;
+  const int64_t k_head_step = p.k_head_stride * int64_t{kv_bytes};
+  const int64_t v_head_step = p.v_head_stride * int64_t{kv_bytes};
   const float k_raw = p.rope ? 1.0f : S::template raw_to_real<kKV>();
   if (begin < end) {
-    row_pointers<S>(p, b, h, begin, static_cast<int>(std::min<int64_t>(kTile, end - begin)),
+    row_pointers<S>(p, b, h0, begin, static_cast<int>(std::min<int64_t>(kTile, end - begin)),
                     kv_bytes, k_rows, v_rows);
   }
   for (int64_t j0 = begin, t = 0; j0 < end; j0 += kTile, ++t) {
     const int n = static_cast<int>(std::min<int64_t>(kTile, end - j0));
     const std::byte** kr = k_rows + (t & 1) * kTile;
     const std::byte** vr = v_rows + (t & 1) * kTile;
-    if (j0 + kTile < end) {
-      const std::byte** next_k = k_rows + ((t + 1) & 1) * kTile;
-      const std::byte** next_v = v_rows + ((t + 1) & 1) * kTile;
-      const int next_n = static_cast<int>(std::min<int64_t>(kTile, end - j0 - kTile));
-      row_pointers<S>(p, b, h, j0 + kTile, next_n, kv_bytes, next_k, next_v);
-      prefetch_rows<S>(next_k, next_n, k_row_bytes);
-      prefetch_rows<S>(next_v, next_n, v_row_bytes);
-    }
-
-    if (p.rope) {
-      for (int kk = 0; kk < n; ++kk) {
-        float* dst = rope_k + kk * q_row;
-        for (int d = 0; d < dqk; ++d) {
-          dst[d] = load_element<S>(p.kv_dtype, kr[kk] + d * p.k_elem_stride * kv_bytes);
-        }
-        if (kk == 0) {
-          for (int tt = 0; tt < half; ++tt) {
-            cos_t[tt] = std::cos(static_cast<double>(j0) * inv_freq[tt]);
-            sin_t[tt] = std::sin(static_cast<double>(j0) * inv_freq[tt]);
-          }
-        } else {
-          for (int tt = 0; tt < half; ++tt) {
-            const double c = cos_t[tt], s = sin_t[tt];
-            cos_t[tt] = c * cos_step[tt] - s * sin_step[tt];
-            sin_t[tt] = s * cos_step[tt] + c * sin_step[tt];
-          }
-        }
-        rotate<S>(dst, dqk, p.rope_interleave, cos_t, sin_t);
-        kr[kk] = reinterpret_cast<const std::byte*>(dst);
-      }
-      qk_tile<S, DType::kF32, kDqk, kNG>(q, q_row, gp, kr, n, dqk, 1, scores);
-    } else {
-      qk_tile<S, kKV, kDqk, kNG>(q, q_row, gp, kr, n, dqk, p.k_elem_stride, scores);
-    }
+    const std::byte** next_k = k_rows + ((t + 1) & 1) * kTile;
+    const std::byte** next_v = v_rows + ((t + 1) & 1) * kTile;
+    const int next_n = static_cast<int>(std::clamp<int64_t>(end - j0 - kTile, 0, kTile));
+    if (next_n > 0) row_pointers<S>(p, b, h0, j0 + kTile, next_n, kv_bytes, next_k, next_v);
 
     const uint8_t* tile_visible = nullptr;
     if (p.mask) {
@@ -372,45 +346,104 @@ void decode_item(const DecodeParams& p, const WorkItem& w, std::byte* scratch) {
       }
       tile_visible = visible;
     }
-    bool any = false;
-    for (int g = 0; g < group; ++g) {
-      float* s = scores + g * kTile;
-      const float slope = p.alibi_slopes ? p.alibi_slopes[h * group + g] : 0.0f;
-      transform_scores<S>(p, s, n, j0, q_pos, slope, tile_visible, k_raw);
-      if (softmax_step<S>(s, n, row_max + g, row_sum + g, o + g * o_row, o_row)) {
-        any = true;
-      } else {
-        std::fill(s, s + kTile, 0.0f);
+
+    for (int hi = 0; hi < num_heads; ++hi) {
+      const int h = h0 + hi;
+      float* q = q_all + hi * q_head;
+      float* o = o_all + hi * o_head;
+      float* row_max = max_all + hi * gp;
+      float* row_sum = sum_all + hi * gp;
+      const std::byte** hk = head_rows;
+      const std::byte** hv = head_rows + kTile;
+      for (int kk = 0; kk < n; ++kk) {
+        hk[kk] = kr[kk] + hi * k_head_step;
+        hv[kk] = vr[kk] + hi * v_head_step;
       }
+      // This head's rows of the next tile: wanted one whole tile of work from now, and spread
+      // over the heads so the loads stream steadily.
+      if (next_n > 0) {
+        for (int kk = 0; kk < next_n; ++kk) {
+          for (int64_t off = 0; off < k_row_bytes; off += 64) {
+            __builtin_prefetch(next_k[kk] + hi * k_head_step + off, 0, 3);
+          }
+          for (int64_t off = 0; off < v_row_bytes; off += 64) {
+            __builtin_prefetch(next_v[kk] + hi * v_head_step + off, 0, 3);
+          }
+        }
+      }
+
+      if (p.rope) {
+        for (int kk = 0; kk < n; ++kk) {
+          float* dst = rope_k + kk * q_row;
+          for (int d = 0; d < dqk; ++d) {
+            dst[d] = load_element<S>(p.kv_dtype, hk[kk] + d * p.k_elem_stride * kv_bytes);
+          }
+          if (kk == 0) {
+            for (int tt = 0; tt < half; ++tt) {
+              cos_t[tt] = std::cos(static_cast<double>(j0) * inv_freq[tt]);
+              sin_t[tt] = std::sin(static_cast<double>(j0) * inv_freq[tt]);
+            }
+          } else {
+            for (int tt = 0; tt < half; ++tt) {
+              const double c = cos_t[tt], s = sin_t[tt];
+              cos_t[tt] = c * cos_step[tt] - s * sin_step[tt];
+              sin_t[tt] = s * cos_step[tt] + c * sin_step[tt];
+            }
+          }
+          rotate<S>(dst, dqk, p.rope_interleave, cos_t, sin_t);
+          hk[kk] = reinterpret_cast<const std::byte*>(dst);
+        }
+        qk_tile<S, DType::kF32, kDqk, kNG>(q, q_row, gp, hk, n, dqk, 1, scores);
+      } else {
+        qk_tile<S, kKV, kDqk, kNG>(q, q_row, gp, hk, n, dqk, p.k_elem_stride, scores);
+      }
+
+      bool any = false;
+      for (int g = 0; g < group; ++g) {
+        float* s = scores + g * kTile;
+        const float slope = p.alibi_slopes ? p.alibi_slopes[h * group + g] : 0.0f;
+        transform_scores<S>(p, s, n, j0, q_pos, slope, tile_visible, k_raw);
+        if (softmax_step<S>(s, n, row_max + g, row_sum + g, o + g * o_row, o_row)) {
+          any = true;
+        } else {
+          std::fill(s, s + kTile, 0.0f);
+        }
+      }
+      if (!any) continue;
+      for (int g = group; g < gp; ++g) {
+        std::fill(scores + g * kTile, scores + (g + 1) * kTile, 0.0f);
+      }
+      pv_tile<S, kKV, kDvo, kNG>(scores, gp, hv, n, dvo, p.v_elem_stride, o, o_row);
     }
-    if (!any) continue;
-    for (int g = group; g < gp; ++g) std::fill(scores + g * kTile, scores + (g + 1) * kTile, 0.0f);
-    for (int g = 0; g < group; ++g) std::fill(scores + g * kTile + n, scores + (g + 1) * kTile, 0.0f);
-    pv_tile<S, kKV, kDvo, kNG>(scores, gp, vr, n, dvo, p.v_elem_stride, o, o_row);
   }
 
   // Epilogue: normalize, undo the V raw factor, write the output or the partial state.
   const float v_raw = S::template raw_to_real<kKV>();
-  for (int g = 0; g < group; ++g) {
-    const int qo_head = h * group + g;
-    const float* acc = o + g * o_row;
-    const bool empty = row_sum[g] == 0.0f;
-    const float norm = empty ? 0.0f : p.v_scale / row_sum[g];
-    const float lse =
-        empty ? kNegInf
-              : static_cast<float>((row_max[g] + std::log2(static_cast<double>(row_sum[g]))) * kLn2);
-    if (w.partial >= 0) {
-      float* dst = p.partial_o + (int64_t{w.partial} * group + g) * dvo;
-      for (int d = 0; d < dvo; ++d) dst[d] = empty ? 0.0f : acc[d] * v_raw * norm;
-      p.partial_lse[int64_t{w.partial} * group + g] = lse;
-    } else {
-      const int64_t o_bytes = static_cast<int64_t>(dtype_size(p.o_dtype));
-      std::byte* dst = p.out + (b * p.o_stride_b + qo_head * p.o_stride_h) * o_bytes;
-      for (int d = 0; d < dvo; ++d) {
-        store_element<S>(p.o_dtype, dst + d * p.o_stride_d * o_bytes,
-                         empty ? 0.0f : acc[d] * v_raw * norm);
+  const int64_t o_bytes = static_cast<int64_t>(dtype_size(p.o_dtype));
+  for (int hi = 0; hi < num_heads; ++hi) {
+    const int h = h0 + hi;
+    const WorkItem& item = items[hi];
+    for (int g = 0; g < group; ++g) {
+      const int qo_head = h * group + g;
+      const float* acc = o_all + hi * o_head + g * o_row;
+      const float row_sum = sum_all[hi * gp + g], row_max = max_all[hi * gp + g];
+      const bool empty = row_sum == 0.0f;
+      const float norm = empty ? 0.0f : p.v_scale / row_sum;
+      const float lse =
+          empty ? kNegInf
+                : static_cast<float>((row_max + std::log2(static_cast<double>(row_sum))) * kLn2);
+      if (item.partial >= 0) {
+        float* dst = p.partial_o + (int64_t{item.partial} * group + g) * dvo;
+        for (int d = 0; d < dvo; ++d) dst[d] = empty ? 0.0f : acc[d] * v_raw * norm;
+        p.partial_lse[int64_t{item.partial} * group + g] = lse;
+      } else {
+        std::byte* dst = p.out + (b * p.o_stride_b + qo_head * p.o_stride_h) * o_bytes;
+        for (int d = 0; d < dvo; ++d) {
+          store_element<S>(p.o_dtype, dst + d * p.o_stride_d * o_bytes,
+                           empty ? 0.0f : acc[d] * v_raw * norm);
+        }
+        if (p.lse) p.lse[b * p.lse_stride_b + qo_head * p.lse_stride_h] = lse;
       }
-      if (p.lse) p.lse[b * p.lse_stride_b + qo_head * p.lse_stride_h] = lse;
     }
   }
 }
@@ -418,10 +451,10 @@ void decode_item(const DecodeParams& p, const WorkItem& w, std::byte* scratch) {
 template <class S, DType kKV, int kDqk, int kDvo>
 DecodeItemFn pick_group_block(int group_padded) {
   switch (std::min(group_padded, 8)) {
-    case 1: return &decode_item<S, kKV, kDqk, kDvo, 1>;
-    case 2: return &decode_item<S, kKV, kDqk, kDvo, 2>;
-    case 4: return &decode_item<S, kKV, kDqk, kDvo, 4>;
-    case 8: return &decode_item<S, kKV, kDqk, kDvo, 8>;
+    case 1: return &decode_task<S, kKV, kDqk, kDvo, 1>;
+    case 2: return &decode_task<S, kKV, kDqk, kDvo, 2>;
+    case 4: return &decode_task<S, kKV, kDqk, kDvo, 4>;
+    case 8: return &decode_task<S, kKV, kDqk, kDvo, 8>;
     default: return nullptr;
   }
 }
