@@ -17,6 +17,7 @@
 #include "core/attention_math.h"
 #include "core/split_kv.h"
 #include "cuda/common/ptx.cuh"
+#include "cuda/fa2/kernels/fragment_layout.h"
 #include "cuda/fa2/kernels/kv_storage.cuh"
 #include "cuda/fa2/kernels/store_out.cuh"
 #include "cuda/fa2/params.h"
@@ -49,11 +50,9 @@ struct AttentionConfig {
   static_assert(kSmemBytes <= 99 * 1024, "shared memory must fit SM86/SM89's 99 KiB per block");
 };
 
-// Element offset of (row, col) in a [rows x D] 16-bit tile whose 16-byte chunks are XOR-swizzled
-// by row % 8: the 8 rows one ldmatrix phase reads hit 8 different bank groups.
 template <int D>
 __device__ __forceinline__ int swizzled(int row, int col) {
-  return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+  return frag::swizzled(row, col, D);
 }
 
 // What a thread needs about each of the two query rows (g and g + 8) it holds accumulators for.
@@ -233,15 +232,14 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
 #pragma unroll
   for (int ks = 0; ks < C::kDqk / 16; ++ks) {
     uint32_t a[4];
-    cuda::ldmatrix_x4(a,
-                      q_s + swizzled<C::kDqk>(warp * 16 + (lane & 15), ks * 16 + (lane >> 4) * 8));
+    const frag::RowCol qa = frag::q_ldmatrix(warp, lane, ks);
+    cuda::ldmatrix_x4(a, q_s + swizzled<C::kDqk>(qa.row, qa.col));
 #pragma unroll
     for (int nt2 = 0; nt2 < kNTiles / 2; ++nt2) {
-      // Matrices: keys 0-7 x dims 0-7, keys 0-7 x dims 8-15, keys 8-15 x dims 0-7, keys 8-15 x
-      // dims 8-15 of this (16 keys, 16 dims) block: b0,b1 of two 8-key n-tiles.
+      // b0,b1 of the two 8-key n-tiles 2 nt2 and 2 nt2 + 1 (fragment_layout.h).
       uint32_t b[4];
-      cuda::ldmatrix_x4(b, k_s + swizzled<C::kDqk>(nt2 * 16 + (lane & 7) + (lane >> 4) * 8,
-                                                   ks * 16 + ((lane >> 3) & 1) * 8));
+      const frag::RowCol kb = frag::k_ldmatrix(lane, nt2, ks);
+      cuda::ldmatrix_x4(b, k_s + swizzled<C::kDqk>(kb.row, kb.col));
       cuda::mma_16816<typename C::QTag>(s[2 * nt2], a, b[0], b[1]);
       cuda::mma_16816<typename C::QTag>(s[2 * nt2 + 1], a, b[2], b[3]);
     }
@@ -253,7 +251,7 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const RowInfo& ri = rows[e >> 1];
-      const int64_t j = block_begin + nt * 8 + (lane & 3) * 2 + (e & 1);
+      const int64_t j = block_begin + nt * 8 + frag::acc_element(lane, e).col;
       float x = math::soft_cap(s[nt][e] * p.score_scale, p.soft_cap);
       if (p.alibi) x += math::alibi_bias(ri.alibi_slope, ri.q_abs, j);
       bool visible = ri.valid && j >= kv_lo && j < kv_hi &&
@@ -307,12 +305,10 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
                      C::Q16::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
     for (int dt2 = 0; dt2 < C::kDvo / 16; ++dt2) {
-      // Transposed matrices: keys 0-7 x dims 0-7, keys 8-15 x dims 0-7, keys 0-7 x dims 8-15,
-      // keys 8-15 x dims 8-15: b0,b1 of two 8-dim n-tiles.
+      // b0,b1 of the two 8-dim tiles 2 dt2 and 2 dt2 + 1 (fragment_layout.h).
       uint32_t b[4];
-      cuda::ldmatrix_x4_trans(b,
-                              v_s + swizzled<C::kDvo>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                                      dt2 * 16 + (lane >> 4) * 8));
+      const frag::RowCol vb = frag::v_ldmatrix_trans(lane, kk, dt2);
+      cuda::ldmatrix_x4_trans(b, v_s + swizzled<C::kDvo>(vb.row, vb.col));
       cuda::mma_16816<typename C::QTag>(acc.o[2 * dt2], a, b[0], b[1]);
       cuda::mma_16816<typename C::QTag>(acc.o[2 * dt2 + 1], a, b[2], b[3]);
     }
@@ -341,7 +337,7 @@ __device__ void store_rows(const AttentionParams& p, const WorkUnit& w, const Re
       const int64_t base = row * p.o_stride_row + ri.head * p.o_stride_head;
 #pragma unroll
       for (int dt = 0; dt < C::kDvo / 8; ++dt) {
-        const int d = dt * 8 + (lane & 3) * 2;
+        const int d = dt * 8 + frag::acc_element(lane, 2 * half).col;
         store_out(p, base + d * p.o_stride_dim, acc.o[dt][2 * half] * o_scale);
         store_out(p, base + (d + 1) * p.o_stride_dim, acc.o[dt][2 * half + 1] * o_scale);
       }
@@ -351,7 +347,7 @@ __device__ void store_rows(const AttentionParams& p, const WorkUnit& w, const Re
       float* po = p.partial_o + (state * p.num_qo_heads + ri.head) * C::kDvo;
 #pragma unroll
       for (int dt = 0; dt < C::kDvo / 8; ++dt) {
-        const int d = dt * 8 + (lane & 3) * 2;
+        const int d = dt * 8 + frag::acc_element(lane, 2 * half).col;
         po[d] = acc.o[dt][2 * half] * o_scale;
         po[d + 1] = acc.o[dt][2 * half + 1] * o_scale;
       }
@@ -391,8 +387,8 @@ __global__ void __launch_bounds__(C::kThreads) attention_kernel(const AttentionP
   }
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const RowInfo rows[2] = {row_info(p, w, r, warp * 16 + lane / 4),
-                           row_info(p, w, r, warp * 16 + lane / 4 + 8)};
+  const RowInfo rows[2] = {row_info(p, w, r, warp * 16 + frag::acc_element(lane, 0).row),
+                           row_info(p, w, r, warp * 16 + frag::acc_element(lane, 2).row)};
   Accumulators<C> acc;
 #pragma unroll
   for (int dt = 0; dt < C::kDvo / 8; ++dt)
