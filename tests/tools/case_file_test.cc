@@ -9,6 +9,7 @@
 #include <random>
 
 #include "testing/case_builder.h"
+#include "tests/tools/temp_path.h"
 #include "tools/problem_fields.h"
 #include "tools/safetensors.h"
 
@@ -150,7 +151,7 @@ TEST(CaseFileTest, SaveLoadFileAndOutput) {
   testing::Case c = testing::Case::make(spec);
   OwnedCase captured;
   ASSERT_TRUE(capture_case(c, &captured).ok());
-  const std::string path = ::testing::TempDir() + "/kvattn_case_test.safetensors";
+  const std::string path = temp_path("kvattn_case_test.safetensors");
   ASSERT_TRUE(save_case(path, captured).ok());
   OwnedCase loaded;
   ASSERT_TRUE(load_case(path, &loaded).ok());
@@ -161,7 +162,7 @@ TEST(CaseFileTest, SaveLoadFileAndOutput) {
   AttentionArgs a = loaded.args_with_outputs(&o, loaded.problem.o_dtype, true);
   Status s = run_reference(loaded.problem, a);
   ASSERT_TRUE(s.ok()) << s.to_string();
-  const std::string out_path = ::testing::TempDir() + "/kvattn_case_test_out.safetensors";
+  const std::string out_path = temp_path("kvattn_case_test_out.safetensors");
   ASSERT_TRUE(save_output(out_path, loaded.problem, a.out, a.lse, {{"backend", "reference"}}).ok());
   SafeTensorsFile f;
   ASSERT_TRUE(read_safetensors_file(out_path, &f).ok());

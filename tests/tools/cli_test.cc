@@ -8,6 +8,7 @@
 #include <iostream>
 #include <string>
 
+#include "tests/tools/temp_path.h"
 #include "tools/json.h"
 #include "tools/safetensors.h"
 
@@ -34,8 +35,6 @@ Result kvattn_cli(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
-
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
 const json::Value* verdict_of(const json::Value& explanation, const std::string& backend) {
   for (const json::Value& v : explanation.find("verdicts")->items()) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/tools/temp_path.h"
 #include "tools/json.h"
 
 namespace kvattn::io {
@@ -102,7 +103,7 @@ TEST(SafeTensorsTest, ReadsWhatOtherWritersProduce) {
 
 TEST(SafeTensorsTest, FileRoundTrip) {
   std::vector<std::byte> data = bytes_of(24, 3);
-  std::string path = ::testing::TempDir() + "/kvattn_st_roundtrip.safetensors";
+  std::string path = temp_path("kvattn_st_roundtrip.safetensors");
   ASSERT_TRUE(write_safetensors_file(path, {{"x", DType::kF32, {2, 3}, data}}, {{"k", "v"}}).ok());
   SafeTensorsFile f;
   ASSERT_TRUE(read_safetensors_file(path, &f).ok());
