@@ -38,7 +38,7 @@ fi
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVATTN_FUZZ=ON -DKVATTN_CUDA=OFF \
+  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DKVATTN_FUZZ=ON -DKVATTN_CUDA=OFF \
   -DKVATTN_SANITIZE="address;undefined" -DKVATTN_BUILD_TESTS=OFF -DKVATTN_BUILD_BENCH=OFF \
   -DKVATTN_BUILD_TOOLS=ON >/dev/null
 targets=(fuzz_attention)

@@ -18,7 +18,7 @@ if [ -f "$build/CMakeCache.txt" ] && [ ${#compiler[@]} -gt 0 ] &&
 fi
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
-cmake -S . -B "$build" "${generator[@]}" "${compiler[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+cmake -S . -B "$build" "${generator[@]}" "${compiler[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
   -DKVATTN_SANITIZE=thread -DKVATTN_CUDA=OFF -DKVATTN_BUILD_TESTS=ON -DKVATTN_BUILD_TOOLS=OFF \
   -DKVATTN_BUILD_BENCH=OFF >/dev/null
 
