@@ -288,6 +288,55 @@ TEST(CpuPrefillThreads, ResultIsTheSameOnOneAndTwoThreads) {
   EXPECT_EQ(std::memcmp(lse_one.data(), lse_two.data(), lse_one.size() * sizeof(float)), 0);
 }
 
+// A copy of a contiguous [a, b, c] tensor of `dtype` whose last dim has stride 2 (the gaps hold
+// garbage), and its view.
+struct StridedCopy {
+  std::vector<std::byte> bytes;
+  TensorView view;
+};
+StridedCopy strided_copy(const TensorView& t) {
+  const std::size_t esize = dtype_size(t.dtype);
+  StridedCopy s;
+  s.bytes.assign(static_cast<std::size_t>(t.numel()) * 2 * esize, std::byte{0x7b});
+  for (int64_t e = 0; e < t.numel(); ++e) {
+    std::memcpy(s.bytes.data() + 2 * e * esize, static_cast<const std::byte*>(t.data) + e * esize,
+                esize);
+  }
+  s.view = TensorView::strided(s.bytes.data(), t.dtype, {t.shape[0], t.shape[1], t.shape[2]},
+                               {2 * t.shape[1] * t.shape[2], 2 * t.shape[2], 2});
+  return s;
+}
+
+// Elements apart in memory (innermost stride 2) go through the gathering loads and scattering
+// stores, and give the same bits as the contiguous tensors.
+TEST(CpuPrefillStrides, InnermostStrideTwoMatchesContiguous) {
+  for (const KernelLevel& level : available_levels()) {
+    LevelGuard guard(level);
+    testing::CaseSpec spec = small_spec(Op::kSinglePrefill, {23}, {41});
+    spec.problem.q_dtype = DType::kF16;
+    spec.problem.kv_dtype = DType::kE5M2;
+    spec.problem.o_dtype = DType::kF16;
+    spec.problem.mask_mode = MaskMode::kCausal;
+    testing::Case c = testing::Case::make(spec);
+    AttentionArgs contiguous = c.args();
+    ASSERT_TRUE(run_cpu_prefill(spec.problem, contiguous).ok());
+    const std::vector<float> expected = c.out_f32();
+
+    AttentionArgs strided = c.args_with_fresh_outputs(spec.problem.o_dtype);
+    StridedCopy q = strided_copy(strided.q), k = strided_copy(strided.k),
+                v = strided_copy(strided.v), out = strided_copy(strided.out);
+    strided.q = q.view;
+    strided.k = k.view;
+    strided.v = v.view;
+    strided.out = out.view;
+    ASSERT_TRUE(run_cpu_prefill(spec.problem, strided).ok());
+    const std::vector<float> got = testing::view_to_f32(out.view);
+    ASSERT_EQ(got.size(), expected.size());
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0)
+        << level.name();
+  }
+}
+
 // Through the public API with backend "cpu": selection, validation, plan, workspace and run.
 TEST(CpuPrefillApi, PlanAndRunThroughTheBackend) {
   for (Op op : {Op::kSinglePrefill, Op::kBatchPrefillPaged, Op::kBatchPrefillRagged}) {
