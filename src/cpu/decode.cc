@@ -150,6 +150,7 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
   l.v_rows = take(sizeof(void*) * 2 * kDecodeTileKeys);
   l.head_rows = take(sizeof(void*) * 2 * kDecodeTileKeys);
   l.mask = take(kDecodeTileKeys);
+  l.nan_key = take(kDecodeMaxTaskHeads);
   if (rope) {
     l.rope_k = take(sizeof(float) * kDecodeTileKeys * head_dim_qk_padded);
     l.rope_cos_sin = take(sizeof(double) * 5 * (head_dim_qk_padded / 2));

@@ -79,7 +79,7 @@ inline constexpr int kDecodeMaxTaskHeads = 16;
 // Byte offsets of each thread's scratch. One function for the size and the layout.
 struct DecodeScratchLayout {
   std::size_t q = 0, o = 0, scores = 0, max = 0, sum = 0, k_rows = 0, v_rows = 0, head_rows = 0,
-              rope_k = 0, rope_cos_sin = 0, mask = 0, bytes = 0;
+              rope_k = 0, rope_cos_sin = 0, mask = 0, nan_key = 0, bytes = 0;
   static DecodeScratchLayout make(int group_padded, int head_dim_qk_padded, int head_dim_vo_padded,
                                   bool rope);
 };

@@ -244,6 +244,27 @@ bool softmax_step(float* s, int n, float* running_max, float* running_sum, float
   return true;
 }
 
+// The vector ISAs widen e4m3 by bit placement, which reads the NaN code S.1111.111 as 480. The
+// reference's NaN semantics are restored here, after the tile's PV: a visible key whose K row
+// holds a NaN code makes the head's rows NaN (flagged for the epilogue), a NaN code in a visible
+// V row makes that output column NaN. The scan costs ~2 instructions per 64 codes.
+template <class S>
+void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
+                      const std::byte* const* v_rows, int n, const uint8_t* visible, float* o,
+                      int o_row, uint8_t* nan_key) {
+  for (int kk = 0; kk < n; ++kk) {
+    if (visible && !visible[kk]) continue;
+    if (!p.rope && S::has_e4m3_nan(k_rows[kk], p.head_dim_qk)) *nan_key = 1;
+    if (S::has_e4m3_nan(v_rows[kk], p.head_dim_vo)) {
+      const auto* codes = reinterpret_cast<const uint8_t*>(v_rows[kk]);
+      for (int d = 0; d < p.head_dim_vo; ++d) {
+        if ((codes[d] & 0x7F) != 0x7F) continue;
+        for (int g = 0; g < p.group; ++g) o[g * o_row + d] = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+  }
+}
+
 template <class S, DType kKV, int kDqk, int kDvo, int kNG>
 void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, std::byte* scratch) {
   const DecodeScratchLayout layout = DecodeScratchLayout::make(
@@ -263,6 +284,8 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   auto* v_rows = reinterpret_cast<const std::byte**>(scratch + layout.v_rows);
   auto* head_rows = reinterpret_cast<const std::byte**>(scratch + layout.head_rows);  // [2][kTile]
   auto* visible = reinterpret_cast<uint8_t*>(scratch + layout.mask);
+  // Per head: a visible key was the e4m3 NaN code (the reference's row is then NaN).
+  auto* nan_key = reinterpret_cast<uint8_t*>(scratch + layout.nan_key);
 
   const WorkItem& w = items[0];
   const int b = w.request, h0 = w.kv_head;
@@ -312,6 +335,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   std::fill(o_all, o_all + num_heads * o_head, 0.0f);
   std::fill(max_all, max_all + num_heads * gp, kNegInf);
   std::fill(sum_all, sum_all + num_heads * gp, 0.0f);
+  std::fill(nan_key, nan_key + num_heads, uint8_t{0});
 
   int64_t begin = w.kv_begin;
   const int64_t end = w.kv_end;
@@ -416,6 +440,9 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         std::fill(scores + g * kTile, scores + (g + 1) * kTile, 0.0f);
       }
       pv_tile<S, kKV, kDvo, kNG>(scores, gp, hv, n, dvo, p.v_elem_stride, o, o_row);
+      if constexpr (kKV == DType::kE4M3 && S::kWidth > 1) {
+        poison_e4m3_nans<S>(p, hk, hv, n, tile_visible, o, o_row, &nan_key[hi]);
+      }
     }
   }
 
@@ -430,19 +457,21 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       const float* acc = o_all + hi * o_head + g * o_row;
       const float row_sum = sum_all[hi * gp + g], row_max = max_all[hi * gp + g];
       const bool empty = row_sum == 0.0f;
-      const float norm = empty ? 0.0f : p.v_scale / row_sum;
+      const float norm =
+          nan_key[hi] ? std::numeric_limits<float>::quiet_NaN() : empty ? 0.0f : p.v_scale / row_sum;
       const float lse =
-          empty ? kNegInf
-                : static_cast<float>((row_max + std::log2(static_cast<double>(row_sum))) * kLn2);
+          nan_key[hi] ? std::numeric_limits<float>::quiet_NaN()
+          : empty     ? kNegInf
+                      : static_cast<float>((row_max + std::log2(static_cast<double>(row_sum))) * kLn2);
       if (item.partial >= 0) {
         float* dst = p.partial_o + (int64_t{item.partial} * group + g) * dvo;
-        for (int d = 0; d < dvo; ++d) dst[d] = empty ? 0.0f : acc[d] * v_raw * norm;
+        for (int d = 0; d < dvo; ++d) dst[d] = empty && !nan_key[hi] ? 0.0f : acc[d] * v_raw * norm;
         p.partial_lse[int64_t{item.partial} * group + g] = lse;
       } else {
         std::byte* dst = p.out + (b * p.o_stride_b + qo_head * p.o_stride_h) * o_bytes;
         for (int d = 0; d < dvo; ++d) {
           store_element<S>(p.o_dtype, dst + d * p.o_stride_d * o_bytes,
-                           empty ? 0.0f : acc[d] * v_raw * norm);
+                           empty && !nan_key[hi] ? 0.0f : acc[d] * v_raw * norm);
         }
         if (p.lse) p.lse[b * p.lse_stride_b + qo_head * p.lse_stride_h] = lse;
       }
