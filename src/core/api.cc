@@ -93,6 +93,7 @@ Status run(const Plan& plan, const AttentionArgs& args, void* workspace,
                       "args: the request lengths differ from those the plan was made for; "
                       "call plan() again for this batch");
   }
+  KVATTN_RETURN_IF_ERROR(validate_plan(plan));
   std::unique_ptr<std::byte[]> owned;
   if (plan.workspace_bytes > 0 && workspace == nullptr) {
     owned.reset(new std::byte[plan.workspace_bytes]);

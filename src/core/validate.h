@@ -17,6 +17,11 @@ Status validate_problem(const Problem& problem);
 // inputs, sizes whose offsets do not overflow.
 Status validate_attention(const Problem& problem, const AttentionArgs& args);
 
+// A plan about to run (plans are plain data a caller may build or keep): its recorded lengths
+// match the problem's batch, and every work item's request, KV head and query / key ranges lie
+// inside them. run() checks the lengths against the arguments before this.
+Status validate_plan(const Plan& plan);
+
 Status validate_merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
                             const TensorView& s_b, const TensorView& v_out,
                             const TensorView& s_out);

@@ -373,4 +373,37 @@ Status validate_attention(const Problem& problem, const AttentionArgs& args) {
   return check_aliasing(args);
 }
 
+Status validate_plan(const Plan& plan) {
+  const Problem& p = plan.problem;
+  const std::size_t batch = static_cast<std::size_t>(is_batch(p.op) ? p.batch_size : 1);
+  if (plan.qo_len.size() != batch || plan.kv_len.size() != batch) {
+    return make_error(ErrorCode::kInvalidArgument, "plan: lengths for ", plan.qo_len.size(), " / ",
+                      plan.kv_len.size(), " requests: must be for batch_size = ", batch,
+                      " (was the plan made by kvattn::plan?)");
+  }
+  if (plan.num_threads < 0 || plan.kv_chunk_size < 0 || plan.num_partial_states < 0) {
+    return make_error(ErrorCode::kInvalidArgument, "plan: num_threads = ", plan.num_threads,
+                      ", kv_chunk_size = ", plan.kv_chunk_size,
+                      ", num_partial_states = ", plan.num_partial_states, ": must be >= 0");
+  }
+  for (std::size_t i = 0; i < plan.work.size(); ++i) {
+    const WorkItem& w = plan.work[i];
+    if (w.request < 0 || static_cast<std::size_t>(w.request) >= batch || w.kv_head < 0 ||
+        w.kv_head >= p.num_kv_heads || w.partial < -1) {
+      return make_error(ErrorCode::kInvalidArgument, "plan.work[", i, "]: request ", w.request,
+                        ", kv_head ", w.kv_head, ", partial ", w.partial, ": must be in [0, ",
+                        batch, "), [0, ", p.num_kv_heads, ") and >= -1");
+    }
+    const int64_t qo_len = plan.qo_len[w.request], kv_len = plan.kv_len[w.request];
+    if (w.qo_begin < 0 || w.qo_begin > w.qo_end || w.qo_end > qo_len || w.kv_begin < 0 ||
+        w.kv_begin > w.kv_end || w.kv_end > kv_len) {
+      return make_error(ErrorCode::kInvalidArgument, "plan.work[", i, "]: queries [", w.qo_begin,
+                        ", ", w.qo_end, ") and keys [", w.kv_begin, ", ", w.kv_end,
+                        "): must lie in [0, ", qo_len, ") and [0, ", kv_len, ") of request ",
+                        w.request);
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace kvattn

@@ -12,6 +12,12 @@ constexpr int kMaxHeadDim = 1024;
 constexpr int kMaxHeads = 4096;
 constexpr int kMaxPageSize = 1 << 16;
 
+// is_float() alone would take an out-of-range dtype code for a float.
+bool is_float_dtype(DType d) {
+  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kE4M3 ||
+         d == DType::kE5M2;
+}
+
 Status check_scale(const char* name, float value) {
   if (!std::isfinite(value) || value <= 0.0f) {
     return make_error(ErrorCode::kInvalidScale, name, " = ", value,
@@ -23,6 +29,23 @@ Status check_scale(const char* name, float value) {
 }  // namespace
 
 Status validate_problem(const Problem& p) {
+  // Enumerations arrive as plain integers from case files, the command line and bindings.
+  if (static_cast<unsigned>(p.op) > static_cast<unsigned>(Op::kBatchPrefillRagged)) {
+    return make_error(ErrorCode::kInvalidArgument, "op code ", static_cast<int>(p.op),
+                      ": not an operation");
+  }
+  if (p.kv_layout != KVLayout::kNHD && p.kv_layout != KVLayout::kHND) {
+    return make_error(ErrorCode::kInvalidArgument, "kv_layout code ", static_cast<int>(p.kv_layout),
+                      ": must be NHD or HND");
+  }
+  if (static_cast<unsigned>(p.mask_mode) > static_cast<unsigned>(MaskMode::kCustom)) {
+    return make_error(ErrorCode::kInvalidArgument, "mask_mode code ", static_cast<int>(p.mask_mode),
+                      ": must be none, causal or custom");
+  }
+  if (static_cast<unsigned>(p.pos_encoding_mode) > static_cast<unsigned>(PosEncoding::kAlibi)) {
+    return make_error(ErrorCode::kInvalidArgument, "pos_encoding_mode code ",
+                      static_cast<int>(p.pos_encoding_mode), ": must be NONE, ROPE_LLAMA or ALIBI");
+  }
   if (p.num_qo_heads <= 0 || p.num_qo_heads > kMaxHeads) {
     return make_error(ErrorCode::kInvalidShape, "num_qo_heads = ", p.num_qo_heads,
                       ": must be in [1, ", kMaxHeads, "]");
@@ -56,15 +79,15 @@ Status validate_problem(const Problem& p) {
     return make_error(ErrorCode::kInvalidShape, "page_size = ", p.page_size, ": must be in [1, ",
                       kMaxPageSize, "]");
   }
-  if (!is_float(p.q_dtype)) {
+  if (!is_float_dtype(p.q_dtype)) {
     return make_error(ErrorCode::kInvalidDType, "q dtype ", dtype_name(p.q_dtype),
                       ": must be a floating-point type");
   }
-  if (!is_float(p.kv_dtype)) {
+  if (!is_float_dtype(p.kv_dtype)) {
     return make_error(ErrorCode::kInvalidDType, "kv dtype ", dtype_name(p.kv_dtype),
                       ": must be a floating-point type");
   }
-  if (!is_float(p.o_dtype) || is_fp8(p.o_dtype)) {
+  if (!is_float_dtype(p.o_dtype) || is_fp8(p.o_dtype)) {
     return make_error(ErrorCode::kInvalidDType, "o dtype ", dtype_name(p.o_dtype),
                       ": must be f32, f16 or bf16");
   }

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/validate_tensor.h"
 #include "hardening/fixtures.h"
+#include "kvattn/attention.h"
 #include "testing/case_builder.h"
 
 namespace kvattn {
@@ -248,6 +250,64 @@ TEST(ValidateAttention, AcceptsEveryCaseBuilderLayout) {
       }
     }
   }
+}
+
+// ---- plans ----
+
+TEST(ValidatePlan, EveryBackendsPlansPass) {
+  // Plans of every backend (split-KV forced on some) over random cases, as run() will see them.
+  for (Op op : {Op::kSingleDecode, Op::kSinglePrefill, Op::kBatchDecode, Op::kBatchPrefillPaged,
+                Op::kBatchPrefillRagged}) {
+    for (int64_t chunk : {int64_t{0}, int64_t{3}}) {
+      testing::CaseSpec spec;
+      spec.problem.op = op;
+      spec.problem.num_qo_heads = 4;
+      spec.problem.num_kv_heads = 2;
+      spec.problem.head_dim_qk = spec.problem.head_dim_vo = 16;
+      spec.problem.page_size = 4;
+      spec.problem.q_dtype = spec.problem.kv_dtype = spec.problem.o_dtype = DType::kF32;
+      spec.problem.mask_mode = MaskMode::kCausal;
+      spec.problem.batch_size = is_batch(op) ? 3 : 1;
+      spec.kv_lens = is_batch(op) ? std::vector<int64_t>{17, 0, 9} : std::vector<int64_t>{13};
+      testing::Case c = testing::Case::make(spec);
+      AttentionArgs args = c.args();
+      for (const char* backend : {"reference", "cpu"}) {
+        PlanOptions options;
+        options.backend = backend;
+        options.kv_chunk_size = chunk;
+        Plan plan;
+        Status s = kvattn::plan(c.problem(), args, options, &plan);
+        ASSERT_TRUE(s.ok()) << backend << ": " << s.to_string();
+        s = validate_plan(plan);
+        EXPECT_TRUE(s.ok()) << backend << " " << op_name(op) << ": " << s.to_string();
+      }
+    }
+  }
+}
+
+TEST(ValidatePlan, RefusesWorkOutsideTheRequests) {
+  AttentionFixture f(Op::kBatchPrefillPaged);
+  PlanOptions options;
+  options.backend = "reference";
+  Plan good;
+  ASSERT_TRUE(kvattn::plan(f.problem, f.args, options, &good).ok());
+  ASSERT_TRUE(validate_plan(good).ok());
+  auto refused = [&](const std::function<void(Plan&)>& mutate, const std::string& part) {
+    Plan p = good;
+    mutate(p);
+    expect_error(validate_plan(p), ErrorCode::kInvalidArgument, {part});
+    // run() refuses it before any backend reads past a request.
+    expect_error(kvattn::run(p, f.args), ErrorCode::kInvalidArgument, {part});
+  };
+  refused([](Plan& p) { p.work[0].kv_end = p.kv_len[p.work[0].request] + 1; }, "keys [");
+  refused([](Plan& p) { p.work[1].qo_end = 1000; }, "queries [");
+  refused([](Plan& p) { p.work[2].qo_begin = -1; }, "queries [-1");
+  refused([](Plan& p) { p.work[0].request = 3; }, "request 3");
+  refused([](Plan& p) { p.work[0].kv_head = 2; }, "kv_head 2");
+  refused([](Plan& p) { p.num_partial_states = -1; }, "num_partial_states = -1");
+  Plan short_lengths = good;
+  short_lengths.qo_len.pop_back();
+  expect_error(validate_plan(short_lengths), ErrorCode::kInvalidArgument, {"lengths for 2"});
 }
 
 // ---- aux ops ----

@@ -122,6 +122,17 @@ std::vector<AttentionCase> problem_cases() {
          f.args.q.dtype = DType::kI32;
        },
        ErrorCode::kInvalidDType, kProblem},
+      {"op_code_out_of_range", kAll, [](F& f) { f.problem.op = static_cast<Op>(9); },
+       ErrorCode::kInvalidArgument, kProblem},
+      {"mask_mode_code_out_of_range", kAll,
+       [](F& f) { f.problem.mask_mode = static_cast<MaskMode>(-1); }, ErrorCode::kInvalidArgument,
+       kProblem},
+      {"kv_layout_code_out_of_range", kAll,
+       [](F& f) { f.problem.kv_layout = static_cast<KVLayout>(5); }, ErrorCode::kInvalidArgument,
+       kProblem},
+      {"kv_dtype_code_out_of_range", kAll,
+       [](F& f) { f.problem.kv_dtype = static_cast<DType>(42); }, ErrorCode::kInvalidDType,
+       kProblem},
       {"plan_num_threads_negative", kAll, nullptr, ErrorCode::kInvalidArgument, kProblem},
       {"plan_kv_chunk_size_negative", kAll, nullptr, ErrorCode::kInvalidArgument, kProblem},
   };
