@@ -63,12 +63,14 @@ def sdpa_kernel_name(fn):
 def time_ms(fn, repeats, warmup):
     for _ in range(warmup):
         fn()
-    samples = []
+    samples, cpu_samples = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples), min(samples)
+        cpu_samples.append((time.process_time() - cpu_start) * 1e3)
+    # Process CPU time (all threads) says how much work a run was, even on a busy machine.
+    return statistics.median(samples), min(samples), statistics.median(cpu_samples)
 
 
 def variants(name, op, head_dim, batch, context, kv_kind, dtypes, gqa_modes):
@@ -121,12 +123,13 @@ def main():
                 continue
             for peer, fn in variants(name, op, head_dim, batch, context, kv_kind,
                                      args.dtypes.split(","), args.gqa.split(",")):
-                median, best = time_ms(fn, args.repeats, args.warmup)
+                median, best, cpu = time_ms(fn, args.repeats, args.warmup)
                 print(json.dumps({
                     "name": name,
                     "peer": peer,
                     "median_ms": round(median, 4),
                     "min_ms": round(best, 4),
+                    "median_cpu_ms": round(cpu, 4),
                     "repeats": args.repeats,
                     "threads": torch.get_num_threads(),
                     "torch": torch.__version__,
