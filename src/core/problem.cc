@@ -1,5 +1,6 @@
 #include "kvattn/problem.h"
 
+#include <charconv>
 #include <cmath>
 #include <sstream>
 
@@ -37,6 +38,13 @@ constexpr std::pair<PosEncoding, std::string_view> kPos[] = {{PosEncoding::kNone
                                                              {PosEncoding::kRopeLlama, "ROPE_LLAMA"},
                                                              {PosEncoding::kAlibi, "ALIBI"}};
 
+// The shortest decimal that reads back as the same float, so printed flags replay exactly.
+std::string shortest(float value) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(value);
+}
+
 }  // namespace
 
 std::string_view op_name(Op op) { return name_from(kOps, op); }
@@ -70,18 +78,18 @@ std::string Problem::to_string() const {
   if (mask_mode == MaskMode::kCausal) os << " --causal";
   if (mask_mode == MaskMode::kCustom) os << " --custom-mask";
   if (window_left >= 0) os << " --window-left " << window_left;
-  if (logits_soft_cap > 0) os << " --logits-soft-cap " << logits_soft_cap;
-  if (sm_scale) os << " --sm-scale " << *sm_scale;
+  if (logits_soft_cap > 0) os << " --logits-soft-cap " << shortest(logits_soft_cap);
+  if (sm_scale) os << " --sm-scale " << shortest(*sm_scale);
   if (pos_encoding_mode != PosEncoding::kNone) {
     os << " --pos-encoding-mode " << pos_encoding_name(pos_encoding_mode);
   }
   if (pos_encoding_mode == PosEncoding::kRopeLlama) {
-    os << " --rope-theta " << rope_theta << " --rope-scale " << rope_scale;
+    os << " --rope-theta " << shortest(rope_theta) << " --rope-scale " << shortest(rope_scale);
     if (rope_interleave) os << " --rope-interleave";
   }
-  if (q_scale != 1.0f) os << " --q-scale " << q_scale;
-  if (k_scale != 1.0f) os << " --k-scale " << k_scale;
-  if (v_scale != 1.0f) os << " --v-scale " << v_scale;
+  if (q_scale != 1.0f) os << " --q-scale " << shortest(q_scale);
+  if (k_scale != 1.0f) os << " --k-scale " << shortest(k_scale);
+  if (v_scale != 1.0f) os << " --v-scale " << shortest(v_scale);
   if (return_lse) os << " --return-lse";
   if (use_fp16_qk_reduction) os << " --use-fp16-qk-reduction";
   return os.str();

@@ -154,6 +154,8 @@ Status select_backend(const Problem& problem, const Device& device, const std::s
   KVATTN_RETURN_IF_ERROR(validate_problem(problem));
   if (requested.empty() || requested == "auto") {
     std::ostringstream reasons;
+    // kUnavailable when some backend could run the problem but is not here; else kNotSupported.
+    ErrorCode code = ErrorCode::kNotSupported;
     auto list = priority_list(problem, device);
     for (std::string_view name : list) {
       const Backend* b = find_backend(name);
@@ -163,6 +165,7 @@ Status select_backend(const Problem& problem, const Device& device, const std::s
         *selected = std::string(name);
         return Status::Ok();
       }
+      if (s.code() == ErrorCode::kUnavailable) code = ErrorCode::kUnavailable;
       reasons << "\n  " << name << ": " << s.message();
     }
     if (list.empty()) {
@@ -176,8 +179,8 @@ Status select_backend(const Problem& problem, const Device& device, const std::s
       reasons << "\n  " << b->name() << ": " << (s.ok() ? "not in the priority list for "
                                                         + device.to_string() : s.message());
     }
-    return make_error(ErrorCode::kNotSupported, "no backend can run this problem on ",
-                      device.to_string(), ":", reasons.str());
+    return make_error(code, "no backend can run this problem on ", device.to_string(), ":",
+                      reasons.str());
   }
   const Backend* b = find_backend(requested);
   if (!b) {
