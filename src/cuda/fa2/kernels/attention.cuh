@@ -20,6 +20,7 @@
 #include "cuda/fa2/kernels/fragment_layout.h"
 #include "cuda/fa2/kernels/kv_storage.cuh"
 #include "cuda/fa2/kernels/store_out.cuh"
+#include "cuda/fa2/kernels/unit_math.h"
 #include "cuda/fa2/params.h"
 
 namespace kvattn::fa2 {
@@ -53,31 +54,6 @@ struct AttentionConfig {
 template <int D>
 __device__ __forceinline__ int swizzled(int row, int col) {
   return frag::swizzled(row, col, D);
-}
-
-// What a thread needs about each of the two query rows (g and g + 8) it holds accumulators for.
-struct RowInfo {
-  bool valid = false;
-  int64_t token = 0;  // query index within the request
-  int64_t q_abs = 0;  // absolute position (bottom-right aligned)
-  int head = 0;       // query head
-  float alibi_slope = 0.0f;
-};
-
-__device__ __forceinline__ RowInfo row_info(const AttentionParams& p, const WorkUnit& w,
-                                            const RequestInfo& r, int tile_row) {
-  RowInfo ri;
-  int packed = w.row_begin + tile_row;
-  ri.valid = packed < w.row_end;
-  if (!ri.valid) return ri;
-  ri.token = packed / p.group;
-  ri.head = w.kv_head * p.group + packed % p.group;
-  ri.q_abs = math::query_abs_pos(ri.token, r.qo_len, r.kv_len);
-  if (p.alibi) {
-    ri.alibi_slope = p.alibi_slopes ? p.alibi_slopes[ri.head * p.alibi_stride]
-                                    : math::alibi_slope(ri.head, p.num_qo_heads);
-  }
-  return ri;
 }
 
 // Element indices of rotation pair t (or of the plain pair 2t, 2t+1 without RoPE).
@@ -219,9 +195,10 @@ struct Accumulators {
 
 template <class C>
 __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
-                             const RowInfo (&rows)[2], int64_t block_begin, int64_t kv_lo,
-                             int64_t kv_hi, const typename C::T* q_s, const typename C::T* k_s,
-                             const typename C::T* v_s, Accumulators<C>& acc) {
+                             const RowInfo (&rows)[2], int64_t block_begin,
+                             const split::ChunkRange& keys, const typename C::T* q_s,
+                             const typename C::T* k_s, const typename C::T* v_s,
+                             Accumulators<C>& acc) {
   constexpr int kNTiles = C::kKeys / 8;
   constexpr float kLog2e = 1.4426950408889634f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -252,16 +229,8 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
     for (int e = 0; e < 4; ++e) {
       const RowInfo& ri = rows[e >> 1];
       const int64_t j = block_begin + nt * 8 + frag::acc_element(lane, e).col;
-      float x = math::soft_cap(s[nt][e] * p.score_scale, p.soft_cap);
-      if (p.alibi) x += math::alibi_bias(ri.alibi_slope, ri.q_abs, j);
-      bool visible = ri.valid && j >= kv_lo && j < kv_hi &&
-                     (!p.causal || math::causal_visible(ri.q_abs, j)) &&
-                     math::window_visible(ri.q_abs, j, p.window_left);
-      if (visible && p.custom_mask) {
-        visible = math::custom_mask_bit(p.custom_mask, r.mask_offset, p.custom_mask_packed,
-                                        ri.token, j, r.kv_len);
-      }
-      s[nt][e] = visible ? x * kLog2e : -INFINITY;
+      s[nt][e] = row_sees_key(p, r, ri, keys, j) ? transformed_score(p, ri, j, s[nt][e]) * kLog2e
+                                                 : -INFINITY;
     }
   }
 
@@ -372,19 +341,8 @@ __global__ void __launch_bounds__(C::kThreads) attention_kernel(const AttentionP
   const WorkUnit w = p.work[blockIdx.x];
   const RequestInfo r = p.requests[w.request];
 
-  // This unit's keys: its chunk, narrowed to what the causal mask leaves to the tile's last
-  // query and the window leaves to its first, so fully masked blocks are never loaded.
-  const split::ChunkRange chunk = w.chunk < 0 ? split::ChunkRange{0, r.kv_len}
-                                              : split::chunk_range(r.kv_len, p.chunk_size, w.chunk);
-  int64_t kv_lo = chunk.begin, kv_hi = chunk.end;
-  if (p.causal) {
-    const int64_t last = math::query_abs_pos((w.row_end - 1) / p.group, r.qo_len, r.kv_len);
-    kv_hi = kv_hi < last + 1 ? kv_hi : last + 1;
-  }
-  if (p.window_left >= 0) {
-    const int64_t first = math::query_abs_pos(w.row_begin / p.group, r.qo_len, r.kv_len);
-    kv_lo = kv_lo > first - p.window_left ? kv_lo : first - p.window_left;
-  }
+  const split::ChunkRange keys = unit_key_range(p, w, r);
+  const int64_t kv_lo = keys.begin, kv_hi = keys.end;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const RowInfo rows[2] = {row_info(p, w, r, warp * 16 + frag::acc_element(lane, 0).row),
@@ -410,7 +368,7 @@ __global__ void __launch_bounds__(C::kThreads) attention_kernel(const AttentionP
     if (b + 1 < num_blocks) {
       issue_kv_block<C>(p, r, w.kv_head, block_begin + C::kKeys, kv_hi, k_stage, v_stage);
     }
-    attend_block<C>(p, r, rows, block_begin, kv_lo, kv_hi, q_s, k_s, v_s, acc);
+    attend_block<C>(p, r, rows, block_begin, keys, q_s, k_s, v_s, acc);
   }
   store_rows<C>(p, w, r, rows, acc);
 }
