@@ -65,8 +65,8 @@ bool parse(int argc, char** argv, Options* o) {
       if (!value(&v)) return false;
       int* target = arg == "--repeats" ? &o->repeats : &o->threads;
       if (!parse_int(v, arg == "--repeats" ? 1 : 0, target)) {
-        std::cerr << "kvattn bench: " << arg << " " << v << ": expected an integer >= "
-                  << (arg == "--repeats" ? 1 : 0) << "\n";
+        std::cerr << "kvattn bench: " << arg << " " << v
+                  << ": expected an integer >= " << (arg == "--repeats" ? 1 : 0) << "\n";
         return false;
       }
     } else if (arg == "--help" || arg == "-h") {
@@ -96,8 +96,8 @@ void print_json(const CaseResult& r, const Rooflines& m) {
       "\"gbps\":%.3f,\"gflops\":%.3f,\"roofline_fraction\":%.4f,\"dram_gbps\":%.3f,"
       "\"fma_gflops\":%.3f,\"bytes\":%.0f,\"flops\":%.0f,\"repeats\":%d,\"threads\":%d,"
       "\"cpu_isa\":%s}\n",
-      json_string(r.name).c_str(), json_string(r.backend).c_str(), r.median_ms, r.min_ms,
-      r.max_ms, r.median_cpu_ms, r.gbps, r.gflops, r.roofline_fraction, m.dram_gbps, m.fma_gflops, r.bytes,
+      json_string(r.name).c_str(), json_string(r.backend).c_str(), r.median_ms, r.min_ms, r.max_ms,
+      r.median_cpu_ms, r.gbps, r.gflops, r.roofline_fraction, m.dram_gbps, m.fma_gflops, r.bytes,
       r.flops, r.repeats, r.threads,
       json_string(std::string(cpu_isa_name(detail::effective_cpu_isa()))).c_str());
   std::fflush(stdout);

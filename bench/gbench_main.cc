@@ -41,9 +41,11 @@ int main(int argc, char** argv) {
   const char* env = std::getenv("KVATTN_BENCH_BACKEND");
   const std::string backend = env ? env : "auto";
   for (const kvattn::bench::BenchCase& c : kvattn::bench::standard_cases()) {
-    benchmark::RegisterBenchmark(c.name.c_str(), [c, backend](benchmark::State& state) {
-      kvattn::bench::run_case(state, c, backend);
-    })->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(
+        c.name.c_str(),
+        [c, backend](benchmark::State& state) { kvattn::bench::run_case(state, c, backend); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

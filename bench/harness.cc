@@ -1,5 +1,8 @@
 #include "bench/harness.h"
 
+#include <sys/mman.h>
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -7,9 +10,6 @@
 #include <memory>
 #include <optional>
 #include <vector>
-
-#include <sys/mman.h>
-#include <sys/resource.h>
 
 #include "cpu/thread_pool.h"
 #include "kvattn/attention.h"
@@ -61,15 +61,15 @@ Status PreparedCase::prepare(const BenchCase& bench_case, const std::string& bac
   state->c.emplace(testing::Case::make(bench_case.spec));
   state->args = state->c->args();
   // Move the K/V buffers onto huge pages and point the views there.
-  for (std::vector<std::byte>* buffer : {&state->c->kv_cache, &state->c->k_cache,
-                                         &state->c->v_cache, &state->c->k, &state->c->v}) {
+  for (std::vector<std::byte>* buffer :
+       {&state->c->kv_cache, &state->c->k_cache, &state->c->v_cache, &state->c->k, &state->c->v}) {
     if (buffer->size() < HugeBuffer::kHugePage) continue;
     auto huge = std::make_unique<HugeBuffer>(buffer->size());
     if (!huge->data) continue;
     std::memcpy(huge->data, buffer->data(), buffer->size());
     const std::byte* begin = buffer->data();
-    for (TensorView* view : {&state->args.paged_k_cache, &state->args.paged_v_cache,
-                             &state->args.k, &state->args.v}) {
+    for (TensorView* view :
+         {&state->args.paged_k_cache, &state->args.paged_v_cache, &state->args.k, &state->args.v}) {
       auto* p = static_cast<std::byte*>(view->data);
       if (p >= begin && p < begin + buffer->size()) view->data = huge->data + (p - begin);
     }
@@ -141,8 +141,8 @@ Status time_case(const BenchCase& bench_case, PreparedCase& prepared, int repeat
   const double seconds = r.median_ms / 1e3;
   r.gbps = r.bytes / seconds / 1e9;
   r.gflops = r.flops / seconds / 1e9;
-  r.roofline_fraction = bench_case.memory_bound ? r.gbps / rooflines.dram_gbps
-                                                : r.gflops / rooflines.fma_gflops;
+  r.roofline_fraction =
+      bench_case.memory_bound ? r.gbps / rooflines.dram_gbps : r.gflops / rooflines.fma_gflops;
   return Status::Ok();
 }
 

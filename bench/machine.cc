@@ -38,7 +38,8 @@ __attribute__((target("avx512f"))) uint64_t read_avx512(const uint64_t* p, std::
     a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + i + 16));
     a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + i + 24));
   }
-  return _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  return _mm512_reduce_add_epi64(
+      _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
 }
 __attribute__((target("avx2"))) uint64_t read_avx2(const uint64_t* p, std::size_t words) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;

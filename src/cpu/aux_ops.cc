@@ -21,13 +21,20 @@ constexpr int64_t kRowsPerItem = 16;
 
 double load(const TensorView& t, int64_t offset) {
   switch (t.dtype) {
-    case DType::kF32: return t.as<const float>()[offset];
-    case DType::kF16: return num::f16_to_f32(t.as<const uint16_t>()[offset]);
-    case DType::kBF16: return num::bf16_to_f32(t.as<const uint16_t>()[offset]);
-    case DType::kE4M3: return num::e4m3_to_f32(t.as<const uint8_t>()[offset]);
-    case DType::kE5M2: return num::e5m2_to_f32(t.as<const uint8_t>()[offset]);
-    case DType::kI32: return t.as<const int32_t>()[offset];
-    case DType::kU8: return t.as<const uint8_t>()[offset];
+    case DType::kF32:
+      return t.as<const float>()[offset];
+    case DType::kF16:
+      return num::f16_to_f32(t.as<const uint16_t>()[offset]);
+    case DType::kBF16:
+      return num::bf16_to_f32(t.as<const uint16_t>()[offset]);
+    case DType::kE4M3:
+      return num::e4m3_to_f32(t.as<const uint8_t>()[offset]);
+    case DType::kE5M2:
+      return num::e5m2_to_f32(t.as<const uint8_t>()[offset]);
+    case DType::kI32:
+      return t.as<const int32_t>()[offset];
+    case DType::kU8:
+      return t.as<const uint8_t>()[offset];
   }
   return std::numeric_limits<double>::quiet_NaN();
 }
@@ -48,18 +55,34 @@ float round_to_odd_f32(double x) {
 
 void store(const TensorView& t, int64_t offset, double value) {
   switch (t.dtype) {
-    case DType::kF32: t.as<float>()[offset] = static_cast<float>(value); return;
-    case DType::kF16: t.as<uint16_t>()[offset] = num::f32_to_f16(round_to_odd_f32(value)); return;
-    case DType::kBF16: t.as<uint16_t>()[offset] = num::f32_to_bf16(round_to_odd_f32(value)); return;
-    case DType::kE4M3: t.as<uint8_t>()[offset] = num::f32_to_e4m3(round_to_odd_f32(value)); return;
-    case DType::kE5M2: t.as<uint8_t>()[offset] = num::f32_to_e5m2(round_to_odd_f32(value)); return;
-    case DType::kI32: t.as<int32_t>()[offset] = static_cast<int32_t>(value); return;
-    case DType::kU8: t.as<uint8_t>()[offset] = static_cast<uint8_t>(value); return;
+    case DType::kF32:
+      t.as<float>()[offset] = static_cast<float>(value);
+      return;
+    case DType::kF16:
+      t.as<uint16_t>()[offset] = num::f32_to_f16(round_to_odd_f32(value));
+      return;
+    case DType::kBF16:
+      t.as<uint16_t>()[offset] = num::f32_to_bf16(round_to_odd_f32(value));
+      return;
+    case DType::kE4M3:
+      t.as<uint8_t>()[offset] = num::f32_to_e4m3(round_to_odd_f32(value));
+      return;
+    case DType::kE5M2:
+      t.as<uint8_t>()[offset] = num::f32_to_e5m2(round_to_odd_f32(value));
+      return;
+    case DType::kI32:
+      t.as<int32_t>()[offset] = static_cast<int32_t>(value);
+      return;
+    case DType::kU8:
+      t.as<uint8_t>()[offset] = static_cast<uint8_t>(value);
+      return;
   }
 }
 
 int64_t at(const TensorView& t, int64_t i0) { return i0 * t.strides[0]; }
-int64_t at(const TensorView& t, int64_t i0, int64_t i1) { return i0 * t.strides[0] + i1 * t.strides[1]; }
+int64_t at(const TensorView& t, int64_t i0, int64_t i1) {
+  return i0 * t.strides[0] + i1 * t.strides[1];
+}
 int64_t at(const TensorView& t, int64_t i0, int64_t i1, int64_t i2) {
   return i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2];
 }
@@ -185,8 +208,8 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
   auto write = [&](const TensorView& src, const TensorView& dst, double scale, int64_t i) {
     const int64_t heads = src.shape[1], dim = src.shape[2];
     for (int64_t h = 0; h < heads; ++h) {
-      const int64_t base = nhd ? at(dst, page_of[i], slot_of[i], h, 0)
-                               : at(dst, page_of[i], h, slot_of[i], 0);
+      const int64_t base =
+          nhd ? at(dst, page_of[i], slot_of[i], h, 0) : at(dst, page_of[i], h, slot_of[i], 0);
       for (int64_t d = 0; d < dim; ++d) {
         store(dst, base + d * dst.strides[3], load(src, at(src, i, h, d)) / scale);
       }
@@ -208,7 +231,8 @@ Status apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_
   const int half = dim / 2;
   // theta^(-2t/dim) per pair, computed as the reference does so the angles agree bit for bit.
   std::vector<double> freq(half);
-  for (int t = 0; t < half; ++t) freq[t] = std::pow(static_cast<double>(rope.rope_theta), -2.0 * t / dim);
+  for (int t = 0; t < half; ++t)
+    freq[t] = std::pow(static_cast<double>(rope.rope_theta), -2.0 * t / dim);
   for_rows(num_threads, rows, [&](int64_t n) {
     thread_local std::vector<double> cos_t, sin_t, x;
     cos_t.resize(half);

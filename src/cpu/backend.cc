@@ -1,8 +1,9 @@
 // The fast CPU backend: decode kernels per ISA (decode.h), the prefill path (prefill/prefill.h),
 // and the operations that are not attention (aux_ops.h).
+#include "core/backend.h"
+
 #include <array>
 
-#include "core/backend.h"
 #include "core/capability.h"
 #include "core/status_macros.h"
 #include "cpu/aux_ops.h"

@@ -1,4 +1,6 @@
 // Decode planning (the split-KV decision), the run driver and the merge of split requests.
+#include "cpu/decode.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -6,10 +8,9 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "core/numeric.h"
 #include "core/cpu_features.h"
+#include "core/numeric.h"
 #include "core/status_macros.h"
-#include "cpu/decode.h"
 #include "cpu/thread_pool.h"
 
 namespace kvattn::cpu {
@@ -51,10 +52,10 @@ struct DecodeWorkspaceLayout {
     l.partial_lse = take(sizeof(float) * num_partial * group);
     l.mask_begin = take(sizeof(int64_t) * problem.batch_size);
     l.alibi = take(sizeof(float) * problem.num_qo_heads);
-    l.scratch_bytes = DecodeScratchLayout::make(decode_padded_group(group),
-                                                pad_to(problem.head_dim_qk, kDecodeRowPad),
-                                                pad_to(problem.head_dim_vo, kDecodeRowPad),
-                                                problem.pos_encoding_mode == PosEncoding::kRopeLlama)
+    l.scratch_bytes = DecodeScratchLayout::make(
+                          decode_padded_group(group), pad_to(problem.head_dim_qk, kDecodeRowPad),
+                          pad_to(problem.head_dim_vo, kDecodeRowPad),
+                          problem.pos_encoding_mode == PosEncoding::kRopeLlama)
                           .bytes;
     l.scratch = take(l.scratch_bytes * threads);
     l.bytes = at;
@@ -98,7 +99,8 @@ void merge_split(const Plan& plan, const DecodeParams& p, const std::vector<int6
         double acc = 0;
         for (int64_t k = 0; k < count; ++k) {
           if (weight[k] == 0.0) continue;
-          acc += weight[k] * p.partial_o[(int64_t{plan.work[items[k]].partial} * group + g) * dvo + d];
+          acc +=
+              weight[k] * p.partial_o[(int64_t{plan.work[items[k]].partial} * group + g) * dvo + d];
         }
         merged[d] = static_cast<float>(acc / sum);
       }
@@ -337,13 +339,13 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   p.partial_lse = reinterpret_cast<float*>(ws + layout.partial_lse);
 
   const bool contiguous = p.k_elem_stride == 1 && p.v_elem_stride == 1;
-  const DecodeItemFn kernel = find_decode_kernel(detail::effective_cpu_isa(), pb.kv_dtype,
-                                                 pb.head_dim_qk, pb.head_dim_vo, p.group_padded,
-                                                 contiguous);
+  const DecodeItemFn kernel =
+      find_decode_kernel(detail::effective_cpu_isa(), pb.kv_dtype, pb.head_dim_qk, pb.head_dim_vo,
+                         p.group_padded, contiguous);
   if (!kernel) {
     return make_error(ErrorCode::kInternal, "cpu decode: no kernel for kv ",
-                      dtype_name(pb.kv_dtype), ", head dims ", pb.head_dim_qk, "/",
-                      pb.head_dim_vo, ", group ", p.group);
+                      dtype_name(pb.kv_dtype), ", head dims ", pb.head_dim_qk, "/", pb.head_dim_vo,
+                      ", group ", p.group);
   }
   // Tasks: runs of consecutive items of one request and KV range on consecutive heads (one head
   // each under fused RoPE, whose per-tile tables are per head).
@@ -365,11 +367,11 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
     i += count;
   }
   std::byte* scratch = ws + layout.scratch;
-  ThreadPool::global().parallel_for(
-      plan.num_threads, static_cast<int64_t>(tasks.size()), [&](int64_t t, int thread_id) {
-        kernel(p, plan.work.data() + tasks[t].first, tasks[t].second,
-               scratch + layout.scratch_bytes * thread_id);
-      });
+  ThreadPool::global().parallel_for(plan.num_threads, static_cast<int64_t>(tasks.size()),
+                                    [&](int64_t t, int thread_id) {
+                                      kernel(p, plan.work.data() + tasks[t].first, tasks[t].second,
+                                             scratch + layout.scratch_bytes * thread_id);
+                                    });
 
   if (plan.num_partial_states > 0) {
     // The partial states of each split (request, KV head), in chunk order.
@@ -385,9 +387,8 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
       }
       splits[s].push_back(i);
     }
-    ThreadPool::global().parallel_for(
-        plan.num_threads, static_cast<int64_t>(splits.size()),
-        [&](int64_t s, int) { merge_split(plan, p, splits[s]); });
+    ThreadPool::global().parallel_for(plan.num_threads, static_cast<int64_t>(splits.size()),
+                                      [&](int64_t s, int) { merge_split(plan, p, splits[s]); });
   }
   return Status::Ok();
 }

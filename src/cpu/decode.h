@@ -44,8 +44,8 @@ struct DecodeParams {
   const int64_t* kv_len = nullptr;  // per request
 
   float q_scale = 1, k_scale = 1, v_scale = 1, sm_scale = 1;
-  float logits_soft_cap = 0;  // > 0: on
-  bool fp16_qk_reduction = false;  // the real q.k rounded to f16 once, before sm_scale
+  float logits_soft_cap = 0;            // > 0: on
+  bool fp16_qk_reduction = false;       // the real q.k rounded to f16 once, before sm_scale
   const float* alibi_slopes = nullptr;  // [H_qo] when ALiBi is on
   bool rope = false, rope_interleave = false;
   double rope_theta = 1e4, rope_scale = 1;
@@ -67,8 +67,7 @@ struct DecodeParams {
 
   // True when the general score path (soft cap, ALiBi, custom mask) is needed.
   bool general_scores() const {
-    return logits_soft_cap > 0 || alibi_slopes != nullptr || mask != nullptr ||
-           fp16_qk_reduction;
+    return logits_soft_cap > 0 || alibi_slopes != nullptr || mask != nullptr || fp16_qk_reduction;
   }
 };
 

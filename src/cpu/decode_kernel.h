@@ -31,8 +31,9 @@ inline constexpr int kTile = kDecodeTileKeys;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 template <DType T>
-inline constexpr int kElemBytes =
-    T == DType::kF32 ? 4 : (T == DType::kF16 || T == DType::kBF16) ? 2 : 1;
+inline constexpr int kElemBytes = T == DType::kF32                          ? 4
+                                  : (T == DType::kF16 || T == DType::kBF16) ? 2
+                                                                            : 1;
 
 // One stored element of any float dtype as f32, exactly.
 template <class S>
@@ -134,7 +135,8 @@ void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const
       for (int kk = count; kk < W; ++kk) {
         for (int g = 0; g < kNG; ++g) parts[g][kk] = S::zero();
       }
-      for (int g = 0; g < kNG; ++g) S::store(scores + (g0 + g) * kTile + kb, S::reduce_rows(parts[g]));
+      for (int g = 0; g < kNG; ++g)
+        S::store(scores + (g0 + g) * kTile + kb, S::reduce_rows(parts[g]));
     }
   }
 }
@@ -259,7 +261,8 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
       const auto* codes = reinterpret_cast<const uint8_t*>(v_rows[kk]);
       for (int d = 0; d < p.head_dim_vo; ++d) {
         if ((codes[d] & 0x7F) != 0x7F) continue;
-        for (int g = 0; g < p.group; ++g) o[g * o_row + d] = std::numeric_limits<float>::quiet_NaN();
+        for (int g = 0; g < p.group; ++g)
+          o[g * o_row + d] = std::numeric_limits<float>::quiet_NaN();
       }
     }
   }
@@ -267,8 +270,8 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
 
 template <class S, DType kKV, int kDqk, int kDvo, int kNG>
 void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, std::byte* scratch) {
-  const DecodeScratchLayout layout = DecodeScratchLayout::make(
-      p.group_padded, p.head_dim_qk_padded, p.head_dim_vo_padded, p.rope);
+  const DecodeScratchLayout layout =
+      DecodeScratchLayout::make(p.group_padded, p.head_dim_qk_padded, p.head_dim_vo_padded, p.rope);
   const int group = p.group, gp = p.group_padded;
   const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
   const int q_row = p.head_dim_qk_padded, o_row = p.head_dim_vo_padded;
@@ -457,12 +460,13 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       const float* acc = o_all + hi * o_head + g * o_row;
       const float row_sum = sum_all[hi * gp + g], row_max = max_all[hi * gp + g];
       const bool empty = row_sum == 0.0f;
-      const float norm =
-          nan_key[hi] ? std::numeric_limits<float>::quiet_NaN() : empty ? 0.0f : p.v_scale / row_sum;
+      const float norm = nan_key[hi] ? std::numeric_limits<float>::quiet_NaN()
+                         : empty     ? 0.0f
+                                     : p.v_scale / row_sum;
       const float lse =
           nan_key[hi] ? std::numeric_limits<float>::quiet_NaN()
           : empty     ? kNegInf
-                      : static_cast<float>((row_max + std::log2(static_cast<double>(row_sum))) * kLn2);
+                  : static_cast<float>((row_max + std::log2(static_cast<double>(row_sum))) * kLn2);
       if (item.partial >= 0) {
         float* dst = p.partial_o + (int64_t{item.partial} * group + g) * dvo;
         for (int d = 0; d < dvo; ++d) dst[d] = empty && !nan_key[hi] ? 0.0f : acc[d] * v_raw * norm;
@@ -482,11 +486,16 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
 template <class S, DType kKV, int kDqk, int kDvo>
 DecodeItemFn pick_group_block(int group_padded) {
   switch (std::min(group_padded, 8)) {
-    case 1: return &decode_task<S, kKV, kDqk, kDvo, 1>;
-    case 2: return &decode_task<S, kKV, kDqk, kDvo, 2>;
-    case 4: return &decode_task<S, kKV, kDqk, kDvo, 4>;
-    case 8: return &decode_task<S, kKV, kDqk, kDvo, 8>;
-    default: return nullptr;
+    case 1:
+      return &decode_task<S, kKV, kDqk, kDvo, 1>;
+    case 2:
+      return &decode_task<S, kKV, kDqk, kDvo, 2>;
+    case 4:
+      return &decode_task<S, kKV, kDqk, kDvo, 4>;
+    case 8:
+      return &decode_task<S, kKV, kDqk, kDvo, 8>;
+    default:
+      return nullptr;
   }
 }
 
@@ -505,12 +514,18 @@ DecodeItemFn pick_dims(int dqk, int dvo, int group_padded) {
 template <class S>
 DecodeItemFn find_kernel(DType kv, int dqk, int dvo, int group_padded) {
   switch (kv) {
-    case DType::kF32: return pick_dims<S, DType::kF32>(dqk, dvo, group_padded);
-    case DType::kF16: return pick_dims<S, DType::kF16>(dqk, dvo, group_padded);
-    case DType::kBF16: return pick_dims<S, DType::kBF16>(dqk, dvo, group_padded);
-    case DType::kE4M3: return pick_dims<S, DType::kE4M3>(dqk, dvo, group_padded);
-    case DType::kE5M2: return pick_dims<S, DType::kE5M2>(dqk, dvo, group_padded);
-    default: return nullptr;
+    case DType::kF32:
+      return pick_dims<S, DType::kF32>(dqk, dvo, group_padded);
+    case DType::kF16:
+      return pick_dims<S, DType::kF16>(dqk, dvo, group_padded);
+    case DType::kBF16:
+      return pick_dims<S, DType::kBF16>(dqk, dvo, group_padded);
+    case DType::kE4M3:
+      return pick_dims<S, DType::kE4M3>(dqk, dvo, group_padded);
+    case DType::kE5M2:
+      return pick_dims<S, DType::kE5M2>(dqk, dvo, group_padded);
+    default:
+      return nullptr;
   }
 }
 

@@ -33,9 +33,7 @@ struct Simd {
   static Vec tanh(Vec x) { return std::tanh(x); }
   static Vec round_f16(Vec x) { return num::f16_to_f32(num::f32_to_f16(x)); }
   static Vec iota(float base) { return base; }
-  static Vec mask_by_bytes(Vec v, const uint8_t* keep) {
-    return *keep ? v : -__builtin_inff();
-  }
+  static Vec mask_by_bytes(Vec v, const uint8_t* keep) { return *keep ? v : -__builtin_inff(); }
 
   template <DType T>
   static constexpr float raw_to_real() {

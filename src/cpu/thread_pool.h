@@ -33,7 +33,8 @@ class ThreadPool {
   template <class Fn>
   void parallel_for(int num_threads, int64_t num_items, Fn&& fn) {
     using F = std::remove_reference_t<Fn>;
-    run(num_threads, num_items,
+    run(
+        num_threads, num_items,
         [](void* context, int64_t item, int thread_id) {
           (*static_cast<F*>(context))(item, thread_id);
         },

@@ -110,12 +110,12 @@ TEST(CpuAppendPagedKvCache, QuantizesAndSaturatesLikeTheReference) {
         cache.layout = layout;
         cache.k_scale = 0.5f;
         cache.v_scale = 0.25f;
-        const Status s = append_paged_kv_cache(
-            TensorView::contiguous(k.data(), DType::kF32, {nnz, heads, dim}),
-            TensorView::contiguous(v.data(), DType::kF32, {nnz, heads, dim}),
-            TensorView::contiguous(batch.data(), DType::kI32, {nnz}),
-            TensorView::contiguous(pos.data(), DType::kI32, {nnz}), cache,
-            on(which == 0 ? "cpu" : "reference"));
+        const Status s =
+            append_paged_kv_cache(TensorView::contiguous(k.data(), DType::kF32, {nnz, heads, dim}),
+                                  TensorView::contiguous(v.data(), DType::kF32, {nnz, heads, dim}),
+                                  TensorView::contiguous(batch.data(), DType::kI32, {nnz}),
+                                  TensorView::contiguous(pos.data(), DType::kI32, {nnz}), cache,
+                                  on(which == 0 ? "cpu" : "reference"));
         ASSERT_TRUE(s.ok()) << s.to_string();
       }
       EXPECT_EQ(caches[0][0], caches[1][0]) << dtype_name(cache_type);
@@ -146,8 +146,8 @@ TEST(CpuApplyRope, MatchesTheReferenceInPlaceAndInterleaved) {
       const TensorView pv = TensorView::contiguous(pos.data(), DType::kI32, {nnz});
       auto qv = [&](void* p) { return TensorView::contiguous(p, dtype, {nnz, hq, dim}); };
       auto kv = [&](void* p) { return TensorView::contiguous(p, dtype, {nnz, hk, dim}); };
-      ASSERT_TRUE(apply_rope(qv(q_cpu.data()), kv(k_cpu.data()), qv(q_cpu.data()),
-                             kv(k_cpu.data()), pv, rope, on("cpu"))
+      ASSERT_TRUE(apply_rope(qv(q_cpu.data()), kv(k_cpu.data()), qv(q_cpu.data()), kv(k_cpu.data()),
+                             pv, rope, on("cpu"))
                       .ok());
       ASSERT_TRUE(apply_rope(qv(q.data()), kv(k.data()), qv(q_ref.data()), kv(k_ref.data()), pv,
                              rope, on("reference"))

@@ -1,6 +1,8 @@
 // The cpu decode kernels against the reference over random problems (every variant, dtype pair,
 // head-dim pair, layout and page size, lengths around the tile size), at every ISA level this
 // machine has; long contexts that split; bit-identical results across batch compositions.
+#include "cpu/decode.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <random>
 #include <vector>
 
-#include "cpu/decode.h"
 #include "cpu_test_util.h"
 
 namespace kvattn::cputest {
@@ -49,28 +50,38 @@ CaseSpec random_decode_spec(int i, std::mt19937& rng) {
   }
   // Variants, one or two at a time.
   switch (i % 8) {
-    case 1: p.logits_soft_cap = 5.0f + pick(20); break;
-    case 2: p.pos_encoding_mode = PosEncoding::kAlibi; break;
+    case 1:
+      p.logits_soft_cap = 5.0f + pick(20);
+      break;
+    case 2:
+      p.pos_encoding_mode = PosEncoding::kAlibi;
+      break;
     case 3:
       p.pos_encoding_mode = PosEncoding::kRopeLlama;
       p.rope_interleave = pick(2) == 0;
       p.rope_scale = pick(2) ? 1.0f : 2.0f;
       break;
-    case 4: p.window_left = pick(80); break;
+    case 4:
+      p.window_left = pick(80);
+      break;
     case 5:
       p.mask_mode = MaskMode::kCustom;
       spec.packed_custom_mask = pick(2) == 0;
       break;
-    case 6: p.mask_mode = MaskMode::kCausal; p.sm_scale = 0.3f; break;
+    case 6:
+      p.mask_mode = MaskMode::kCausal;
+      p.sm_scale = 0.3f;
+      break;
     case 7:
       p.logits_soft_cap = 30.0f;
       p.pos_encoding_mode = PosEncoding::kAlibi;
       p.use_fp16_qk_reduction = true;
       break;
-    default: break;
+    default:
+      break;
   }
-  const int64_t lengths[] = {1, kTile - 1, kTile, kTile + 1, 2 * kTile - 1, 2 * kTile,
-                             2 * kTile + 1, 3 * kTile + 7, 0};
+  const int64_t lengths[] = {1,         kTile - 1,     kTile,         kTile + 1, 2 * kTile - 1,
+                             2 * kTile, 2 * kTile + 1, 3 * kTile + 7, 0};
   for (int b = 0; b < p.batch_size; ++b) {
     int64_t len = lengths[(i + 3 * b) % 9];
     if (p.op == Op::kSingleDecode && len == 0) len = 17;
@@ -197,12 +208,12 @@ TEST(CpuDecodeDeterminism, FixedChunkGivesTheSameBitsWhateverTheBatch) {
     std::vector<int32_t> last = {c.kv_last_page_len[1]};
     std::vector<float> out(int64_t{p.num_qo_heads} * p.head_dim_vo), lse(p.num_qo_heads);
     AttentionArgs one = all;
-    one.q = TensorView::contiguous(
-        static_cast<std::byte*>(all.q.data) + row * dtype_size(p.q_dtype), p.q_dtype,
-        {1, p.num_qo_heads, p.head_dim_qk});
+    one.q =
+        TensorView::contiguous(static_cast<std::byte*>(all.q.data) + row * dtype_size(p.q_dtype),
+                               p.q_dtype, {1, p.num_qo_heads, p.head_dim_qk});
     one.kv_indptr = TensorView::contiguous(indptr.data(), DType::kI32, {2});
-    one.kv_indices = TensorView::contiguous(indices.data(), DType::kI32,
-                                            {static_cast<int64_t>(indices.size())});
+    one.kv_indices =
+        TensorView::contiguous(indices.data(), DType::kI32, {static_cast<int64_t>(indices.size())});
     one.kv_last_page_len = TensorView::contiguous(last.data(), DType::kI32, {1});
     one.out = TensorView::contiguous(out.data(), DType::kF32, {1, p.num_qo_heads, p.head_dim_vo});
     one.lse = TensorView::contiguous(lse.data(), DType::kF32, {1, p.num_qo_heads});
