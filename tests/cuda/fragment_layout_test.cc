@@ -1,16 +1,21 @@
-// fa2's warp-level index math (src/cuda/fa2/kernels/fragment_layout.h) replayed on the CPU: an
-// emulation of ldmatrix (plain and .trans) and mma.m16n8k16 following the PTX ISA's fragment
-// layouts runs the kernel's exact sequence for S = Q K^T and O += P V over swizzled tiles, and
-// the result must equal the plain matrix products. Also: the swizzle is a bijection inside each
-// row and every ldmatrix phase touches 8 distinct 16-byte bank groups.
+// fa2's warp-level index math (src/cuda/fa2/kernels/fragment_layout.h) and online softmax
+// (kernels/online_softmax.h) replayed on the CPU: an emulation of ldmatrix (plain and .trans)
+// and mma.m16n8k16 following the PTX ISA's fragment layouts runs the kernel's exact sequence for
+// S = Q K^T and O += P V over swizzled tiles, and the result must equal the plain matrix
+// products; then a warp attends over several K/V blocks with masked keys and rows, and must
+// match a plain softmax. Also: the swizzle is a bijection inside each row and every ldmatrix
+// phase touches 8 distinct 16-byte bank groups.
 #include "cuda/fa2/kernels/fragment_layout.h"
 
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <random>
 #include <set>
 #include <vector>
+
+#include "cuda/fa2/kernels/online_softmax.h"
 
 namespace kvattn::fa2 {
 namespace {
@@ -199,6 +204,159 @@ TEST(Fa2FragmentLayoutTest, WarpTilesComputeQKAndPVForEveryHeadDim) {
     const int keys = d.qk > 128 ? 32 : 64;
     for (int warp : {0, 3}) check_warp_tile(d.qk, d.vo, keys, warp);
   }
+}
+
+// One warp (16 query rows) over `blocks` K/V blocks of `keys` keys, as attend_block and
+// store_rows do it: S by ldmatrix + mma, masks as -inf, the online softmax per lane with the
+// quad reductions done across the emulated lanes, P V, and the row finish.
+void check_warp_attention(int blocks, uint32_t seed) {
+  constexpr int kD = 64, kKeys = 64, kNTiles = kKeys / 8, kDTiles = kD / 8;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int total = blocks * kKeys;
+  std::vector<float> q(16 * kD), k(size_t(total * kD)), v(size_t(total * kD));
+  for (float& x : q) x = u(rng);
+  for (float& x : k) x = u(rng);
+  for (float& x : v) x = u(rng);
+  // visible[row][key]: row 5 sees nothing, row 9 only the last key, others at random; whole
+  // blocks are masked for some rows.
+  std::vector<std::vector<bool>> visible(16, std::vector<bool>(size_t(total)));
+  for (int r = 0; r < 16; ++r) {
+    for (int j = 0; j < total; ++j) {
+      bool vis = rng() % 4 != 0;
+      if (r == 5) vis = false;
+      if (r == 9) vis = j == total - 1;
+      if (r == 12 && j < kKeys) vis = false;
+      visible[size_t(r)][size_t(j)] = vis;
+    }
+  }
+  const float kScale = 0.125f * 1.4426950408889634f;  // sm_scale * log2 e
+
+  float o[32][kDTiles][4] = {};
+  std::array<std::array<float, 2>, 32> m, l;
+  for (auto& x : m) x = {-INFINITY, -INFINITY};
+  for (auto& x : l) x = {0.0f, 0.0f};
+  const std::vector<float> q_mem = store_swizzled(q, 16, kD);
+  for (int blk = 0; blk < blocks; ++blk) {
+    std::vector<float> kb(k.begin() + blk * kKeys * kD, k.begin() + (blk + 1) * kKeys * kD);
+    std::vector<float> vb(v.begin() + blk * kKeys * kD, v.begin() + (blk + 1) * kKeys * kD);
+    const std::vector<float> k_mem = store_swizzled(kb, kKeys, kD);
+    const std::vector<float> v_mem = store_swizzled(vb, kKeys, kD);
+    std::vector<Acc> sacc(kNTiles, Acc{});
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      std::array<int, 32> qa;
+      for (int lane = 0; lane < 32; ++lane) {
+        frag::RowCol rc = frag::q_ldmatrix(0, lane, ks);
+        qa[size_t(lane)] = frag::swizzled(rc.row, rc.col, kD);
+      }
+      const Warp a = ldmatrix_x4(q_mem, qa, false);
+      for (int nt2 = 0; nt2 < kNTiles / 2; ++nt2) {
+        std::array<int, 32> ka;
+        for (int lane = 0; lane < 32; ++lane) {
+          frag::RowCol rc = frag::k_ldmatrix(lane, nt2, ks);
+          ka[size_t(lane)] = frag::swizzled(rc.row, rc.col, kD);
+        }
+        const Warp b = ldmatrix_x4(k_mem, ka, false);
+        mma(sacc[size_t(2 * nt2)], a, pick_b(b, 0));
+        mma(sacc[size_t(2 * nt2 + 1)], a, pick_b(b, 2));
+      }
+    }
+    // Per lane registers, masked and scaled as attend_block does.
+    std::array<float[kNTiles][4], 32> s;
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        for (int e = 0; e < 4; ++e) {
+          const frag::RowCol rc = frag::acc_element(lane, e);
+          const int j = blk * kKeys + nt * 8 + rc.col;
+          s[size_t(lane)][nt][e] = visible[size_t(rc.row)][size_t(j)]
+                                       ? sacc[size_t(nt)][size_t(lane)][size_t(e)] * kScale
+                                       : -INFINITY;
+        }
+      }
+    }
+    for (int half = 0; half < 2; ++half) {
+      float lane_max[32];
+      for (int lane = 0; lane < 32; ++lane) lane_max[lane] = lane_block_max(s[size_t(lane)], half);
+      for (int lane = 0; lane < 32; ++lane) {
+        const int q0 = lane & ~3;
+        const float quad_max = std::max(std::max(lane_max[q0], lane_max[q0 + 1]),
+                                        std::max(lane_max[q0 + 2], lane_max[q0 + 3]));
+        softmax_block_update(s[size_t(lane)], o[lane], m[size_t(lane)][size_t(half)],
+                             l[size_t(lane)][size_t(half)], half, quad_max);
+      }
+    }
+    // O += P V with P packed from the registers as the kernel does.
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      Warp a{};
+      for (int lane = 0; lane < 32; ++lane) {
+        const auto& sl = s[size_t(lane)];
+        a[lane][0] = {sl[2 * kk][0], sl[2 * kk][1]};
+        a[lane][1] = {sl[2 * kk][2], sl[2 * kk][3]};
+        a[lane][2] = {sl[2 * kk + 1][0], sl[2 * kk + 1][1]};
+        a[lane][3] = {sl[2 * kk + 1][2], sl[2 * kk + 1][3]};
+      }
+      for (int dt2 = 0; dt2 < kD / 16; ++dt2) {
+        std::array<int, 32> va;
+        for (int lane = 0; lane < 32; ++lane) {
+          frag::RowCol rc = frag::v_ldmatrix_trans(lane, kk, dt2);
+          va[size_t(lane)] = frag::swizzled(rc.row, rc.col, kD);
+        }
+        const Warp b = ldmatrix_x4(v_mem, va, true);
+        for (int which = 0; which < 2; ++which) {
+          Acc d{};
+          for (int lane = 0; lane < 32; ++lane) {
+            for (int e = 0; e < 4; ++e) d[size_t(lane)][size_t(e)] = o[lane][2 * dt2 + which][e];
+          }
+          mma(d, a, pick_b(b, 2 * which));
+          for (int lane = 0; lane < 32; ++lane) {
+            for (int e = 0; e < 4; ++e) o[lane][2 * dt2 + which][e] = d[size_t(lane)][size_t(e)];
+          }
+        }
+      }
+    }
+  }
+  // Row finish and comparison with a plain softmax in double.
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int half = 0; half < 2; ++half) {
+      const int q0 = lane & ~3;
+      float quad_sum = 0;
+      for (int t = 0; t < 4; ++t) quad_sum += l[size_t(q0 + t)][size_t(half)];
+      const RowFinish fin = finish_row(m[size_t(lane)][size_t(half)], quad_sum, 2.0f);
+      const int row = frag::acc_element(lane, 2 * half).row;
+      std::vector<double> sc(static_cast<size_t>(total));
+      double mx = -INFINITY;
+      for (int j = 0; j < total; ++j) {
+        double dot = 0;
+        for (int d = 0; d < kD; ++d) dot += double(q[size_t(row * kD + d)]) * k[size_t(j * kD + d)];
+        sc[size_t(j)] = visible[size_t(row)][size_t(j)] ? dot * 0.125 : -INFINITY;
+        mx = std::max(mx, sc[size_t(j)]);
+      }
+      if (std::isinf(mx)) {
+        EXPECT_TRUE(std::isinf(fin.lse) && fin.lse < 0) << "row " << row;
+        EXPECT_EQ(fin.o_scale, 0.0f) << "row " << row;
+        continue;
+      }
+      double sum = 0;
+      for (double x : sc) sum += std::isinf(x) ? 0.0 : std::exp(x - mx);
+      EXPECT_NEAR(fin.lse, mx + std::log(sum), 1e-5) << "row " << row;
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        for (int e = 2 * half; e < 2 * half + 2; ++e) {
+          const int dim = dt * 8 + frag::acc_element(lane, e).col;
+          double want = 0;
+          for (int j = 0; j < total; ++j) {
+            if (!std::isinf(sc[size_t(j)]))
+              want += std::exp(sc[size_t(j)] - mx) / sum * v[size_t(j * kD + dim)];
+          }
+          EXPECT_NEAR(o[lane][dt][e] * fin.o_scale, 2.0 * want, 1e-5)
+              << "row " << row << " dim " << dim;
+        }
+      }
+    }
+  }
+}
+
+TEST(Fa2FragmentLayoutTest, WarpAttentionOverBlocksMatchesAPlainSoftmax) {
+  for (int blocks : {1, 3}) check_warp_attention(blocks, uint32_t(blocks));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/fa2/kernels/fragment_layout.h"
 #include "cuda/fa2/kernels/kv_storage.cuh"
+#include "cuda/fa2/kernels/online_softmax.h"
 #include "cuda/fa2/kernels/store_out.cuh"
 #include "cuda/fa2/kernels/unit_math.h"
 #include "cuda/fa2/params.h"
@@ -234,34 +235,13 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
     }
   }
 
-  // Online softmax, one row half at a time.
+  // Online softmax, one row half at a time (online_softmax.h); the quad shares each row.
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float block_max = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-      block_max = fmaxf(block_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
-    }
+    float block_max = lane_block_max(s, half);
     block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
     block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
-    const float m_new = fmaxf(acc.m[half], block_max);
-    // While a row has seen no visible key its max stays -inf; subtracting 0 instead keeps every
-    // exponential exp2(-inf) = 0 rather than exp2(-inf + inf) = NaN.
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    const float rescale = exp2f(acc.m[half] - m_use);
-    acc.m[half] = m_new;
-    acc.l[half] *= rescale;
-#pragma unroll
-    for (int dt = 0; dt < C::kDvo / 8; ++dt) {
-      acc.o[dt][2 * half] *= rescale;
-      acc.o[dt][2 * half + 1] *= rescale;
-    }
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-      s[nt][2 * half] = exp2f(s[nt][2 * half] - m_use);
-      s[nt][2 * half + 1] = exp2f(s[nt][2 * half + 1] - m_use);
-      acc.l[half] += s[nt][2 * half] + s[nt][2 * half + 1];
-    }
+    softmax_block_update(s, acc.o, acc.m[half], acc.l[half], half, block_max);
   }
 
   // O += P V: the S accumulators of n-tiles 2kk and 2kk+1 are exactly the A fragment of the
@@ -288,7 +268,6 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
 template <class C>
 __device__ void store_rows(const AttentionParams& p, const WorkUnit& w, const RequestInfo& r,
                            const RowInfo (&rows)[2], Accumulators<C>& acc) {
-  constexpr float kLn2 = 0.6931471805599453f;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -297,9 +276,8 @@ __device__ void store_rows(const AttentionParams& p, const WorkUnit& w, const Re
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const RowInfo& ri = rows[half];
     if (!ri.valid) continue;
-    // A row with no visible key: o = 0, lse = -inf (DESIGN.md §2), never NaN.
-    const float o_scale = l > 0.0f ? p.v_scale / l : 0.0f;
-    const float lse = l > 0.0f ? (acc.m[half] + log2f(l)) * kLn2 : -INFINITY;
+    const RowFinish fin = finish_row(acc.m[half], l, p.v_scale);
+    const float o_scale = fin.o_scale, lse = fin.lse;
     const bool lse_writer = (lane & 3) == 0;
     if (w.chunk < 0) {
       const int64_t row = r.q_row + ri.token;

@@ -1,0 +1,61 @@
+// The online softmax of fa2's kernel on one lane's registers, host and device. A lane holds, for
+// each of its two query rows ("halves": rows g and g + 8 of the warp tile), two scores per
+// 8-key n-tile and two outputs per 8-dim tile; the four lanes of a quad share a row. Scores are
+// in log2 units (pre-multiplied by log2 e). The quad reductions between the steps are the
+// kernel's (warp shuffles); tests/cuda/online_softmax_test.cc replays the steps over an emulated
+// warp on the CPU.
+#pragma once
+
+#include <cmath>
+
+#include "core/hd.h"
+
+namespace kvattn::fa2 {
+
+// Step 1: this lane's maximum score of row `half` in the block (-inf when all are masked).
+template <int kNTiles>
+KVATTN_HD float lane_block_max(const float (&s)[kNTiles][4], int half) {
+  float block_max = -INFINITY;
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    block_max = fmaxf(block_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
+  }
+  return block_max;
+}
+
+// Step 2, with the quad's maximum: raises the row's running max m, rescales the running sum l
+// and the outputs o, and turns the scores into probabilities (relative to the new max), adding
+// them to l (this lane's part of the row sum).
+template <int kNTiles, int kDTiles>
+KVATTN_HD void softmax_block_update(float (&s)[kNTiles][4], float (&o)[kDTiles][4], float& m,
+                                    float& l, int half, float quad_block_max) {
+  const float m_new = fmaxf(m, quad_block_max);
+  // While a row has seen no visible key its max stays -inf; subtracting 0 instead keeps every
+  // exponential exp2(-inf) = 0 rather than exp2(-inf + inf) = NaN.
+  const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+  const float rescale = exp2f(m - m_use);
+  m = m_new;
+  l *= rescale;
+  for (int dt = 0; dt < kDTiles; ++dt) {
+    o[dt][2 * half] *= rescale;
+    o[dt][2 * half + 1] *= rescale;
+  }
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    s[nt][2 * half] = exp2f(s[nt][2 * half] - m_use);
+    s[nt][2 * half + 1] = exp2f(s[nt][2 * half + 1] - m_use);
+    l += s[nt][2 * half] + s[nt][2 * half + 1];
+  }
+}
+
+// Step 3, with the quad's row sum: the factor for the outputs (v_scale folded in) and the
+// natural-log LSE. A row with no visible key: o = 0 and lse = -inf (DESIGN.md §2), never NaN.
+struct RowFinish {
+  float o_scale;
+  float lse;
+};
+KVATTN_HD RowFinish finish_row(float m, float quad_sum, float v_scale) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  if (!(quad_sum > 0.0f)) return RowFinish{0.0f, -INFINITY};
+  return RowFinish{v_scale / quad_sum, (m + log2f(quad_sum)) * kLn2};
+}
+
+}  // namespace kvattn::fa2
