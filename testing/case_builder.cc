@@ -210,7 +210,7 @@ Case Case::make(const CaseSpec& spec) {
       }
     }
     c.custom_mask.resize(bytes.size());
-    std::memcpy(c.custom_mask.data(), bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(c.custom_mask.data(), bytes.data(), bytes.size());
   }
   return c;
 }
