@@ -11,7 +11,9 @@ namespace kvattn::detail {
 
 bool cuda_support_built() { return true; }
 
-void query_cuda_devices(std::vector<CudaDeviceInfo>* devices, std::string* status) {
+namespace {
+
+void ask_the_runtime(std::vector<CudaDeviceInfo>* devices, std::string* status) {
   devices->clear();
   status->clear();
   int count = 0;
@@ -41,6 +43,25 @@ void query_cuda_devices(std::vector<CudaDeviceInfo>* devices, std::string* statu
     devices->push_back(info);
   }
   if (devices->empty()) *status = "no CUDA device: properties of every device failed to read";
+}
+
+struct DeviceSet {
+  std::vector<CudaDeviceInfo> devices;
+  std::string status;
+};
+
+}  // namespace
+
+// Asked once per process: the runtime enumerates its devices once anyway, and selection asks on
+// every explain / select / plan.
+void query_cuda_devices(std::vector<CudaDeviceInfo>* devices, std::string* status) {
+  static const DeviceSet set = [] {
+    DeviceSet s;
+    ask_the_runtime(&s.devices, &s.status);
+    return s;
+  }();
+  *devices = set.devices;
+  *status = set.status;
 }
 
 }  // namespace kvattn::detail
