@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Turns measurement rounds into the side-by-side table of results-<date>.md.
 
-Each round directory holds JSON-lines files: kvattn-*.json (`kvattn bench --json`, one file per
-kvattn run, interleaved with the peers) and any number of peer files (torch.json, vllm.json,
-ggml.json: objects with name, peer, median_ms, median_cpu_ms). For each case, kvattn's time is
-the median of its per-run medians over all rounds; a peer's time is the median of its per-round
-medians; the ratio is peer / kvattn (above 1: kvattn is faster).
+A round directory holds JSON-lines files written in this order (load.txt records the order):
+kvattn-a.json, a peer file, kvattn-b.json, a peer file, ... Each kvattn file is one
+`kvattn bench --json` run; each peer file has objects with name, peer, median_ms, median_cpu_ms.
+A peer is compared with the kvattn run made just before it, so that both saw the machine in
+the same state. Over rounds, both times are the median of the per-round medians; the ratio is
+peer / kvattn (above 1: kvattn is faster), for wall time and for process CPU time.
 """
 
 import argparse
-import glob
 import json
 import os
 import statistics
@@ -20,51 +20,61 @@ def read_lines(path):
         return [json.loads(line) for line in f if line.startswith("{")]
 
 
+def round_order(round_dir):
+    """Step names in the order they ran, from load.txt ('HH:MM:SS step load1 load5 load15')."""
+    with open(os.path.join(round_dir, "load.txt")) as f:
+        return [line.split()[1] for line in f if line.strip()]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rounds", nargs="+", help="round directories")
     args = parser.parse_args()
 
-    kvattn = {}  # case -> list of (median_ms, median_cpu_ms), one per kvattn run
-    peers = {}  # (case, peer) -> list of (median_ms, median_cpu_ms), one per round
+    # (case, peer) -> list of (kvattn ms, kvattn cpu ms, peer ms, peer cpu ms), one per round
+    pairs = {}
+    cases = []
     errors = []
     for round_dir in args.rounds:
-        for path in sorted(glob.glob(os.path.join(round_dir, "*.json"))):
-            is_kvattn = os.path.basename(path).startswith("kvattn-")
-            for row in read_lines(path):
-                if "error" in row:
-                    errors.append(f"{row['name']} {row['peer']}: {row['error']}")
-                    continue
-                if "name" not in row:
-                    continue
-                sample = (row["median_ms"], row.get("median_cpu_ms"))
-                if is_kvattn:
-                    kvattn.setdefault(row["name"], []).append(sample)
-                else:
-                    peers.setdefault((row["name"], row["peer"]), []).append(sample)
+        baseline = None
+        for step in round_order(round_dir):
+            path = os.path.join(round_dir, f"{step}.json")
+            if not os.path.exists(path):
+                continue
+            rows = read_lines(path)
+            if step.startswith("kvattn-"):
+                baseline = {r["name"]: r for r in rows}
+                for r in rows:
+                    if r["name"] not in cases:
+                        cases.append(r["name"])
+                continue
+            for r in rows:
+                if "error" in r:
+                    errors.append(f"{r['name']} {r['peer']}: {r['error']}")
+                elif baseline and r["name"] in baseline:
+                    k = baseline[r["name"]]
+                    pairs.setdefault((r["name"], r["peer"]), []).append(
+                        (k["median_ms"], k.get("median_cpu_ms"), r["median_ms"],
+                         r.get("median_cpu_ms")))
 
     def med(samples, i):
         values = [s[i] for s in samples if s[i] is not None]
         return statistics.median(values) if values else None
 
-    print("| case | kvattn cpu ms (runs: min..max) | peer | peer ms | peer / kvattn "
-          "| kvattn CPU-time ms | peer CPU-time ms |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
-    for case, runs in kvattn.items():
-        k_ms, k_cpu = med(runs, 0), med(runs, 1)
-        spread = f"{min(r[0] for r in runs):.1f}..{max(r[0] for r in runs):.1f}"
-        case_peers = sorted((p, s) for (c, p), s in peers.items() if c == case)
+    print("| case | peer | kvattn ms | peer ms | peer / kvattn | kvattn CPU ms | peer CPU ms "
+          "| CPU peer / kvattn |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for case in cases:
         first = True
-        for peer, samples in case_peers:
-            p_ms, p_cpu = med(samples, 0), med(samples, 1)
-            lead = f"| {case} | {k_ms:.2f} ({len(runs)}: {spread}) " if first else "| | "
-            k_cpu_cell = f"{k_cpu:.1f}" if first and k_cpu is not None else ""
+        for (c, peer), samples in sorted(pairs.items()):
+            if c != case:
+                continue
+            k_ms, k_cpu, p_ms, p_cpu = (med(samples, i) for i in range(4))
+            cpu_ratio = f"{p_cpu / k_cpu:.2f}" if p_cpu and k_cpu else "-"
+            print(f"| {case if first else ''} | {peer} | {k_ms:.1f} | {p_ms:.1f} "
+                  f"| **{p_ms / k_ms:.2f}** | {k_cpu:.1f} | {p_cpu:.1f} | {cpu_ratio} |")
             first = False
-            cpu_cell = f"{p_cpu:.1f}" if p_cpu is not None else "-"
-            print(f"{lead}| {peer} | {p_ms:.2f} | {p_ms / k_ms:.2f} | {k_cpu_cell} | {cpu_cell} |")
-        if first:
-            print(f"| {case} | {k_ms:.2f} ({len(runs)}: {spread}) | (no peer) | | | {k_cpu:.1f} | |")
-    for e in errors:
+    for e in sorted(set(errors)):
         print(f"\nnot measured: {e}")
     return 0
 
