@@ -70,13 +70,26 @@ struct Simd {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
   }
 
+  // tanh: Cephes' odd polynomial below 0.625 (where 1 - e^-2|x| would cancel: a soft cap c
+  // multiplies that absolute error by c), 1 - 2 / (e^(2|x|) + 1) above; sign restored.
   static Vec tanh(Vec x) {
-    const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN));
-    const Vec abs = _mm256_andnot_ps(sign_mask, x);
-    const Vec t = exp2(_mm256_mul_ps(abs, _mm256_set1_ps(-2.8853900817779268f)));
+    const Vec sign = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)));
+    const Vec ax = _mm256_andnot_ps(sign, x);
+    const Vec z = _mm256_mul_ps(x, x);
+    Vec p = _mm256_set1_ps(-5.70498872745e-3f);
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954e-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531e-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036e-1f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422e-1f));
+    const Vec small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
+    // min(60, .) with the product second keeps a NaN score NaN.
+    const Vec e = exp2(_mm256_min_ps(_mm256_set1_ps(60.0f),
+                                     _mm256_mul_ps(ax, _mm256_set1_ps(2.8853900817779268f))));
     const Vec one = _mm256_set1_ps(1.0f);
-    const Vec r = _mm256_div_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t));
-    return _mm256_or_ps(r, _mm256_and_ps(x, sign_mask));
+    const Vec large = _mm256_or_ps(
+        _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one))), sign);
+    const Vec is_small = _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ);
+    return _mm256_blendv_ps(large, small, is_small);
   }
 
   static Vec round_f16(Vec x) {

@@ -73,14 +73,27 @@ struct Simd {
     return _mm512_scalef_ps(p, n);
   }
 
-  // tanh(x) = sign(x) (1 - e^-2|x|) / (1 + e^-2|x|).
+  // tanh: Cephes' odd polynomial below 0.625 (where 1 - e^-2|x| would cancel: a soft cap c
+  // multiplies that absolute error by c), 1 - 2 / (e^(2|x|) + 1) above; sign restored.
   static Vec tanh(Vec x) {
-    const Vec abs = _mm512_abs_ps(x);
-    const Vec t = exp2(_mm512_mul_ps(abs, _mm512_set1_ps(-2.8853900817779268f)));  // -2 log2(e)
+    const Vec sign = _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+    const Vec ax = _mm512_abs_ps(x);
+    const Vec z = _mm512_mul_ps(x, x);
+    Vec p = _mm512_set1_ps(-5.70498872745e-3f);
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954e-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531e-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
+    const Vec small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
+    // min(60, .) with the product second keeps a NaN score NaN.
+    const Vec e = exp2(_mm512_min_ps(_mm512_set1_ps(60.0f),
+                                     _mm512_mul_ps(ax, _mm512_set1_ps(2.8853900817779268f))));
     const Vec one = _mm512_set1_ps(1.0f);
-    const Vec r = _mm512_div_ps(_mm512_sub_ps(one, t), _mm512_add_ps(one, t));
-    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
+    const Vec large = _mm512_or_ps(
+        _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one))), sign);
+    const __mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
+    return _mm512_mask_blend_ps(is_small, large, small);
   }
 
   // Rounded to the nearest f16 (even on ties), as f32.
