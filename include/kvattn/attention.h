@@ -75,7 +75,9 @@ struct Plan {
 };
 
 // Chooses the backend (PlanOptions::backend), validates the problem against the arguments and
-// cuts the work. Only the index tensors of `args` are read (host memory).
+// cuts the work. Only the index tensors of `args` are read (host memory). For the batch
+// operations the data tensors (q, out, k, v, the caches, lse) may be left empty: those given are
+// validated, run() validates all of them (page ids against the cache's page count included).
 Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
             Plan* out);
 
