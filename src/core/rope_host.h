@@ -47,8 +47,9 @@ inline void rope_cos_sin(int64_t pos, int rotary_dim, const RopeParams& rope, do
     const double f = std::pow(static_cast<double>(rope.rope_theta), -2.0 * t / rotary_dim);
     // Without llama31 the position is scaled, in this order, as fused RoPE does.
     const double angle =
-        rope.llama31 ? static_cast<double>(pos) * llama31_frequency(f, *rope.llama31, rope.rope_scale)
-                     : (static_cast<double>(pos) / static_cast<double>(rope.rope_scale)) * f;
+        rope.llama31
+            ? static_cast<double>(pos) * llama31_frequency(f, *rope.llama31, rope.rope_scale)
+            : (static_cast<double>(pos) / static_cast<double>(rope.rope_scale)) * f;
     cos_t[t] = std::cos(angle);
     sin_t[t] = std::sin(angle);
   }

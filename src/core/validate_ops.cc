@@ -255,8 +255,9 @@ Status check_rope_dims(const RopeParams& rope, int64_t head_dim, const TensorVie
         check_positive_scale("rope.llama31.high_freq_factor", l.high_freq_factor));
     KVATTN_RETURN_IF_ERROR(check_positive_scale("rope.llama31.old_context_len", l.old_context_len));
     if (!(l.high_freq_factor > l.low_freq_factor)) {
-      return make_error(ErrorCode::kInvalidScale, "rope.llama31.high_freq_factor = ",
-                        l.high_freq_factor, ": must be > low_freq_factor = ", l.low_freq_factor);
+      return make_error(ErrorCode::kInvalidScale,
+                        "rope.llama31.high_freq_factor = ", l.high_freq_factor,
+                        ": must be > low_freq_factor = ", l.low_freq_factor);
     }
   }
   int64_t rotary_dim = rope.rotary_dim;
@@ -278,8 +279,8 @@ Status check_rope_dims(const RopeParams& rope, int64_t head_dim, const TensorVie
   if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim ||
       (!rope.cos_sin_cache.empty() && rotary_dim == 0)) {
     return make_error(ErrorCode::kInvalidShape, what, " = ", rotary_dim,
-                      ": must be even and in [2, D], D = ", head_dim, " (", head_name,
-                      ".shape[2])", rope.cos_sin_cache.empty() ? ", or 0 for D" : "");
+                      ": must be even and in [2, D], D = ", head_dim, " (", head_name, ".shape[2])",
+                      rope.cos_sin_cache.empty() ? ", or 0 for D" : "");
   }
   return Status::Ok();
 }

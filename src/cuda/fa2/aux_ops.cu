@@ -252,12 +252,19 @@ Status run_apply_rope(const TensorView& q, const TensorView& k, const TensorView
   KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(device_index)));
   cuda::DeviceBuffer positions;
   KVATTN_RETURN_IF_ERROR(positions.upload(read_i32(pos_ids)));
-  RopeAngles angles{rope.rope_theta, rope.rope_scale, rope.llama31.has_value(), 0.0f, 0.0f,
-                    static_cast<const float*>(cache.data), 0, 0};
+  RopeAngles angles{rope.rope_theta,
+                    rope.rope_scale,
+                    rope.llama31.has_value(),
+                    0.0f,
+                    0.0f,
+                    static_cast<const float*>(cache.data),
+                    0,
+                    0};
   if (rope.llama31) {
     const Llama31Scaling& l = *rope.llama31;
     constexpr float two_pi = 6.28318530717958647692f;
-    angles.smooth_a = l.old_context_len / (two_pi * l.high_freq_factor - two_pi * l.low_freq_factor);
+    angles.smooth_a =
+        l.old_context_len / (two_pi * l.high_freq_factor - two_pi * l.low_freq_factor);
     angles.smooth_b = -1.0f / (l.high_freq_factor / l.low_freq_factor - 1.0f);
   }
   if (!cache.empty()) {
@@ -268,15 +275,14 @@ Status run_apply_rope(const TensorView& q, const TensorView& k, const TensorView
     if (in.empty() || out.empty()) return Status::Ok();
     const int64_t nnz = in.shape[0], heads = in.shape[1];
     const int dim = int(in.shape[2]);
-    const int rotary_dim = !cache.empty()        ? int(cache.shape[1])
+    const int rotary_dim = !cache.empty()         ? int(cache.shape[1])
                            : rope.rotary_dim == 0 ? dim
                                                   : rope.rotary_dim;
     const int64_t n = nnz * heads * (rotary_dim / 2 + (dim - rotary_dim));
     if (n == 0) return Status::Ok();
-    rope_kernel<<<blocks_for(n), kThreads>>>(in.data, in.dtype, strides_of(in), out.data,
-                                             out.dtype, strides_of(out), nnz, heads, dim,
-                                             rotary_dim, positions.as<int32_t>(), angles,
-                                             rope.interleave);
+    rope_kernel<<<blocks_for(n), kThreads>>>(in.data, in.dtype, strides_of(in), out.data, out.dtype,
+                                             strides_of(out), nnz, heads, dim, rotary_dim,
+                                             positions.as<int32_t>(), angles, rope.interleave);
     return launched("fa2 apply_rope kernel");
   };
   KVATTN_RETURN_IF_ERROR(rotate(q, q_out));
