@@ -131,11 +131,20 @@ class AttentionPlan:
 def run_once(op: str, fields: Dict[str, str], tensors: Dict[str, Any], backend: str,
              like: Any, out_shape: Tuple[int, ...], return_lse: bool,
              custom_mask_packed: bool = False) -> Any:
-    """plan + run for the single operations (no plan to reuse)."""
-    plan = AttentionPlan(op, fields, tensors, backend, device_of(like), out_shape[0]
-                         if len(out_shape) == 3 else 1, custom_mask_packed=custom_mask_packed)
-    rest = {k: v for k, v in tensors.items() if k != "q"}
-    return plan.run(tensors["q"], rest, return_lse=return_lse, out_shape=out_shape)
+    """plan + run for the single operations (no plan to reuse; their plan needs every tensor:
+    the lengths come from q and k)."""
+    fields = dict(fields, op=op, return_lse=field_text(return_lse))
+    o_dtype = _kvattn.problem(fields)["o_data_type"]
+    out = empty(like, out_shape, o_dtype)
+    lse = empty_f32(like, out_shape[:-1]) if return_lse else None
+    tensors = dict(tensors, out=out, lse=lse)
+    plan = _kvattn.plan(fields, tensors, custom_mask_packed, check_backend(backend),
+                        device_of(like), 0, 0)
+    _kvattn.run(plan, tensors, None, return_lse, None, None, None)
+    if return_lse:
+        scale_inplace(lse, LOG2E)
+        return out, lse
+    return out
 
 
 def resolve_dtypes(q_data_type: Any, kv_data_type: Any, o_data_type: Any,

@@ -323,23 +323,19 @@ void run_released(Fn&& fn) {
 }
 
 // RoPE beyond the whole-head rotation: a partial rotary dim, Llama 3.1 frequency scaling, a
-// precomputed cos/sin cache.
-void set_rope_extensions(RopeParams* rope, const TensorView& q, int rotary_dim,
+// precomputed cos/sin cache (validated, and applied, in C++).
+void set_rope_extensions(RopeParams* rope, int rotary_dim,
                          const std::optional<std::tuple<float, float, float>>& llama31,
                          const TensorView& cos_sin_cache) {
-  const int64_t head_dim = q.rank == 3 ? q.shape[2] : 0;
-  if (rotary_dim != 0 && rotary_dim != head_dim) {
-    raise(Status(ErrorCode::kNotSupported, "rotary_dim = " + std::to_string(rotary_dim) +
-                                               ": this build rotates the whole head dim (" +
-                                               std::to_string(head_dim) + ")"));
-  }
+  rope->rotary_dim = rotary_dim;
   if (llama31) {
-    raise(Status(ErrorCode::kNotSupported, "Llama 3.1 RoPE scaling is not in this build"));
+    Llama31Scaling s;
+    s.low_freq_factor = std::get<0>(*llama31);
+    s.high_freq_factor = std::get<1>(*llama31);
+    s.old_context_len = std::get<2>(*llama31);
+    rope->llama31 = s;
   }
-  if (!cos_sin_cache.empty()) {
-    raise(Status(ErrorCode::kNotSupported, "cos_sin_cache: not in this build"));
-  }
-  (void)rope;
+  rope->cos_sin_cache = cos_sin_cache;
 }
 
 nb::dict devices() {
@@ -477,7 +473,7 @@ NB_MODULE(_kvattn, m) {
         rope.rope_theta = rope_theta;
         rope.rope_scale = rope_scale;
         rope.interleave = interleave;
-        set_rope_extensions(&rope, qv, rotary_dim, llama31,
+        set_rope_extensions(&rope, rotary_dim, llama31,
                             optional_view(cos_sin_cache, "cos_sin_cache"));
         const OpOptions o = op_options(backend, device, num_threads);
         run_released([&] { return apply_rope(qv, kv, qo, ko, pv, rope, o); });
