@@ -116,11 +116,13 @@ def check_close(got, ref: np.ndarray, out_dtype, what: str = "out", inputs_eps: 
     assert got64.shape == ref.shape, f"{what}: shape {got64.shape} != {ref.shape}"
     finite = np.isfinite(ref)
     rounded = f64(torch.from_numpy(ref).to(out_dtype)) if out_dtype in EPS else ref
-    baseline = np.abs(np.where(finite, rounded - ref, 0.0)).max(initial=0.0)
+    with np.errstate(invalid="ignore"):
+        baseline = np.abs(np.where(finite, rounded - ref, 0.0)).max(initial=0.0)
     bound = 2 * baseline + (EPS.get(out_dtype, 2.0**-23) + ACC_EPS + inputs_eps) * max(
         1.0, np.abs(np.where(finite, ref, 0.0)).max(initial=0.0))
     # infinities (lse of a row without keys) must match exactly
-    err = np.where(finite, np.abs(got64 - ref), np.where(got64 == ref, 0.0, np.inf))
+    with np.errstate(invalid="ignore"):
+        err = np.where(finite, np.abs(got64 - ref), np.where(got64 == ref, 0.0, np.inf))
     err = np.where(np.isnan(err), np.inf, err)
     worst = err.max(initial=0.0)
     assert worst <= bound, f"{what}: max |err| {worst:.3g} > bound {bound:.3g}"
