@@ -102,7 +102,7 @@ class AttentionPlan:
             q_scale: Optional[float] = None, k_scale: Optional[float] = None,
             v_scale: Optional[float] = None, workspace: Any = None,
             out_shape: Optional[Tuple[int, ...]] = None) -> Any:
-        if device_of(q) != self.device:
+        if self.device != "cpu" and device_of(q) != self.device:
             raise InvalidArgumentError(
                 f"q: on device {device_of(q)}, the plan was made for {self.device} (plan again "
                 "on this device, or move the tensors)")
@@ -119,7 +119,10 @@ class AttentionPlan:
                 raise InvalidArgumentError(f"lse_layout = {lse_layout!r}: expected NH or HN")
         if lse_base not in ("log2", "ln"):
             raise InvalidArgumentError(f"lse_base = {lse_base!r}: expected log2 or ln")
-        tensors = dict(self.index_tensors, **tensors, q=q, out=out, lse=lse if want_lse else None)
+        tensors["q"] = q
+        tensors["out"] = out
+        if want_lse:
+            tensors["lse"] = lse
         _kvattn.run(self.ext, tensors, workspace, want_lse, q_scale, k_scale, v_scale)
         if want_lse and lse_base == "log2":
             scale_inplace(lse, LOG2E)

@@ -174,6 +174,18 @@ def split_paged_kv_cache(paged_kv_cache: Union[Any, Tuple[Any, Any]], kv_layout:
     return paged_kv_cache[:, 0], paged_kv_cache[:, 1]
 
 
+def cache_tensors(paged_kv_cache: Union[Any, Tuple[Any, Any]]) -> dict:
+    """The run arguments of FlashInfer's cache forms: a (k, v) tuple, or one [P, 2, ...] tensor
+    that the extension splits into K and V views itself (no slicing per call)."""
+    if isinstance(paged_kv_cache, (tuple, list)):
+        if len(paged_kv_cache) != 2:
+            raise InvalidArgumentError(
+                f"paged_kv_cache: a tuple of {len(paged_kv_cache)} tensors: expected (k_cache, "
+                "v_cache)")
+        return {"paged_k_cache": paged_kv_cache[0], "paged_v_cache": paged_kv_cache[1]}
+    return {"paged_kv_cache": paged_kv_cache}
+
+
 def check_dtype(x: Any, expected: str, argument: str) -> None:
     """run refuses tensors whose dtype differs from the plan (numpy storage arrays pass: their
     dtype is the plan's by definition)."""

@@ -12,7 +12,7 @@ from ._attention import (AttentionPlan, check_backend, check_kv_layout, check_po
                          float_scale, problem_fields, resolve_dtypes, run_once, soft_cap,
                          unsupported)
 from ._errors import InvalidArgumentError
-from ._tensors import device_of, dtype_name, host_i32, split_paged_kv_cache, tensor_dtype_name
+from ._tensors import device_of, dtype_name, host_i32, cache_tensors, tensor_dtype_name
 
 # FlashInfer accepts the plan's optional arguments positionally after page_size (deprecated).
 _PLAN_LEGACY_POSITIONAL = ("pos_encoding_mode", "window_left", "logits_soft_cap", "q_data_type",
@@ -164,8 +164,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if kv_cache_sf is not None:
             raise unsupported("kv_cache_sf", "block-scaled (NVFP4) or per-token-head caches are "
                               "not in this build")
-        k_cache, v_cache = split_paged_kv_cache(paged_kv_cache, self._kv_layout)
-        return plan.run(q, {"paged_k_cache": k_cache, "paged_v_cache": v_cache}, out=out,
+        return plan.run(q, cache_tensors(paged_kv_cache), out=out,
                         lse=lse, return_lse=return_lse, q_scale=float_scale(q_scale, "q_scale"),
                         k_scale=float_scale(k_scale, "k_scale"),
                         v_scale=float_scale(v_scale, "v_scale"), workspace=self._workspace)

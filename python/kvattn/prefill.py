@@ -10,7 +10,7 @@ from ._attention import (AttentionPlan, check_backend, check_kv_layout, check_po
                          float_scale, problem_fields, resolve_dtypes, run_once, soft_cap,
                          unsupported)
 from ._errors import InvalidArgumentError
-from ._tensors import device_of, host_i32, split_paged_kv_cache, tensor_dtype_name
+from ._tensors import device_of, host_i32, cache_tensors, tensor_dtype_name
 
 _NO_SPLIT = 1 << 62
 
@@ -191,8 +191,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
             raise unsupported("use_fp16_softmax", "kvattn's softmax is fp32")
         if uses_spcompress:
             raise unsupported("uses_spcompress", "not supported by kvattn")
-        k_cache, v_cache = split_paged_kv_cache(paged_kv_cache, self._kv_layout)
-        return plan.run(q, {"paged_k_cache": k_cache, "paged_v_cache": v_cache}, out=out,
+        return plan.run(q, cache_tensors(paged_kv_cache), out=out,
                         lse=lse, return_lse=return_lse, lse_base=lse_base,
                         lse_layout=lse_layout, q_scale=float_scale(q_scale, "q_scale"),
                         k_scale=float_scale(k_scale, "k_scale"),

@@ -13,6 +13,8 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -198,13 +200,43 @@ std::optional<DType> expected_dtype(const Problem& p, Expect e) {
   return std::nullopt;
 }
 
+// FlashInfer's combined cache [P, 2, ...] as the two strided views kvattn reads: K at index 0
+// and V at index 1 of dim 1 (no copy, no Python-side slicing per call).
+void split_combined_cache(const Array& a, const Problem& problem, AttentionArgs* args) {
+  TensorView both = to_view(a, "paged_kv_cache", problem.kv_dtype);
+  if (both.rank != 5 || both.shape[1] != 2) {
+    raise(Status(ErrorCode::kInvalidShape,
+                 "paged_kv_cache: shape " + both.shape_string() +
+                     ": must be [num_pages, 2, page_size, H_kv, D] (NHD) or [num_pages, 2, H_kv, "
+                     "page_size, D] (HND), or a (k_cache, v_cache) tuple"));
+  }
+  int64_t shape[4] = {both.shape[0], both.shape[2], both.shape[3], both.shape[4]};
+  int64_t strides[4] = {both.strides[0], both.strides[2], both.strides[3], both.strides[4]};
+  const int64_t bytes = both.buffer_bytes;
+  TensorView k = TensorView::strided(both.data, both.dtype, shape, strides, 4, bytes);
+  const int64_t v_offset = both.strides[1] * static_cast<int64_t>(dtype_size(both.dtype));
+  TensorView v = TensorView::strided(static_cast<char*>(both.data) + v_offset, both.dtype, shape,
+                                     strides, 4, bytes - v_offset);
+  k.memory = v.memory = both.memory;
+  k.device_index = v.device_index = both.device_index;
+  args->paged_k_cache = k;
+  args->paged_v_cache = v;
+}
+
+// The tensors of one call over `base` (the plan's index tensors, converted once at plan time).
 AttentionArgs args_from_dict(const Problem& problem, const nb::dict& tensors,
-                             bool custom_mask_packed) {
-  AttentionArgs args;
+                             bool custom_mask_packed, const AttentionArgs& base = {}) {
+  AttentionArgs args = base;
   args.custom_mask_packed = custom_mask_packed;
   for (auto [key, value] : tensors) {
     if (value.is_none()) continue;
     const char* name = nb::borrow<nb::str>(key).c_str();
+    if (std::strcmp(name, "paged_kv_cache") == 0) {
+      Array a;
+      if (!nb::try_cast(value, a)) raise_invalid("paged_kv_cache: expected a tensor (DLPack)");
+      split_combined_cache(a, problem, &args);
+      continue;
+    }
     const ArgField* field = nullptr;
     for (const ArgField& f : kArgFields) {
       if (std::strcmp(f.name, name) == 0) field = &f;
@@ -234,6 +266,10 @@ class PyPlan {
  public:
   Plan plan;
   bool custom_mask_packed = false;
+  // The index tensors (and custom mask) given at plan, converted once; `keep` holds the Python
+  // objects they view so that they outlive the plan.
+  AttentionArgs index_args;
+  nb::object keep;
 
   const Plan& variant(const RunFields& f) {
     if (f == fields_of(plan.problem)) return plan;
@@ -278,6 +314,17 @@ std::unique_ptr<PyPlan> make_plan(const nb::dict& fields, const nb::dict& tensor
   }
   check(s);
   out->custom_mask_packed = custom_mask_packed;
+  if (is_batch(problem.op)) {
+    // run() takes the data tensors only; the index tensors stay as planned.
+    AttentionArgs& ia = out->index_args;
+    ia.qo_indptr = args.qo_indptr;
+    ia.kv_indptr = args.kv_indptr;
+    ia.kv_indices = args.kv_indices;
+    ia.kv_last_page_len = args.kv_last_page_len;
+    ia.custom_mask = args.custom_mask;
+    ia.alibi_slopes = args.alibi_slopes;
+    out->keep = nb::borrow(tensors);
+  }
   return out;
 }
 
@@ -287,7 +334,7 @@ void run_plan(PyPlan& p, const nb::dict& tensors, const std::optional<Array>& wo
   const Problem& base = p.plan.problem;
   const Plan& plan = p.variant({return_lse, q_scale.value_or(base.q_scale),
                                 k_scale.value_or(base.k_scale), v_scale.value_or(base.v_scale)});
-  AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed);
+  AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
   // The caller's workspace when it is on the plan's device and large enough; else run allocates.
   void* ws = nullptr;
   std::size_t ws_bytes = 0;
@@ -302,6 +349,29 @@ void run_plan(PyPlan& p, const nb::dict& tensors, const std::optional<Array>& wo
     s = run(plan, args, ws, ws_bytes);
   }
   check(s);
+}
+
+// Seconds of each of `repeats` C++ run() calls on the same arguments (the GIL released): the
+// figure the Python overhead benchmark (bench/python_overhead.py) subtracts.
+std::vector<double> time_cpp_run(PyPlan& p, const nb::dict& tensors, bool return_lse,
+                                 int repeats) {
+  const Plan& plan = p.variant({return_lse, p.plan.problem.q_scale, p.plan.problem.k_scale,
+                                p.plan.problem.v_scale});
+  AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
+  std::vector<double> seconds;
+  seconds.reserve(static_cast<std::size_t>(std::max(repeats, 0)));
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    for (int i = 0; i < repeats && s.ok(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      s = run(plan, args);
+      seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  check(s);
+  return seconds;
 }
 
 OpOptions op_options(const std::string& backend, const std::string& device, int num_threads) {
@@ -395,6 +465,7 @@ NB_MODULE(_kvattn, m) {
   m.def("run", &run_plan, "plan"_a, "tensors"_a, "workspace"_a.none(), "return_lse"_a,
         "q_scale"_a.none(), "k_scale"_a.none(), "v_scale"_a.none());
 
+  m.def("time_cpp_run", &time_cpp_run, "plan"_a, "tensors"_a, "return_lse"_a, "repeats"_a);
   m.def("problem", [](nb::dict fields) { return problem_to_dict(problem_from_fields(fields)); });
   m.def("explain", [](nb::dict fields, const std::string& device) {
     return explain(problem_from_fields(fields), parse_device(device)).to_json();
