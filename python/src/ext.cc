@@ -435,6 +435,9 @@ NB_MODULE(_kvattn, m) {
   using namespace kvattn;
   using namespace kvattn::python;
   m.doc() = "kvattn's C++ API (internal: use the kvattn package)";
+  // A wrapper kept in a module global still holds its plan when the interpreter exits; that is
+  // not a leak worth a warning to every user.
+  nb::set_leak_warnings(false);
 
   m.def("_set_error_classes", [](nb::dict classes) { error_classes() = classes; });
   m.def("error_code_names", [] {

@@ -90,6 +90,20 @@ def test_left_padded_batch_equals_sdpa(arch):
     assert ours[0].tolist() == alone[0].tolist()
 
 
+def test_sliding_window_left_padded_equals_sdpa():
+    """Qwen2 with a 5-token sliding window on every layer: prompts longer than the window,
+    left padding, and decode steps past the window."""
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(**SMALL, use_sliding_window=True, sliding_window=5,
+                                         max_window_layers=0)).eval()
+    assert set(model.config.layer_types) == {"sliding_attention"}
+    input_ids = torch.tensor([[0, 0, 0, 5, 6, 7, 8, 9, 10], [1, 2, 3, 4, 5, 6, 7, 8, 9]])
+    attention_mask = (torch.arange(9) >= torch.tensor([[3], [0]])).long()
+    ours = greedy(model, "kvattn", input_ids, 12, attention_mask=attention_mask, pad_token_id=0)
+    theirs = greedy(model, "sdpa", input_ids, 12, attention_mask=attention_mask, pad_token_id=0)
+    assert ours.tolist() == theirs.tolist()
+
+
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_bf16_logits_within_precision(arch):
     """kvattn's bf16 error against an fp32 forward is at most twice sdpa's bf16 error, plus
@@ -125,16 +139,16 @@ def test_generate_batch_equals_sdpa():
     model = make_model("llama")
     config = GenerationConfig(max_new_tokens=8, do_sample=False, eos_token_id=-1, pad_token_id=0)
     prompts = [[1, 2, 3, 4], [5, 6, 7, 8, 9, 10]]
-    model.set_attn_implementation("sdpa")
-    theirs = model.generate_batch(prompts, generation_config=config, warmup=False)
     model.set_attn_implementation("kvattn")
     ours = model.generate_batch(prompts, generation_config=config, warmup=False)
+    model.set_attn_implementation("sdpa")
+    theirs = model.generate_batch(prompts, generation_config=config, warmup=False)
     assert ({k: v.generated_tokens for k, v in ours.items()}
             == {k: v.generated_tokens for k, v in theirs.items()})
 
 
 def test_generate_example_runs():
     result = subprocess.run([sys.executable, str(ROOT / "examples/python/generate.py"),
-                             "--tokens", "16"], capture_output=True, text=True, timeout=120)
+                             "--tokens", "16", "--repeats", "1"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "tokens agree: True" in result.stdout

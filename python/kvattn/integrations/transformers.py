@@ -46,6 +46,11 @@ NAME = "kvattn"
 calls: int = 0
 """Attention calls served by kvattn since import (reset it freely)."""
 
+num_threads: int = 1
+"""CPU threads per attention call (0: all cores). 1 by default: inside a torch model, torch's
+OpenMP workers keep spinning between ops, and a second pool competing with them for the same
+cores made generate() 10-30x slower on a 2-core machine (both kvattn's and torch's parts)."""
+
 _workspace = torch.empty(0, dtype=torch.uint8)
 
 
@@ -125,7 +130,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     v = value.transpose(1, 2).reshape(batch * kv_len, kv_heads, head_dim_vo)
 
     plan_key = (batch, q_len, kv_len, heads, kv_heads, head_dim, head_dim_vo, query.dtype,
-                key.dtype, causal, window_left, softcap, scaling)
+                key.dtype, causal, window_left, softcap, scaling, num_threads)
 
     def plan(wrapper: BatchPrefillWithRaggedKVCacheWrapper) -> None:
         qo_indptr = torch.arange(batch + 1, dtype=torch.int32) * q_len
@@ -135,7 +140,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                      causal=causal, window_left=window_left,
                      logits_soft_cap=None if not softcap else float(softcap),
                      sm_scale=None if scaling is None else float(scaling),
-                     q_data_type=query.dtype, kv_data_type=key.dtype, o_data_type=query.dtype)
+                     q_data_type=query.dtype, kv_data_type=key.dtype, o_data_type=query.dtype,
+                     num_threads=num_threads)
 
     wrapper = _cache.get(plan_key, attention_mask, plan)
     out = wrapper.run(q, k, v)
