@@ -130,6 +130,95 @@ TensorView to_view(const Array& a, std::string_view name, std::optional<DType> e
   return v;
 }
 
+// torch tensors, read by their own metadata: pointer, shape, strides, dtype and device, the fields
+// DLPack would carry, without __dlpack__'s cost (~3.5 us a tensor in torch 2.15, which alone
+// would break the per-call overhead budget). Everything else goes through DLPack.
+struct TorchTypes {
+  nb::handle tensor, strided;
+  std::vector<std::pair<nb::handle, DType>> dtypes;
+  nb::handle uint8, int32, int16, boolean;
+};
+
+// torch's types once torch is imported (numpy-only callers never import it); under the GIL.
+const TorchTypes* torch_types() {
+  static TorchTypes* types = nullptr;
+  if (types) return types;
+  types = [] () -> TorchTypes* {
+    nb::module_ sys = nb::module_::import_("sys");
+    nb::dict modules = nb::borrow<nb::dict>(sys.attr("modules"));
+    if (!modules.contains("torch")) return nullptr;
+    nb::object torch = modules["torch"];
+    auto* t = new TorchTypes();  // never destroyed: torch outlives every call
+    t->tensor = nb::object(torch.attr("Tensor")).release();
+    t->strided = nb::object(torch.attr("strided")).release();
+    const std::pair<const char*, DType> names[] = {{"float32", DType::kF32},
+                                                   {"float16", DType::kF16},
+                                                   {"bfloat16", DType::kBF16},
+                                                   {"float8_e4m3fn", DType::kE4M3},
+                                                   {"float8_e5m2", DType::kE5M2}};
+    for (const auto& [name, dtype] : names) {
+      if (nb::hasattr(torch, name)) t->dtypes.emplace_back(nb::object(torch.attr(name)).release(), dtype);
+    }
+    t->uint8 = nb::object(torch.attr("uint8")).release();
+    t->int32 = nb::object(torch.attr("int32")).release();
+    t->int16 = nb::object(torch.attr("int16")).release();
+    t->boolean = nb::object(torch.attr("bool")).release();
+    return t;
+  }();
+  return types;
+}
+
+std::optional<TensorView> torch_view(nb::handle obj, std::string_view name,
+                                     std::optional<DType> expected) {
+  const TorchTypes* t = torch_types();
+  if (!t || !PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(t->tensor.ptr()))) {
+    return std::nullopt;
+  }
+  if (!obj.attr("layout").is(t->strided)) return std::nullopt;  // sparse: DLPack says why
+  nb::handle dt = obj.attr("dtype");
+  std::optional<DType> dtype;
+  for (const auto& [h, d] : t->dtypes) {
+    if (dt.is(h)) dtype = d;
+  }
+  if (dt.is(t->int32)) dtype = DType::kI32;
+  if (dt.is(t->uint8) || dt.is(t->boolean)) {
+    dtype = expected && is_fp8(*expected) && dt.is(t->uint8) ? *expected : DType::kU8;
+  }
+  if (dt.is(t->int16) && expected && is_16bit_float(*expected)) dtype = expected;
+  if (!dtype) return std::nullopt;  // DLPack's path names the type in its error
+  nb::tuple shape = nb::borrow<nb::tuple>(obj.attr("shape"));
+  nb::tuple stride = nb::borrow<nb::tuple>(obj.attr("stride")());
+  const int rank = static_cast<int>(shape.size());
+  if (rank > kMaxRank) {
+    raise(Status(ErrorCode::kInvalidShape, std::string(name) + ": rank " + std::to_string(rank) +
+                                               " exceeds " + std::to_string(kMaxRank)));
+  }
+  int64_t sh[kMaxRank], st[kMaxRank];
+  for (int i = 0; i < rank; ++i) {
+    sh[i] = nb::cast<int64_t>(shape[i]);
+    st[i] = nb::cast<int64_t>(stride[i]);
+  }
+  const auto ptr = nb::cast<uintptr_t>(obj.attr("data_ptr")());
+  TensorView v = TensorView::strided(reinterpret_cast<void*>(ptr), *dtype, sh, st, rank);
+  const int device = nb::cast<int>(obj.attr("get_device")());  // -1: CPU
+  if (device >= 0) {
+    v.memory = MemoryKind::kCuda;
+    v.device_index = device;
+  }
+  return v;
+}
+
+// Any tensor argument: torch by its metadata, anything else through DLPack.
+TensorView object_view(nb::handle obj, std::string_view name, std::optional<DType> expected) {
+  if (std::optional<TensorView> v = torch_view(obj, name, expected)) return *v;
+  Array a;
+  if (!nb::try_cast(obj, a)) {
+    raise_invalid(std::string(name) + ": expected a tensor or array (DLPack), got " +
+                  nb::cast<std::string>(nb::str(obj.type())));
+  }
+  return to_view(a, name, expected);
+}
+
 TensorView optional_view(const std::optional<Array>& a, std::string_view name,
                          std::optional<DType> expected = {}) {
   return a ? to_view(*a, name, expected) : TensorView{};
@@ -202,8 +291,7 @@ std::optional<DType> expected_dtype(const Problem& p, Expect e) {
 
 // FlashInfer's combined cache [P, 2, ...] as the two strided views kvattn reads: K at index 0
 // and V at index 1 of dim 1 (no copy, no Python-side slicing per call).
-void split_combined_cache(const Array& a, const Problem& problem, AttentionArgs* args) {
-  TensorView both = to_view(a, "paged_kv_cache", problem.kv_dtype);
+void split_combined_cache(const TensorView& both, AttentionArgs* args) {
   if (both.rank != 5 || both.shape[1] != 2) {
     raise(Status(ErrorCode::kInvalidShape,
                  "paged_kv_cache: shape " + both.shape_string() +
@@ -232,9 +320,7 @@ AttentionArgs args_from_dict(const Problem& problem, const nb::dict& tensors,
     if (value.is_none()) continue;
     const char* name = nb::borrow<nb::str>(key).c_str();
     if (std::strcmp(name, "paged_kv_cache") == 0) {
-      Array a;
-      if (!nb::try_cast(value, a)) raise_invalid("paged_kv_cache: expected a tensor (DLPack)");
-      split_combined_cache(a, problem, &args);
+      split_combined_cache(object_view(value, "paged_kv_cache", problem.kv_dtype), &args);
       continue;
     }
     const ArgField* field = nullptr;
@@ -242,12 +328,7 @@ AttentionArgs args_from_dict(const Problem& problem, const nb::dict& tensors,
       if (std::strcmp(f.name, name) == 0) field = &f;
     }
     if (!field) raise_invalid(std::string("unknown attention argument '") + name + "'");
-    Array a;
-    if (!nb::try_cast(value, a)) {
-      raise_invalid(std::string(name) + ": expected a tensor or array (DLPack), got " +
-                    nb::cast<std::string>(nb::str(value.type())));
-    }
-    args.*(field->member) = to_view(a, name, expected_dtype(problem, field->expect));
+    args.*(field->member) = object_view(value, name, expected_dtype(problem, field->expect));
   }
   return args;
 }
