@@ -208,8 +208,8 @@ void transform_scores(const DecodeParams& p, float* s, int n, int64_t j0, int64_
     const Vec scale = S::set1(k_scale_value * p.sm_scale * kLog2e);
     if (key_scale) {
       for (int kb = 0; kb < n; kb += W) {
-        S::store(s + kb, S::mul(S::mul(S::mul(S::load(s + kb), raw), scale),
-                                S::load(key_scale + kb)));
+        S::store(s + kb,
+                 S::mul(S::mul(S::mul(S::load(s + kb), raw), scale), S::load(key_scale + kb)));
       }
     } else {
       for (int kb = 0; kb < n; kb += W) {
@@ -311,9 +311,11 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   // Per-(token, head) scales: offsets of each key's scales (head 0) per K/V, double-buffered like
   // the rows, and the current head's scales of the tile.
   const bool token_scales = p.k_token_scale != nullptr;
-  int64_t* k_off = token_scales ? reinterpret_cast<int64_t*>(scratch + layout.scale_offsets) : nullptr;
+  int64_t* k_off =
+      token_scales ? reinterpret_cast<int64_t*>(scratch + layout.scale_offsets) : nullptr;
   int64_t* v_off = token_scales ? k_off + 2 * kTile : nullptr;
-  float* key_scale = token_scales ? reinterpret_cast<float*>(scratch + layout.token_scales) : nullptr;
+  float* key_scale =
+      token_scales ? reinterpret_cast<float*>(scratch + layout.token_scales) : nullptr;
   float* value_scale = token_scales ? key_scale + kTile : nullptr;
 
   const WorkItem& w = items[0];

@@ -134,7 +134,8 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
         double scale = per_tensor;
         if (per_token) {
           double amax = 0.0;
-          for (int64_t d = 0; d < src.shape[2]; ++d) amax = std::max(amax, std::abs(load(src, i, h, d)));
+          for (int64_t d = 0; d < src.shape[2]; ++d)
+            amax = std::max(amax, std::abs(load(src, i, h, d)));
           const float stored = num::per_token_fp8_scale(amax, e5m2);
           store(scales, stored, page, slot, h);
           scale = stored;
