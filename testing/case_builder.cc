@@ -48,27 +48,13 @@ void to_f32(const void* data, DType dtype, int64_t n, float* out) {
   const auto* p16 = static_cast<const uint16_t*>(data);
   for (int64_t i = 0; i < n; ++i) {
     switch (dtype) {
-      case DType::kF32:
-        out[i] = static_cast<const float*>(data)[i];
-        break;
-      case DType::kF16:
-        out[i] = num::f16_to_f32(p16[i]);
-        break;
-      case DType::kBF16:
-        out[i] = num::bf16_to_f32(p16[i]);
-        break;
-      case DType::kE4M3:
-        out[i] = num::e4m3_to_f32(p8[i]);
-        break;
-      case DType::kE5M2:
-        out[i] = num::e5m2_to_f32(p8[i]);
-        break;
-      case DType::kI32:
-        out[i] = static_cast<float>(static_cast<const int32_t*>(data)[i]);
-        break;
-      case DType::kU8:
-        out[i] = p8[i];
-        break;
+      case DType::kF32: out[i] = static_cast<const float*>(data)[i]; break;
+      case DType::kF16: out[i] = num::f16_to_f32(p16[i]); break;
+      case DType::kBF16: out[i] = num::bf16_to_f32(p16[i]); break;
+      case DType::kE4M3: out[i] = num::e4m3_to_f32(p8[i]); break;
+      case DType::kE5M2: out[i] = num::e5m2_to_f32(p8[i]); break;
+      case DType::kI32: out[i] = static_cast<float>(static_cast<const int32_t*>(data)[i]); break;
+      case DType::kU8: out[i] = p8[i]; break;
     }
   }
 }
@@ -78,27 +64,13 @@ void from_f32(const float* in, int64_t n, DType dtype, void* data) {
   auto* p16 = static_cast<uint16_t*>(data);
   for (int64_t i = 0; i < n; ++i) {
     switch (dtype) {
-      case DType::kF32:
-        static_cast<float*>(data)[i] = in[i];
-        break;
-      case DType::kF16:
-        p16[i] = num::f32_to_f16(in[i]);
-        break;
-      case DType::kBF16:
-        p16[i] = num::f32_to_bf16(in[i]);
-        break;
-      case DType::kE4M3:
-        p8[i] = num::f32_to_e4m3(in[i]);
-        break;
-      case DType::kE5M2:
-        p8[i] = num::f32_to_e5m2(in[i]);
-        break;
-      case DType::kI32:
-        static_cast<int32_t*>(data)[i] = static_cast<int32_t>(in[i]);
-        break;
-      case DType::kU8:
-        p8[i] = static_cast<uint8_t>(in[i]);
-        break;
+      case DType::kF32: static_cast<float*>(data)[i] = in[i]; break;
+      case DType::kF16: p16[i] = num::f32_to_f16(in[i]); break;
+      case DType::kBF16: p16[i] = num::f32_to_bf16(in[i]); break;
+      case DType::kE4M3: p8[i] = num::f32_to_e4m3(in[i]); break;
+      case DType::kE5M2: p8[i] = num::f32_to_e5m2(in[i]); break;
+      case DType::kI32: static_cast<int32_t*>(data)[i] = static_cast<int32_t>(in[i]); break;
+      case DType::kU8: p8[i] = static_cast<uint8_t>(in[i]); break;
     }
   }
 }
@@ -111,8 +83,8 @@ std::vector<float> view_to_f32(const TensorView& t) {
   for (std::size_t n = 0; n < out.size(); ++n) {
     int64_t offset = 0;
     for (int d = 0; d < t.rank; ++d) offset += idx[d] * t.strides[d];
-    to_f32(static_cast<const std::byte*>(t.data) + offset * static_cast<int64_t>(esize), t.dtype, 1,
-           &out[n]);
+    to_f32(static_cast<const std::byte*>(t.data) + offset * static_cast<int64_t>(esize), t.dtype,
+           1, &out[n]);
     for (int d = t.rank - 1; d >= 0; --d) {
       if (++idx[d] < t.shape[d]) break;
       idx[d] = 0;
@@ -155,7 +127,8 @@ Case Case::make(const CaseSpec& spec) {
     }
   }
 
-  if (p.op == Op::kSingleDecode || p.op == Op::kSinglePrefill || p.op == Op::kBatchPrefillRagged) {
+  if (p.op == Op::kSingleDecode || p.op == Op::kSinglePrefill ||
+      p.op == Op::kBatchPrefillRagged) {
     // Contiguous K/V: values are random; layout NHD or (single ops only) HND.
     fill_random(&c.k, p.kv_dtype, c.total_kv_ * hk * dqk, spec.value_range, rng);
     fill_random(&c.v, p.kv_dtype, c.total_kv_ * hk * dvo, spec.value_range, rng);
@@ -208,10 +181,10 @@ Case Case::make(const CaseSpec& spec) {
         int64_t page = c.kv_indices[c.kv_indptr[b] + t / ps];
         int64_t slot = t % ps;
         for (int64_t h = 0; h < hk; ++h) {
-          int64_t k_off =
-              p.kv_layout == KVLayout::kNHD ? (slot * hk + h) * dqk : (h * ps + slot) * dqk;
-          int64_t v_off =
-              p.kv_layout == KVLayout::kNHD ? (slot * hk + h) * dvo : (h * ps + slot) * dvo;
+          int64_t k_off = p.kv_layout == KVLayout::kNHD ? (slot * hk + h) * dqk
+                                                        : (h * ps + slot) * dqk;
+          int64_t v_off = p.kv_layout == KVLayout::kNHD ? (slot * hk + h) * dvo
+                                                        : (h * ps + slot) * dvo;
           fill_random(&row, p.kv_dtype, dqk, spec.value_range, rng);
           std::memcpy(k_base + (page * k_page_stride + k_off) * esize, row.data(), row.size());
           fill_random(&row, p.kv_dtype, dvo, spec.value_range, rng);
@@ -285,15 +258,9 @@ AttentionArgs Case::inputs() const {
   const int batch = is_batch(p.op) ? p.batch_size : 1;
   AttentionArgs a;
   switch (p.op) {
-    case Op::kSingleDecode:
-      a.q = view(self.q, p.q_dtype, {hq, dqk});
-      break;
-    case Op::kBatchDecode:
-      a.q = view(self.q, p.q_dtype, {batch, hq, dqk});
-      break;
-    default:
-      a.q = view(self.q, p.q_dtype, {total_qo_, hq, dqk});
-      break;
+    case Op::kSingleDecode: a.q = view(self.q, p.q_dtype, {hq, dqk}); break;
+    case Op::kBatchDecode: a.q = view(self.q, p.q_dtype, {batch, hq, dqk}); break;
+    default: a.q = view(self.q, p.q_dtype, {total_qo_, hq, dqk}); break;
   }
   if (is_batch(p.op) && !is_decode(p.op)) a.qo_indptr = index_view(self.qo_indptr);
   const int64_t kv = total_kv_;
@@ -319,10 +286,10 @@ AttentionArgs Case::inputs() const {
       const int64_t strides[4] = {2 * page, nhd ? hk * dqk : ps * dqk, dqk, 1};
       const int64_t bytes = static_cast<int64_t>(self.kv_cache.size());
       const int64_t esize = static_cast<int64_t>(dtype_size(p.kv_dtype));
-      a.paged_k_cache =
-          TensorView::strided(self.kv_cache.data(), p.kv_dtype, shape, strides, 4, bytes);
-      a.paged_v_cache = TensorView::strided(self.kv_cache.data() + page * esize, p.kv_dtype, shape,
-                                            strides, 4, bytes - page * esize);
+      a.paged_k_cache = TensorView::strided(self.kv_cache.data(), p.kv_dtype, shape, strides, 4,
+                                            bytes);
+      a.paged_v_cache = TensorView::strided(self.kv_cache.data() + page * esize, p.kv_dtype,
+                                            shape, strides, 4, bytes - page * esize);
     } else {
       a.paged_k_cache = nhd ? view(self.k_cache, p.kv_dtype, {np, ps, hk, dqk})
                             : view(self.k_cache, p.kv_dtype, {np, hk, ps, dqk});
@@ -334,8 +301,8 @@ AttentionArgs Case::inputs() const {
     a.kv_last_page_len = index_view(self.kv_last_page_len);
   }
   if (p.mask_mode == MaskMode::kCustom) {
-    a.custom_mask =
-        view(self.custom_mask, DType::kU8, {static_cast<int64_t>(self.custom_mask.size())});
+    a.custom_mask = view(self.custom_mask, DType::kU8,
+                         {static_cast<int64_t>(self.custom_mask.size())});
     a.custom_mask_packed = spec_.packed_custom_mask;
   }
   if (p.use_sinks) a.sinks = view(self.sinks, DType::kF32, {hq});
@@ -379,15 +346,15 @@ void make_outputs(const Problem& p, int64_t total_qo, DType o_dtype, bool nan_fi
 
 AttentionArgs Case::args() {
   AttentionArgs a = inputs();
-  make_outputs(spec_.problem, total_qo_, spec_.problem.o_dtype, spec_.nan_fill_outputs, &out, &lse,
-               &a);
+  make_outputs(spec_.problem, total_qo_, spec_.problem.o_dtype, spec_.nan_fill_outputs, &out,
+               &lse, &a);
   return a;
 }
 
 AttentionArgs Case::args_with_fresh_outputs(DType o_dtype) {
   AttentionArgs a = inputs();
-  make_outputs(spec_.problem, total_qo_, o_dtype, spec_.nan_fill_outputs, &fresh_out, &fresh_lse,
-               &a);
+  make_outputs(spec_.problem, total_qo_, o_dtype, spec_.nan_fill_outputs, &fresh_out,
+               &fresh_lse, &a);
   fresh_o_dtype_ = o_dtype;
   return a;
 }
@@ -416,10 +383,11 @@ std::vector<float> Case::fresh_lse_f32() const {
 int64_t Case::bytes_moved() const {
   const Problem& p = spec_.problem;
   const int64_t kv_bytes = static_cast<int64_t>(dtype_size(p.kv_dtype));
-  int64_t bytes =
-      total_qo_ * p.num_qo_heads * p.head_dim_qk * static_cast<int64_t>(dtype_size(p.q_dtype));
+  int64_t bytes = total_qo_ * p.num_qo_heads * p.head_dim_qk *
+                  static_cast<int64_t>(dtype_size(p.q_dtype));
   bytes += total_kv_ * p.num_kv_heads * (p.head_dim_qk + p.head_dim_vo) * kv_bytes;
-  bytes += total_qo_ * p.num_qo_heads * p.head_dim_vo * static_cast<int64_t>(dtype_size(p.o_dtype));
+  bytes += total_qo_ * p.num_qo_heads * p.head_dim_vo *
+           static_cast<int64_t>(dtype_size(p.o_dtype));
   if (p.return_lse) bytes += total_qo_ * p.num_qo_heads * 4;
   if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
     bytes += total_kv_ * p.num_kv_heads * 2 * 4;
@@ -432,8 +400,8 @@ double Case::flops() const {
   double total = 0;
   for (std::size_t b = 0; b < kv_lens_.size(); ++b) {
     double lq = static_cast<double>(qo_lens_[b]), lkv = static_cast<double>(kv_lens_[b]);
-    double pairs =
-        p.mask_mode == MaskMode::kCausal ? std::max(0.0, (2 * lkv - lq) * lq) : 2 * lq * lkv;
+    double pairs = p.mask_mode == MaskMode::kCausal ? std::max(0.0, (2 * lkv - lq) * lq)
+                                                    : 2 * lq * lkv;
     total += pairs * p.num_qo_heads * (p.head_dim_qk + p.head_dim_vo);
   }
   return total;

@@ -62,8 +62,8 @@ struct WorkItem {
 struct PlanOptions {
   std::string backend = "auto";  // auto | reference | cpu | fa2 | fa3
   Device device = Device::cpu();
-  int num_threads = 0;        // 0: all cores
-  int64_t kv_chunk_size = 0;  // split-KV chunk in tokens; 0: the planner decides
+  int num_threads = 0;           // 0: all cores
+  int64_t kv_chunk_size = 0;     // split-KV chunk in tokens; 0: the planner decides
 };
 
 // A plan is plain data made on the host, reused across all layers of a step: which backend,
@@ -75,10 +75,10 @@ struct Plan {
   int num_threads = 1;
   int64_t kv_chunk_size = 0;  // 0: no split
   std::vector<WorkItem> work;
-  std::vector<int64_t> kv_len;      // per request
-  std::vector<int64_t> qo_len;      // per request
-  int64_t num_partial_states = 0;   // partial (o, lse) rows the split writes before merging
-  std::size_t workspace_bytes = 0;  // what run() needs
+  std::vector<int64_t> kv_len;        // per request
+  std::vector<int64_t> qo_len;        // per request
+  int64_t num_partial_states = 0;     // partial (o, lse) rows the split writes before merging
+  std::size_t workspace_bytes = 0;    // what run() needs
 };
 
 // Chooses the backend (PlanOptions::backend), validates the problem against the arguments and

@@ -62,11 +62,13 @@ Status check_capability(const CapabilityDecl& decl, const Problem& p, const Devi
     }
     if (decl.min_sm && device.sm < decl.min_sm) {
       return make_error(ErrorCode::kNotSupported, b, ": needs SM", decl.min_sm,
-                        decl.max_sm == decl.min_sm ? "" : " or newer", ", device is sm", device.sm);
+                        decl.max_sm == decl.min_sm ? "" : " or newer", ", device is sm",
+                        device.sm);
     }
     if (decl.max_sm && device.sm > decl.max_sm) {
       return make_error(ErrorCode::kNotSupported, b, ": needs SM", decl.max_sm,
-                        decl.max_sm == decl.min_sm ? "" : " or older", ", device is sm", device.sm);
+                        decl.max_sm == decl.min_sm ? "" : " or older", ", device is sm",
+                        device.sm);
     }
   }
   KVATTN_RETURN_IF_ERROR(check_member(decl, "operation", decl.ops, p.op));
@@ -76,8 +78,8 @@ Status check_capability(const CapabilityDecl& decl, const Problem& p, const Devi
   if (!decl.head_dims.empty() &&
       !contains(decl.head_dims, HeadDimPair{p.head_dim_qk, p.head_dim_vo})) {
     return make_error(ErrorCode::kNotSupported, b, ": head dims (qk ", p.head_dim_qk, ", vo ",
-                      p.head_dim_vo,
-                      ") are not supported (supported (qk,vo): ", list(decl.head_dims), ")");
+                      p.head_dim_vo, ") are not supported (supported (qk,vo): ",
+                      list(decl.head_dims), ")");
   }
   KVATTN_RETURN_IF_ERROR(check_member(decl, "mask mode", decl.mask_modes, p.mask_mode));
   KVATTN_RETURN_IF_ERROR(

@@ -34,10 +34,9 @@ constexpr std::pair<KVLayout, std::string_view> kLayouts[] = {{KVLayout::kNHD, "
                                                               {KVLayout::kHND, "HND"}};
 constexpr std::pair<MaskMode, std::string_view> kMasks[] = {
     {MaskMode::kNone, "none"}, {MaskMode::kCausal, "causal"}, {MaskMode::kCustom, "custom"}};
-constexpr std::pair<PosEncoding, std::string_view> kPos[] = {
-    {PosEncoding::kNone, "NONE"},
-    {PosEncoding::kRopeLlama, "ROPE_LLAMA"},
-    {PosEncoding::kAlibi, "ALIBI"}};
+constexpr std::pair<PosEncoding, std::string_view> kPos[] = {{PosEncoding::kNone, "NONE"},
+                                                             {PosEncoding::kRopeLlama, "ROPE_LLAMA"},
+                                                             {PosEncoding::kAlibi, "ALIBI"}};
 constexpr std::pair<KVScaleGranularity, std::string_view> kGranularities[] = {
     {KVScaleGranularity::kPerTensor, "per_tensor"},
     {KVScaleGranularity::kPerHead, "per_head"},
@@ -59,7 +58,9 @@ std::optional<KVLayout> parse_kv_layout(std::string_view name) {
   return parse_from(kLayouts, name);
 }
 std::string_view mask_mode_name(MaskMode m) { return name_from(kMasks, m); }
-std::optional<MaskMode> parse_mask_mode(std::string_view name) { return parse_from(kMasks, name); }
+std::optional<MaskMode> parse_mask_mode(std::string_view name) {
+  return parse_from(kMasks, name);
+}
 std::string_view pos_encoding_name(PosEncoding p) { return name_from(kPos, p); }
 std::optional<PosEncoding> parse_pos_encoding(std::string_view name) {
   return parse_from(kPos, name);
