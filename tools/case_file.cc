@@ -190,6 +190,10 @@ int64_t OwnedCase::bytes_moved() const {
            static_cast<int64_t>(dtype_size(p.kv_dtype));
   bytes += qo * p.num_qo_heads * p.head_dim_vo * static_cast<int64_t>(dtype_size(p.o_dtype));
   if (p.return_lse) bytes += qo * p.num_qo_heads * 4;
+  // Per-(token, head) scales: one f32 per key and KV head, for K and for V.
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    bytes += total_kv * p.num_kv_heads * 2 * 4;
+  }
   return bytes;
 }
 
