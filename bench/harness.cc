@@ -69,9 +69,9 @@ Status PreparedCase::prepare(const BenchCase& bench_case, const std::string& bac
     if (!huge->data) continue;
     std::memcpy(huge->data, buffer->data(), buffer->size());
     const std::byte* begin = buffer->data();
-    for (TensorView* view : {&state->args.paged_k_cache, &state->args.paged_v_cache,
-                             &state->args.k, &state->args.v, &state->args.k_scale_cache,
-                             &state->args.v_scale_cache}) {
+    for (TensorView* view :
+         {&state->args.paged_k_cache, &state->args.paged_v_cache, &state->args.k, &state->args.v,
+          &state->args.k_scale_cache, &state->args.v_scale_cache}) {
       auto* p = static_cast<std::byte*>(view->data);
       if (p >= begin && p < begin + buffer->size()) view->data = huge->data + (p - begin);
     }

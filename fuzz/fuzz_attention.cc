@@ -303,9 +303,10 @@ void build(FuzzedDataProvider& in, Input* input) {
       }
     }
     const bool given = in.ConsumeIntegralInRange(0, 15) != 0;
-    for (TensorView* t : granularity == 4 ? std::initializer_list<TensorView*>{&a.k_scale, &a.v_scale}
-                                          : std::initializer_list<TensorView*>{&a.k_scale_cache,
-                                                                               &a.v_scale_cache}) {
+    for (TensorView* t :
+         granularity == 4
+             ? std::initializer_list<TensorView*>{&a.k_scale, &a.v_scale}
+             : std::initializer_list<TensorView*>{&a.k_scale_cache, &a.v_scale_cache}) {
       if (!given) break;
       if (granularity == 4) {
         *t = positive(make.tensor(DType::kF32, {hk}, false));

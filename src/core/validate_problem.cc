@@ -112,8 +112,8 @@ Status validate_problem(const Problem& p) {
                         dtype_name(p.kv_dtype), " (scale granularity is for FP8 KV: e4m3, e5m2)");
     }
     if (p.k_scale != 1.0f || p.v_scale != 1.0f) {
-      return make_error(ErrorCode::kInvalidScale, "k_scale = ", p.k_scale, ", v_scale = ",
-                        p.v_scale, ": must be 1 with kv_scale_granularity ", g,
+      return make_error(ErrorCode::kInvalidScale, "k_scale = ", p.k_scale,
+                        ", v_scale = ", p.v_scale, ": must be 1 with kv_scale_granularity ", g,
                         " (the scale tensors carry the scales)");
     }
   }

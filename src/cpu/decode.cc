@@ -56,13 +56,12 @@ struct DecodeWorkspaceLayout {
     l.sinks = take(sizeof(float) * problem.num_qo_heads);
     l.k_head = take(sizeof(float) * problem.num_kv_heads);
     l.v_head = take(sizeof(float) * problem.num_kv_heads);
-    l.scratch_bytes =
-        DecodeScratchLayout::make(
-            decode_padded_group(group), pad_to(problem.head_dim_qk, kDecodeRowPad),
-            pad_to(problem.head_dim_vo, kDecodeRowPad),
-            problem.pos_encoding_mode == PosEncoding::kRopeLlama,
-            problem.kv_scale_granularity == KVScaleGranularity::kPerTokenHead)
-            .bytes;
+    l.scratch_bytes = DecodeScratchLayout::make(
+                          decode_padded_group(group), pad_to(problem.head_dim_qk, kDecodeRowPad),
+                          pad_to(problem.head_dim_vo, kDecodeRowPad),
+                          problem.pos_encoding_mode == PosEncoding::kRopeLlama,
+                          problem.kv_scale_granularity == KVScaleGranularity::kPerTokenHead)
+                          .bytes;
     l.scratch = take(l.scratch_bytes * threads);
     l.bytes = at;
     return l;

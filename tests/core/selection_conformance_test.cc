@@ -47,10 +47,9 @@ enum class Extra {
   kPerHeadScales,
   kPerTokenHeadScales
 };
-constexpr std::array kExtras = {Extra::kPlain,          Extra::kSoftCap,
-                                Extra::kFp16QkReduction, Extra::kWindow,
-                                Extra::kSinks,          Extra::kPerHeadScales,
-                                Extra::kPerTokenHeadScales};
+constexpr std::array kExtras = {
+    Extra::kPlain, Extra::kSoftCap,       Extra::kFp16QkReduction,   Extra::kWindow,
+    Extra::kSinks, Extra::kPerHeadScales, Extra::kPerTokenHeadScales};
 constexpr std::array kCudaSms = {75, 80, 86, 89, 90, 100, 120};
 
 std::vector<Device> grid_devices() {
@@ -289,10 +288,10 @@ TEST(SelectionConformanceTest, WholeGrid) {
             << " ops x " << kDTypes.size() << " q dtypes x " << kDTypes.size() << " kv dtypes x "
             << kHeadDims.size() << " head-dim pairs x " << kMasks.size() << " masks x "
             << kPosEncodings.size() << " position encodings x " << kExtras.size()
-            << " extras, the scale granularities with FP8 KV only) x "
-            << devices.size() << " devices = " << counts.points
-            << " points; auto selected a backend at " << counts.selected_points << "; "
-            << counts.explicit_requests << " explicit requests checked\n";
+            << " extras, the scale granularities with FP8 KV only) x " << devices.size()
+            << " devices = " << counts.points << " points; auto selected a backend at "
+            << counts.selected_points << "; " << counts.explicit_requests
+            << " explicit requests checked\n";
   ::testing::Test::RecordProperty("grid_points", static_cast<int>(counts.points));
   // The grid is what the issue asks for: a shrunken loop would pass vacuously.
   // 5 extras with every kv dtype, the 2 scale-granularity extras with the 2 FP8 ones.

@@ -167,7 +167,8 @@ TEST_F(Fa2GpuAux, AppendPerTokenHeadStoresScalesLikeTheReference) {
       const int64_t cache_elems = P * page * H * D;
       std::vector<std::byte> kc_ref(size_t(cache_elems) * dtype_size(cache_t)), vc_ref(kc_ref);
       std::vector<std::byte> kc_gpu(kc_ref), vc_gpu(kc_ref);
-      std::vector<float> ks_ref(size_t(P * page * H)), vs_ref(ks_ref), ks_gpu(ks_ref), vs_gpu(ks_ref);
+      std::vector<float> ks_ref(size_t(P * page * H)), vs_ref(ks_ref), ks_gpu(ks_ref),
+          vs_gpu(ks_ref);
       auto cache_view = [&](std::vector<std::byte>& b) {
         return layout == KVLayout::kNHD
                    ? TensorView::contiguous(b.data(), cache_t, {P, page, H, D})

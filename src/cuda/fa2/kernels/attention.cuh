@@ -165,9 +165,9 @@ __device__ __forceinline__ float granular_scale(const AttentionParams& p, const 
 // kv_hi (so that a masked key's V contributes 0, never 0 * garbage = NaN).
 template <class C>
 __device__ void decode_kv_block(const AttentionParams& p, const RequestInfo& r, int kv_head,
-                                int64_t block_begin, int64_t kv_hi,
-                                const typename C::Raw* k_stage, const typename C::Raw* v_stage,
-                                typename C::T* k_s, typename C::T* v_s) {
+                                int64_t block_begin, int64_t kv_hi, const typename C::Raw* k_stage,
+                                const typename C::Raw* v_stage, typename C::T* k_s,
+                                typename C::T* v_s) {
   using KV = typename C::KV;
   constexpr int kKPairs = C::kDqk / 2;
   for (int idx = threadIdx.x; idx < C::kKeys * kKPairs; idx += C::kThreads) {
@@ -195,8 +195,8 @@ __device__ void decode_kv_block(const AttentionParams& p, const RequestInfo& r, 
     const int n = idx / kVPairs, t = idx % kVPairs;
     const int64_t j = block_begin + n;
     const bool in = j < kv_hi;
-    const float vs = in ? granular_scale(p, p.v_head_scale, p.v_head_scale_stride,
-                                         p.v_scale_cache, p.vs_strides, r, j, kv_head)
+    const float vs = in ? granular_scale(p, p.v_head_scale, p.v_head_scale_stride, p.v_scale_cache,
+                                         p.vs_strides, r, j, kv_head)
                         : 0.0f;
     float x1 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t]) * vs : 0.0f;
     float x2 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t + 1]) * vs : 0.0f;
@@ -301,11 +301,10 @@ __device__ void store_rows(const AttentionParams& p, const WorkUnit& w, const Re
     if (!ri.valid) continue;
     // The sink joins the final state only: a split chunk's partial excludes it (the merge adds
     // it once).
-    const RowFinish fin =
-        p.sinks && w.chunk < 0
-            ? finish_row_with_sink(acc.m[half], l, p.v_scale,
-                                   __ldg(p.sinks + ri.head * p.sinks_stride))
-            : finish_row(acc.m[half], l, p.v_scale);
+    const RowFinish fin = p.sinks && w.chunk < 0
+                              ? finish_row_with_sink(acc.m[half], l, p.v_scale,
+                                                     __ldg(p.sinks + ri.head * p.sinks_stride))
+                              : finish_row(acc.m[half], l, p.v_scale);
     const float o_scale = fin.o_scale, lse = fin.lse;
     const bool lse_writer = (lane & 3) == 0;
     if (w.chunk < 0) {
@@ -398,8 +397,7 @@ int launch_attention(const AttentionParams& p, int num_units, int warps, void* s
   if (warps == kDecodeWarps) {
     return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, kDecodeWarps>>(p, num_units, s);
   }
-  return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, prefill_warps(kDqk)>>(p, num_units,
-                                                                                   s);
+  return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, prefill_warps(kDqk)>>(p, num_units, s);
 }
 
 }  // namespace kvattn::fa2
