@@ -77,9 +77,9 @@ int main(int argc, char** argv) {
                 names[i].c_str(), median(wall[i]), minimum(wall[i]), median(cpu[i]),
                 minimum(cpu[i]));
   }
-  std::printf("B / A (%d rounds, %d threads): wall median %.3f min %.3f | cpu median %.3f min %.3f\n",
-              rounds, threads, median(wall[1]) / median(wall[0]),
-              minimum(wall[1]) / minimum(wall[0]), median(cpu[1]) / median(cpu[0]),
-              minimum(cpu[1]) / minimum(cpu[0]));
+  std::printf(
+      "B / A (%d rounds, %d threads): wall median %.3f min %.3f | cpu median %.3f min %.3f\n",
+      rounds, threads, median(wall[1]) / median(wall[0]), minimum(wall[1]) / minimum(wall[0]),
+      median(cpu[1]) / median(cpu[0]), minimum(cpu[1]) / minimum(cpu[0]));
   return 0;
 }
