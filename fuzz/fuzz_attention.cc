@@ -169,6 +169,19 @@ void build(FuzzedDataProvider& in, Input* input) {
   p.v_scale = scales[in.ConsumeIntegralInRange(0, scale_choices - 1)];
   p.return_lse = in.ConsumeBool();
   p.use_fp16_qk_reduction = in.ConsumeIntegralInRange(0, 7) == 0;
+  // Issue 11's variants (the tensors are made with the others below): attention sinks, FP8 scales
+  // per head or per (token, head) — mostly on an FP8 cache with per-tensor scales 1, now and then
+  // on another cache or with a per-tensor scale, which validation must refuse.
+  p.use_sinks = in.ConsumeIntegralInRange(0, 3) == 0;
+  const int granularity = in.ConsumeIntegralInRange(0, 5);
+  if (granularity >= 4) {
+    p.kv_scale_granularity =
+        granularity == 4 ? KVScaleGranularity::kPerHead : KVScaleGranularity::kPerTokenHead;
+    if (in.ConsumeIntegralInRange(0, 15) != 0) {
+      p.k_scale = p.v_scale = 1.0f;
+      if (!is_fp8(p.kv_dtype)) p.kv_dtype = in.ConsumeBool() ? DType::kE4M3 : DType::kE5M2;
+    }
+  }
 
   const int requests = std::max(p.batch_size, 1);
   for (int b = 0; b < requests; ++b) {
@@ -273,9 +286,8 @@ void build(FuzzedDataProvider& in, Input* input) {
     a.lse = p.op == Op::kSingleDecode ? make.tensor(DType::kF32, {hq}, true)
                                       : make.tensor(DType::kF32, {out_rows, hq}, true);
   }
-  // Issue 11's variants: attention sinks, per-head and per-(token, head) FP8 scales. Mostly valid
-  // (FP8 K/V, per-tensor scales 1, positive finite scales); now and then a missing tensor, a
-  // non-FP8 cache or a bad scale value that validation must refuse.
+  // The tensors of issue 11's variants: positive finite scales, now and then a missing tensor or
+  // one bad value that validation must refuse.
   auto positive = [&](const TensorView& t) {
     Buffer& b = input->buffers.back();
     auto* f = reinterpret_cast<float*>(b.bytes.data());
@@ -287,21 +299,10 @@ void build(FuzzedDataProvider& in, Input* input) {
     }
     return t;
   };
-  p.use_sinks = in.ConsumeIntegralInRange(0, 3) == 0;
   if (p.use_sinks && in.ConsumeIntegralInRange(0, 15) != 0) {
     a.sinks = make.tensor(DType::kF32, {hq}, false);
   }
-  const int granularity = in.ConsumeIntegralInRange(0, 5);
   if (granularity >= 4) {
-    p.kv_scale_granularity =
-        granularity == 4 ? KVScaleGranularity::kPerHead : KVScaleGranularity::kPerTokenHead;
-    if (in.ConsumeIntegralInRange(0, 15) != 0) {
-      p.k_scale = p.v_scale = 1.0f;
-      if (!is_fp8(p.kv_dtype)) p.kv_dtype = in.ConsumeBool() ? DType::kE4M3 : DType::kE5M2;
-      for (TensorView* t : {&a.k, &a.v, &a.paged_k_cache, &a.paged_v_cache}) {
-        if (!t->empty()) t->dtype = p.kv_dtype;  // fewer bytes than the buffer: still inside
-      }
-    }
     const bool given = in.ConsumeIntegralInRange(0, 15) != 0;
     for (TensorView* t :
          granularity == 4
