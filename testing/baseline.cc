@@ -64,7 +64,7 @@ Status baseline_attention(const Problem& p, const AttentionArgs& args) {
           k_row[d] = static_cast<float>(rows.k(b, j, kv_head, d)) * p.k_scale;
         if (rope) rope_rotate_f32(k_row, dqk, j, p);
         for (int d = 0; d < dvo; ++d) {
-          v[j * dvo + d] = static_cast<float>(rows.v(b, j, kv_head, d)) * p.v_scale;
+          v[j * dvo + d] = static_cast<float>(rows.v(b, j, kv_head, d)) * rows.value_scale();
         }
       }
       for (int g = 0; g < p.group_size(); ++g) {

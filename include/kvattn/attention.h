@@ -35,6 +35,12 @@ struct AttentionArgs {
   bool custom_mask_packed = false;
   // ALiBi slopes [H_qo] f32; empty = the standard slopes.
   TensorView alibi_slopes;
+  // batch_mla_paged only (q, k, v and the paged K/V caches stay empty): q_nope [N, H, D_ckv] and
+  // q_pe [N, H, D_kpe] in q_dtype; ckv_cache [P, page_size, D_ckv] and kpe_cache
+  // [P, page_size, D_kpe] in kv_dtype, paged by kv_indptr / kv_indices / kv_last_page_len;
+  // qo_indptr [B+1]; out [N, H, D_ckv].
+  TensorView q_nope, q_pe;
+  TensorView ckv_cache, kpe_cache;
   // Outputs: out [N, H_qo, D_vo] (single_decode [H_qo, D_vo]); lse f32 [N, H_qo] when
   // Problem::return_lse (single_decode [H_qo]).
   TensorView out;

@@ -39,6 +39,8 @@ struct CapabilityDecl {
   bool fp16_qk_reduction = true;
   bool return_lse = true;
   std::span<const CapabilityRule> rules;
+  // Set where the backend declares MLA (batch_mla_paged) unsupported: why, for explain.
+  const char* mla_unsupported_reason = nullptr;
 };
 
 // OK, or kNotSupported naming the backend, the constraint and the offending value.

@@ -42,7 +42,8 @@ HeadKV load_head_kv(const Problem& p, const AttentionRows& rows, int b, int kv_h
                   p.rope_interleave);
     }
     double* v_row = kv.v.data() + j * kv.dim_vo;
-    for (int d = 0; d < kv.dim_vo; ++d) v_row[d] = rows.v(b, j, kv_head, d) * p.v_scale;
+    const double v_scale = rows.value_scale();
+    for (int d = 0; d < kv.dim_vo; ++d) v_row[d] = rows.v(b, j, kv_head, d) * v_scale;
   }
   return kv;
 }

@@ -22,6 +22,11 @@ inline constexpr std::array kPosEncodings = {PosEncoding::kNone, PosEncoding::kR
                                              PosEncoding::kAlibi};
 inline constexpr std::array kKVLayouts = {KVLayout::kNHD, KVLayout::kHND};
 
+// MLA's paged latent caches need their own kernel (heads as the rows of one GEMM per latent tile);
+// until it exists, MLA runs on the CPU backends.
+inline constexpr const char* kNoMla =
+    "no MLA kernel yet: batch_mla_paged runs on the cpu and reference backends";
+
 inline const CapabilityDecl& capability() {
   static const CapabilityDecl decl{
       .backend = "fa2",
@@ -41,6 +46,7 @@ inline const CapabilityDecl& capability() {
       .fp16_qk_reduction = true,
       .return_lse = true,
       .rules = {},
+      .mla_unsupported_reason = kNoMla,
   };
   return decl;
 }
