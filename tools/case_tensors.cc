@@ -114,9 +114,8 @@ Status mla_lengths(const Problem& p, const AttentionArgs& a, int64_t batch,
   paged.kv_indices = a.kv_indices;
   paged.kv_last_page_len = a.kv_last_page_len;
   for (TensorView* cache : {&paged.paged_k_cache, &paged.paged_v_cache}) {
-    KVATTN_RETURN_IF_ERROR(
-  KVATTN_RETURN_IF_ERROR(need_rank("q", a.q, 3));
-        need_rank(cache == &paged.paged_k_cache ? "ckv_cache" : "kpe_cache", *cache, 3));
+    const char* name = cache == &paged.paged_k_cache ? "ckv_cache" : "kpe_cache";
+    KVATTN_RETURN_IF_ERROR(need_rank(name, *cache, 3));
     cache->rank = 4;
     cache->shape[3] = cache->shape[2];
     cache->shape[2] = 1;
