@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "kvattn/attention.h"
@@ -67,8 +68,9 @@ class Case {
   // FLOPs by DESIGN.md §5 (causal counted as (2*Lkv - Lq)*Lq).
   double flops() const;
 
-  // Raw buffers (host). Index tensors are int32.
-  std::vector<std::byte> q, k, v, kv_cache, k_cache, v_cache, custom_mask;
+  // Raw buffers (host). Index tensors are int32. MLA: q holds q_nope, q_pe q_pe, k_cache the ckv
+  // cache and v_cache the kpe cache.
+  std::vector<std::byte> q, q_pe, k, v, kv_cache, k_cache, v_cache, custom_mask;
   // f32: sinks [H_qo]; k_scale, v_scale [H_kv]; k/v_scale_cache [P, page_size, H_kv] (paged) or
   // [total_kv, H_kv].
   std::vector<std::byte> sinks, k_scale, v_scale, k_scale_cache, v_scale_cache;
@@ -79,6 +81,7 @@ class Case {
  private:
   Case() = default;
   AttentionArgs inputs() const;
+  void make_mla_inputs(std::mt19937_64& rng);
   CaseSpec spec_;
   std::vector<int64_t> qo_lens_, kv_lens_;
   DType fresh_o_dtype_ = DType::kF32;

@@ -43,6 +43,12 @@ struct AttentionArgs {
   // per_token_head: f32, addressed like the K/V slot each scales: paged [num_pages, page_size,
   // H_kv] (NHD and HND caches alike); ragged [kv_indptr[B], H_kv]; single ops [kv_len, H_kv].
   TensorView k_scale_cache, v_scale_cache;
+  // batch_mla_paged only (q, k, v and the paged K/V caches stay empty): q_nope [N, H, D_ckv] and
+  // q_pe [N, H, D_kpe] in q_dtype; ckv_cache [P, page_size, D_ckv] and kpe_cache
+  // [P, page_size, D_kpe] in kv_dtype, paged by kv_indptr / kv_indices / kv_last_page_len;
+  // qo_indptr [B+1]; out [N, H, D_ckv].
+  TensorView q_nope, q_pe;
+  TensorView ckv_cache, kpe_cache;
   // Outputs: out [N, H_qo, D_vo] (single_decode [H_qo, D_vo]); lse f32 [N, H_qo] when
   // Problem::return_lse (single_decode [H_qo]).
   TensorView out;

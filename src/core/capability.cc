@@ -71,6 +71,10 @@ Status check_capability(const CapabilityDecl& decl, const Problem& p, const Devi
                         device.sm);
     }
   }
+  if (is_mla(p.op) && decl.mla_unsupported_reason) {
+    return make_error(ErrorCode::kNotSupported, b, ": operation batch_mla_paged is not supported (",
+                      decl.mla_unsupported_reason, ")");
+  }
   KVATTN_RETURN_IF_ERROR(check_member(decl, "operation", decl.ops, p.op));
   KVATTN_RETURN_IF_ERROR(check_member(decl, "q dtype", decl.q_dtypes, p.q_dtype));
   KVATTN_RETURN_IF_ERROR(check_member(decl, "kv dtype", decl.kv_dtypes, p.kv_dtype));

@@ -30,7 +30,7 @@ Status check_scale(const char* name, float value) {
 
 Status validate_problem(const Problem& p) {
   // Enumerations arrive as plain integers from case files, the command line and bindings.
-  if (static_cast<unsigned>(p.op) > static_cast<unsigned>(Op::kBatchPrefillRagged)) {
+  if (static_cast<unsigned>(p.op) > static_cast<unsigned>(Op::kBatchMLAPaged)) {
     return make_error(ErrorCode::kInvalidArgument, "op code ", static_cast<int>(p.op),
                       ": not an operation");
   }
@@ -117,6 +117,7 @@ Status validate_problem(const Problem& p) {
                         " (the scale tensors carry the scales)");
     }
   }
+  if (is_mla(p.op)) KVATTN_RETURN_IF_ERROR(validate_mla_problem(p));
   if (p.pos_encoding_mode == PosEncoding::kRopeLlama) {
     KVATTN_RETURN_IF_ERROR(check_scale("rope_theta", p.rope_theta));
     KVATTN_RETURN_IF_ERROR(check_scale("rope_scale", p.rope_scale));

@@ -10,8 +10,8 @@
 namespace kvattn {
 namespace {
 
-constexpr std::array kOps = {Op::kSingleDecode, Op::kSinglePrefill, Op::kBatchDecode,
-                             Op::kBatchPrefillPaged, Op::kBatchPrefillRagged};
+constexpr std::array kOps = {Op::kSingleDecode,      Op::kSinglePrefill,      Op::kBatchDecode,
+                             Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kBatchMLAPaged};
 constexpr std::array kInputDTypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kE4M3,
                                      DType::kE5M2};
 constexpr std::array kODTypes = {DType::kF32, DType::kF16, DType::kBF16};

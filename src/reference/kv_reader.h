@@ -36,15 +36,31 @@ class AttentionRows {
   bool rowless() const { return problem_.op == Op::kSingleDecode; }
 
   double q(int b, int64_t i, int h, int d) const {
+    if (is_mla(problem_.op)) {
+      // MLA: the query is q_nope then q_pe, d in [0, D_ckv + D_kpe).
+      const int d_ckv = problem_.head_dim_ckv;
+      return d < d_ckv ? load(args_.q_nope, qo_row(b, i), h, d)
+                       : load(args_.q_pe, qo_row(b, i), h, d - d_ckv);
+    }
     const TensorView& t = args_.q;
     return rowless() ? load(t, h, d) : load(t, qo_row(b, i), h, d);
   }
+  // MLA: the key is ckv then kpe, the value is ckv (one KV head, h = 0), both stored values
+  // that k_scale dequantizes (see value_scale()).
   double k(int b, int64_t j, int h, int d) const {
+    if (is_mla(problem_.op)) {
+      const int d_ckv = problem_.head_dim_ckv;
+      return d < d_ckv ? latent(args_.ckv_cache, b, j, d)
+                       : latent(args_.kpe_cache, b, j, d - d_ckv);
+    }
     return kv(args_.k, args_.paged_k_cache, b, j, h, d);
   }
   double v(int b, int64_t j, int h, int d) const {
+    if (is_mla(problem_.op)) return latent(args_.ckv_cache, b, j, d);
     return kv(args_.v, args_.paged_v_cache, b, j, h, d);
   }
+  // What dequantizes v(): MLA's values are the ckv latents, scaled by k_scale.
+  float value_scale() const { return is_mla(problem_.op) ? problem_.k_scale : problem_.v_scale; }
 
   // The dequantization scale of key/value j of request b, KV head h, at the problem's
   // kv_scale_granularity.
@@ -52,6 +68,7 @@ class AttentionRows {
     return scale(problem_.k_scale, args_.k_scale, args_.k_scale_cache, b, j, h);
   }
   double v_scale(int b, int64_t j, int h) const {
+    if (is_mla(problem_.op)) return value_scale();  // MLA's values are the k-scaled latents
     return scale(problem_.v_scale, args_.v_scale, args_.v_scale_cache, b, j, h);
   }
   // The sink logit of query head h (Problem::use_sinks).
@@ -122,6 +139,8 @@ class AttentionRows {
       case Op::kBatchPrefillRagged:
         // Ragged K/V are always NHD, as in FlashInfer.
         return load(flat, load_i32(args_.kv_indptr, b) + j, h, d);
+      case Op::kBatchMLAPaged:  // read through latent()
+        return 0.0;
       case Op::kBatchDecode:
       case Op::kBatchPrefillPaged: {
         const int64_t page_size = problem_.page_size;
@@ -133,6 +152,12 @@ class AttentionRows {
       }
     }
     return 0.0;
+  }
+
+  double latent(const TensorView& cache, int b, int64_t j, int d) const {
+    const int64_t page_size = problem_.page_size;
+    const int64_t page = load_i32(args_.kv_indices, load_i32(args_.kv_indptr, b) + j / page_size);
+    return load(cache, page, j % page_size, d);
   }
 
   void build_mask_offsets() {

@@ -389,5 +389,46 @@ TEST(SelectionConformanceTest, PriorityOrder) {
   }
 }
 
+// MLA (issue 12): reference and cpu declare it, fa2 and fa3 declare it unsupported with the
+// reason, on every device; auto picks cpu on the CPU and nothing on a GPU; an explicit fa2/fa3
+// request is kNotSupported naming the reason and the backend that would run it.
+TEST(SelectionConformanceTest, MlaVerdictsOnEveryDevice) {
+  Problem p = make_mla_problem(16, 128, 64, 0.1352f);
+  for (DType kv : {DType::kBF16, DType::kE4M3}) {
+    p.kv_dtype = kv;
+    for (Device d : {Device::cpu(), Device::cuda_sm(75), Device::cuda_sm(80), Device::cuda_sm(90),
+                     Device::cuda_sm(120)}) {
+      SCOPED_TRACE(d.to_string());
+      const Explanation e = explain(p, d);
+      ASSERT_EQ(e.verdicts.size(), all_backends().size());
+      for (const Verdict& v : e.verdicts) {
+        const Status cap = find_backend(v.backend)->can_implement(p, d);
+        EXPECT_EQ(v.supported, cap.ok()) << v.backend;
+        if (v.backend == "fa2" || v.backend == "fa3") {
+          EXPECT_FALSE(v.supported);
+          if (d.is_cuda() && (v.backend == "fa2" ? d.sm >= 80 : d.sm == 90)) {
+            EXPECT_NE(v.reason.find("batch_mla_paged"), std::string::npos) << v.reason;
+            EXPECT_NE(v.reason.find("no MLA kernel"), std::string::npos) << v.reason;
+          }
+        } else {
+          EXPECT_EQ(v.supported, d.is_cpu()) << v.backend << ": " << v.reason;
+        }
+      }
+      if (d.is_cpu()) {
+        ASSERT_TRUE(e.selected.has_value());
+        EXPECT_EQ(*e.selected, detail::cpu_forced_reference() ? "reference" : "cpu");
+      } else {
+        EXPECT_FALSE(e.selected.has_value());
+      }
+    }
+  }
+  std::string chosen;
+  const Status fa2 = select_backend(p, Device::cuda_sm(90), "fa2", &chosen);
+  EXPECT_EQ(fa2.code(), ErrorCode::kNotSupported);
+  EXPECT_NE(fa2.message().find("no MLA kernel"), std::string::npos) << fa2.message();
+  const Status cpu_on_cpu = select_backend(p, Device::cpu(), "cpu", &chosen);
+  EXPECT_TRUE(cpu_on_cpu.ok()) << cpu_on_cpu.to_string();
+}
+
 }  // namespace
 }  // namespace kvattn

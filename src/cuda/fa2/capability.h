@@ -27,6 +27,11 @@ inline constexpr std::array kScaleGranularities = {KVScaleGranularity::kPerTenso
                                                    KVScaleGranularity::kPerHead,
                                                    KVScaleGranularity::kPerTokenHead};
 
+// MLA's paged latent caches need their own kernel (heads as the rows of one GEMM per latent tile);
+// until it exists, MLA runs on the CPU backends.
+inline constexpr const char* kNoMla =
+    "no MLA kernel yet: batch_mla_paged runs on the cpu and reference backends";
+
 inline const CapabilityDecl& capability() {
   static const CapabilityDecl decl{
       .backend = "fa2",
@@ -48,6 +53,7 @@ inline const CapabilityDecl& capability() {
       .sinks = true,
       .kv_scale_granularities = kScaleGranularities,
       .rules = {},
+      .mla_unsupported_reason = kNoMla,
   };
   return decl;
 }

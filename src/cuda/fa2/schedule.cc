@@ -32,6 +32,7 @@ RequestStarts request_starts(const Problem& p, const AttentionArgs& args) {
         break;
       case Op::kBatchPrefillPaged:
       case Op::kBatchPrefillRagged:
+      case Op::kBatchMLAPaged:  // not run on fa2 (its capability declares MLA unsupported)
         s.q_row[b] = read_i32(args.qo_indptr, b);
         s.kv_first[b] = read_i32(args.kv_indptr, b);
         break;
