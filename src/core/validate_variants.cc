@@ -93,6 +93,8 @@ Status check_scale_cache_values(const Problem& p, const AttentionArgs& a, const 
         }
       }
       return Status::Ok();
+    case Op::kBatchMLAPaged:  // MLA takes per-tensor scales only (validate_mla_problem)
+      return Status::Ok();
   }
   return Status::Ok();
 }

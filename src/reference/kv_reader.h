@@ -127,6 +127,8 @@ class AttentionRows {
             load_i32(args_.kv_indices, load_i32(args_.kv_indptr, b) + j / page_size);
         return load(per_token, page, j % page_size, h);
       }
+      case Op::kBatchMLAPaged:  // MLA takes per-tensor scales only (validate_mla_problem)
+        break;
     }
     return 0.0;
   }
