@@ -41,7 +41,8 @@ Status validate_append_paged_kv_cache(const TensorView& append_k, const TensorVi
 // validate_problem), the tensors of one batch_mla_paged call, the MLA views being empty for every
 // other op, and the shapes of an MLA append (the rest is validate_append_paged_kv_cache's).
 Status validate_mla_problem(const Problem& problem);
-Status validate_mla_attention(const Problem& problem, const AttentionArgs& args);
+Status validate_mla_attention(const Problem& problem, const AttentionArgs& args,
+                              ArgsScope scope = ArgsScope::kRun);
 Status check_mla_args_unused(const AttentionArgs& args, std::string_view op);
 Status validate_append_paged_mla_kv_cache(const TensorView& append_ckv,
                                           const TensorView& append_kpe, const PagedMLACache& cache);

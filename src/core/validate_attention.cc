@@ -381,7 +381,7 @@ Status check_aliasing(const AttentionArgs& a) {
 
 Status validate_attention(const Problem& problem, const AttentionArgs& args, ArgsScope scope) {
   KVATTN_RETURN_IF_ERROR(validate_problem(problem));
-  if (is_mla(problem.op)) return validate_mla_attention(problem, args);
+  if (is_mla(problem.op)) return validate_mla_attention(problem, args, scope);
   KVATTN_RETURN_IF_ERROR(check_mla_args_unused(args, op_name(problem.op)));
   const Usage usage = usage_of(problem.op);
   KVATTN_RETURN_IF_ERROR(check_presence(problem, args, usage, scope));

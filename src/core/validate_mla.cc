@@ -1,6 +1,8 @@
 // Validation of MLA (batch_mla_paged and append_paged_mla_kv_cache), DESIGN.md §2 "MLA" and §4:
 // the problem's latent widths and the fields MLA fixes, then the tensors, views before contents.
+#include <limits>
 #include <string>
+#include <utility>
 
 #include "core/status_macros.h"
 #include "core/validate.h"
@@ -26,17 +28,24 @@ struct NamedView {
   const char* name;
 };
 
-Status check_presence(const Problem& p, const AttentionArgs& a) {
-  const NamedView needed[] = {{&a.q_nope, "q_nope"},
-                              {&a.q_pe, "q_pe"},
-                              {&a.ckv_cache, "ckv_cache"},
-                              {&a.kpe_cache, "kpe_cache"},
-                              {&a.qo_indptr, "qo_indptr"},
-                              {&a.kv_indptr, "kv_indptr"},
-                              {&a.kv_indices, "kv_indices"},
-                              {&a.kv_last_page_len, "kv_last_page_len"},
-                              {&a.out, "out"}};
-  for (const NamedView& nv : needed) KVATTN_RETURN_IF_ERROR(check_given(*nv.view, nv.name, kOp));
+// Planning reads the index tensors only: the data tensors (q_nope, q_pe, the caches, out, lse)
+// may be absent then and are checked when given; run checks all of them.
+Status check_presence(const Problem& p, const AttentionArgs& a, ArgsScope scope) {
+  const bool data_optional = scope == ArgsScope::kPlan;
+  const NamedView index[] = {{&a.qo_indptr, "qo_indptr"},
+                             {&a.kv_indptr, "kv_indptr"},
+                             {&a.kv_indices, "kv_indices"},
+                             {&a.kv_last_page_len, "kv_last_page_len"}};
+  for (const NamedView& nv : index) KVATTN_RETURN_IF_ERROR(check_given(*nv.view, nv.name, kOp));
+  const NamedView data[] = {{&a.q_nope, "q_nope"},
+                            {&a.q_pe, "q_pe"},
+                            {&a.ckv_cache, "ckv_cache"},
+                            {&a.kpe_cache, "kpe_cache"},
+                            {&a.out, "out"}};
+  for (const NamedView& nv : data) {
+    if (data_optional && nv.view->empty()) continue;
+    KVATTN_RETURN_IF_ERROR(check_given(*nv.view, nv.name, kOp));
+  }
   const NamedView unused[] = {{&a.q, "q"},
                               {&a.k, "k"},
                               {&a.v, "v"},
@@ -49,7 +58,7 @@ Status check_presence(const Problem& p, const AttentionArgs& a) {
     return make_error(ErrorCode::kInvalidArgument,
                       "custom_mask_packed = true, but batch_mla_paged takes no custom mask");
   }
-  if (p.return_lse && a.lse.empty()) {
+  if (p.return_lse && a.lse.empty() && !data_optional) {
     return make_error(ErrorCode::kInvalidArgument, "lse: not given, but return_lse is true");
   }
   if (!p.return_lse && !a.lse.empty()) {
@@ -61,12 +70,17 @@ Status check_presence(const Problem& p, const AttentionArgs& a) {
 }
 
 Status check_dtypes_and_memory(const Problem& p, const AttentionArgs& a) {
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.q_nope, "q_nope", p.q_dtype));
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.q_pe, "q_pe", p.q_dtype));
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.ckv_cache, "ckv_cache", p.kv_dtype));
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.kpe_cache, "kpe_cache", p.kv_dtype));
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.out, "out", p.o_dtype));
-  if (!a.lse.empty()) KVATTN_RETURN_IF_ERROR(check_dtype(a.lse, "lse", DType::kF32));
+  // Empty views are absent only when planning (check_presence decided).
+  const std::pair<const NamedView, DType> typed[] = {{{&a.q_nope, "q_nope"}, p.q_dtype},
+                                                     {{&a.q_pe, "q_pe"}, p.q_dtype},
+                                                     {{&a.ckv_cache, "ckv_cache"}, p.kv_dtype},
+                                                     {{&a.kpe_cache, "kpe_cache"}, p.kv_dtype},
+                                                     {{&a.out, "out"}, p.o_dtype},
+                                                     {{&a.lse, "lse"}, DType::kF32}};
+  for (const auto& [nv, dtype] : typed) {
+    if (!nv.view->empty()) KVATTN_RETURN_IF_ERROR(check_dtype(*nv.view, nv.name, dtype));
+  }
+  if (a.q_nope.empty()) return Status::Ok();
   const NamedView data[] = {{&a.q_pe, "q_pe"},
                             {&a.ckv_cache, "ckv_cache"},
                             {&a.kpe_cache, "kpe_cache"},
@@ -90,28 +104,37 @@ Status check_shapes_and_page_table(const Problem& p, const AttentionArgs& a) {
   KVATTN_RETURN_IF_ERROR(check_index_tensor(a.kv_indices, "kv_indices", kOp, -1, ""));
   KVATTN_RETURN_IF_ERROR(
       check_index_tensor(a.kv_last_page_len, "kv_last_page_len", kOp, batch, "B"));
-  // The caches fix the page count before the page table is trusted to index them.
-  KVATTN_RETURN_IF_ERROR(check_shape(a.ckv_cache, "ckv_cache", "[num_pages, page_size, D_ckv]",
-                                     {{-1, ""}, {ps, "page_size"}, {d_ckv, "head_dim_ckv"}}));
-  const int64_t pages = a.ckv_cache.shape[0];
-  KVATTN_RETURN_IF_ERROR(
-      check_shape(a.kpe_cache, "kpe_cache", "[num_pages, page_size, D_kpe]",
-                  {{pages, "num_pages of ckv_cache"}, {ps, "page_size"}, {d_kpe, "head_dim_kpe"}}));
+  // The caches fix the page count before the page table is trusted to index them; a plan made
+  // without them bounds page ids by int32 only (run checks them against the caches).
+  int64_t pages = std::numeric_limits<int32_t>::max();
+  if (!a.ckv_cache.empty() || !a.kpe_cache.empty()) {
+    KVATTN_RETURN_IF_ERROR(check_shape(a.ckv_cache, "ckv_cache", "[num_pages, page_size, D_ckv]",
+                                       {{-1, ""}, {ps, "page_size"}, {d_ckv, "head_dim_ckv"}}));
+    pages = a.ckv_cache.shape[0];
+    KVATTN_RETURN_IF_ERROR(check_shape(
+        a.kpe_cache, "kpe_cache", "[num_pages, page_size, D_kpe]",
+        {{pages, "num_pages of ckv_cache"}, {ps, "page_size"}, {d_kpe, "head_dim_kpe"}}));
+  }
   KVATTN_RETURN_IF_ERROR(validation::check_page_table(a.kv_indptr, a.kv_indices, a.kv_last_page_len,
                                                       batch, pages, ps));
-  if (a.q_nope.rank >= 1 && a.q_nope.shape[0] != qo_rows) {
+  // Empty views are absent only when planning (check_presence decided).
+  if (!a.q_nope.empty() && a.q_nope.rank >= 1 && a.q_nope.shape[0] != qo_rows) {
     return make_error(ErrorCode::kInvalidPageTable, "qo_indptr[", batch, "] = ", qo_rows,
                       ": must equal the rows of q_nope = ", a.q_nope.shape[0], " (total queries)");
   }
-  KVATTN_RETURN_IF_ERROR(
-      check_shape(a.q_nope, "q_nope", "[N, H, D_ckv]",
-                  {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {d_ckv, "head_dim_ckv"}}));
-  KVATTN_RETURN_IF_ERROR(
-      check_shape(a.q_pe, "q_pe", "[N, H, D_kpe]",
-                  {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {d_kpe, "head_dim_kpe"}}));
-  KVATTN_RETURN_IF_ERROR(
-      check_shape(a.out, "out", "[N, H, D_ckv]",
-                  {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {d_ckv, "head_dim_ckv"}}));
+  const std::initializer_list<validation::DimRule> ckv_rows = {
+      {qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {d_ckv, "head_dim_ckv"}};
+  if (!a.q_nope.empty()) {
+    KVATTN_RETURN_IF_ERROR(check_shape(a.q_nope, "q_nope", "[N, H, D_ckv]", ckv_rows));
+  }
+  if (!a.q_pe.empty()) {
+    KVATTN_RETURN_IF_ERROR(
+        check_shape(a.q_pe, "q_pe", "[N, H, D_kpe]",
+                    {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {d_kpe, "head_dim_kpe"}}));
+  }
+  if (!a.out.empty()) {
+    KVATTN_RETURN_IF_ERROR(check_shape(a.out, "out", "[N, H, D_ckv]", ckv_rows));
+  }
   if (!a.lse.empty()) {
     KVATTN_RETURN_IF_ERROR(
         check_shape(a.lse, "lse", "[N, H]", {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}}));
@@ -219,8 +242,9 @@ Status validate_mla_problem(const Problem& p) {
   return Status::Ok();
 }
 
-Status validate_mla_attention(const Problem& problem, const AttentionArgs& args) {
-  KVATTN_RETURN_IF_ERROR(check_presence(problem, args));
+Status validate_mla_attention(const Problem& problem, const AttentionArgs& args,
+                              ArgsScope scope) {
+  KVATTN_RETURN_IF_ERROR(check_presence(problem, args, scope));
   KVATTN_RETURN_IF_ERROR(check_dtypes_and_memory(problem, args));
   KVATTN_RETURN_IF_ERROR(check_shapes_and_page_table(problem, args));
   return check_aliasing(args);
