@@ -31,6 +31,24 @@ testing::CaseSpec llama3_prefill(int head_dim, int64_t tokens) {
   return spec;
 }
 
+testing::CaseSpec with_granularity(testing::CaseSpec spec, KVScaleGranularity g) {
+  spec.problem.kv_scale_granularity = g;
+  return spec;
+}
+
+// MLA decode (DeepSeek-V3: 128 heads, latent 512 + 64, pages of 64 as FlashMLA uses).
+testing::CaseSpec mla_decode(DType kv, int heads, int batch, int64_t context) {
+  testing::CaseSpec spec;
+  spec.problem = make_mla_problem(batch, heads, /*page_size=*/64, /*sm_scale=*/0.1352f);
+  spec.problem.kv_dtype = kv;
+  if (is_fp8(kv)) spec.problem.k_scale = 0.0625f;
+  spec.qo_lens.assign(batch, 1);  // decode: one new token per request
+  spec.kv_lens.assign(batch, context);
+  spec.extra_pages = 0;
+  spec.nan_fill_outputs = false;
+  return spec;
+}
+
 }  // namespace
 
 std::vector<BenchCase> standard_cases() {
@@ -38,12 +56,24 @@ std::vector<BenchCase> standard_cases() {
       // 16 x 4096 tokens x 8 heads x 128 x 2 (K, V) x 2 bytes = 268 MB: 8x the 32 MiB L3.
       {"decode_llama3_8b_bf16", llama3_decode(DType::kBF16, 128, 16, 4096), true},
       {"decode_llama3_8b_e4m3", llama3_decode(DType::kE4M3, 128, 16, 4096), true},
+      // Issue 11: the same decode with one fp32 K and V scale per (token, head) beside the cache
+      // (goal: <= 1.1x the per-tensor e4m3 decode above).
+      {"decode_llama3_8b_e4m3_per_token_head",
+       with_granularity(llama3_decode(DType::kE4M3, 128, 16, 4096),
+                        KVScaleGranularity::kPerTokenHead),
+       true},
       {"decode_long_b1", llama3_decode(DType::kBF16, 128, 1, 32768), true},
       {"decode_d64_bf16", llama3_decode(DType::kBF16, 64, 16, 4096), true},
       {"decode_d256_bf16", llama3_decode(DType::kBF16, 256, 16, 4096), true},
       {"prefill_llama3_8b_causal", llama3_prefill(128, 4096), false},
       {"prefill_d64_causal", llama3_prefill(64, 4096), false},
       {"prefill_d256_causal", llama3_prefill(256, 4096), false},
+      // MLA: 16 x 4096 latents x 576 x 2 bytes = 75 MB read once for all heads; at 128 heads
+      // each latent meets 128 query rows (~2 kFLOP per byte): compute-bound on bf16 dot products.
+      // At 16 heads (DeepSeek-V2-Lite) it is 8x less compute per byte: judged by DRAM bandwidth.
+      {"mla_decode_deepseek_v3_bf16", mla_decode(DType::kBF16, 128, 16, 4096), false, true},
+      {"mla_decode_deepseek_v3_e4m3", mla_decode(DType::kE4M3, 128, 16, 4096), false, true},
+      {"mla_decode_h16_bf16", mla_decode(DType::kBF16, 16, 16, 4096), true},
   };
 }
 

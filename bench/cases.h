@@ -14,6 +14,9 @@ struct BenchCase {
   testing::CaseSpec spec;
   // Decode is judged by bytes moved against DRAM bandwidth, prefill by FLOPs against FMA peak.
   bool memory_bound = true;
+  // Compute-bound on bf16 dot products (vdpbf16ps) where the CPU has them: judged against that
+  // peak instead of the f32 FMA one.
+  bool bf16_dot = false;
 };
 
 std::vector<BenchCase> standard_cases();

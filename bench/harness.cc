@@ -62,14 +62,18 @@ Status PreparedCase::prepare(const BenchCase& bench_case, const std::string& bac
   state->args = state->c->args();
   // Move the K/V buffers onto huge pages and point the views there.
   for (std::vector<std::byte>* buffer :
-       {&state->c->kv_cache, &state->c->k_cache, &state->c->v_cache, &state->c->k, &state->c->v}) {
+       {&state->c->kv_cache, &state->c->k_cache, &state->c->v_cache, &state->c->k, &state->c->v,
+        &state->c->k_scale_cache, &state->c->v_scale_cache}) {
+    // (MLA: k_cache / v_cache hold the ckv / kpe caches.)
     if (buffer->size() < HugeBuffer::kHugePage) continue;
     auto huge = std::make_unique<HugeBuffer>(buffer->size());
     if (!huge->data) continue;
     std::memcpy(huge->data, buffer->data(), buffer->size());
     const std::byte* begin = buffer->data();
     for (TensorView* view :
-         {&state->args.paged_k_cache, &state->args.paged_v_cache, &state->args.k, &state->args.v}) {
+         {&state->args.paged_k_cache, &state->args.paged_v_cache, &state->args.k, &state->args.v,
+          &state->args.k_scale_cache, &state->args.v_scale_cache, &state->args.ckv_cache,
+          &state->args.kpe_cache}) {
       auto* p = static_cast<std::byte*>(view->data);
       if (p >= begin && p < begin + buffer->size()) view->data = huge->data + (p - begin);
     }
@@ -141,8 +145,11 @@ Status time_case(const BenchCase& bench_case, PreparedCase& prepared, int repeat
   const double seconds = r.median_ms / 1e3;
   r.gbps = r.bytes / seconds / 1e9;
   r.gflops = r.flops / seconds / 1e9;
+  const double compute_peak = bench_case.bf16_dot && rooflines.bf16_dot_gflops > 0
+                                  ? rooflines.bf16_dot_gflops
+                                  : rooflines.fma_gflops;
   r.roofline_fraction =
-      bench_case.memory_bound ? r.gbps / rooflines.dram_gbps : r.gflops / rooflines.fma_gflops;
+      bench_case.memory_bound ? r.gbps / rooflines.dram_gbps : r.gflops / compute_peak;
   return Status::Ok();
 }
 

@@ -12,6 +12,7 @@ namespace kvattn::bench {
 struct Rooflines {
   double dram_gbps = 0;
   double fma_gflops = 0;
+  double bf16_dot_gflops = 0;  // 0: the CPU has no bf16 dot products
 };
 
 struct CaseResult {
@@ -21,7 +22,9 @@ struct CaseResult {
   // the threads waited for a core; cpu_ms / threads is what the run would take on idle cores.
   double median_cpu_ms = 0;
   double gbps = 0, gflops = 0;
-  double roofline_fraction = 0;  // gbps / dram (memory-bound) or gflops / fma peak
+  // gbps / dram (memory-bound), or gflops / the compute peak (fma, or bf16 dot for the cases that
+  // run on it where the CPU has it)
+  double roofline_fraction = 0;
   double bytes = 0, flops = 0;
   int repeats = 0, threads = 0;
 };

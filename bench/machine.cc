@@ -113,6 +113,22 @@ float fma_portable(int64_t iterations, int64_t* flops) {
   return acc[0] + acc[7];
 }
 
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bf16"))) float bf16_dot_avx512(int64_t iterations,
+                                                                    int64_t* flops) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  *flops = iterations * 16 * 16 * 2 * 2;
+  __m512 sum = acc[0];
+  for (int i = 1; i < 16; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  return _mm512_reduce_add_ps(sum);
+}
+#endif
+
 float run_fma(int64_t iterations, int64_t* flops) {
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx512f")) return fma_avx512(iterations, flops);
@@ -147,6 +163,33 @@ double measure_dram_read_gbps(int num_threads) {
     best = std::max(best, static_cast<double>(share * threads * sizeof(uint64_t)) / s / 1e9);
   }
   return sink.load() == 42 ? best + 0.0 : best;
+}
+
+double measure_bf16_dot_gflops(int num_threads) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx512bf16")) return 0;
+  const int threads = cpu::resolve_num_threads(num_threads);
+  double best = 0;
+  std::atomic<float> sink{0};
+  for (int pass = 0; pass < kFmaPasses; ++pass) {
+    std::vector<int64_t> flops(threads, 0);
+    const auto t0 = Clock::now();
+    cpu::ThreadPool::global().parallel_for(threads, threads, [&](int64_t t, int) {
+      const float r = bf16_dot_avx512(kFmaIterations, &flops[t]);
+      float seen = sink.load();
+      while (!sink.compare_exchange_weak(seen, seen + r)) {
+      }
+    });
+    const double s = seconds_since(t0);
+    double total = 0;
+    for (int64_t f : flops) total += static_cast<double>(f);
+    best = std::max(best, total / s / 1e9);
+  }
+  return best;
+#else
+  (void)num_threads;
+  return 0;
+#endif
 }
 
 double measure_fma_gflops(int num_threads) {

@@ -9,5 +9,8 @@ double measure_dram_read_gbps(int num_threads);
 // fp32 FMA peak in GFLOP/s (an FMA = 2 FLOPs): every thread runs independent vector FMAs on
 // registers, with the widest ISA the CPU has; best of several passes.
 double measure_fma_gflops(int num_threads);
+// bf16 dot-product peak in GFLOP/s (vdpbf16ps: 16 lanes x 2 products x 2 FLOPs), measured like
+// the FMA peak; 0 where the CPU lacks AVX512_BF16.
+double measure_bf16_dot_gflops(int num_threads);
 
 }  // namespace kvattn::bench

@@ -137,7 +137,7 @@ class Builder {
 
 void build(FuzzedDataProvider& in, Input* input) {
   Problem& p = input->problem;
-  p.op = static_cast<Op>(in.ConsumeIntegralInRange(0, 4));
+  p.op = static_cast<Op>(in.ConsumeIntegralInRange(0, 5));
   const bool batch = is_batch(p.op);
   p.batch_size = batch ? in.ConsumeIntegralInRange(in.ConsumeBool() ? 1 : 0, kMaxBatch) : 1;
   p.num_kv_heads = in.ConsumeIntegralInRange(1, kMaxKvHeads);
@@ -169,6 +169,44 @@ void build(FuzzedDataProvider& in, Input* input) {
   p.v_scale = scales[in.ConsumeIntegralInRange(0, scale_choices - 1)];
   p.return_lse = in.ConsumeBool();
   p.use_fp16_qk_reduction = in.ConsumeIntegralInRange(0, 7) == 0;
+  // Issue 11's variants (the tensors are made with the others below): attention sinks, FP8 scales
+  // per head or per (token, head) — mostly on an FP8 cache with per-tensor scales 1, now and then
+  // on another cache or with a per-tensor scale, which validation must refuse.
+  p.use_sinks = in.ConsumeIntegralInRange(0, 3) == 0;
+  const int granularity = in.ConsumeIntegralInRange(0, 5);
+  if (granularity >= 4) {
+    p.kv_scale_granularity =
+        granularity == 4 ? KVScaleGranularity::kPerHead : KVScaleGranularity::kPerTokenHead;
+    if (in.ConsumeIntegralInRange(0, 15) != 0) {
+      p.k_scale = p.v_scale = 1.0f;
+      if (!is_fp8(p.kv_dtype)) p.kv_dtype = in.ConsumeBool() ? DType::kE4M3 : DType::kE5M2;
+    }
+  }
+  if (is_mla(p.op)) {
+    // Mostly the valid MLA problem (16 or 32 heads, small latents, the fields MLA fixes derived,
+    // sm_scale given, 16-bit q and o, none of the variants MLA does not define); now and then
+    // the draws above stay and must be refused.
+    const bool keep_broken = in.ConsumeIntegralInRange(0, 15) == 0;
+    p.num_qo_heads = in.ConsumeBool() ? 16 : 32;
+    p.head_dim_ckv = in.ConsumeIntegralInRange(1, kMaxHeadDim);
+    p.head_dim_kpe = in.ConsumeIntegralInRange(1, kMaxHeadDim);
+    if (!keep_broken) {
+      derive_mla_fields(&p);
+      if (!p.sm_scale) p.sm_scale = 0.25f;
+      const DType q16[] = {DType::kBF16, DType::kF16};
+      p.q_dtype = in.PickValueInArray(q16);
+      p.o_dtype = in.ConsumeBool() ? p.q_dtype : DType::kF32;
+      if (p.kv_dtype == DType::kF32) p.kv_dtype = DType::kBF16;
+      if (p.mask_mode == MaskMode::kCustom) p.mask_mode = MaskMode::kCausal;
+      p.window_left = -1;
+      p.logits_soft_cap = 0.0f;
+      p.pos_encoding_mode = PosEncoding::kNone;
+      p.use_fp16_qk_reduction = false;
+      p.q_scale = p.v_scale = 1.0f;
+      p.use_sinks = false;  // MLA defines neither sinks nor scale granularity
+      p.kv_scale_granularity = KVScaleGranularity::kPerTensor;
+    }
+  }
 
   const int requests = std::max(p.batch_size, 1);
   for (int b = 0; b < requests; ++b) {
@@ -194,7 +232,7 @@ void build(FuzzedDataProvider& in, Input* input) {
     qo_indptr.push_back(static_cast<int32_t>(rows));
     const int64_t pages = (input->kv_lens[b] + ps - 1) / ps;
     pages_used += pages;
-    kv_indptr.push_back(static_cast<int32_t>(is_paged(p.op) ? pages_used : keys));
+    kv_indptr.push_back(static_cast<int32_t>(is_paged(p.op) || is_mla(p.op) ? pages_used : keys));
     last_page_len.push_back(pages ? static_cast<int32_t>(input->kv_lens[b] - (pages - 1) * ps) : 0);
   }
   if (!batch) {
@@ -216,7 +254,21 @@ void build(FuzzedDataProvider& in, Input* input) {
     }
   }
 
-  if (p.op == Op::kSingleDecode) {
+  if (is_mla(p.op)) {
+    const int64_t ckv = p.head_dim_ckv, kpe = p.head_dim_kpe;
+    a.q_nope = make.tensor(p.q_dtype, {rows, hq, ckv}, false);
+    a.q_pe = make.tensor(p.q_dtype, {rows, hq, kpe}, false);
+    a.qo_indptr =
+        make.tensor(DType::kI32, {static_cast<int64_t>(qo_indptr.size())}, false, &qo_indptr);
+    a.ckv_cache = make.tensor(p.kv_dtype, {num_pages, ps, ckv}, false);
+    a.kpe_cache = make.tensor(p.kv_dtype, {num_pages, ps, kpe}, false);
+    a.kv_indptr =
+        make.tensor(DType::kI32, {static_cast<int64_t>(kv_indptr.size())}, false, &kv_indptr);
+    a.kv_indices =
+        make.tensor(DType::kI32, {static_cast<int64_t>(kv_indices.size())}, false, &kv_indices);
+    a.kv_last_page_len = make.tensor(DType::kI32, {static_cast<int64_t>(last_page_len.size())},
+                                     false, &last_page_len);
+  } else if (p.op == Op::kSingleDecode) {
     a.q = make.tensor(p.q_dtype, {hq, dqk}, false);
   } else {
     a.q = make.tensor(p.q_dtype, {rows, hq, dqk}, false);
@@ -225,7 +277,9 @@ void build(FuzzedDataProvider& in, Input* input) {
     a.qo_indptr =
         make.tensor(DType::kI32, {static_cast<int64_t>(qo_indptr.size())}, false, &qo_indptr);
   }
-  if (!batch) {
+  if (is_mla(p.op)) {
+    // the latent caches are made with the queries above
+  } else if (!batch) {
     const bool nhd = p.kv_layout == KVLayout::kNHD;
     a.k = nhd ? make.tensor(p.kv_dtype, {keys, hk, dqk}, false)
               : make.tensor(p.kv_dtype, {hk, keys, dqk}, false);
@@ -273,17 +327,51 @@ void build(FuzzedDataProvider& in, Input* input) {
     a.lse = p.op == Op::kSingleDecode ? make.tensor(DType::kF32, {hq}, true)
                                       : make.tensor(DType::kF32, {out_rows, hq}, true);
   }
+  // The tensors of issue 11's variants: positive finite scales, now and then a missing tensor or
+  // one bad value that validation must refuse.
+  auto positive = [&](const TensorView& t) {
+    Buffer& b = input->buffers.back();
+    auto* f = reinterpret_cast<float*>(b.bytes.data());
+    const size_t n = b.bytes.size() / sizeof(float);
+    for (size_t i = 0; i < n; ++i) f[i] = std::fabs(f[i]) + 0.05f;
+    if (n > 0 && in.ConsumeIntegralInRange(0, 15) == 0) {
+      const float bad[] = {0.0f, -1.0f, NAN, INFINITY};
+      f[in.ConsumeIntegralInRange<size_t>(0, n - 1)] = in.PickValueInArray(bad);
+    }
+    return t;
+  };
+  if (p.use_sinks && in.ConsumeIntegralInRange(0, 15) != 0) {
+    a.sinks = make.tensor(DType::kF32, {hq}, false);
+  }
+  if (granularity >= 4) {
+    const bool given = in.ConsumeIntegralInRange(0, 15) != 0;
+    for (TensorView* t :
+         granularity == 4
+             ? std::initializer_list<TensorView*>{&a.k_scale, &a.v_scale}
+             : std::initializer_list<TensorView*>{&a.k_scale_cache, &a.v_scale_cache}) {
+      if (!given) break;
+      if (granularity == 4) {
+        *t = positive(make.tensor(DType::kF32, {hk}, false));
+      } else if (is_paged(p.op)) {
+        *t = positive(make.tensor(DType::kF32, {num_pages, ps, hk}, false));
+      } else {
+        *t = positive(make.tensor(DType::kF32, {keys, hk}, false));
+      }
+    }
+  }
   // Occasionally one structural break of the args: a dim off by one, a dtype swapped, an output
   // aliasing an input.
   switch (in.ConsumeIntegralInRange(0, 23)) {
-    case 0:
-      a.q.shape[a.q.rank - 1] += in.ConsumeBool() ? 1 : -1;
+    case 0: {
+      TensorView& q = is_mla(p.op) ? (in.ConsumeBool() ? a.q_nope : a.q_pe) : a.q;
+      q.shape[q.rank - 1] += in.ConsumeBool() ? 1 : -1;  // MLA: a wrong latent width
       break;
+    }
     case 1:
       a.out.dtype = in.PickValueInArray(kFloatTypes);
       break;
     case 2:
-      a.out.data = a.q.data;
+      a.out.data = is_mla(p.op) ? a.ckv_cache.data : a.q.data;
       break;
     case 3:
       a.out.strides[0] = 0;
@@ -327,10 +415,21 @@ double max_abs(const TensorView& t) {
 //   it when its scores happen to be exact.
 // Scores moved by delta move the LSE by <= delta and the output by <= 2 delta max|v|.
 testing::ScoreWidening score_widening(const Problem& p, const AttentionArgs& a) {
-  const bool paged = is_paged(p.op);
-  const double max_q = max_abs(a.q) * p.q_scale;
-  const double max_k = max_abs(paged ? a.paged_k_cache : a.k) * p.k_scale;
-  const double max_v = max_abs(paged ? a.paged_v_cache : a.v) * p.v_scale;
+  const bool paged = is_paged(p.op), mla = is_mla(p.op);
+  const double max_q =
+      (mla ? std::max(max_abs(a.q_nope), max_abs(a.q_pe)) : max_abs(a.q)) * p.q_scale;
+  // Per-head / per-(token, head) scales bound the real K and V by their largest value.
+  const double k_scale = !a.k_scale.empty()         ? max_abs(a.k_scale)
+                         : !a.k_scale_cache.empty() ? max_abs(a.k_scale_cache)
+                                                    : p.k_scale;
+  const double v_scale = !a.v_scale.empty()         ? max_abs(a.v_scale)
+                         : !a.v_scale_cache.empty() ? max_abs(a.v_scale_cache)
+                                                    : p.v_scale;
+  const double max_k = (mla ? std::max(max_abs(a.ckv_cache), max_abs(a.kpe_cache))
+                            : max_abs(paged ? a.paged_k_cache : a.k)) *
+                       k_scale;
+  const double max_v =
+      mla ? max_abs(a.ckv_cache) * p.k_scale : max_abs(paged ? a.paged_v_cache : a.v) * v_scale;
   const double max_qk = p.head_dim_qk * max_q * max_k * p.effective_sm_scale();
   double max_score = max_qk;
   if (p.logits_soft_cap > 0) max_score = std::min<double>(max_score, p.logits_soft_cap);
@@ -361,7 +460,8 @@ void check(const Input& input) {
 
   // The reference again, unrounded into contiguous f32 with its LSE, and the baseline: the
   // tolerance rule of testing/tolerance.h.
-  const int64_t total_qo = p.op == Op::kSingleDecode ? 1 : args.q.shape[0];
+  const int64_t total_qo =
+      p.op == Op::kSingleDecode ? 1 : (is_mla(p.op) ? args.q_nope : args.q).shape[0];
   const int64_t rows = total_qo * p.num_qo_heads;
   Problem ref_problem = p;
   ref_problem.o_dtype = DType::kF32;

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
                     Op::kBatchPrefillRagged};
   int written = 0;
   for (Op op : ops) {
-    for (int variant = 0; variant < 3; ++variant) {
+    for (int variant = 0; variant < 4; ++variant) {
       testing::CaseSpec spec;
       Problem& p = spec.problem;
       p.op = op;
@@ -50,7 +50,18 @@ int main(int argc, char** argv) {
       p.return_lse = variant != 0;
       spec.kv_lens = is_batch(op) ? std::vector<int64_t>{4, 2} : std::vector<int64_t>{5};
       spec.packed_custom_mask = variant == 2;
-      spec.seed = 100 + written;
+      if (variant == 3) {
+        // Issue 11: attention sinks over an e5m2 cache with per-(token, head) scales.
+        p.mask_mode = MaskMode::kCausal;
+        p.pos_encoding_mode = PosEncoding::kNone;
+        p.kv_dtype = DType::kE5M2;
+        p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+        p.use_sinks = true;
+      }
+      // The seeds of variants 0-2 are those of the committed files; issue 11's variant 3 has its
+      // own.
+      const int op_index = static_cast<int>(op);
+      spec.seed = variant < 3 ? 100 + op_index * 3 + variant : 300 + op_index;
       testing::Case c = testing::Case::make(spec);
       io::OwnedCase owned;
       std::vector<uint8_t> bytes;
@@ -64,6 +75,31 @@ int main(int argc, char** argv) {
       if (!write_file(name + ".safetensors", bytes)) return 1;
       ++written;
     }
+  }
+  // MLA: decode and causal prefill, bf16 and e4m3 latent caches.
+  for (int variant = 0; variant < 2; ++variant) {
+    testing::CaseSpec spec;
+    spec.problem = make_mla_problem(2, 16, 3, 0.25f, /*head_dim_ckv=*/8, /*head_dim_kpe=*/4);
+    Problem& p = spec.problem;
+    p.kv_dtype = variant == 1 ? DType::kE4M3 : DType::kBF16;
+    if (variant == 1) p.k_scale = 0.5f;
+    p.mask_mode = variant == 1 ? MaskMode::kCausal : MaskMode::kNone;
+    p.return_lse = variant == 1;
+    spec.qo_lens = variant == 1 ? std::vector<int64_t>{2, 1} : std::vector<int64_t>{1, 1};
+    spec.kv_lens = {4, 2};
+    spec.seed = 100 + written;
+    testing::Case c = testing::Case::make(spec);
+    io::OwnedCase owned;
+    std::vector<uint8_t> bytes;
+    Status s = io::capture_case(c, &owned);
+    if (s.ok()) s = io::serialize_case(owned, &bytes);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s: %s\n", p.to_string().c_str(), s.to_string().c_str());
+      return 1;
+    }
+    const std::string name = dir + "/batch_mla_paged_" + std::to_string(variant);
+    if (!write_file(name + ".safetensors", bytes)) return 1;
+    ++written;
   }
   // A plain .safetensors file with metadata and no case fields.
   std::vector<float> values = {1.0f, -2.0f, 0.5f, 4.0f};

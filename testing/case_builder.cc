@@ -116,6 +116,10 @@ Case Case::make(const CaseSpec& spec) {
   c.total_qo_ = std::accumulate(c.qo_lens_.begin(), c.qo_lens_.end(), int64_t{0});
   c.total_kv_ = std::accumulate(c.kv_lens_.begin(), c.kv_lens_.end(), int64_t{0});
 
+  if (is_mla(p.op)) {
+    c.make_mla_inputs(rng);
+    return c;
+  }
   const int64_t hq = p.num_qo_heads, hk = p.num_kv_heads;
   const int64_t dqk = p.head_dim_qk, dvo = p.head_dim_vo;
   fill_random(&c.q, p.q_dtype, c.total_qo_ * hq * dqk, spec.value_range, rng);
@@ -212,13 +216,101 @@ Case Case::make(const CaseSpec& spec) {
     c.custom_mask.resize(bytes.size());
     if (!bytes.empty()) std::memcpy(c.custom_mask.data(), bytes.data(), bytes.size());
   }
+  // Drawn last so that cases without them keep the values they always had.
+  if (p.use_sinks) fill_random(&c.sinks, DType::kF32, hq, spec.sink_range, rng);
+  auto scale = [&](std::vector<std::byte>* buf, int64_t n) {
+    std::uniform_real_distribution<float> dist(spec.scale_min, spec.scale_max);
+    std::vector<float> values(static_cast<std::size_t>(n));
+    for (float& x : values) x = dist(rng);
+    buf->resize(values.size() * sizeof(float));
+    if (n > 0) std::memcpy(buf->data(), values.data(), buf->size());
+  };
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+    scale(&c.k_scale, hk);
+    scale(&c.v_scale, hk);
+  }
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    if (is_paged(p.op)) {
+      // Slots of real tokens get scales; the rest (and unused pages) garbage.
+      const int64_t ps = p.page_size;
+      for (auto* buf : {&c.k_scale_cache, &c.v_scale_cache}) {
+        fill_value(buf, DType::kF32, c.num_pages * ps * hk, kGarbage);
+        std::vector<std::byte> row;
+        auto* f = reinterpret_cast<float*>(buf->data());
+        for (int b = 0; b < batch; ++b) {
+          for (int64_t t = 0; t < c.kv_lens_[b]; ++t) {
+            const int64_t page = c.kv_indices[c.kv_indptr[b] + t / ps];
+            scale(&row, hk);
+            std::memcpy(f + (page * ps + t % ps) * hk, row.data(), row.size());
+          }
+        }
+      }
+    } else {
+      scale(&c.k_scale_cache, c.total_kv_ * hk);
+      scale(&c.v_scale_cache, c.total_kv_ * hk);
+    }
+  }
   return c;
+}
+
+// MLA: q_nope, q_pe, and the paged latent caches (ckv in k_cache, kpe in v_cache) with the
+// same shuffled page table and garbage-filled unused slots as the other paged ops.
+void Case::make_mla_inputs(std::mt19937_64& rng) {
+  const Problem& p = spec_.problem;
+  const int batch = p.batch_size;
+  const int64_t hq = p.num_qo_heads, d_ckv = p.head_dim_ckv, d_kpe = p.head_dim_kpe;
+  const float range = spec_.value_range;
+  fill_random(&q, p.q_dtype, total_qo_ * hq * d_ckv, range, rng);
+  fill_random(&q_pe, p.q_dtype, total_qo_ * hq * d_kpe, range, rng);
+  qo_indptr.assign(batch + 1, 0);
+  for (int b = 0; b < batch; ++b) qo_indptr[b + 1] = qo_indptr[b] + int32_t(qo_lens_[b]);
+  const int64_t ps = p.page_size;
+  std::vector<int64_t> pages(batch);
+  int64_t used = 0;
+  for (int b = 0; b < batch; ++b) used += pages[b] = (kv_lens_[b] + ps - 1) / ps;
+  num_pages = used + spec_.extra_pages;
+  std::vector<int32_t> pool(static_cast<std::size_t>(num_pages));
+  std::iota(pool.begin(), pool.end(), 0);
+  if (spec_.shuffle_pages) std::shuffle(pool.begin(), pool.end(), rng);
+  kv_indptr.assign(batch + 1, 0);
+  kv_last_page_len.assign(batch, 0);
+  for (int b = 0; b < batch; ++b) {
+    kv_indptr[b + 1] = kv_indptr[b] + static_cast<int32_t>(pages[b]);
+    kv_last_page_len[b] = pages[b] ? static_cast<int32_t>(kv_lens_[b] - (pages[b] - 1) * ps) : 0;
+  }
+  kv_indices.assign(pool.begin(), pool.begin() + used);
+  fill_value(&k_cache, p.kv_dtype, num_pages * ps * d_ckv, kGarbage);
+  fill_value(&v_cache, p.kv_dtype, num_pages * ps * d_kpe, kGarbage);
+  const auto esize = static_cast<int64_t>(dtype_size(p.kv_dtype));
+  std::vector<std::byte> row;
+  for (int b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < kv_lens_[b]; ++t) {
+      const int64_t slot = int64_t{kv_indices[kv_indptr[b] + t / ps]} * ps + t % ps;
+      fill_random(&row, p.kv_dtype, d_ckv, range, rng);
+      std::memcpy(k_cache.data() + slot * d_ckv * esize, row.data(), row.size());
+      fill_random(&row, p.kv_dtype, d_kpe, range, rng);
+      std::memcpy(v_cache.data() + slot * d_kpe * esize, row.data(), row.size());
+    }
+  }
 }
 
 AttentionArgs Case::inputs() const {
   // Views into owned buffers; const_cast because views are mutable handles by design.
   auto& self = const_cast<Case&>(*this);
   const Problem& p = spec_.problem;
+  if (is_mla(p.op)) {
+    AttentionArgs a;
+    const int64_t hq = p.num_qo_heads, ps = p.page_size;
+    a.q_nope = view(self.q, p.q_dtype, {total_qo_, hq, p.head_dim_ckv});
+    a.q_pe = view(self.q_pe, p.q_dtype, {total_qo_, hq, p.head_dim_kpe});
+    a.ckv_cache = view(self.k_cache, p.kv_dtype, {num_pages, ps, p.head_dim_ckv});
+    a.kpe_cache = view(self.v_cache, p.kv_dtype, {num_pages, ps, p.head_dim_kpe});
+    a.qo_indptr = index_view(self.qo_indptr);
+    a.kv_indptr = index_view(self.kv_indptr);
+    a.kv_indices = index_view(self.kv_indices);
+    a.kv_last_page_len = index_view(self.kv_last_page_len);
+    return a;
+  }
   const int64_t hq = p.num_qo_heads, hk = p.num_kv_heads;
   const int64_t dqk = p.head_dim_qk, dvo = p.head_dim_vo;
   const int batch = is_batch(p.op) ? p.batch_size : 1;
@@ -270,6 +362,20 @@ AttentionArgs Case::inputs() const {
     a.custom_mask = view(self.custom_mask, DType::kU8,
                          {static_cast<int64_t>(self.custom_mask.size())});
     a.custom_mask_packed = spec_.packed_custom_mask;
+  }
+  if (p.use_sinks) a.sinks = view(self.sinks, DType::kF32, {hq});
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+    a.k_scale = view(self.k_scale, DType::kF32, {hk});
+    a.v_scale = view(self.v_scale, DType::kF32, {hk});
+  }
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    if (is_paged(p.op)) {
+      a.k_scale_cache = view(self.k_scale_cache, DType::kF32, {num_pages, p.page_size, hk});
+      a.v_scale_cache = view(self.v_scale_cache, DType::kF32, {num_pages, p.page_size, hk});
+    } else {
+      a.k_scale_cache = view(self.k_scale_cache, DType::kF32, {total_kv_, hk});
+      a.v_scale_cache = view(self.v_scale_cache, DType::kF32, {total_kv_, hk});
+    }
   }
   return a;
 }
@@ -335,12 +441,16 @@ std::vector<float> Case::fresh_lse_f32() const {
 int64_t Case::bytes_moved() const {
   const Problem& p = spec_.problem;
   const int64_t kv_bytes = static_cast<int64_t>(dtype_size(p.kv_dtype));
-  int64_t bytes = total_qo_ * p.num_qo_heads * p.head_dim_qk *
-                  static_cast<int64_t>(dtype_size(p.q_dtype));
-  bytes += total_kv_ * p.num_kv_heads * (p.head_dim_qk + p.head_dim_vo) * kv_bytes;
-  bytes += total_qo_ * p.num_qo_heads * p.head_dim_vo *
-           static_cast<int64_t>(dtype_size(p.o_dtype));
+  int64_t bytes =
+      total_qo_ * p.num_qo_heads * p.head_dim_qk * static_cast<int64_t>(dtype_size(p.q_dtype));
+  // MLA reads each latent (ckv + kpe = head_dim_qk) once: the values are the ckv it already read.
+  bytes += total_kv_ * p.num_kv_heads *
+           (is_mla(p.op) ? p.head_dim_qk : p.head_dim_qk + p.head_dim_vo) * kv_bytes;
+  bytes += total_qo_ * p.num_qo_heads * p.head_dim_vo * static_cast<int64_t>(dtype_size(p.o_dtype));
   if (p.return_lse) bytes += total_qo_ * p.num_qo_heads * 4;
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    bytes += total_kv_ * p.num_kv_heads * 2 * 4;
+  }
   return bytes;
 }
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <span>
 
 #include "core/status_macros.h"
 #include "core/validate.h"
@@ -19,9 +20,26 @@ constexpr std::string_view kInformationalKeys[] = {"qo_len", "kv_len", "seed"};
 constexpr std::string_view kRequiredKeys[] = {"op",          "num_qo_heads", "num_kv_heads",
                                               "head_dim_qk", "head_dim_vo",  "q_data_type",
                                               "kv_data_type"};
+// MLA's own: the keys it fixes (num_kv_heads, head_dim_qk, head_dim_vo, kv_layout) may be absent.
+constexpr std::string_view kRequiredMlaKeys[] = {"op",           "num_qo_heads", "head_dim_ckv",
+                                                 "head_dim_kpe", "page_size",    "q_data_type",
+                                                 "kv_data_type", "sm_scale"};
 
 Status parse_error(const std::string& what) {
   return Status(ErrorCode::kParseError, "case file: " + what);
+}
+
+// The tensors of the variants: sinks, per-head and per-(token, head) K/V scales.
+std::vector<std::string_view> variant_tensors(const Problem& p) {
+  std::vector<std::string_view> names;
+  if (p.use_sinks) names.push_back("sinks");
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+    names.insert(names.end(), {"k_scale", "v_scale"});
+  }
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    names.insert(names.end(), {"k_scale_cache", "v_scale_cache"});
+  }
+  return names;
 }
 
 std::vector<std::string_view> required_tensors(Op op) {
@@ -36,6 +54,9 @@ std::vector<std::string_view> required_tensors(Op op) {
               "kv_indptr", "kv_indices", "kv_last_page_len"};
     case Op::kBatchPrefillRagged:
       return {"q", "qo_indptr", "k", "v", "kv_indptr"};
+    case Op::kBatchMLAPaged:
+      return {"q_nope",    "q_pe",      "qo_indptr",  "ckv_cache",
+              "kpe_cache", "kv_indptr", "kv_indices", "kv_last_page_len"};
   }
   return {};
 }
@@ -45,6 +66,10 @@ std::vector<int64_t> expected_shape(const Problem& p, std::string_view name) {
   const int64_t hq = p.num_qo_heads, hk = p.num_kv_heads, dqk = p.head_dim_qk, dvo = p.head_dim_vo,
                 ps = p.page_size;
   const bool nhd = p.kv_layout == KVLayout::kNHD;
+  if (name == "q_nope") return {-1, hq, p.head_dim_ckv};
+  if (name == "q_pe") return {-1, hq, p.head_dim_kpe};
+  if (name == "ckv_cache") return {-1, ps, p.head_dim_ckv};
+  if (name == "kpe_cache") return {-1, ps, p.head_dim_kpe};
   if (name == "q") {
     if (p.op == Op::kSingleDecode) return {hq, dqk};
     return {-1, hq, dqk};
@@ -60,7 +85,13 @@ std::vector<int64_t> expected_shape(const Problem& p, std::string_view name) {
     if (nhd) return {-1, ps, hk, d};
     return {-1, hk, ps, d};
   }
-  if (name == "alibi_slopes") return {hq};
+  if (name == "alibi_slopes" || name == "sinks") return {hq};
+  if (name == "k_scale" || name == "v_scale") return {hk};
+  if (name == "k_scale_cache" || name == "v_scale_cache") {
+    // Addressed like the slot each scales: [num_pages, page_size, H_kv] beside a paged cache.
+    if (is_paged(p.op)) return {-1, ps, hk};
+    return {-1, hk};
+  }
   return {-1};  // index tensors and the custom mask: sizes follow from the lengths
 }
 
@@ -75,7 +106,10 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 Status read_metadata(const SafeTensors& st, tools::ProblemDraft* draft, bool* custom_mask_given,
                      bool* batch_size_given) {
-  for (std::string_view key : kRequiredKeys) {
+  auto op = st.metadata.find(std::string_view("op"));
+  const bool mla = op != st.metadata.end() && parse_op(op->second) == Op::kBatchMLAPaged;
+  for (std::string_view key : mla ? std::span<const std::string_view>(kRequiredMlaKeys)
+                                  : std::span<const std::string_view>(kRequiredKeys)) {
     if (!st.metadata.count(key)) {
       return parse_error("__metadata__ lacks \"" + std::string(key) + "\"");
     }
@@ -138,6 +172,7 @@ Status case_from_safetensors(const SafeTensors& st, OwnedCase* out) {
 
   // Tensor names and ranks first: the batch size may have to be read from a shape.
   std::vector<std::string_view> required = required_tensors(p.op);
+  for (std::string_view name : variant_tensors(p)) required.push_back(name);
   for (std::string_view name : required) {
     if (!st.find(name)) {
       return parse_error("tensor \"" + std::string(name) + "\" is missing (" +

@@ -96,6 +96,33 @@ Status paged_lengths(const Problem& p, const AttentionArgs& a, int64_t batch,
   return Status::Ok();
 }
 
+// MLA: ragged q_nope / q_pe over the paged latent caches.
+Status mla_lengths(const Problem& p, const AttentionArgs& a, int64_t batch,
+                   std::vector<int64_t>* qo_lens, std::vector<int64_t>* kv_lens) {
+  KVATTN_RETURN_IF_ERROR(need_rank("q_nope", a.q_nope, 3));
+  KVATTN_RETURN_IF_ERROR(need_rank("q_pe", a.q_pe, 3));
+  if (a.q_pe.shape[0] != a.q_nope.shape[0]) {
+    return make_error(ErrorCode::kInvalidShape, "q_pe: shape ", a.q_pe.shape_string(),
+                      " holds another number of queries than q_nope ", a.q_nope.shape_string());
+  }
+  KVATTN_RETURN_IF_ERROR(read_indptr("qo_indptr", a.qo_indptr, batch, a.q_nope.shape[0], qo_lens));
+  // The latent caches stand where the K and V caches do: [P, page_size, D] of one KV head.
+  AttentionArgs paged;
+  paged.paged_k_cache = a.ckv_cache;
+  paged.paged_v_cache = a.kpe_cache;
+  paged.kv_indptr = a.kv_indptr;
+  paged.kv_indices = a.kv_indices;
+  paged.kv_last_page_len = a.kv_last_page_len;
+  for (TensorView* cache : {&paged.paged_k_cache, &paged.paged_v_cache}) {
+    const char* name = cache == &paged.paged_k_cache ? "ckv_cache" : "kpe_cache";
+    KVATTN_RETURN_IF_ERROR(need_rank(name, *cache, 3));
+    cache->rank = 4;
+    cache->shape[3] = cache->shape[2];
+    cache->shape[2] = 1;
+  }
+  return paged_lengths(p, paged, batch, kv_lens);
+}
+
 }  // namespace
 
 Status case_request_lengths(const Problem& p, const AttentionArgs& a, std::vector<int64_t>* qo_lens,
@@ -115,8 +142,9 @@ Status case_request_lengths(const Problem& p, const AttentionArgs& a, std::vecto
     kv_lens->push_back(a.k.shape[seq_dim]);
     return Status::Ok();
   }
-  KVATTN_RETURN_IF_ERROR(need_rank("q", a.q, 3));
   const int64_t batch = p.batch_size;
+  if (is_mla(p.op)) return mla_lengths(p, a, batch, qo_lens, kv_lens);
+  KVATTN_RETURN_IF_ERROR(need_rank("q", a.q, 3));
   if (p.op == Op::kBatchDecode) {
     if (a.q.shape[0] != batch) {
       return make_error(ErrorCode::kInvalidShape, "q: shape ", a.q.shape_string(),

@@ -141,7 +141,10 @@ Status problem_from_args(const Args& args, Problem* out) {
     }
   }
   Status finished = finish_problem(draft, out);
-  if (!finished.ok()) return usage("--causal and --custom-mask exclude each other");
+  if (!finished.ok()) {
+    return usage(draft.causal && draft.custom_mask ? "--causal and --custom-mask exclude each other"
+                                                   : "--" + finished.message());
+  }
   if (!is_batch(out->op) && args.has("batch-size") && out->batch_size != 1) {
     return usage("--batch-size: " + std::to_string(out->batch_size) + " is not accepted (" +
                  std::string(op_name(out->op)) + " runs one request; use a batch_* operation)");
@@ -194,7 +197,8 @@ Status workload_from_args(const Args& args, Workload* out) {
   const auto batch = static_cast<size_t>(p.batch_size);
   if (kv.empty()) kv.assign(1, kDefaultKvLen);
   if (kv.size() == 1) kv.assign(batch, kv[0]);
-  if (is_decode(p.op)) {
+  if (is_decode(p.op) || (is_mla(p.op) && qo.empty())) {
+    // MLA without --qo-len is decode (one query per request); prefill gives --qo-len.
     qo.assign(batch, 1);
   } else if (qo.empty()) {
     qo = kv;

@@ -49,14 +49,15 @@ std::string bool_text(bool b) { return b ? "true" : "false"; }
 const std::vector<ProblemField>& fields() {
   static const std::vector<ProblemField> table = {
       {"op", false,
-       "single_decode|single_prefill|batch_decode|batch_prefill_paged|batch_prefill_ragged",
+       "single_decode|single_prefill|batch_decode|batch_prefill_paged|batch_prefill_ragged|"
+       "batch_mla_paged",
        "the operation",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          std::optional<Op> op = parse_op(v);
          if (!op) {
            *why =
-               "expected single_decode, single_prefill, batch_decode, batch_prefill_paged or "
-               "batch_prefill_ragged";
+               "expected single_decode, single_prefill, batch_decode, batch_prefill_paged, "
+               "batch_prefill_ragged or batch_mla_paged";
            return false;
          }
          d->problem.op = *op;
@@ -77,23 +78,32 @@ const std::vector<ProblemField>& fields() {
        }},
       {"num_kv_heads", false, "N", "KV heads (num_qo_heads must be a multiple)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
-         return set_positive_int(v, &d->problem.num_kv_heads, why);
+         if (!set_positive_int(v, &d->problem.num_kv_heads, why)) return false;
+         d->num_kv_heads = d->problem.num_kv_heads;
+         return true;
        },
        [](const Problem& p) -> std::optional<std::string> {
+         if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::to_string(p.num_kv_heads);
        }},
       {"head_dim_qk", false, "N", "head dim of q and k",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
-         return set_positive_int(v, &d->problem.head_dim_qk, why);
+         if (!set_positive_int(v, &d->problem.head_dim_qk, why)) return false;
+         d->head_dim_qk = d->problem.head_dim_qk;
+         return true;
        },
        [](const Problem& p) -> std::optional<std::string> {
+         if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::to_string(p.head_dim_qk);
        }},
       {"head_dim_vo", false, "N", "head dim of v and o",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
-         return set_positive_int(v, &d->problem.head_dim_vo, why);
+         if (!set_positive_int(v, &d->problem.head_dim_vo, why)) return false;
+         d->head_dim_vo = d->problem.head_dim_vo;
+         return true;
        },
        [](const Problem& p) -> std::optional<std::string> {
+         if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::to_string(p.head_dim_vo);
        }},
       {"page_size", false, "N", "tokens per KV-cache page (paged operations)",
@@ -109,10 +119,28 @@ const std::vector<ProblemField>& fields() {
            return false;
          }
          d->problem.kv_layout = *l;
+         d->kv_layout = *l;
          return true;
        },
        [](const Problem& p) -> std::optional<std::string> {
+         if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::string(kv_layout_name(p.kv_layout));
+       }},
+      {"head_dim_ckv", false, "N", "MLA: width of the compressed latent ckv (DeepSeek-V3: 512)",
+       [](std::string_view v, ProblemDraft* d, std::string* why) {
+         return set_positive_int(v, &d->problem.head_dim_ckv, why);
+       },
+       [](const Problem& p) -> std::optional<std::string> {
+         if (!is_mla(p.op)) return std::nullopt;
+         return std::to_string(p.head_dim_ckv);
+       }},
+      {"head_dim_kpe", false, "N", "MLA: width of the RoPE part kpe (DeepSeek-V3: 64)",
+       [](std::string_view v, ProblemDraft* d, std::string* why) {
+         return set_positive_int(v, &d->problem.head_dim_kpe, why);
+       },
+       [](const Problem& p) -> std::optional<std::string> {
+         if (!is_mla(p.op)) return std::nullopt;
+         return std::to_string(p.head_dim_kpe);
        }},
       {"causal", true, "", "causal mask (bottom-right aligned)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
@@ -223,6 +251,25 @@ const std::vector<ProblemField>& fields() {
          return set_float(v, &d->problem.v_scale, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return format_float(p.v_scale); }},
+      {"kv_scale_granularity", false, "per_tensor|per_head|per_token_head",
+       "fp8 K/V scales per tensor, per KV head, or per (token, KV head)",
+       [](std::string_view v, ProblemDraft* d, std::string* why) {
+         std::optional<KVScaleGranularity> g = parse_kv_scale_granularity(v);
+         if (!g) {
+           *why = "expected per_tensor, per_head or per_token_head";
+           return false;
+         }
+         d->problem.kv_scale_granularity = *g;
+         return true;
+       },
+       [](const Problem& p) -> std::optional<std::string> {
+         return std::string(kv_scale_granularity_name(p.kv_scale_granularity));
+       }},
+      {"use_sinks", true, "", "attention sinks: one logit per query head (the sinks tensor)",
+       [](std::string_view v, ProblemDraft* d, std::string* why) {
+         return set_bool(v, &d->problem.use_sinks, why);
+       },
+       [](const Problem& p) -> std::optional<std::string> { return bool_text(p.use_sinks); }},
       {"return_lse", true, "", "also write the log-sum-exp of every row",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->problem.return_lse, why);
@@ -266,6 +313,27 @@ Status finish_problem(const ProblemDraft& draft, Problem* out) {
                 : draft.causal    ? MaskMode::kCausal
                                   : MaskMode::kNone;
   if (!draft.o_dtype_given) p.o_dtype = is_fp8(p.q_dtype) ? DType::kBF16 : p.q_dtype;
+  if (is_mla(p.op)) {
+    Problem derived = p;
+    derive_mla_fields(&derived);
+    auto fixed = [](const char* key, const auto& given, auto value, auto text) -> Status {
+      if (given && *given != value) {
+        return Status(ErrorCode::kParseError, std::string(key) + " = " + text(*given) +
+                                                  ": batch_mla_paged fixes it to " + text(value) +
+                                                  " (give it so, or leave it out)");
+      }
+      return Status::Ok();
+    };
+    auto number = [](int n) { return std::to_string(n); };
+    auto layout = [](KVLayout l) { return std::string(kv_layout_name(l)); };
+    for (Status s : {fixed("num_kv_heads", draft.num_kv_heads, derived.num_kv_heads, number),
+                     fixed("head_dim_qk", draft.head_dim_qk, derived.head_dim_qk, number),
+                     fixed("head_dim_vo", draft.head_dim_vo, derived.head_dim_vo, number),
+                     fixed("kv_layout", draft.kv_layout, derived.kv_layout, layout)}) {
+      if (!s.ok()) return s;
+    }
+    p = derived;
+  }
   *out = p;
   return Status::Ok();
 }

@@ -23,6 +23,10 @@ struct ProblemDraft {
   bool causal = false;
   bool custom_mask = false;
   bool o_dtype_given = false;
+  // Fields batch_mla_paged fixes (num_kv_heads 1, head_dim_qk D_ckv + D_kpe, head_dim_vo D_ckv,
+  // kv_layout NHD): set only when given, so that finish_problem can hold a given one to its value.
+  std::optional<int> num_kv_heads, head_dim_qk, head_dim_vo;
+  std::optional<KVLayout> kv_layout;
 };
 
 struct ProblemField {
@@ -41,8 +45,9 @@ const ProblemField* find_problem_field(std::string_view key);
 // "num_qo_heads" -> "--num-qo-heads".
 std::string flag_for_key(std::string_view key);
 
-// Resolves the mask kind and the default o dtype. kParseError when --causal and --custom-mask
-// are both given.
+// Resolves the mask kind and the default o dtype, and for batch_mla_paged the fields it fixes.
+// kParseError when --causal and --custom-mask are both given, or when a field MLA fixes is given
+// with another value (the message names the key).
 Status finish_problem(const ProblemDraft& draft, Problem* out);
 
 // Every parameter of `problem` under its key, values as on the command line.

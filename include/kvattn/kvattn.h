@@ -4,6 +4,7 @@
 #include "kvattn/attention.h"
 #include "kvattn/device.h"
 #include "kvattn/dtype.h"
+#include "kvattn/mla.h"
 #include "kvattn/problem.h"
 #include "kvattn/selection.h"
 #include "kvattn/status.h"

@@ -31,6 +31,7 @@ void request_lengths(const Problem& p, const AttentionArgs& args, std::vector<in
       return;
     case Op::kBatchDecode:
     case Op::kBatchPrefillPaged:
+    case Op::kBatchMLAPaged:
       for (int b = 0; b < batch; ++b) {
         (*qo_len)[b] = p.op == Op::kBatchDecode
                            ? 1

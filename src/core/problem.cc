@@ -29,6 +29,7 @@ constexpr std::pair<Op, std::string_view> kOps[] = {
     {Op::kBatchDecode, "batch_decode"},
     {Op::kBatchPrefillPaged, "batch_prefill_paged"},
     {Op::kBatchPrefillRagged, "batch_prefill_ragged"},
+    {Op::kBatchMLAPaged, "batch_mla_paged"},
 };
 constexpr std::pair<KVLayout, std::string_view> kLayouts[] = {{KVLayout::kNHD, "NHD"},
                                                               {KVLayout::kHND, "HND"}};
@@ -37,6 +38,10 @@ constexpr std::pair<MaskMode, std::string_view> kMasks[] = {
 constexpr std::pair<PosEncoding, std::string_view> kPos[] = {{PosEncoding::kNone, "NONE"},
                                                              {PosEncoding::kRopeLlama, "ROPE_LLAMA"},
                                                              {PosEncoding::kAlibi, "ALIBI"}};
+constexpr std::pair<KVScaleGranularity, std::string_view> kGranularities[] = {
+    {KVScaleGranularity::kPerTensor, "per_tensor"},
+    {KVScaleGranularity::kPerHead, "per_head"},
+    {KVScaleGranularity::kPerTokenHead, "per_token_head"}};
 
 // The shortest decimal that reads back as the same float, so printed flags replay exactly.
 std::string shortest(float value) {
@@ -62,6 +67,13 @@ std::optional<PosEncoding> parse_pos_encoding(std::string_view name) {
   return parse_from(kPos, name);
 }
 
+std::string_view kv_scale_granularity_name(KVScaleGranularity g) {
+  return name_from(kGranularities, g);
+}
+std::optional<KVScaleGranularity> parse_kv_scale_granularity(std::string_view name) {
+  return parse_from(kGranularities, name);
+}
+
 float Problem::effective_sm_scale() const {
   if (sm_scale) return *sm_scale;
   return head_dim_qk > 0 ? 1.0f / std::sqrt(static_cast<float>(head_dim_qk)) : 1.0f;
@@ -70,11 +82,18 @@ float Problem::effective_sm_scale() const {
 std::string Problem::to_string() const {
   std::ostringstream os;
   os << "--op " << op_name(op) << " --batch-size " << batch_size << " --num-qo-heads "
-     << num_qo_heads << " --num-kv-heads " << num_kv_heads << " --head-dim-qk " << head_dim_qk
-     << " --head-dim-vo " << head_dim_vo;
-  if (is_paged(op)) os << " --page-size " << page_size;
-  os << " --kv-layout " << kv_layout_name(kv_layout) << " --q-data-type " << dtype_name(q_dtype)
-     << " --kv-data-type " << dtype_name(kv_dtype) << " --o-data-type " << dtype_name(o_dtype);
+     << num_qo_heads;
+  if (is_mla(op)) {
+    os << " --head-dim-ckv " << head_dim_ckv << " --head-dim-kpe " << head_dim_kpe
+       << " --page-size " << page_size;
+  } else {
+    os << " --num-kv-heads " << num_kv_heads << " --head-dim-qk " << head_dim_qk
+       << " --head-dim-vo " << head_dim_vo;
+    if (is_paged(op)) os << " --page-size " << page_size;
+    os << " --kv-layout " << kv_layout_name(kv_layout);
+  }
+  os << " --q-data-type " << dtype_name(q_dtype) << " --kv-data-type " << dtype_name(kv_dtype)
+     << " --o-data-type " << dtype_name(o_dtype);
   if (mask_mode == MaskMode::kCausal) os << " --causal";
   if (mask_mode == MaskMode::kCustom) os << " --custom-mask";
   if (window_left >= 0) os << " --window-left " << window_left;
@@ -90,9 +109,35 @@ std::string Problem::to_string() const {
   if (q_scale != 1.0f) os << " --q-scale " << shortest(q_scale);
   if (k_scale != 1.0f) os << " --k-scale " << shortest(k_scale);
   if (v_scale != 1.0f) os << " --v-scale " << shortest(v_scale);
+  if (kv_scale_granularity != KVScaleGranularity::kPerTensor) {
+    os << " --kv-scale-granularity " << kv_scale_granularity_name(kv_scale_granularity);
+  }
+  if (use_sinks) os << " --use-sinks";
   if (return_lse) os << " --return-lse";
   if (use_fp16_qk_reduction) os << " --use-fp16-qk-reduction";
   return os.str();
+}
+
+Problem make_mla_problem(int batch_size, int num_qo_heads, int page_size, float sm_scale,
+                         int head_dim_ckv, int head_dim_kpe) {
+  Problem p;
+  p.op = Op::kBatchMLAPaged;
+  p.batch_size = batch_size;
+  p.num_qo_heads = num_qo_heads;
+  p.page_size = page_size;
+  p.sm_scale = sm_scale;
+  p.head_dim_ckv = head_dim_ckv;
+  p.head_dim_kpe = head_dim_kpe;
+  derive_mla_fields(&p);
+  return p;
+}
+
+void derive_mla_fields(Problem* p) {
+  if (!is_mla(p->op)) return;
+  p->num_kv_heads = 1;
+  p->head_dim_qk = p->head_dim_ckv + p->head_dim_kpe;
+  p->head_dim_vo = p->head_dim_ckv;
+  p->kv_layout = KVLayout::kNHD;
 }
 
 double alibi_slope(int head, int num_heads) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kvattn/attention.h"
+#include "kvattn/mla.h"
 #include "kvattn/problem.h"
 #include "kvattn/status.h"
 
@@ -36,6 +37,16 @@ Status validate_merge_states(const TensorView& v, const TensorView& s, const Ten
 Status validate_append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v,
                                       const TensorView& batch_indices,
                                       const TensorView& positions, const PagedKVCache& cache);
+// MLA (validate_mla.cc): the problem's latent widths and the fields MLA fixes (called by
+// validate_problem), the tensors of one batch_mla_paged call, the MLA views being empty for every
+// other op, and the shapes of an MLA append (the rest is validate_append_paged_kv_cache's).
+Status validate_mla_problem(const Problem& problem);
+Status validate_mla_attention(const Problem& problem, const AttentionArgs& args,
+                              ArgsScope scope = ArgsScope::kRun);
+Status check_mla_args_unused(const AttentionArgs& args, std::string_view op);
+Status validate_append_paged_mla_kv_cache(const TensorView& append_ckv,
+                                          const TensorView& append_kpe, const PagedMLACache& cache);
+
 Status validate_apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,
                            const TensorView& k_out, const TensorView& pos_ids,
                            const RopeParams& rope);

@@ -8,6 +8,7 @@
 #include "core/status_macros.h"
 #include "core/validate.h"
 #include "core/validate_tensor.h"
+#include "core/validate_variants.h"
 
 namespace kvattn {
 namespace {
@@ -297,6 +298,7 @@ void request_dims(const Problem& p, const AttentionArgs& a, int64_t b, int64_t* 
       return;
     case Op::kBatchDecode:
     case Op::kBatchPrefillPaged:
+    case Op::kBatchMLAPaged:
       *qo_len = p.op == Op::kBatchDecode
                     ? 1
                     : int64_t{index_at(a.qo_indptr, b + 1)} - index_at(a.qo_indptr, b);
@@ -379,6 +381,8 @@ Status check_aliasing(const AttentionArgs& a) {
 
 Status validate_attention(const Problem& problem, const AttentionArgs& args, ArgsScope scope) {
   KVATTN_RETURN_IF_ERROR(validate_problem(problem));
+  if (is_mla(problem.op)) return validate_mla_attention(problem, args, scope);
+  KVATTN_RETURN_IF_ERROR(check_mla_args_unused(args, op_name(problem.op)));
   const Usage usage = usage_of(problem.op);
   KVATTN_RETURN_IF_ERROR(check_presence(problem, args, usage, scope));
   KVATTN_RETURN_IF_ERROR(check_dtypes_and_memory(problem, args));
@@ -390,7 +394,8 @@ Status validate_attention(const Problem& problem, const AttentionArgs& args, Arg
     KVATTN_RETURN_IF_ERROR(check_custom_mask(problem, args));
   }
   if (!args.alibi_slopes.empty()) KVATTN_RETURN_IF_ERROR(check_alibi_slopes(problem, args));
-  return check_aliasing(args);
+  KVATTN_RETURN_IF_ERROR(check_aliasing(args));
+  return validation::check_sinks_and_scales(problem, args, kv_rows);
 }
 
 Status validate_plan(const Plan& plan) {

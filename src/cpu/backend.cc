@@ -8,13 +8,14 @@
 #include "core/status_macros.h"
 #include "cpu/aux_ops.h"
 #include "cpu/decode.h"
+#include "cpu/mla.h"
 #include "cpu/prefill/prefill.h"
 
 namespace kvattn {
 namespace {
 
-constexpr std::array kOps = {Op::kSingleDecode, Op::kSinglePrefill, Op::kBatchDecode,
-                             Op::kBatchPrefillPaged, Op::kBatchPrefillRagged};
+constexpr std::array kOps = {Op::kSingleDecode,      Op::kSinglePrefill,      Op::kBatchDecode,
+                             Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kBatchMLAPaged};
 constexpr std::array kInputDTypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kE4M3,
                                      DType::kE5M2};
 constexpr std::array kODTypes = {DType::kF32, DType::kF16, DType::kBF16};
@@ -22,6 +23,9 @@ constexpr std::array kMaskModes = {MaskMode::kNone, MaskMode::kCausal, MaskMode:
 constexpr std::array kPosEncodings = {PosEncoding::kNone, PosEncoding::kRopeLlama,
                                       PosEncoding::kAlibi};
 constexpr std::array kKVLayouts = {KVLayout::kNHD, KVLayout::kHND};
+constexpr std::array kScaleGranularities = {KVScaleGranularity::kPerTensor,
+                                            KVScaleGranularity::kPerHead,
+                                            KVScaleGranularity::kPerTokenHead};
 
 // Everything the reference computes: every op, dtype, head-dim pair (unrolled kernels for 64,
 // 128 and 256, a generic one for any other), layout and variant.
@@ -36,6 +40,8 @@ const CapabilityDecl kCapability{
     .mask_modes = kMaskModes,
     .pos_encodings = kPosEncodings,
     .kv_layouts = kKVLayouts,
+    .sinks = true,
+    .kv_scale_granularities = kScaleGranularities,
     .rules = {},
 };
 
@@ -54,6 +60,7 @@ class CpuBackend final : public Backend {
   }
   Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
               Plan* plan) const override {
+    if (is_mla(problem.op)) return cpu::plan_mla(problem, args, options, plan);
     if (is_decode(problem.op)) return cpu::plan_decode(problem, args, options, plan);
     // plan_prefill cuts the work; what every plan carries is filled here.
     plan->backend = std::string(name());
@@ -63,6 +70,7 @@ class CpuBackend final : public Backend {
   }
   Status run(const Plan& plan, const AttentionArgs& args, void* workspace,
              std::size_t workspace_bytes) const override {
+    if (is_mla(plan.problem.op)) return cpu::run_mla(plan, args, workspace, workspace_bytes);
     if (is_decode(plan.problem.op)) return cpu::run_decode(plan, args, workspace, workspace_bytes);
     return cpu::run_prefill(plan, args, workspace, workspace_bytes);
   }

@@ -10,8 +10,8 @@
 namespace kvattn {
 namespace {
 
-constexpr std::array kOps = {Op::kSingleDecode, Op::kSinglePrefill, Op::kBatchDecode,
-                             Op::kBatchPrefillPaged, Op::kBatchPrefillRagged};
+constexpr std::array kOps = {Op::kSingleDecode,      Op::kSinglePrefill,      Op::kBatchDecode,
+                             Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kBatchMLAPaged};
 constexpr std::array kInputDTypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kE4M3,
                                      DType::kE5M2};
 constexpr std::array kODTypes = {DType::kF32, DType::kF16, DType::kBF16};
@@ -19,6 +19,9 @@ constexpr std::array kMaskModes = {MaskMode::kNone, MaskMode::kCausal, MaskMode:
 constexpr std::array kPosEncodings = {PosEncoding::kNone, PosEncoding::kRopeLlama,
                                       PosEncoding::kAlibi};
 constexpr std::array kKVLayouts = {KVLayout::kNHD, KVLayout::kHND};
+constexpr std::array kScaleGranularities = {KVScaleGranularity::kPerTensor,
+                                            KVScaleGranularity::kPerHead,
+                                            KVScaleGranularity::kPerTokenHead};
 
 const CapabilityDecl kCapability{
     .backend = "reference",
@@ -31,6 +34,8 @@ const CapabilityDecl kCapability{
     .mask_modes = kMaskModes,
     .pos_encodings = kPosEncodings,
     .kv_layouts = kKVLayouts,
+    .sinks = true,
+    .kv_scale_granularities = kScaleGranularities,
     .rules = {},
 };
 

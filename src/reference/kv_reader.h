@@ -36,15 +36,43 @@ class AttentionRows {
   bool rowless() const { return problem_.op == Op::kSingleDecode; }
 
   double q(int b, int64_t i, int h, int d) const {
+    if (is_mla(problem_.op)) {
+      // MLA: the query is q_nope then q_pe, d in [0, D_ckv + D_kpe).
+      const int d_ckv = problem_.head_dim_ckv;
+      return d < d_ckv ? load(args_.q_nope, qo_row(b, i), h, d)
+                       : load(args_.q_pe, qo_row(b, i), h, d - d_ckv);
+    }
     const TensorView& t = args_.q;
     return rowless() ? load(t, h, d) : load(t, qo_row(b, i), h, d);
   }
+  // MLA: the key is ckv then kpe, the value is ckv (one KV head, h = 0), both stored values
+  // that k_scale dequantizes (see value_scale()).
   double k(int b, int64_t j, int h, int d) const {
+    if (is_mla(problem_.op)) {
+      const int d_ckv = problem_.head_dim_ckv;
+      return d < d_ckv ? latent(args_.ckv_cache, b, j, d)
+                       : latent(args_.kpe_cache, b, j, d - d_ckv);
+    }
     return kv(args_.k, args_.paged_k_cache, b, j, h, d);
   }
   double v(int b, int64_t j, int h, int d) const {
+    if (is_mla(problem_.op)) return latent(args_.ckv_cache, b, j, d);
     return kv(args_.v, args_.paged_v_cache, b, j, h, d);
   }
+  // What dequantizes v(): MLA's values are the ckv latents, scaled by k_scale.
+  float value_scale() const { return is_mla(problem_.op) ? problem_.k_scale : problem_.v_scale; }
+
+  // The dequantization scale of key/value j of request b, KV head h, at the problem's
+  // kv_scale_granularity.
+  double k_scale(int b, int64_t j, int h) const {
+    return scale(problem_.k_scale, args_.k_scale, args_.k_scale_cache, b, j, h);
+  }
+  double v_scale(int b, int64_t j, int h) const {
+    if (is_mla(problem_.op)) return value_scale();  // MLA's values are the k-scaled latents
+    return scale(problem_.v_scale, args_.v_scale, args_.v_scale_cache, b, j, h);
+  }
+  // The sink logit of query head h (Problem::use_sinks).
+  double sink(int h) const { return load(args_.sinks, h); }
 
   void store_out(int b, int64_t i, int h, int d, double value) const {
     if (rowless()) {
@@ -74,6 +102,37 @@ class AttentionRows {
   }
 
  private:
+  // Which slot of a [slots..., H_kv] per-(token, head) tensor holds key j of request b: the
+  // single ops' [kv_len, H_kv] (both layouts), ragged [nnz_kv, H_kv], paged [P, page_size, H_kv].
+  double scale(float per_tensor, const TensorView& per_head, const TensorView& per_token, int b,
+               int64_t j, int h) const {
+    switch (problem_.kv_scale_granularity) {
+      case KVScaleGranularity::kPerTensor:
+        return per_tensor;
+      case KVScaleGranularity::kPerHead:
+        return load(per_head, h);
+      case KVScaleGranularity::kPerTokenHead:
+        break;
+    }
+    switch (problem_.op) {
+      case Op::kSingleDecode:
+      case Op::kSinglePrefill:
+        return load(per_token, j, h);
+      case Op::kBatchPrefillRagged:
+        return load(per_token, load_i32(args_.kv_indptr, b) + j, h);
+      case Op::kBatchDecode:
+      case Op::kBatchPrefillPaged: {
+        const int64_t page_size = problem_.page_size;
+        const int64_t page =
+            load_i32(args_.kv_indices, load_i32(args_.kv_indptr, b) + j / page_size);
+        return load(per_token, page, j % page_size, h);
+      }
+      case Op::kBatchMLAPaged:  // MLA takes per-tensor scales only (validate_mla_problem)
+        break;
+    }
+    return 0.0;
+  }
+
   double kv(const TensorView& flat, const TensorView& paged, int b, int64_t j, int h, int d) const {
     switch (problem_.op) {
       case Op::kSingleDecode:
@@ -82,6 +141,8 @@ class AttentionRows {
       case Op::kBatchPrefillRagged:
         // Ragged K/V are always NHD, as in FlashInfer.
         return load(flat, load_i32(args_.kv_indptr, b) + j, h, d);
+      case Op::kBatchMLAPaged:  // read through latent()
+        return 0.0;
       case Op::kBatchDecode:
       case Op::kBatchPrefillPaged: {
         const int64_t page_size = problem_.page_size;
@@ -93,6 +154,12 @@ class AttentionRows {
       }
     }
     return 0.0;
+  }
+
+  double latent(const TensorView& cache, int b, int64_t j, int d) const {
+    const int64_t page_size = problem_.page_size;
+    const int64_t page = load_i32(args_.kv_indices, load_i32(args_.kv_indptr, b) + j / page_size);
+    return load(cache, page, j % page_size, d);
   }
 
   void build_mask_offsets() {

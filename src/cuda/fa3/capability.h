@@ -58,6 +58,11 @@ inline Status no_soft_cap_with_fp8(const Problem& p, const Device&) {
 inline constexpr std::array<CapabilityRule, 3> kRules = {fp8_kv_needs_fp8_q, same_16bit_type,
                                                          no_soft_cap_with_fp8};
 
+// MLA's paged latent caches need their own kernel (heads as the rows of one GEMM per latent tile);
+// until it exists, MLA runs on the CPU backends.
+inline constexpr const char* kNoMla =
+    "no MLA kernel yet: batch_mla_paged runs on the cpu and reference backends";
+
 inline const CapabilityDecl& capability() {
   static const CapabilityDecl decl{
       .backend = "fa3",
@@ -76,7 +81,11 @@ inline const CapabilityDecl& capability() {
       .sliding_window = true,
       .fp16_qk_reduction = false,
       .return_lse = true,
+      // No attention sinks and per-tensor FP8 scales only, until fa3's kernels have them.
+      .sinks = false,
+      .kv_scale_granularities = {},
       .rules = kRules,
+      .mla_unsupported_reason = kNoMla,
   };
   return decl;
 }

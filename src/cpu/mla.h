@@ -1,0 +1,89 @@
+// The CPU MLA path (batch_mla_paged): plain-data parameters shared by the planner (mla.cc,
+// portable) and the per-ISA item kernels (mla_avx512_bf16.cc).
+//
+// A work item is one request's block of query tokens against a range of its keys. Its rows are
+// (query token, head): every head of the block shares each latent tile (ckv + kpe rows of
+// kMlaTileKeys keys), which is read once and multiplied against all the rows, i.e. one small GEMM
+// per tile for the scores and one for the output.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvattn/attention.h"
+#include "kvattn/device.h"
+#include "kvattn/problem.h"
+#include "kvattn/status.h"
+
+namespace kvattn::cpu {
+
+// Keys per latent tile: 32 keys of ckv + kpe (bf16: 36 KiB) stay in L1/L2 while every row of
+// the item passes over them; also the granularity of the split-KV chunks.
+inline constexpr int kMlaTileKeys = 32;
+// Rows (query token x head) of one item at most: 128 heads of one token (DeepSeek-V3), or as many
+// tokens of fewer heads. Bounds the per-thread accumulators at 128 x D_ckv f32.
+inline constexpr int kMlaMaxRows = 128;
+inline int mla_tokens_per_item(int num_heads) {
+  return num_heads >= kMlaMaxRows ? 1 : kMlaMaxRows / num_heads;
+}
+
+struct MlaParams {
+  int heads = 0, d_ckv = 0, d_kpe = 0;
+  DType q_dtype = DType::kBF16, kv_dtype = DType::kBF16;
+  // Element strides; row r of the ragged query is qo_indptr[b] + i.
+  const std::byte* q_nope = nullptr;
+  int64_t qn_row = 0, qn_head = 0, qn_dim = 1;
+  const std::byte* q_pe = nullptr;
+  int64_t qp_row = 0, qp_head = 0, qp_dim = 1;
+  const std::byte* ckv = nullptr;
+  int64_t ckv_page = 0, ckv_slot = 0, ckv_dim = 1;
+  const std::byte* kpe = nullptr;
+  int64_t kpe_page = 0, kpe_slot = 0, kpe_dim = 1;
+  const int32_t* kv_indptr = nullptr;
+  const int32_t* kv_indices = nullptr;
+  int64_t indptr_stride = 1, indices_stride = 1;
+  int64_t page_size = 1;
+  const int64_t* qo_begin = nullptr;  // first query row of each request
+  const int64_t* qo_len = nullptr;
+  const int64_t* kv_len = nullptr;
+  bool causal = false;
+  float score_scale_log2 = 1;  // sm_scale * k_scale * log2(e): scores in base 2
+  float k_scale = 1;           // the values (ckv) are dequantized once, on the output
+
+  int64_t kv_elem_bytes = 2;
+
+  // Key j of request b lives in page kv_indices[kv_indptr[b] + j / page_size], slot j % page_size.
+  const std::byte* ckv_row(int b, int64_t j) const {
+    return ckv + (page_of(b, j) * ckv_page + (j % page_size) * ckv_slot) * kv_elem_bytes;
+  }
+  const std::byte* kpe_row(int b, int64_t j) const {
+    return kpe + (page_of(b, j) * kpe_page + (j % page_size) * kpe_slot) * kv_elem_bytes;
+  }
+  int64_t page_of(int b, int64_t j) const {
+    return kv_indices[(int64_t{kv_indptr[b * indptr_stride]} + j / page_size) * indices_stride];
+  }
+};
+
+// One item: rows r = (token t - w.qo_begin) * heads + h, writing o [rows, d_ckv] (normalized,
+// dequantized) and lse [rows] (natural log; -inf and o = 0 for a row that sees no key of the
+// item). `scratch` holds mla_kernel_scratch_bytes.
+using MlaItemFn = void (*)(const MlaParams& p, const WorkItem& w, float* o, float* lse,
+                           std::byte* scratch);
+
+// Per-thread scratch of the kernels; one function for planner and kernels.
+std::size_t mla_kernel_scratch_bytes(int heads, int d_ckv, int d_kpe);
+
+// The bf16 dot-product kernel (AVX512_BF16), or nullptr where it does not apply: a bf16 query
+// over a bf16/e4m3/e5m2 cache with unit-stride rows, D_ckv % 64 == 0, D_kpe % 16 == 0, heads %
+// 16 == 0, on a CPU that has the instructions.
+MlaItemFn find_mla_kernel_avx512_bf16(const MlaParams& p);
+// The portable f32 kernel (any dtype and stride).
+void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* lse,
+                       std::byte* scratch);
+
+Status plan_mla(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
+                Plan* plan);
+Status run_mla(const Plan& plan, const AttentionArgs& args, void* workspace,
+               std::size_t workspace_bytes);
+
+}  // namespace kvattn::cpu

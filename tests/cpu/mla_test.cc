@@ -1,0 +1,202 @@
+// MLA (batch_mla_paged, append_paged_mla_kv_cache): a hand-computed case on reference and cpu;
+// the cpu kernels against the reference over heads 16/64/128, page sizes 1/16/64, lengths around
+// the tile, causal prefill, FP8 caches, empty requests, forced split-KV, at every ISA level;
+// the append quantizing to FP8 with the cache's scale.
+#include "cpu/mla.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/numeric.h"
+#include "cpu_test_util.h"
+#include "kvattn/mla.h"
+
+namespace kvattn::cputest {
+namespace {
+
+using testing::CaseSpec;
+
+constexpr int kTile = cpu::kMlaTileKeys;
+constexpr float kSmScale = 0.0721687836f;  // 1/sqrt(192)
+
+CaseSpec mla_spec(int heads, int page_size, std::vector<int64_t> qo, std::vector<int64_t> kv,
+                  DType kv_dtype = DType::kBF16, bool causal = false) {
+  CaseSpec spec;
+  spec.problem = make_mla_problem(static_cast<int>(kv.size()), heads, page_size, kSmScale);
+  Problem& p = spec.problem;
+  p.kv_dtype = kv_dtype;
+  p.mask_mode = causal ? MaskMode::kCausal : MaskMode::kNone;
+  p.return_lse = true;
+  if (is_fp8(kv_dtype)) p.k_scale = 0.375f;
+  spec.qo_lens = std::move(qo);
+  spec.kv_lens = std::move(kv);
+  return spec;
+}
+
+// Two keys; head h's q_nope is a·e_0 and its q_pe c·e_0; key 0 has ckv e_0 (kpe 0), key 1 has
+// ckv 2·e_1 and kpe e_0. So s_0 = a·sm, s_1 = c·sm, o = p_0·e_0 + p_1·2·e_1 with p the softmax of
+// (s_0, s_1), lse = log(e^s_0 + e^s_1). Exact in bf16; every head differs through a = h / 4.
+TEST(CpuMla, HandComputedOnEveryBackend) {
+  constexpr int kHeads = 16, kCkv = 512, kKpe = 64;
+  const float sm = 0.5f, c = 1.0f;
+  std::vector<uint16_t> q_nope(kHeads * kCkv, 0), q_pe(kHeads * kKpe, 0);
+  for (int h = 0; h < kHeads; ++h) {
+    q_nope[h * kCkv] = num::f32_to_bf16(h / 4.0f);
+    q_pe[h * kKpe] = num::f32_to_bf16(c);
+  }
+  std::vector<uint16_t> ckv(2 * kCkv, 0), kpe(2 * kKpe, 0);
+  ckv[0] = num::f32_to_bf16(1.0f);
+  ckv[kCkv + 1] = num::f32_to_bf16(2.0f);
+  kpe[kKpe] = num::f32_to_bf16(1.0f);
+  std::vector<int32_t> qo_indptr = {0, 1}, kv_indptr = {0, 1}, kv_indices = {0}, last = {2};
+  for (const char* backend : {"reference", "cpu"}) {
+    std::vector<float> out(kHeads * kCkv, NAN), lse(kHeads, NAN);
+    Problem p = make_mla_problem(1, kHeads, /*page_size=*/2, sm);
+    p.o_dtype = DType::kF32;
+    p.return_lse = true;
+    AttentionArgs a;
+    a.q_nope = TensorView::contiguous(q_nope.data(), DType::kBF16, {1, kHeads, kCkv});
+    a.q_pe = TensorView::contiguous(q_pe.data(), DType::kBF16, {1, kHeads, kKpe});
+    a.ckv_cache = TensorView::contiguous(ckv.data(), DType::kBF16, {1, 2, kCkv});
+    a.kpe_cache = TensorView::contiguous(kpe.data(), DType::kBF16, {1, 2, kKpe});
+    a.qo_indptr = TensorView::contiguous(qo_indptr.data(), DType::kI32, {2});
+    a.kv_indptr = TensorView::contiguous(kv_indptr.data(), DType::kI32, {2});
+    a.kv_indices = TensorView::contiguous(kv_indices.data(), DType::kI32, {1});
+    a.kv_last_page_len = TensorView::contiguous(last.data(), DType::kI32, {1});
+    a.out = TensorView::contiguous(out.data(), DType::kF32, {1, kHeads, kCkv});
+    a.lse = TensorView::contiguous(lse.data(), DType::kF32, {1, kHeads});
+    PlanOptions options;
+    options.backend = backend;
+    ASSERT_TRUE(run(p, a, options).ok()) << backend;
+    for (int h = 0; h < kHeads; ++h) {
+      const double s0 = h / 4.0 * sm, s1 = c * sm;
+      const double p0 = 1.0 / (1.0 + std::exp(s1 - s0)), p1 = 1.0 - p0;
+      // f32 accumulation and bf16 probabilities on cpu: a few bf16 ulps of 1.
+      const double tol = std::string(backend) == "cpu" ? 8e-3 : 1e-6;
+      EXPECT_NEAR(out[h * kCkv + 0], p0, tol) << backend << " head " << h;
+      EXPECT_NEAR(out[h * kCkv + 1], 2 * p1, 2 * tol) << backend << " head " << h;
+      EXPECT_EQ(out[h * kCkv + 2], 0.0f) << backend << " head " << h;
+      EXPECT_NEAR(lse[h], std::log(std::exp(s0) + std::exp(s1)), 1e-5) << backend << " head " << h;
+    }
+  }
+}
+
+// Heads x page sizes x lengths below, at and above the tile, decode.
+TEST(CpuMla, DecodeMatchesReference) {
+  for (CpuIsa isa : isa_levels()) {
+    for (int heads : {16, 64, 128}) {
+      for (int page_size : {1, 16, 64}) {
+        std::vector<int64_t> kv = {1, kTile - 1, kTile, kTile + 1, 3 * kTile + 5};
+        if (heads == 128) kv = {kTile + 1, 2 * kTile};
+        std::vector<int64_t> qo(kv.size(), 1);
+        expect_matches_reference(mla_spec(heads, page_size, qo, kv), isa);
+      }
+    }
+  }
+}
+
+// Causal prefill (qo_len > 1), including more queries than keys (rows that see nothing: o = 0,
+// lse = -inf) and an empty request of each kind.
+TEST(CpuMla, CausalPrefillAndEmptyRequests) {
+  for (CpuIsa isa : isa_levels()) {
+    for (int heads : {16, 32, 64}) {
+      expect_matches_reference(
+          mla_spec(heads, 16, {5, 0, 3, 9, 2}, {3, 7, 0, kTile + 4, 2 * kTile}, DType::kBF16, true),
+          isa);
+      expect_matches_reference(mla_spec(heads, 1, {4, 2}, {70, 33}, DType::kBF16, false), isa);
+    }
+  }
+}
+
+TEST(CpuMla, Fp8AndF16Caches) {
+  for (CpuIsa isa : isa_levels()) {
+    for (DType kv : {DType::kE4M3, DType::kE5M2, DType::kF16}) {
+      expect_matches_reference(mla_spec(16, 16, {1, 3}, {kTile + 7, 50}, kv, true), isa);
+      expect_matches_reference(mla_spec(128, 64, {1}, {2 * kTile + 3}, kv), isa);
+    }
+    CaseSpec f16 = mla_spec(32, 16, {2, 1}, {45, 64});
+    f16.problem.q_dtype = f16.problem.o_dtype = DType::kF16;
+    expect_matches_reference(f16, isa);
+  }
+}
+
+// Split-KV: forced chunks (tile-aligned and not) and the automatic split of one long request.
+TEST(CpuMla, SplitKvMatchesReference) {
+  for (CpuIsa isa : isa_levels()) {
+    for (int64_t chunk : {int64_t{kTile}, int64_t{50}, int64_t{0}}) {
+      expect_matches_reference(mla_spec(64, 16, {1, 2}, {300, 129}, DType::kBF16, true), isa,
+                               {2, chunk});
+    }
+    expect_matches_reference(mla_spec(16, 16, {1}, {3000}), isa, {2, 0});
+  }
+}
+
+// The automatic plan splits a single long request so that every thread has work.
+TEST(CpuMla, PlanSplitsFewLongRequests) {
+  testing::Case c = testing::Case::make(mla_spec(128, 16, {1}, {4096}));
+  Plan plan;
+  PlanOptions options;
+  options.backend = "cpu";
+  options.num_threads = 4;
+  ASSERT_TRUE(kvattn::plan(c.problem(), c.args(), options, &plan).ok());
+  EXPECT_GT(plan.work.size(), 1u);
+  EXPECT_EQ(plan.num_partial_states, static_cast<int64_t>(plan.work.size()));
+}
+
+// append_paged_mla_kv_cache writes ckv and kpe at (batch_indices, positions), quantizing to FP8
+// with the cache's k_scale (saturating), on each CPU backend.
+TEST(CpuMla, AppendQuantizesWithTheCacheScale) {
+  constexpr int kCkv = 64, kKpe = 16, kPageSize = 4, kPages = 3;
+  const float scale = 0.5f;
+  std::vector<float> ckv_in(2 * kCkv), kpe_in(2 * kKpe);
+  for (size_t i = 0; i < ckv_in.size(); ++i) ckv_in[i] = (static_cast<float>(i) - 60.0f) * 3.7f;
+  for (size_t i = 0; i < kpe_in.size(); ++i) kpe_in[i] = static_cast<float>(i) * 0.3f - 2.0f;
+  std::vector<int32_t> batch = {1, 0}, pos = {5, 0};
+  std::vector<int32_t> indptr = {0, 1, 3}, indices = {2, 0, 1}, last = {1, 2};
+  for (const char* backend : {"reference", "cpu"}) {
+    std::vector<uint8_t> ckv(kPages * kPageSize * kCkv, 0), kpe(kPages * kPageSize * kKpe, 0);
+    PagedMLACache cache;
+    cache.ckv_cache = TensorView::contiguous(ckv.data(), DType::kE4M3, {kPages, kPageSize, kCkv});
+    cache.kpe_cache = TensorView::contiguous(kpe.data(), DType::kE4M3, {kPages, kPageSize, kKpe});
+    cache.kv_indptr = TensorView::contiguous(indptr.data(), DType::kI32, {3});
+    cache.kv_indices = TensorView::contiguous(indices.data(), DType::kI32, {3});
+    cache.kv_last_page_len = TensorView::contiguous(last.data(), DType::kI32, {2});
+    cache.k_scale = scale;
+    OpOptions options;
+    options.backend = backend;
+    ASSERT_TRUE(append_paged_mla_kv_cache(
+                    TensorView::contiguous(ckv_in.data(), DType::kF32, {2, kCkv}),
+                    TensorView::contiguous(kpe_in.data(), DType::kF32, {2, kKpe}),
+                    TensorView::contiguous(batch.data(), DType::kI32, {2}),
+                    TensorView::contiguous(pos.data(), DType::kI32, {2}), cache, options)
+                    .ok())
+        << backend;
+    // Token 0 -> request 1, position 5: its second page (id 1), slot 1. Token 1 -> request 0,
+    // position 0: page 2, slot 0.
+    const int64_t slots[2] = {1 * kPageSize + 1, 2 * kPageSize + 0};
+    for (int t = 0; t < 2; ++t) {
+      for (int d = 0; d < kCkv; ++d) {
+        ASSERT_EQ(ckv[slots[t] * kCkv + d], num::f32_to_e4m3(ckv_in[t * kCkv + d] / scale))
+            << backend << " token " << t << " d " << d;
+      }
+      for (int d = 0; d < kKpe; ++d) {
+        ASSERT_EQ(kpe[slots[t] * kKpe + d], num::f32_to_e4m3(kpe_in[t * kKpe + d] / scale))
+            << backend << " token " << t << " d " << d;
+      }
+    }
+    // A wrong latent width names the argument.
+    const Status bad = append_paged_mla_kv_cache(
+        TensorView::contiguous(ckv_in.data(), DType::kF32, {2, kCkv / 2}),
+        TensorView::contiguous(kpe_in.data(), DType::kF32, {2, kKpe}),
+        TensorView::contiguous(batch.data(), DType::kI32, {2}),
+        TensorView::contiguous(pos.data(), DType::kI32, {2}), cache, options);
+    EXPECT_EQ(bad.code(), ErrorCode::kInvalidShape);
+    EXPECT_NE(bad.message().find("ckv_cache"), std::string::npos) << bad.message();
+  }
+}
+
+}  // namespace
+}  // namespace kvattn::cputest
