@@ -129,7 +129,8 @@ class AttentionPlan:
         self.device = device
         self.o_dtype = problem["o_data_type"]
         self.num_qo_heads = int(problem["num_qo_heads"])
-        self.head_dim_vo = int(problem["head_dim_vo"])
+        # MLA's output width is head_dim_ckv (its problem leaves head_dim_vo out)
+        self.head_dim_vo = int(problem.get("head_dim_vo") or problem["head_dim_ckv"])
         self.nnz_qo = nnz_qo
         self.index_tensors = index_tensors
 

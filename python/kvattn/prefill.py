@@ -352,8 +352,8 @@ def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
         # per_head carries both K and V scales as tensors
         k_heads = k_heads if k_heads is not None else _filled(k, kv_heads, k_float)
         v_heads = v_heads if v_heads is not None else _filled(k, kv_heads, v_float)
-        mask = dict(mask, k_scale=k_heads, v_scale=v_heads)
         k_float = v_float = None
+    scales = {"k_scale": k_heads, "v_scale": v_heads} if per_head else {}
     fields = problem_fields(
         batch_size=1, num_qo_heads=q.shape[1], num_kv_heads=kv_heads, head_dim_qk=q.shape[2],
         head_dim_vo=v.shape[-1], kv_layout=kv_layout, causal=causal, custom_mask=bool(mask),
@@ -366,6 +366,6 @@ def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
         kv_data_type=kvd, o_data_type=o, q_scale=float_scale(scale_q, "scale_q"),
         k_scale=k_float, v_scale=v_float,
         kv_scale_granularity="per_head" if per_head else None)
-    return run_once("single_prefill", fields, dict({"q": q, "k": k, "v": v}, **mask),
+    return run_once("single_prefill", fields, dict({"q": q, "k": k, "v": v}, **mask, **scales),
                     check_backend(backend), q, (q.shape[0], q.shape[1], v.shape[-1]),
                     return_lse, custom_mask_packed=packed)

@@ -395,7 +395,8 @@ Status validate_attention(const Problem& problem, const AttentionArgs& args, Arg
   }
   if (!args.alibi_slopes.empty()) KVATTN_RETURN_IF_ERROR(check_alibi_slopes(problem, args));
   KVATTN_RETURN_IF_ERROR(check_aliasing(args));
-  return validation::check_sinks_and_scales(problem, args, kv_rows);
+  return validation::check_sinks_and_scales(problem, args, kv_rows,
+                                            scope == ArgsScope::kPlan && is_batch(problem.op));
 }
 
 Status validate_plan(const Plan& plan) {

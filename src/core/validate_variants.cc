@@ -101,18 +101,24 @@ Status check_scale_cache_values(const Problem& p, const AttentionArgs& a, const 
 
 }  // namespace
 
-Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t kv_rows) {
+Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t kv_rows,
+                              bool data_optional) {
   const bool per_head = p.kv_scale_granularity == KVScaleGranularity::kPerHead;
   const bool per_token = p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead;
-  KVATTN_RETURN_IF_ERROR(check_present(a.sinks, "sinks", p.use_sinks, "use_sinks is true"));
+  // Planning a batch operation reads none of these: absent then, they are checked at run.
+  auto present = [&](const TensorView& t, const char* name, bool wanted, const char* why) {
+    if (data_optional && wanted && t.empty()) return Status::Ok();
+    return check_present(t, name, wanted, why);
+  };
+  KVATTN_RETURN_IF_ERROR(present(a.sinks, "sinks", p.use_sinks, "use_sinks is true"));
   KVATTN_RETURN_IF_ERROR(
-      check_present(a.k_scale, "k_scale", per_head, "kv_scale_granularity is per_head"));
+      present(a.k_scale, "k_scale", per_head, "kv_scale_granularity is per_head"));
   KVATTN_RETURN_IF_ERROR(
-      check_present(a.v_scale, "v_scale", per_head, "kv_scale_granularity is per_head"));
-  KVATTN_RETURN_IF_ERROR(check_present(a.k_scale_cache, "k_scale_cache", per_token,
-                                       "kv_scale_granularity is per_token_head"));
-  KVATTN_RETURN_IF_ERROR(check_present(a.v_scale_cache, "v_scale_cache", per_token,
-                                       "kv_scale_granularity is per_token_head"));
+      present(a.v_scale, "v_scale", per_head, "kv_scale_granularity is per_head"));
+  KVATTN_RETURN_IF_ERROR(present(a.k_scale_cache, "k_scale_cache", per_token,
+                                 "kv_scale_granularity is per_token_head"));
+  KVATTN_RETURN_IF_ERROR(present(a.v_scale_cache, "v_scale_cache", per_token,
+                                 "kv_scale_granularity is per_token_head"));
   const Named views[] = {{&a.sinks, "sinks"},
                          {&a.k_scale, "k_scale"},
                          {&a.v_scale, "v_scale"},
@@ -121,13 +127,13 @@ Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t 
   for (const Named& n : views) {
     if (n.view->empty()) continue;
     KVATTN_RETURN_IF_ERROR(check_dtype(*n.view, n.name, DType::kF32));
-    KVATTN_RETURN_IF_ERROR(check_same_memory(*n.view, n.name, a.q, "q"));
+    if (!a.q.empty()) KVATTN_RETURN_IF_ERROR(check_same_memory(*n.view, n.name, a.q, "q"));
     KVATTN_RETURN_IF_ERROR(check_no_overlap(a.out, "out", *n.view, n.name));
     KVATTN_RETURN_IF_ERROR(check_no_overlap(a.lse, "lse", *n.view, n.name));
   }
   // Values in device memory are not readable here; host ones are checked.
   const bool host = a.q.memory == MemoryKind::kHost;
-  if (p.use_sinks) {
+  if (p.use_sinks && !a.sinks.empty()) {
     KVATTN_RETURN_IF_ERROR(
         check_shape(a.sinks, "sinks", "[H_qo]", {{p.num_qo_heads, "num_qo_heads"}}));
     for (int64_t h = 0; host && h < a.sinks.shape[0]; ++h) {
@@ -139,6 +145,7 @@ Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t 
   }
   if (per_head) {
     for (const Named& n : {Named{&a.k_scale, "k_scale"}, Named{&a.v_scale, "v_scale"}}) {
+      if (n.view->empty()) continue;  // planning
       KVATTN_RETURN_IF_ERROR(
           check_shape(*n.view, n.name, "[H_kv]", {{p.num_kv_heads, "num_kv_heads"}}));
       if (host) KVATTN_RETURN_IF_ERROR(check_finite_positive(*n.view, n.name));
@@ -148,9 +155,12 @@ Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t 
     for (const Named& n :
          {Named{&a.k_scale_cache, "k_scale_cache"}, Named{&a.v_scale_cache, "v_scale_cache"}}) {
       const int64_t h_kv = p.num_kv_heads;
+      if (n.view->empty()) continue;  // planning
       if (is_paged(p.op)) {
+        // Without the cache (planning) the page count is whatever the scale tensor holds.
+        const int64_t pages = a.paged_k_cache.empty() ? -1 : a.paged_k_cache.shape[0];
         KVATTN_RETURN_IF_ERROR(check_shape(*n.view, n.name, "[num_pages, page_size, H_kv]",
-                                           {{a.paged_k_cache.shape[0], "num_pages of the cache"},
+                                           {{pages, "num_pages of the cache"},
                                             {p.page_size, "page_size"},
                                             {h_kv, "num_kv_heads"}}));
       } else if (p.op == Op::kBatchPrefillRagged) {
@@ -161,7 +171,10 @@ Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t 
         KVATTN_RETURN_IF_ERROR(check_shape(*n.view, n.name, "[kv_len, H_kv]",
                                            {{kv_len, "k's kv_len"}, {h_kv, "num_kv_heads"}}));
       }
-      if (host) KVATTN_RETURN_IF_ERROR(check_scale_cache_values(p, a, *n.view, n.name));
+      // Values are read at run, where the page ids are proven against the cache they index.
+      if (host && !data_optional) {
+        KVATTN_RETURN_IF_ERROR(check_scale_cache_values(p, a, *n.view, n.name));
+      }
     }
   }
   return Status::Ok();

@@ -14,6 +14,8 @@ namespace kvattn::validation {
 // host memory the values: sinks finite; scales finite and positive (per (token, head): every slot
 // the requests read). Needs the page table / indptrs proven and `kv_rows` (ragged: kv_indptr[B]).
 // Outputs `out` and `lse` must not overlap them.
-Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t kv_rows);
+// With `data_optional` (planning a batch operation) absent tensors pass; given ones are checked.
+Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t kv_rows,
+                              bool data_optional = false);
 
 }  // namespace kvattn::validation

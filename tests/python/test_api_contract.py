@@ -3,6 +3,7 @@ zero copy (results land in out=, strided views are read where they lie), errors 
 kvattn.Error subclasses with the C++ message and leave outputs untouched, run refuses tensors
 that disagree with the plan, two threads run two wrappers at once, explain/backends."""
 
+import math
 import subprocess
 import sys
 import threading
@@ -99,7 +100,9 @@ def test_bad_inputs_raise_and_leave_outputs_untouched():
     with pytest.raises(kvattn.InvalidShapeError):
         w.plan(batch.indptr, batch.indices, batch.last_page_len, 6, 4, 64, 16)  # 6 % 4
     with pytest.raises(kvattn.NotSupportedError):
-        w.run(q, batch.cache, sinks=torch.zeros(8))
+        w.run(q, batch.cache, skip_softmax_threshold_scale_factor=0.5)
+    with pytest.raises(kvattn.InvalidArgumentError):
+        w.run(q, batch.cache, sinks=torch.full((8,), math.inf))  # sinks must be finite
     with pytest.raises(TypeError):
         w.plan(batch.indptr, batch.indices, batch.last_page_len, 8, 2, 64, 16, no_such_arg=1)
 
