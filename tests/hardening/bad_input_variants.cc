@@ -66,7 +66,8 @@ std::vector<AttentionCase> variant_cases() {
          with_sinks(f);
          f.args.sinks = TensorView{};
        },
-       ErrorCode::kInvalidArgument, kProblem},
+       ErrorCode::kInvalidArgument, kProblem, MaskMode::kNone, false,
+       /*plan_needs_no_data=*/true},
       {"sinks_without_use_sinks", kAll,
        [](F& f) {
          with_sinks(f);
@@ -120,7 +121,8 @@ std::vector<AttentionCase> variant_cases() {
          with_head_scales(f);
          f.args.k_scale = TensorView{};
        },
-       ErrorCode::kInvalidArgument, kProblem},
+       ErrorCode::kInvalidArgument, kProblem, MaskMode::kNone, false,
+       /*plan_needs_no_data=*/true},
       {"per_head_v_scale_wrong_length", kAll,
        [](F& f) {
          with_head_scales(f);
@@ -184,13 +186,15 @@ std::vector<AttentionCase> variant_cases() {
                        with_token_scales(f);
                        f.k_scale_cache[first_read_slot(f) + 1] = x;
                      },
-                     ErrorCode::kInvalidScale, kProblem});
+                     ErrorCode::kInvalidScale, kProblem, MaskMode::kNone, false,
+                     /*plan_needs_no_data=*/true});
     cases.push_back({std::string("per_token_v_scale_") + name, kAll,
                      [x](F& f) {
                        with_token_scales(f);
                        f.v_scale_cache[first_read_slot(f)] = x;
                      },
-                     ErrorCode::kInvalidScale, kProblem});
+                     ErrorCode::kInvalidScale, kProblem, MaskMode::kNone, false,
+                     /*plan_needs_no_data=*/true});
   }
   return cases;
 }
