@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # Builds and runs every test. Usage: scripts/test.sh [preset]   (release by default; also debug,
-# asan = AddressSanitizer + UndefinedBehaviorSanitizer, tsan = ThreadSanitizer)
+# asan = AddressSanitizer + UndefinedBehaviorSanitizer, tsan = ThreadSanitizer). The release run
+# also builds the Python package and runs its pytest suite (scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:-release}
 scripts/install-deps.sh
+# ccache, when present, makes the second compile of the same sources (the Python package's build
+# after the release build) nearly free.
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+fi
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$(nproc)"
 ctest --preset "$preset" -j "$(nproc)" --timeout 1200
+# The Python package and its tests (pytest) after the C++ tests, in the release configuration.
+if [ "$preset" = release ]; then
+  scripts/test-python.sh
+fi

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,7 +82,9 @@ struct Plan {
 };
 
 // Chooses the backend (PlanOptions::backend), validates the problem against the arguments and
-// cuts the work. Only the index tensors of `args` are read (host memory).
+// cuts the work. Only the index tensors of `args` are read (host memory). For the batch
+// operations the data tensors (q, out, k, v, the caches, lse) may be left empty: those given are
+// validated, run() validates all of them (page ids against the cache's page count included).
 Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
             Plan* out);
 
@@ -122,13 +125,28 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
                              const TensorView& batch_indices, const TensorView& positions,
                              const PagedKVCache& cache, const OpOptions& options = {});
 
+// Llama 3.1 frequency scaling (FlashInfer's apply_llama31_rope): each frequency f is divided by
+// rope_scale by an amount that depends on its wavelength 2*pi/f, and the position is not scaled.
+struct Llama31Scaling {
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  float old_context_len = 8192.0f;
+};
 struct RopeParams {
   float rope_theta = 1e4f;
   float rope_scale = 1.0f;
   bool interleave = false;
+  // Dims [0, rotary_dim) rotate, the rest pass through; 0 means the whole head dim.
+  int rotary_dim = 0;
+  std::optional<Llama31Scaling> llama31;
+  // f32 [max_position, rotary_dim] (vLLM / SGLang form): row p holds cos of pair t in column t
+  // and its sin in column rotary_dim/2 + t. When given, theta, scale and llama31 are unused.
+  TensorView cos_sin_cache;
 };
 // Rotates q [nnz, H_qo, D] and k [nnz, H_kv, D] at positions pos_ids [nnz] (int32), writing
-// q_out / k_out (which may be q / k themselves, or empty to skip that tensor).
+// q_out / k_out (which may be q / k themselves, or empty to skip that tensor). Pair t of
+// rotary_dim R is (x[t], x[t + R/2]), or (x[2t], x[2t+1]) interleaved, rotated by pos * f_t with
+// f_t = theta^(-2t/R) / rope_scale, by the llama31-scaled f_t, or by the cache's row pos.
 Status apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,
                   const TensorView& k_out, const TensorView& pos_ids, const RopeParams& rope,
                   const OpOptions& options = {});

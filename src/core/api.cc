@@ -56,7 +56,7 @@ Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions
   if (!out) return make_error(ErrorCode::kInvalidArgument, "plan: out is null");
   std::string name;
   KVATTN_RETURN_IF_ERROR(select_backend(problem, options.device, options.backend, &name));
-  KVATTN_RETURN_IF_ERROR(validate_attention(problem, args));
+  KVATTN_RETURN_IF_ERROR(validate_attention(problem, args, ArgsScope::kPlan));
   const Backend* backend = nullptr;
   KVATTN_RETURN_IF_ERROR(find_selected(name, &backend));
   if (options.num_threads < 0) {

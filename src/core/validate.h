@@ -13,10 +13,16 @@ namespace kvattn {
 // scales (finite and positive), rope parameters, sm_scale.
 Status validate_problem(const Problem& problem);
 
+// What validate_attention requires of the arguments: everything (run), or, for planning a batch
+// operation, the index tensors only: data tensors (q, out, k, v, caches, lse) may be absent then
+// and are checked when given (plan reads only the index tensors, as FlashInfer's plan does).
+enum class ArgsScope { kRun, kPlan };
+
 // The tensors of `args` against `problem`: ranks, shapes, dtypes, strides inside their buffers,
 // the page table / indptrs (read from host memory), custom mask size, outputs not aliasing
 // inputs, sizes whose offsets do not overflow.
-Status validate_attention(const Problem& problem, const AttentionArgs& args);
+Status validate_attention(const Problem& problem, const AttentionArgs& args,
+                          ArgsScope scope = ArgsScope::kRun);
 
 // A plan about to run (plans are plain data a caller may build or keep): its recorded lengths
 // match the problem's batch, and every work item's request, KV head and query / key ranges lie
@@ -35,7 +41,8 @@ Status validate_append_paged_kv_cache(const TensorView& append_k, const TensorVi
 // validate_problem), the tensors of one batch_mla_paged call, the MLA views being empty for every
 // other op, and the shapes of an MLA append (the rest is validate_append_paged_kv_cache's).
 Status validate_mla_problem(const Problem& problem);
-Status validate_mla_attention(const Problem& problem, const AttentionArgs& args);
+Status validate_mla_attention(const Problem& problem, const AttentionArgs& args,
+                              ArgsScope scope = ArgsScope::kRun);
 Status check_mla_args_unused(const AttentionArgs& args, std::string_view op);
 Status validate_append_paged_mla_kv_cache(const TensorView& append_ckv,
                                           const TensorView& append_kpe, const PagedMLACache& cache);

@@ -54,15 +54,22 @@ Status check_role(const TensorView& t, const char* name, bool needed, std::strin
 }
 
 // Presence (used arguments given, unused ones empty) and the rules of each view on its own.
-Status check_presence(const Problem& p, const AttentionArgs& a, const Usage& u) {
+// Planning a batch operation reads only the index tensors: its data tensors may be absent then
+// (FlashInfer's plan takes none), and are checked when given.
+Status check_presence(const Problem& p, const AttentionArgs& a, const Usage& u, ArgsScope scope) {
   const std::string_view op = op_name(p.op);
-  KVATTN_RETURN_IF_ERROR(check_given(a.q, "q", op));
-  KVATTN_RETURN_IF_ERROR(check_given(a.out, "out", op));
+  const bool data_optional = scope == ArgsScope::kPlan && is_batch(p.op);
+  auto data_role = [&](const TensorView& t, const char* name, bool needed) {
+    if (data_optional && needed && t.empty()) return Status::Ok();
+    return check_role(t, name, needed, op);
+  };
+  KVATTN_RETURN_IF_ERROR(data_role(a.q, "q", true));
+  KVATTN_RETURN_IF_ERROR(data_role(a.out, "out", true));
   const bool kv = u.single_kv || u.ragged_kv;
-  KVATTN_RETURN_IF_ERROR(check_role(a.k, "k", kv, op));
-  KVATTN_RETURN_IF_ERROR(check_role(a.v, "v", kv, op));
-  KVATTN_RETURN_IF_ERROR(check_role(a.paged_k_cache, "paged_k_cache", u.paged, op));
-  KVATTN_RETURN_IF_ERROR(check_role(a.paged_v_cache, "paged_v_cache", u.paged, op));
+  KVATTN_RETURN_IF_ERROR(data_role(a.k, "k", kv));
+  KVATTN_RETURN_IF_ERROR(data_role(a.v, "v", kv));
+  KVATTN_RETURN_IF_ERROR(data_role(a.paged_k_cache, "paged_k_cache", u.paged));
+  KVATTN_RETURN_IF_ERROR(data_role(a.paged_v_cache, "paged_v_cache", u.paged));
   KVATTN_RETURN_IF_ERROR(check_role(a.qo_indptr, "qo_indptr", u.ragged_q, op));
   KVATTN_RETURN_IF_ERROR(check_role(a.kv_indptr, "kv_indptr", u.paged || u.ragged_kv, op));
   KVATTN_RETURN_IF_ERROR(check_role(a.kv_indices, "kv_indices", u.paged, op));
@@ -85,7 +92,7 @@ Status check_presence(const Problem& p, const AttentionArgs& a, const Usage& u) 
     }
     KVATTN_RETURN_IF_ERROR(validation::check_view(a.alibi_slopes, "alibi_slopes"));
   }
-  if (p.return_lse && a.lse.empty()) {
+  if (p.return_lse && a.lse.empty() && !data_optional) {
     return make_error(ErrorCode::kInvalidArgument, "lse: not given, but return_lse is true");
   }
   if (!p.return_lse && !a.lse.empty()) {
@@ -98,8 +105,8 @@ Status check_presence(const Problem& p, const AttentionArgs& a, const Usage& u) 
 
 // Dtypes, and where each view lives: data tensors with q, index tensors on the host.
 Status check_dtypes_and_memory(const Problem& p, const AttentionArgs& a) {
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.q, "q", p.q_dtype));
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.out, "out", p.o_dtype));
+  if (!a.q.empty()) KVATTN_RETURN_IF_ERROR(check_dtype(a.q, "q", p.q_dtype));
+  if (!a.out.empty()) KVATTN_RETURN_IF_ERROR(check_dtype(a.out, "out", p.o_dtype));
   const NamedView kv_views[] = {{&a.k, "k"},
                                 {&a.v, "v"},
                                 {&a.paged_k_cache, "paged_k_cache"},
@@ -122,8 +129,11 @@ Status check_dtypes_and_memory(const Problem& p, const AttentionArgs& a) {
                                   {&a.custom_mask, "custom_mask"},
                                   {&a.alibi_slopes, "alibi_slopes"},
                                   {&a.lse, "lse"}};
+  const NamedView& anchor = a.q.empty() ? data_views[0] : NamedView{&a.q, "q"};
   for (const NamedView& nv : data_views) {
-    if (!nv.view->empty()) KVATTN_RETURN_IF_ERROR(check_same_memory(*nv.view, nv.name, a.q, "q"));
+    if (!nv.view->empty() && !anchor.view->empty()) {
+      KVATTN_RETURN_IF_ERROR(check_same_memory(*nv.view, nv.name, *anchor.view, anchor.name));
+    }
   }
   return Status::Ok();
 }
@@ -161,12 +171,17 @@ Status check_indices(const Problem& p, const AttentionArgs& a, const Usage& u, i
     KVATTN_RETURN_IF_ERROR(
         check_index_tensor(a.kv_last_page_len, "kv_last_page_len", op, batch, "B"));
     // The page count comes from the cache, whose shape is checked before the page table is
-    // trusted to index it.
-    KVATTN_RETURN_IF_ERROR(check_shape(a.paged_k_cache, "paged_k_cache", "[num_pages, ...] rank 4",
-                                       {{-1, ""}, {-1, ""}, {-1, ""}, {-1, ""}}));
-    KVATTN_RETURN_IF_ERROR(validation::check_page_table(a.kv_indptr, a.kv_indices,
-                                                        a.kv_last_page_len, batch,
-                                                        a.paged_k_cache.shape[0], p.page_size));
+    // trusted to index it. A plan made without the cache bounds page ids by int32 only; run
+    // checks them against the cache it is given.
+    int64_t num_pages = std::numeric_limits<int32_t>::max();
+    if (!a.paged_k_cache.empty()) {
+      KVATTN_RETURN_IF_ERROR(check_shape(a.paged_k_cache, "paged_k_cache",
+                                         "[num_pages, ...] rank 4",
+                                         {{-1, ""}, {-1, ""}, {-1, ""}, {-1, ""}}));
+      num_pages = a.paged_k_cache.shape[0];
+    }
+    KVATTN_RETURN_IF_ERROR(validation::check_page_table(
+        a.kv_indptr, a.kv_indices, a.kv_last_page_len, batch, num_pages, p.page_size));
   }
   return Status::Ok();
 }
@@ -194,7 +209,7 @@ Status check_kv_shapes(const Problem& p, const AttentionArgs& a, const Usage& u,
                       {{h_kv, "num_kv_heads"}, {kv_len, "k's kv_len"}, {d_vo, "head_dim_vo"}}));
     }
   }
-  if (u.ragged_kv) {
+  if (u.ragged_kv && !(a.k.empty() && a.v.empty())) {
     // A disagreeing total is a page-table error: the indptr and the tensor cannot both be right.
     if (a.k.rank >= 1 && a.k.shape[0] != kv_rows) {
       return make_error(ErrorCode::kInvalidPageTable, "kv_indptr[", p.batch_size, "] = ", kv_rows,
@@ -207,7 +222,7 @@ Status check_kv_shapes(const Problem& p, const AttentionArgs& a, const Usage& u,
         check_shape(a.v, "v", "[kv_indptr[B], H_kv, D_vo]",
                     {{kv_rows, "kv_indptr[B]"}, {h_kv, "num_kv_heads"}, {d_vo, "head_dim_vo"}}));
   }
-  if (u.paged) {
+  if (u.paged && !(a.paged_k_cache.empty() && a.paged_v_cache.empty())) {
     const int64_t pages = a.paged_k_cache.shape[0], ps = p.page_size;
     if (p.kv_layout == KVLayout::kNHD) {
       KVATTN_RETURN_IF_ERROR(check_shape(
@@ -253,12 +268,17 @@ Status check_q_out_shapes(const Problem& p, const AttentionArgs& a, const Usage&
                       ": must equal the rows of q = ", a.q.shape[0], " (total queries)");
   }
   const char* rows_meaning = u.ragged_q ? "qo_indptr[B]" : is_batch(p.op) ? "B" : "q's rows";
-  KVATTN_RETURN_IF_ERROR(
-      check_shape(a.q, "q", "[N, H_qo, D_qk]",
-                  {{qo_rows, rows_meaning}, {h_qo, "num_qo_heads"}, {d_qk, "head_dim_qk"}}));
-  KVATTN_RETURN_IF_ERROR(
-      check_shape(a.out, "out", "[N, H_qo, D_vo]",
-                  {{qo_rows, rows_meaning}, {h_qo, "num_qo_heads"}, {d_vo, "head_dim_vo"}}));
+  // Absent only when planning (check_presence decided).
+  if (!a.q.empty()) {
+    KVATTN_RETURN_IF_ERROR(
+        check_shape(a.q, "q", "[N, H_qo, D_qk]",
+                    {{qo_rows, rows_meaning}, {h_qo, "num_qo_heads"}, {d_qk, "head_dim_qk"}}));
+  }
+  if (!a.out.empty()) {
+    KVATTN_RETURN_IF_ERROR(
+        check_shape(a.out, "out", "[N, H_qo, D_vo]",
+                    {{qo_rows, rows_meaning}, {h_qo, "num_qo_heads"}, {d_vo, "head_dim_vo"}}));
+  }
   if (!a.lse.empty()) {
     KVATTN_RETURN_IF_ERROR(
         check_shape(a.lse, "lse", "[N, H_qo]", {{qo_rows, rows_meaning}, {h_qo, "num_qo_heads"}}));
@@ -358,12 +378,12 @@ Status check_aliasing(const AttentionArgs& a) {
 
 }  // namespace
 
-Status validate_attention(const Problem& problem, const AttentionArgs& args) {
+Status validate_attention(const Problem& problem, const AttentionArgs& args, ArgsScope scope) {
   KVATTN_RETURN_IF_ERROR(validate_problem(problem));
-  if (is_mla(problem.op)) return validate_mla_attention(problem, args);
+  if (is_mla(problem.op)) return validate_mla_attention(problem, args, scope);
   KVATTN_RETURN_IF_ERROR(check_mla_args_unused(args, op_name(problem.op)));
   const Usage usage = usage_of(problem.op);
-  KVATTN_RETURN_IF_ERROR(check_presence(problem, args, usage));
+  KVATTN_RETURN_IF_ERROR(check_presence(problem, args, usage, scope));
   KVATTN_RETURN_IF_ERROR(check_dtypes_and_memory(problem, args));
   int64_t qo_rows = 0, kv_rows = 0;
   KVATTN_RETURN_IF_ERROR(check_indices(problem, args, usage, &qo_rows, &kv_rows));

@@ -1,5 +1,8 @@
 // Validation of MLA (batch_mla_paged and append_paged_mla_kv_cache), DESIGN.md §2 "MLA" and §4:
 // the problem's latent widths and the fields MLA fixes, then the tensors, views before contents.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "core/status_macros.h"
@@ -26,17 +29,24 @@ struct NamedView {
   const char* name;
 };
 
-Status check_presence(const Problem& p, const AttentionArgs& a) {
-  const NamedView needed[] = {{&a.q_nope, "q_nope"},
-                              {&a.q_pe, "q_pe"},
-                              {&a.ckv_cache, "ckv_cache"},
-                              {&a.kpe_cache, "kpe_cache"},
-                              {&a.qo_indptr, "qo_indptr"},
-                              {&a.kv_indptr, "kv_indptr"},
-                              {&a.kv_indices, "kv_indices"},
-                              {&a.kv_last_page_len, "kv_last_page_len"},
-                              {&a.out, "out"}};
-  for (const NamedView& nv : needed) KVATTN_RETURN_IF_ERROR(check_given(*nv.view, nv.name, kOp));
+// Planning reads only the index tensors (as FlashInfer's plan does): the data tensors may be
+// absent then, and are checked when given.
+Status check_presence(const Problem& p, const AttentionArgs& a, ArgsScope scope) {
+  const bool data_optional = scope == ArgsScope::kPlan;
+  const NamedView index[] = {{&a.qo_indptr, "qo_indptr"},
+                             {&a.kv_indptr, "kv_indptr"},
+                             {&a.kv_indices, "kv_indices"},
+                             {&a.kv_last_page_len, "kv_last_page_len"}};
+  for (const NamedView& nv : index) KVATTN_RETURN_IF_ERROR(check_given(*nv.view, nv.name, kOp));
+  const NamedView data[] = {{&a.q_nope, "q_nope"},
+                            {&a.q_pe, "q_pe"},
+                            {&a.ckv_cache, "ckv_cache"},
+                            {&a.kpe_cache, "kpe_cache"},
+                            {&a.out, "out"}};
+  for (const NamedView& nv : data) {
+    if (data_optional && nv.view->empty()) continue;
+    KVATTN_RETURN_IF_ERROR(check_given(*nv.view, nv.name, kOp));
+  }
   const NamedView unused[] = {{&a.q, "q"},
                               {&a.k, "k"},
                               {&a.v, "v"},
@@ -49,7 +59,7 @@ Status check_presence(const Problem& p, const AttentionArgs& a) {
     return make_error(ErrorCode::kInvalidArgument,
                       "custom_mask_packed = true, but batch_mla_paged takes no custom mask");
   }
-  if (p.return_lse && a.lse.empty()) {
+  if (p.return_lse && a.lse.empty() && !data_optional) {
     return make_error(ErrorCode::kInvalidArgument, "lse: not given, but return_lse is true");
   }
   if (!p.return_lse && !a.lse.empty()) {
@@ -61,21 +71,23 @@ Status check_presence(const Problem& p, const AttentionArgs& a) {
 }
 
 Status check_dtypes_and_memory(const Problem& p, const AttentionArgs& a) {
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.q_nope, "q_nope", p.q_dtype));
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.q_pe, "q_pe", p.q_dtype));
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.ckv_cache, "ckv_cache", p.kv_dtype));
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.kpe_cache, "kpe_cache", p.kv_dtype));
-  KVATTN_RETURN_IF_ERROR(check_dtype(a.out, "out", p.o_dtype));
-  if (!a.lse.empty()) KVATTN_RETURN_IF_ERROR(check_dtype(a.lse, "lse", DType::kF32));
-  const NamedView data[] = {{&a.q_pe, "q_pe"},
-                            {&a.ckv_cache, "ckv_cache"},
-                            {&a.kpe_cache, "kpe_cache"},
-                            {&a.out, "out"},
-                            {&a.lse, "lse"}};
-  for (const NamedView& nv : data) {
-    if (!nv.view->empty()) {
-      KVATTN_RETURN_IF_ERROR(check_same_memory(*nv.view, nv.name, a.q_nope, "q_nope"));
-    }
+  struct Typed {
+    const TensorView* view;
+    const char* name;
+    DType dtype;
+  };
+  const Typed data[] = {{&a.q_nope, "q_nope", p.q_dtype},
+                        {&a.q_pe, "q_pe", p.q_dtype},
+                        {&a.ckv_cache, "ckv_cache", p.kv_dtype},
+                        {&a.kpe_cache, "kpe_cache", p.kv_dtype},
+                        {&a.out, "out", p.o_dtype},
+                        {&a.lse, "lse", DType::kF32}};
+  const Typed* anchor = nullptr;  // the first data tensor given: the others live with it
+  for (const Typed& t : data) {
+    if (t.view->empty()) continue;
+    KVATTN_RETURN_IF_ERROR(check_dtype(*t.view, t.name, t.dtype));
+    if (!anchor) anchor = &t;
+    KVATTN_RETURN_IF_ERROR(check_same_memory(*t.view, t.name, *anchor->view, anchor->name));
   }
   return Status::Ok();
 }
@@ -90,28 +102,44 @@ Status check_shapes_and_page_table(const Problem& p, const AttentionArgs& a) {
   KVATTN_RETURN_IF_ERROR(check_index_tensor(a.kv_indices, "kv_indices", kOp, -1, ""));
   KVATTN_RETURN_IF_ERROR(
       check_index_tensor(a.kv_last_page_len, "kv_last_page_len", kOp, batch, "B"));
-  // The caches fix the page count before the page table is trusted to index them.
-  KVATTN_RETURN_IF_ERROR(check_shape(a.ckv_cache, "ckv_cache", "[num_pages, page_size, D_ckv]",
-                                     {{-1, ""}, {ps, "page_size"}, {d_ckv, "head_dim_ckv"}}));
-  const int64_t pages = a.ckv_cache.shape[0];
-  KVATTN_RETURN_IF_ERROR(
-      check_shape(a.kpe_cache, "kpe_cache", "[num_pages, page_size, D_kpe]",
-                  {{pages, "num_pages of ckv_cache"}, {ps, "page_size"}, {d_kpe, "head_dim_kpe"}}));
+  // The caches fix the page count before the page table is trusted to index them; a plan made
+  // without them bounds page ids by int32 only, and run checks them against the caches.
+  int64_t pages = std::numeric_limits<int32_t>::max();
+  if (!a.ckv_cache.empty()) {
+    KVATTN_RETURN_IF_ERROR(check_shape(a.ckv_cache, "ckv_cache", "[num_pages, page_size, D_ckv]",
+                                       {{-1, ""}, {ps, "page_size"}, {d_ckv, "head_dim_ckv"}}));
+    pages = a.ckv_cache.shape[0];
+  }
+  if (!a.kpe_cache.empty()) {
+    KVATTN_RETURN_IF_ERROR(
+        check_shape(a.kpe_cache, "kpe_cache", "[num_pages, page_size, D_kpe]",
+                    {{a.ckv_cache.empty() ? -1 : pages, "num_pages of ckv_cache"},
+                     {ps, "page_size"},
+                     {d_kpe, "head_dim_kpe"}}));
+    pages = std::min(pages, a.kpe_cache.shape[0]);
+  }
   KVATTN_RETURN_IF_ERROR(validation::check_page_table(a.kv_indptr, a.kv_indices, a.kv_last_page_len,
                                                       batch, pages, ps));
   if (a.q_nope.rank >= 1 && a.q_nope.shape[0] != qo_rows) {
     return make_error(ErrorCode::kInvalidPageTable, "qo_indptr[", batch, "] = ", qo_rows,
                       ": must equal the rows of q_nope = ", a.q_nope.shape[0], " (total queries)");
   }
-  KVATTN_RETURN_IF_ERROR(
-      check_shape(a.q_nope, "q_nope", "[N, H, D_ckv]",
-                  {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {d_ckv, "head_dim_ckv"}}));
-  KVATTN_RETURN_IF_ERROR(
-      check_shape(a.q_pe, "q_pe", "[N, H, D_kpe]",
-                  {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {d_kpe, "head_dim_kpe"}}));
-  KVATTN_RETURN_IF_ERROR(
-      check_shape(a.out, "out", "[N, H, D_ckv]",
-                  {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {d_ckv, "head_dim_ckv"}}));
+  struct Shaped {
+    const TensorView* view;
+    const char* name;
+    const char* layout;
+    int64_t width;
+    const char* width_name;
+  };
+  const Shaped rows[] = {{&a.q_nope, "q_nope", "[N, H, D_ckv]", d_ckv, "head_dim_ckv"},
+                         {&a.q_pe, "q_pe", "[N, H, D_kpe]", d_kpe, "head_dim_kpe"},
+                         {&a.out, "out", "[N, H, D_ckv]", d_ckv, "head_dim_ckv"}};
+  for (const Shaped& t : rows) {
+    if (t.view->empty()) continue;
+    KVATTN_RETURN_IF_ERROR(
+        check_shape(*t.view, t.name, t.layout,
+                    {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {t.width, t.width_name}}));
+  }
   if (!a.lse.empty()) {
     KVATTN_RETURN_IF_ERROR(
         check_shape(a.lse, "lse", "[N, H]", {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}}));
@@ -209,8 +237,8 @@ Status validate_mla_problem(const Problem& p) {
   return Status::Ok();
 }
 
-Status validate_mla_attention(const Problem& problem, const AttentionArgs& args) {
-  KVATTN_RETURN_IF_ERROR(check_presence(problem, args));
+Status validate_mla_attention(const Problem& problem, const AttentionArgs& args, ArgsScope scope) {
+  KVATTN_RETURN_IF_ERROR(check_presence(problem, args, scope));
   KVATTN_RETURN_IF_ERROR(check_dtypes_and_memory(problem, args));
   KVATTN_RETURN_IF_ERROR(check_shapes_and_page_table(problem, args));
   return check_aliasing(args);

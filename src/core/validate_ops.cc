@@ -18,6 +18,7 @@ using validation::check_no_overlap;
 using validation::check_output_layout;
 using validation::check_same_memory;
 using validation::check_shape;
+using validation::check_view;
 using validation::DimRule;
 using validation::index_at;
 
@@ -242,6 +243,50 @@ Status validate_append_paged_kv_cache(const TensorView& append_k, const TensorVi
   return Status::Ok();
 }
 
+namespace {
+
+// rotary_dim, llama31 and the cos/sin cache of RopeParams, against the head dim of q / k.
+Status check_rope_dims(const RopeParams& rope, int64_t head_dim, const TensorView& head,
+                       std::string_view head_name) {
+  if (rope.llama31) {
+    const Llama31Scaling& l = *rope.llama31;
+    KVATTN_RETURN_IF_ERROR(check_positive_scale("rope.llama31.low_freq_factor", l.low_freq_factor));
+    KVATTN_RETURN_IF_ERROR(
+        check_positive_scale("rope.llama31.high_freq_factor", l.high_freq_factor));
+    KVATTN_RETURN_IF_ERROR(check_positive_scale("rope.llama31.old_context_len", l.old_context_len));
+    if (!(l.high_freq_factor > l.low_freq_factor)) {
+      return make_error(ErrorCode::kInvalidScale,
+                        "rope.llama31.high_freq_factor = ", l.high_freq_factor,
+                        ": must be > low_freq_factor = ", l.low_freq_factor);
+    }
+  }
+  int64_t rotary_dim = rope.rotary_dim;
+  if (!rope.cos_sin_cache.empty()) {
+    const TensorView& c = rope.cos_sin_cache;
+    KVATTN_RETURN_IF_ERROR(check_view(c, "rope.cos_sin_cache"));
+    KVATTN_RETURN_IF_ERROR(check_dtype(c, "rope.cos_sin_cache", DType::kF32));
+    KVATTN_RETURN_IF_ERROR(check_same_memory(c, "rope.cos_sin_cache", head, head_name));
+    KVATTN_RETURN_IF_ERROR(
+        check_shape(c, "rope.cos_sin_cache", "[max_position, rotary_dim]", {{-1, ""}, {-1, ""}}));
+    if (rope.rotary_dim != 0 && rope.rotary_dim != c.shape[1]) {
+      return make_error(ErrorCode::kInvalidShape, "rope.rotary_dim = ", rope.rotary_dim,
+                        ": must be 0 or equal rope.cos_sin_cache.shape[1] = ", c.shape[1]);
+    }
+    rotary_dim = c.shape[1];
+  }
+  const std::string_view what =
+      rope.cos_sin_cache.empty() ? "rope.rotary_dim" : "rope.cos_sin_cache.shape[1]";
+  if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim ||
+      (!rope.cos_sin_cache.empty() && rotary_dim == 0)) {
+    return make_error(ErrorCode::kInvalidShape, what, " = ", rotary_dim,
+                      ": must be even and in [2, D], D = ", head_dim, " (", head_name, ".shape[2])",
+                      rope.cos_sin_cache.empty() ? ", or 0 for D" : "");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status validate_apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,
                            const TensorView& k_out, const TensorView& pos_ids,
                            const RopeParams& rope) {
@@ -291,6 +336,7 @@ Status validate_apply_rope(const TensorView& q, const TensorView& k, const Tenso
                       ": the head dim must be even and >= 2 (RoPE rotates pairs)");
   }
   KVATTN_RETURN_IF_ERROR(check_index_tensor(pos_ids, "pos_ids", op, nnz, nnz_meaning));
+  KVATTN_RETURN_IF_ERROR(check_rope_dims(rope, head_dim, *first, first_name));
 
   const NamedView data[] = {{&q, "q"}, {&k, "k"}, {&q_out, "q_out"}, {&k_out, "k_out"}};
   for (const NamedView& nv : data) {
@@ -303,6 +349,11 @@ Status validate_apply_rope(const TensorView& q, const TensorView& k, const Tenso
     const int32_t pos = index_at(pos_ids, i);
     if (pos < 0) {
       return make_error(ErrorCode::kInvalidArgument, "pos_ids[", i, "] = ", pos, ": must be >= 0");
+    }
+    if (!rope.cos_sin_cache.empty() && pos >= rope.cos_sin_cache.shape[0]) {
+      return make_error(ErrorCode::kOutOfBounds, "pos_ids[", i, "] = ", pos,
+                        ": must be < rope.cos_sin_cache.shape[0] = ", rope.cos_sin_cache.shape[0],
+                        " (the cache's max_position)");
     }
   }
 

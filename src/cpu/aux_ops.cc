@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/numeric.h"
+#include "core/rope_host.h"
 #include "core/status_macros.h"
 #include "cpu/thread_pool.h"
 
@@ -228,34 +229,21 @@ Status apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_
   const TensorView& any = q.empty() ? k : q;
   const int64_t rows = any.shape[0];
   const int dim = static_cast<int>(any.shape[2]);
-  const int half = dim / 2;
-  // theta^(-2t/dim) per pair, computed as the reference does so the angles agree bit for bit.
-  std::vector<double> freq(half);
-  for (int t = 0; t < half; ++t)
-    freq[t] = std::pow(static_cast<double>(rope.rope_theta), -2.0 * t / dim);
+  const int rotary_dim = rope_rotary_dim(rope, dim);
   for_rows(num_threads, rows, [&](int64_t n) {
     thread_local std::vector<double> cos_t, sin_t, x;
-    cos_t.resize(half);
-    sin_t.resize(half);
+    cos_t.resize(rotary_dim / 2);
+    sin_t.resize(rotary_dim / 2);
     x.resize(dim);
-    const double pos = load_i32(pos_ids, n);
-    for (int t = 0; t < half; ++t) {
-      const double angle = (pos / static_cast<double>(rope.rope_scale)) * freq[t];
-      cos_t[t] = std::cos(angle);
-      sin_t[t] = std::sin(angle);
-    }
+    // The angles come from the same fp64 code as the reference's, so the results agree bit for
+    // bit.
+    rope_cos_sin(load_i32(pos_ids, n), rotary_dim, rope, cos_t.data(), sin_t.data());
     auto rotate = [&](const TensorView& in, const TensorView& out) {
       if (in.empty() || out.empty()) return;
       for (int64_t h = 0; h < in.shape[1]; ++h) {
         // The whole head vector is read before it is written: out may be in itself.
         for (int d = 0; d < dim; ++d) x[d] = load(in, at(in, n, h, d));
-        for (int t = 0; t < half; ++t) {
-          const int i1 = rope.interleave ? 2 * t : t;
-          const int i2 = rope.interleave ? 2 * t + 1 : t + half;
-          const double a = x[i1], b = x[i2];
-          x[i1] = a * cos_t[t] - b * sin_t[t];
-          x[i2] = b * cos_t[t] + a * sin_t[t];
-        }
+        rope_rotate_pairs(x.data(), rotary_dim, rope.interleave, cos_t.data(), sin_t.data());
         for (int d = 0; d < dim; ++d) store(out, at(out, n, h, d), x[d]);
       }
     };

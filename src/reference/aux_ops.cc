@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/rope_host.h"
 #include "core/status_macros.h"
 #include "reference/element_io.h"
 #include "reference/reference.h"
@@ -147,12 +148,14 @@ Status apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_
     if (in.empty() || out.empty()) return;
     const int64_t rows = in.shape[0], heads = in.shape[1];
     const int dim = static_cast<int>(in.shape[2]);
-    std::vector<double> x(dim);
+    const int rotary_dim = rope_rotary_dim(rope, dim);
+    std::vector<double> x(dim), cos_t(rotary_dim / 2), sin_t(rotary_dim / 2);
     for (int64_t n = 0; n < rows; ++n) {
-      const double pos = load_i32(pos_ids, n);
+      rope_cos_sin(load_i32(pos_ids, n), rotary_dim, rope, cos_t.data(), sin_t.data());
       for (int64_t h = 0; h < heads; ++h) {
+        // Dims past rotary_dim round-trip through fp64 unchanged: exact for every value dtype.
         for (int d = 0; d < dim; ++d) x[d] = load(in, n, h, d);
-        rope_rotate(x.data(), dim, pos, rope.rope_theta, rope.rope_scale, rope.interleave);
+        rope_rotate_pairs(x.data(), rotary_dim, rope.interleave, cos_t.data(), sin_t.data());
         for (int d = 0; d < dim; ++d) store(out, x[d], n, h, d);
       }
     }

@@ -159,5 +159,68 @@ TEST(CpuApplyRope, MatchesTheReferenceInPlaceAndInterleaved) {
   }
 }
 
+// rotary_dim < D, Llama 3.1 scaling and a cos/sin cache: cpu in place equals reference out of
+// place and the other way round, which also checks that out of place copies dims [R, D).
+TEST(CpuApplyRope, MatchesTheReferenceWithRotaryDimLlama31AndCache) {
+  std::mt19937 rng(7);
+  const int64_t nnz = 11, hq = 3, hk = 1, dim = 64, max_pos = 6000;
+  std::vector<float> cache(max_pos * 48);
+  std::uniform_real_distribution<float> unit(-1, 1);
+  for (float& x : cache) x = unit(rng);
+  for (int variant = 0; variant < 3; ++variant) {
+    for (bool interleave : {false, true}) {
+      for (bool cpu_in_place : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << "variant " << variant << " interleave " << interleave
+                                          << " cpu_in_place " << cpu_in_place);
+        const DType dtype = DType::kBF16;
+        auto q = random_tensor(nnz * hq * dim, dtype, rng, 2);
+        auto k = random_tensor(nnz * hk * dim, dtype, rng, 2);
+        std::vector<int32_t> pos(nnz);
+        for (int64_t i = 0; i < nnz; ++i) pos[i] = static_cast<int32_t>(i * 997 % max_pos);
+        RopeParams rope;
+        rope.interleave = interleave;
+        rope.rope_scale = 8.0f;
+        if (variant == 0) rope.rotary_dim = 40;
+        if (variant == 1) rope.llama31 = Llama31Scaling{};
+        if (variant == 2) {
+          rope.cos_sin_cache = TensorView::contiguous(cache.data(), DType::kF32, {max_pos, 48});
+        }
+        const TensorView pv = TensorView::contiguous(pos.data(), DType::kI32, {nnz});
+        auto qv = [&](void* p) { return TensorView::contiguous(p, dtype, {nnz, hq, dim}); };
+        auto kv = [&](void* p) { return TensorView::contiguous(p, dtype, {nnz, hk, dim}); };
+        auto run = [&](const char* backend, bool in_place, std::vector<std::byte>& q_res,
+                       std::vector<std::byte>& k_res) {
+          q_res.assign(q.size(), std::byte{0});
+          k_res.assign(k.size(), std::byte{0});
+          std::vector<std::byte> q_in = q, k_in = k;
+          if (in_place) {
+            q_res = q;
+            k_res = k;
+          }
+          void* qi = in_place ? q_res.data() : q_in.data();
+          void* ki = in_place ? k_res.data() : k_in.data();
+          ASSERT_TRUE(
+              apply_rope(qv(qi), kv(ki), qv(q_res.data()), kv(k_res.data()), pv, rope, on(backend))
+                  .ok());
+        };
+        std::vector<std::byte> q_cpu, k_cpu, q_ref, k_ref;
+        run("cpu", cpu_in_place, q_cpu, k_cpu);
+        run("reference", !cpu_in_place, q_ref, k_ref);
+        EXPECT_EQ(q_cpu, q_ref);
+        EXPECT_EQ(k_cpu, k_ref);
+        EXPECT_NE(q_cpu, q);
+        if (variant == 0 && !interleave) {
+          // The last element of each head is past rotary_dim: unchanged.
+          const std::size_t es = dtype_size(dtype);
+          for (int64_t r = 0; r < nnz * hq; ++r) {
+            const std::size_t off = ((r + 1) * dim - 1) * es;
+            EXPECT_EQ(std::memcmp(q_cpu.data() + off, q.data() + off, es), 0) << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvattn

@@ -146,6 +146,30 @@ TEST(CpuMla, PlanSplitsFewLongRequests) {
   EXPECT_EQ(plan.num_partial_states, static_cast<int64_t>(plan.work.size()));
 }
 
+// As FlashInfer's plan: an MLA plan is made from the index tensors alone (no q, caches or
+// outputs), reused by run with the full arguments, on each CPU backend.
+TEST(CpuMla, PlanFromIndexTensorsAlone) {
+  testing::Case c = testing::Case::make(mla_spec(64, 16, {1, 3}, {100, 40}, DType::kBF16, true));
+  AttentionArgs full = c.args();
+  AttentionArgs index;
+  index.qo_indptr = full.qo_indptr;
+  index.kv_indptr = full.kv_indptr;
+  index.kv_indices = full.kv_indices;
+  index.kv_last_page_len = full.kv_last_page_len;
+  for (const char* backend : {"reference", "cpu"}) {
+    PlanOptions options;
+    options.backend = backend;
+    Plan plan;
+    const Status planned = kvattn::plan(c.problem(), index, options, &plan);
+    ASSERT_TRUE(planned.ok()) << backend << ": " << planned.to_string();
+    const testing::CheckResult r = testing::check_against_reference(
+        c, [&plan](const Problem&, const AttentionArgs& args) { return kvattn::run(plan, args); });
+    EXPECT_TRUE(r.ok) << backend << ": " << r.message;
+    // Run needs every tensor.
+    EXPECT_EQ(kvattn::run(plan, index).code(), ErrorCode::kInvalidArgument) << backend;
+  }
+}
+
 // append_paged_mla_kv_cache writes ckv and kpe at (batch_indices, positions), quantizing to FP8
 // with the cache's k_scale (saturating), on each CPU backend.
 TEST(CpuMla, AppendQuantizesWithTheCacheScale) {

@@ -196,9 +196,78 @@ struct RopeCase {
   ErrorCode code;
 };
 
+// A host f32 cos/sin cache [rows, cols] over storage that outlives every case.
+TensorView rope_cache(int64_t rows, int64_t cols) {
+  static std::vector<float> storage(4096, 0.5f);
+  return TensorView::contiguous(storage.data(), DType::kF32, {rows, cols});
+}
+int head_dim(const RopeFixture& f) { return static_cast<int>(f.tq.shape[2]); }
+
 std::vector<RopeCase> rope_cases() {
   using R = RopeFixture;
   return {
+      {"rope_rotary_dim_odd", [](R& f) { f.rope.rotary_dim = 3; }, ErrorCode::kInvalidShape},
+      {"rope_rotary_dim_negative", [](R& f) { f.rope.rotary_dim = -2; }, ErrorCode::kInvalidShape},
+      {"rope_rotary_dim_above_head_dim", [](R& f) { f.rope.rotary_dim = head_dim(f) + 2; },
+       ErrorCode::kInvalidShape},
+      {"rope_llama31_low_nan",
+       [](R& f) {
+         f.rope.llama31 = Llama31Scaling{kNaN, 4.0f, 8192.0f};
+       },
+       ErrorCode::kInvalidScale},
+      {"rope_llama31_high_inf",
+       [](R& f) {
+         f.rope.llama31 = Llama31Scaling{1.0f, kInf, 8192.0f};
+       },
+       ErrorCode::kInvalidScale},
+      {"rope_llama31_high_equals_low",
+       [](R& f) {
+         f.rope.llama31 = Llama31Scaling{4.0f, 4.0f, 8192.0f};
+       },
+       ErrorCode::kInvalidScale},
+      {"rope_llama31_high_below_low",
+       [](R& f) {
+         f.rope.llama31 = Llama31Scaling{4.0f, 1.0f, 8192.0f};
+       },
+       ErrorCode::kInvalidScale},
+      {"rope_llama31_old_context_len_zero",
+       [](R& f) {
+         f.rope.llama31 = Llama31Scaling{1.0f, 4.0f, 0.0f};
+       },
+       ErrorCode::kInvalidScale},
+      {"rope_cache_rank_1",
+       [](R& f) {
+         f.rope.cos_sin_cache = rope_cache(200, head_dim(f));
+         f.rope.cos_sin_cache.rank = 1;
+       },
+       ErrorCode::kInvalidShape},
+      {"rope_cache_dtype_bf16",
+       [](R& f) {
+         f.rope.cos_sin_cache = rope_cache(200, head_dim(f));
+         f.rope.cos_sin_cache.dtype = DType::kBF16;
+       },
+       ErrorCode::kInvalidDType},
+      {"rope_cache_odd_columns",
+       [](R& f) { f.rope.cos_sin_cache = rope_cache(200, head_dim(f) - 1); },
+       ErrorCode::kInvalidShape},
+      {"rope_cache_wider_than_head_dim",
+       [](R& f) { f.rope.cos_sin_cache = rope_cache(200, head_dim(f) + 2); },
+       ErrorCode::kInvalidShape},
+      {"rope_cache_disagrees_with_rotary_dim",
+       [](R& f) {
+         f.rope.cos_sin_cache = rope_cache(200, head_dim(f));
+         f.rope.rotary_dim = 2;
+       },
+       ErrorCode::kInvalidShape},
+      // pos_ids holds 100: a cache of 100 rows ends one short.
+      {"rope_cache_position_past_last_row",
+       [](R& f) { f.rope.cos_sin_cache = rope_cache(100, head_dim(f)); }, ErrorCode::kOutOfBounds},
+      {"rope_cache_buffer_too_small",
+       [](R& f) {
+         f.rope.cos_sin_cache = rope_cache(200, head_dim(f));
+         f.rope.cos_sin_cache.buffer_bytes = 64;
+       },
+       ErrorCode::kOutOfBounds},
       {"rope_theta_nan", [](R& f) { f.rope.rope_theta = kNaN; }, ErrorCode::kInvalidScale},
       {"rope_scale_zero", [](R& f) { f.rope.rope_scale = 0.0f; }, ErrorCode::kInvalidScale},
       {"rope_theta_negative", [](R& f) { f.rope.rope_theta = -1e4f; }, ErrorCode::kInvalidScale},

@@ -4,6 +4,7 @@
 // outputs must be untouched afterwards (refused before any backend wrote).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -55,6 +56,9 @@ struct AttentionCase {
   bool args_only = true;
   MaskMode mask = MaskMode::kNone;
   bool packed_mask = false;
+  // A data tensor that planning a batch operation does not need (plan reads the index tensors
+  // only, as FlashInfer's plan does): plan accepts its absence, run refuses it.
+  bool plan_needs_no_data = false;
 };
 
 using F = AttentionFixture;
@@ -140,8 +144,10 @@ std::vector<AttentionCase> problem_cases() {
 
 std::vector<AttentionCase> tensor_cases() {
   return {
-      {"q_missing", kAll, [](F& f) { f.args.q = TensorView{}; }, ErrorCode::kInvalidArgument},
-      {"out_missing", kAll, [](F& f) { f.args.out = TensorView{}; }, ErrorCode::kInvalidArgument},
+      {"q_missing", kAll, [](F& f) { f.args.q = TensorView{}; }, ErrorCode::kInvalidArgument,
+       true, MaskMode::kNone, false, true},
+      {"out_missing", kAll, [](F& f) { f.args.out = TensorView{}; }, ErrorCode::kInvalidArgument,
+       true, MaskMode::kNone, false, true},
       {"q_wrong_rank", kAll, [](F& f) { add_unit_dim(&f.args.q); }, ErrorCode::kInvalidShape},
       {"out_wrong_rank", kAll, [](F& f) { add_unit_dim(&f.args.out); }, ErrorCode::kInvalidShape},
       {"keys_wrong_rank", kAll, [](F& f) { add_unit_dim(&keys(f)); }, ErrorCode::kInvalidShape},
@@ -173,7 +179,7 @@ std::vector<AttentionCase> tensor_cases() {
       {"values_head_dim_mismatch", kAll, [](F& f) { values(f).shape[values(f).rank - 1] = 4; },
        ErrorCode::kInvalidShape},
       {"lse_missing_with_return_lse", kAll, [](F& f) { f.args.lse = TensorView{}; },
-       ErrorCode::kInvalidArgument},
+       ErrorCode::kInvalidArgument, true, MaskMode::kNone, false, true},
       {"lse_given_without_return_lse", kAll, [](F& f) { f.problem.return_lse = false; },
        ErrorCode::kInvalidArgument, false},
       {"lse_dtype_bf16", kAll, [](F& f) { f.args.lse.dtype = DType::kBF16; },
@@ -412,8 +418,12 @@ TEST_P(AttentionBadInput, RefusedWithExactKind) {
     const PlanOptions opt = options_for(c, backend);
     Plan plan;
     Status planned = kvattn::plan(f.problem, f.args, opt, &plan);
-    EXPECT_EQ(planned.code(), c.code) << planned.to_string();
-    EXPECT_FALSE(planned.message().empty());
+    if (c.plan_needs_no_data && is_batch(op)) {
+      EXPECT_TRUE(planned.ok()) << planned.to_string();
+    } else {
+      EXPECT_EQ(planned.code(), c.code) << planned.to_string();
+      EXPECT_FALSE(planned.message().empty());
+    }
     Status ran = kvattn::run(f.problem, f.args, opt);
     EXPECT_EQ(ran.code(), c.code) << ran.to_string();
     if (c.args_only) {
@@ -481,6 +491,47 @@ INSTANTIATE_TEST_SUITE_P(Catalogue, AttentionBaseline, ::testing::ValuesIn(basel
                                   std::string(kv_layout_name(p.layout)) + "_" +
                                   std::string(mask_mode_name(p.mask)) + (p.packed ? "_packed" : "");
                          });
+
+}  // namespace
+}  // namespace kvattn::hardening
+
+namespace kvattn::hardening {
+namespace {
+
+// Planning a batch operation from its index tensors alone (FlashInfer's plan has no q, out or
+// cache): the plan runs on the full arguments to the same bits as one planned with them, and
+// page ids past the cache that run is given are still refused there.
+TEST(PlanFromIndexTensors, RunsLikeAFullPlanAndRunStillChecksThePageCount) {
+  for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged, Op::kBatchPrefillRagged}) {
+    for (const std::string& backend : backends_under_test()) {
+      SCOPED_TRACE(std::string(op_name(op)) + " on " + backend);
+      AttentionFixture full(op), index_only(op);
+      AttentionArgs plan_args = index_only.args;
+      plan_args.q = plan_args.out = plan_args.lse = plan_args.k = plan_args.v = TensorView{};
+      plan_args.paged_k_cache = plan_args.paged_v_cache = TensorView{};
+      PlanOptions opt;
+      opt.backend = backend;
+      Plan from_index, from_all;
+      ASSERT_TRUE(kvattn::plan(index_only.problem, plan_args, opt, &from_index).ok());
+      ASSERT_TRUE(kvattn::plan(full.problem, full.args, opt, &from_all).ok());
+      ASSERT_TRUE(kvattn::run(from_index, index_only.args).ok());
+      ASSERT_TRUE(kvattn::run(from_all, full.args).ok());
+      EXPECT_EQ(index_only.out, full.out);
+      EXPECT_EQ(index_only.lse, full.lse);
+      if (!is_paged(op)) continue;
+      // The same page table over a cache with fewer pages than its largest page id.
+      AttentionFixture small(op);
+      const int64_t max_page =
+          *std::max_element(small.kv_indices.begin(), small.kv_indices.end());
+      for (TensorView* cache : {&small.args.paged_k_cache, &small.args.paged_v_cache}) {
+        cache->shape[0] = max_page;
+      }
+      Status ran = kvattn::run(from_index, small.args);
+      EXPECT_EQ(ran.code(), ErrorCode::kInvalidPageTable) << ran.to_string();
+      EXPECT_TRUE(all_equal(small.out, 0.0f));
+    }
+  }
+}
 
 }  // namespace
 }  // namespace kvattn::hardening

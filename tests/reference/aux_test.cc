@@ -290,5 +290,95 @@ TEST(ReferenceApplyRope, ApplyThenAttendEqualsFusedRope) {
     EXPECT_NEAR(unfused.lse[i], fused.lse[i], 1e-5);
 }
 
+TEST(ReferenceApplyRope, RotaryDimBelowHeadDimPassesTheRestThrough) {
+  // D = 6, rotary_dim = 4 at position 3, theta 100: pair 0 at angle 3, pair 1 at 3 * 100^(-1/2).
+  for (bool interleave : {false, true}) {
+    SCOPED_TRACE(interleave ? "interleaved" : "halves");
+    std::vector<float> q = {1, 0, 0, 2, 7, 8}, q_out(6, NAN);
+    std::vector<int32_t> pos = {3};
+    RopeParams rope;
+    rope.rope_theta = 100.0f;
+    rope.rotary_dim = 4;
+    rope.interleave = interleave;
+    ASSERT_TRUE(apply_rope(f32_view(q, {1, 1, 6}), TensorView{}, f32_view(q_out, {1, 1, 6}),
+                           TensorView{}, TensorView::contiguous(pos.data(), DType::kI32, {1}), rope,
+                           reference_options())
+                    .ok());
+    // Halves: pairs (x0, x2) = (1, 0) and (x1, x3) = (0, 2). Interleaved: (x0, x1) = (1, 0) and
+    // (x2, x3) = (0, 2).
+    const int a0 = 0, b0 = interleave ? 1 : 2, a1 = interleave ? 2 : 1, b1 = 3;
+    EXPECT_NEAR(q_out[a0], std::cos(3.0), 1e-6);
+    EXPECT_NEAR(q_out[b0], std::sin(3.0), 1e-6);
+    EXPECT_NEAR(q_out[a1], -2 * std::sin(0.3), 1e-6);
+    EXPECT_NEAR(q_out[b1], 2 * std::cos(0.3), 1e-6);
+    EXPECT_EQ(q_out[4], 7.0f);
+    EXPECT_EQ(q_out[5], 8.0f);
+  }
+}
+
+TEST(ReferenceApplyRope, Llama31ScalesEachWavelengthRegime) {
+  // D = 6, theta 1000: f = 1, 0.1, 0.01, wavelengths 6.3, 63, 628. old_context_len 100 with
+  // factors 1 and 4 puts the cut-offs at 100 / 4 = 25 and 100 / 1 = 100: pair 0 keeps its
+  // frequency, pair 2 is divided by rope_scale, pair 1 is blended; the position is not scaled.
+  std::vector<float> k = {1, 1, 1, 0, 0, 0}, k_out(6, NAN);
+  std::vector<int32_t> pos = {5};
+  RopeParams rope;
+  rope.rope_theta = 1000.0f;
+  rope.rope_scale = 8.0f;
+  rope.llama31 = Llama31Scaling{1.0f, 4.0f, 100.0f};
+  ASSERT_TRUE(
+      apply_rope(TensorView{}, f32_view(k, {1, 1, 6}), TensorView{}, f32_view(k_out, {1, 1, 6}),
+                 TensorView::contiguous(pos.data(), DType::kI32, {1}), rope, reference_options())
+          .ok());
+  const double pi = 3.14159265358979323846;
+  const double smooth = (100.0 / (2 * pi / 0.1) - 1.0) / (4.0 - 1.0);  // 0.197
+  const double angle[3] = {5 * 1.0, 5 * ((1 - smooth) * 0.1 / 8 + smooth * 0.1), 5 * 0.01 / 8};
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_NEAR(k_out[t], std::cos(angle[t]), 1e-6) << t;
+    EXPECT_NEAR(k_out[t + 3], std::sin(angle[t]), 1e-6) << t;
+  }
+}
+
+TEST(ReferenceApplyRope, CosSinCacheEqualsTheComputedRotation) {
+  // A cache filled with the angles (p / scale) * theta^(-2t/R), R = 6 < D = 8, gives the
+  // computed rotation; theta and scale are then ignored (set to other values for the cached run).
+  const int64_t nnz = 3, heads = 2, dim = 8, rot = 6, max_pos = 10;
+  std::vector<float> cache(max_pos * rot);
+  for (int64_t p = 0; p < max_pos; ++p) {
+    for (int64_t t = 0; t < rot / 2; ++t) {
+      const double angle = (p / 2.0) * std::pow(500.0, -2.0 * t / rot);
+      cache[p * rot + t] = static_cast<float>(std::cos(angle));
+      cache[p * rot + rot / 2 + t] = static_cast<float>(std::sin(angle));
+    }
+  }
+  std::vector<int32_t> pos = {9, 0, 4};
+  for (bool interleave : {false, true}) {
+    SCOPED_TRACE(interleave ? "interleaved" : "halves");
+    std::vector<float> q(nnz * heads * dim);
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = std::sin(1.7 * i + 0.3);
+    std::vector<float> computed(q.size(), NAN), cached(q.size(), NAN);
+    RopeParams rope;
+    rope.rope_theta = 500.0f;
+    rope.rope_scale = 2.0f;
+    rope.rotary_dim = rot;
+    rope.interleave = interleave;
+    const TensorView pv = TensorView::contiguous(pos.data(), DType::kI32, {nnz});
+    ASSERT_TRUE(apply_rope(f32_view(q, {nnz, heads, dim}), TensorView{},
+                           f32_view(computed, {nnz, heads, dim}), TensorView{}, pv, rope,
+                           reference_options())
+                    .ok());
+    RopeParams by_cache;
+    by_cache.rope_theta = 3.0f;
+    by_cache.interleave = interleave;
+    by_cache.cos_sin_cache = f32_view(cache, {max_pos, rot});
+    ASSERT_TRUE(apply_rope(f32_view(q, {nnz, heads, dim}), TensorView{},
+                           f32_view(cached, {nnz, heads, dim}), TensorView{}, pv, by_cache,
+                           reference_options())
+                    .ok());
+    for (std::size_t i = 0; i < q.size(); ++i) EXPECT_NEAR(cached[i], computed[i], 1e-6) << i;
+    EXPECT_NE(computed, q);
+  }
+}
+
 }  // namespace
 }  // namespace kvattn::reftest

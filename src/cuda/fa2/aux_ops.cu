@@ -103,22 +103,51 @@ __global__ void append_kernel(const void* src, DType src_dtype, cuda::Strides4 s
                   cache_strides.offset(page_slot[2 * i], page_slot[2 * i + 1], h, d), x);
 }
 
-// One thread per (token, head, rotation pair): reads both elements before writing, so out may
-// be in itself.
+// What selects the angle of rotation pair t: a cos/sin cache row per position, or
+// theta^(-2t/R) with the position scaled, or with Llama 3.1's per-frequency blend (FlashInfer's
+// smooth_a / smooth_b form: weight = clamp(f * smooth_a + smooth_b, 0, 1) keeps f, 1 - weight
+// divides it by rope_scale).
+struct RopeAngles {
+  float theta, scale;
+  bool llama31;
+  float smooth_a, smooth_b;
+  const float* cache;  // null: computed
+  int64_t cache_row_stride, cache_col_stride;
+};
+
+// One thread per (token, head, rotation pair) and per pass-through element [R, D): reads both
+// elements of its pair before writing, so out may be in itself.
 __global__ void rope_kernel(const void* in, DType in_dtype, cuda::Strides4 in_strides, void* out,
                             DType out_dtype, cuda::Strides4 out_strides, int64_t nnz, int64_t heads,
-                            int dim, const int32_t* pos_ids, float theta, float scale,
+                            int dim, int rotary_dim, const int32_t* pos_ids, RopeAngles a,
                             bool interleave) {
-  const int half = dim / 2;
+  const int half = rotary_dim / 2;
+  const int per_head = half + (dim - rotary_dim);
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= nnz * heads * half) return;
-  const int t = int(idx % half);
-  const int64_t h = (idx / half) % heads, i = idx / (int64_t(half) * heads);
-  const math::RopePair e = math::rope_pair(t, dim, interleave);
+  if (idx >= nnz * heads * per_head) return;
+  const int t = int(idx % per_head);
+  const int64_t h = (idx / per_head) % heads, i = idx / (int64_t(per_head) * heads);
+  if (t >= half) {
+    const int d = rotary_dim + (t - half);
+    cuda::store_f32(out, out_dtype, out_strides.at(i, h, d),
+                    cuda::load_f32(in, in_dtype, in_strides.at(i, h, d)));
+    return;
+  }
+  const math::RopePair e = math::rope_pair(t, rotary_dim, interleave);
   const float x1 = cuda::load_f32(in, in_dtype, in_strides.at(i, h, e.first));
   const float x2 = cuda::load_f32(in, in_dtype, in_strides.at(i, h, e.second));
-  const math::Rotated r =
-      math::rope_rotate(x1, x2, math::rope_angle(pos_ids[i], t, dim, theta, scale));
+  math::Rotated r;
+  if (a.cache != nullptr) {
+    const float* row = a.cache + int64_t(pos_ids[i]) * a.cache_row_stride;
+    const float c = row[t * a.cache_col_stride], s = row[(half + t) * a.cache_col_stride];
+    r = math::Rotated{x1 * c - x2 * s, x2 * c + x1 * s};
+  } else if (a.llama31) {
+    const float f = powf(a.theta, -2.0f * float(t) / float(rotary_dim));
+    const float w = fminf(fmaxf(f * a.smooth_a + a.smooth_b, 0.0f), 1.0f);
+    r = math::rope_rotate(x1, x2, float(pos_ids[i]) * ((1.0f - w) * (f / a.scale) + w * f));
+  } else {
+    r = math::rope_rotate(x1, x2, math::rope_angle(pos_ids[i], t, rotary_dim, a.theta, a.scale));
+  }
   cuda::store_f32(out, out_dtype, out_strides.at(i, h, e.first), r.first);
   cuda::store_f32(out, out_dtype, out_strides.at(i, h, e.second), r.second);
 }
@@ -218,18 +247,42 @@ Status run_apply_rope(const TensorView& q, const TensorView& k, const TensorView
                       int device_index) {
   KVATTN_RETURN_IF_ERROR(expect_device({&q, &k, &q_out, &k_out}));
   KVATTN_RETURN_IF_ERROR(expect_host(pos_ids, "pos_ids"));
+  const TensorView& cache = rope.cos_sin_cache;
+  if (!cache.empty()) KVATTN_RETURN_IF_ERROR(expect_device({&cache}));
   KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(device_index)));
   cuda::DeviceBuffer positions;
   KVATTN_RETURN_IF_ERROR(positions.upload(read_i32(pos_ids)));
+  RopeAngles angles{rope.rope_theta,
+                    rope.rope_scale,
+                    rope.llama31.has_value(),
+                    0.0f,
+                    0.0f,
+                    static_cast<const float*>(cache.data),
+                    0,
+                    0};
+  if (rope.llama31) {
+    const Llama31Scaling& l = *rope.llama31;
+    constexpr float two_pi = 6.28318530717958647692f;
+    angles.smooth_a =
+        l.old_context_len / (two_pi * l.high_freq_factor - two_pi * l.low_freq_factor);
+    angles.smooth_b = -1.0f / (l.high_freq_factor / l.low_freq_factor - 1.0f);
+  }
+  if (!cache.empty()) {
+    angles.cache_row_stride = cache.strides[0];
+    angles.cache_col_stride = cache.strides[1];
+  }
   const auto rotate = [&](const TensorView& in, const TensorView& out) {
     if (in.empty() || out.empty()) return Status::Ok();
     const int64_t nnz = in.shape[0], heads = in.shape[1];
     const int dim = int(in.shape[2]);
-    const int64_t n = nnz * heads * (dim / 2);
+    const int rotary_dim = !cache.empty()         ? int(cache.shape[1])
+                           : rope.rotary_dim == 0 ? dim
+                                                  : rope.rotary_dim;
+    const int64_t n = nnz * heads * (rotary_dim / 2 + (dim - rotary_dim));
     if (n == 0) return Status::Ok();
-    rope_kernel<<<blocks_for(n), kThreads>>>(
-        in.data, in.dtype, strides_of(in), out.data, out.dtype, strides_of(out), nnz, heads, dim,
-        positions.as<int32_t>(), rope.rope_theta, rope.rope_scale, rope.interleave);
+    rope_kernel<<<blocks_for(n), kThreads>>>(in.data, in.dtype, strides_of(in), out.data, out.dtype,
+                                             strides_of(out), nnz, heads, dim, rotary_dim,
+                                             positions.as<int32_t>(), angles, rope.interleave);
     return launched("fa2 apply_rope kernel");
   };
   KVATTN_RETURN_IF_ERROR(rotate(q, q_out));

@@ -155,34 +155,50 @@ TEST_F(Fa2GpuAux, AppendPagedKVCacheQuantizesLikeTheReference) {
 }
 
 TEST_F(Fa2GpuAux, ApplyRopeInPlaceAndOutOfPlace) {
-  const int64_t nnz = 29, Hq = 8, Hk = 2, D = 128;
-  for (bool interleave : {false, true}) {
-    auto q = random_buffer(DType::kBF16, nnz * Hq * D, 1.0f, 5);
-    auto k = random_buffer(DType::kBF16, nnz * Hk * D, 1.0f, 6);
-    std::vector<int32_t> pos(static_cast<size_t>(nnz));
-    for (int64_t i = 0; i < nnz; ++i) pos[size_t(i)] = int32_t(i * 37 % 1000);
-    RopeParams rope;
-    rope.interleave = interleave;
-    rope.rope_theta = 5e5f;
-    TensorView qv = TensorView::contiguous(q.data(), DType::kBF16, {nnz, Hq, D});
-    TensorView kv = TensorView::contiguous(k.data(), DType::kBF16, {nnz, Hk, D});
-    TensorView pv = TensorView::contiguous(pos.data(), DType::kI32, {nnz});
-    std::vector<std::byte> q_ref(q.size()), k_ref(k.size()), q_gpu(q.size()), k_gpu(k);
-    TensorView qr = TensorView::contiguous(q_ref.data(), DType::kBF16, {nnz, Hq, D});
-    TensorView kr = TensorView::contiguous(k_ref.data(), DType::kBF16, {nnz, Hk, D});
-    ASSERT_TRUE(apply_rope(qv, kv, qr, kr, pv, rope, ref_).ok());
-    DeviceMirror m;
-    TensorView qg = m.to_device(TensorView::contiguous(q_gpu.data(), DType::kBF16, {nnz, Hq, D}));
-    TensorView kg = m.to_device(TensorView::contiguous(k_gpu.data(), DType::kBF16, {nnz, Hk, D}));
-    // q out of place, k in place.
-    Status st = apply_rope(m.to_device(qv), kg, qg, kg, pv, rope, fa2_);
-    ASSERT_TRUE(st.ok()) << st.message();
-    m.to_host(qg, TensorView::contiguous(q_gpu.data(), DType::kBF16, {nnz, Hq, D}));
-    m.to_host(kg, TensorView::contiguous(k_gpu.data(), DType::kBF16, {nnz, Hk, D}));
-    // f32 angles for positions up to 1000: a few ulps of the angle, then one bf16 rounding.
-    expect_close(q_gpu, q_ref, DType::kBF16, nnz * Hq * D, 1.0 / 64, 1e-3, "q");
-    expect_close(k_gpu, k_ref, DType::kBF16, nnz * Hk * D, 1.0 / 64, 1e-3, "k");
-  }
+  const int64_t nnz = 29, Hq = 8, Hk = 2, D = 128, max_pos = 1000, cache_dim = 96;
+  std::vector<float> cache(size_t(max_pos * cache_dim));
+  for (size_t i = 0; i < cache.size(); ++i) cache[i] = float(std::sin(0.37 * double(i)));
+  // 0: whole head; 1: rotary_dim 64; 2: Llama 3.1 scaling; 3: a cos/sin cache of rotary dim 96.
+  for (int variant = 0; variant < 4; ++variant)
+    for (bool interleave : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "variant " << variant << " interleave " << interleave);
+      auto q = random_buffer(DType::kBF16, nnz * Hq * D, 1.0f, 5);
+      auto k = random_buffer(DType::kBF16, nnz * Hk * D, 1.0f, 6);
+      std::vector<int32_t> pos(static_cast<size_t>(nnz));
+      for (int64_t i = 0; i < nnz; ++i) pos[size_t(i)] = int32_t(i * 37 % 1000);
+      RopeParams rope;
+      rope.interleave = interleave;
+      rope.rope_theta = 5e5f;
+      if (variant == 1) rope.rotary_dim = 64;
+      if (variant == 2) {
+        rope.rope_scale = 8.0f;
+        rope.llama31 = Llama31Scaling{};
+      }
+      if (variant == 3) {
+        rope.cos_sin_cache =
+            TensorView::contiguous(cache.data(), DType::kF32, {max_pos, cache_dim});
+      }
+      TensorView qv = TensorView::contiguous(q.data(), DType::kBF16, {nnz, Hq, D});
+      TensorView kv = TensorView::contiguous(k.data(), DType::kBF16, {nnz, Hk, D});
+      TensorView pv = TensorView::contiguous(pos.data(), DType::kI32, {nnz});
+      std::vector<std::byte> q_ref(q.size()), k_ref(k.size()), q_gpu(q.size()), k_gpu(k);
+      TensorView qr = TensorView::contiguous(q_ref.data(), DType::kBF16, {nnz, Hq, D});
+      TensorView kr = TensorView::contiguous(k_ref.data(), DType::kBF16, {nnz, Hk, D});
+      ASSERT_TRUE(apply_rope(qv, kv, qr, kr, pv, rope, ref_).ok());
+      DeviceMirror m;
+      TensorView qg = m.to_device(TensorView::contiguous(q_gpu.data(), DType::kBF16, {nnz, Hq, D}));
+      TensorView kg = m.to_device(TensorView::contiguous(k_gpu.data(), DType::kBF16, {nnz, Hk, D}));
+      // q out of place, k in place.
+      RopeParams rope_gpu = rope;
+      if (variant == 3) rope_gpu.cos_sin_cache = m.to_device(rope.cos_sin_cache);
+      Status st = apply_rope(m.to_device(qv), kg, qg, kg, pv, rope_gpu, fa2_);
+      ASSERT_TRUE(st.ok()) << st.message();
+      m.to_host(qg, TensorView::contiguous(q_gpu.data(), DType::kBF16, {nnz, Hq, D}));
+      m.to_host(kg, TensorView::contiguous(k_gpu.data(), DType::kBF16, {nnz, Hk, D}));
+      // f32 angles for positions up to 1000: a few ulps of the angle, then one bf16 rounding.
+      expect_close(q_gpu, q_ref, DType::kBF16, nnz * Hq * D, 1.0 / 64, 1e-3, "q");
+      expect_close(k_gpu, k_ref, DType::kBF16, nnz * Hk * D, 1.0 / 64, 1e-3, "k");
+    }
 }
 
 }  // namespace

@@ -1,0 +1,71 @@
+"""The paged KV cache: appending K/V (quantizing to FP8 when the cache is FP8) and the index
+helpers. FlashInfer's names and conventions (flashinfer.page)."""
+
+from __future__ import annotations
+
+from typing import Any, Tuple, Union
+
+import numpy as np
+
+from . import _kvattn
+from ._attention import check_kv_layout
+from ._errors import InvalidArgumentError
+from ._tensors import device_of, numpy_like, split_paged_kv_cache, tensor_dtype_name, to_numpy
+
+
+
+
+def get_seq_lens(kv_indptr: Any, kv_last_page_len: Any, page_size: int) -> Any:
+    """KV length of each request of a page table: (pages - 1) * page_size + last_page_len, 0
+    for a request without pages."""
+    indptr = to_numpy(kv_indptr).astype(np.int64)
+    last = to_numpy(kv_last_page_len).astype(np.int64)
+    pages = indptr[1:] - indptr[:-1]
+    lens = np.where(pages > 0, (pages - 1) * page_size + last, 0).astype(np.int32)
+    return numpy_like(kv_indptr, lens)
+
+
+def get_batch_indices_positions(append_indptr: Any, seq_lens: Any, nnz: int,
+                                batch_indices: Any = None, positions: Any = None
+                                ) -> Tuple[Any, Any]:
+    """For appending nnz tokens (append_indptr [B+1]) to requests whose lengths after the
+    append are seq_lens [B]: each token's request and position (int32 [nnz] each)."""
+    indptr = to_numpy(append_indptr).astype(np.int64)
+    lens = to_numpy(seq_lens).astype(np.int64)
+    if indptr.ndim != 1 or len(indptr) != len(lens) + 1:
+        raise InvalidArgumentError(
+            f"append_indptr: {len(indptr)} entries, seq_lens: {len(lens)}: expected B+1 and B")
+    counts = indptr[1:] - indptr[:-1]
+    if np.any(counts < 0) or np.any(counts > lens):
+        raise InvalidArgumentError(
+            "append_indptr must be non-decreasing and append at most seq_lens[b] tokens")
+    b = np.repeat(np.arange(len(lens), dtype=np.int64), counts)
+    within = np.arange(int(indptr[-1]), dtype=np.int64) - indptr[:-1][b] if len(b) else b
+    pos = lens[b] - counts[b] + within
+    out_b = np.zeros(nnz, dtype=np.int32)
+    out_p = np.zeros(nnz, dtype=np.int32)
+    out_b[:len(b)] = b[:nnz]
+    out_p[:len(pos)] = pos[:nnz]
+    if batch_indices is not None and positions is not None:
+        batch_indices[...] = numpy_like(append_indptr, out_b)
+        positions[...] = numpy_like(append_indptr, out_p)
+        return batch_indices, positions
+    return numpy_like(append_indptr, out_b), numpy_like(append_indptr, out_p)
+
+
+def append_paged_kv_cache(append_key: Any, append_value: Any, batch_indices: Any,
+                          positions: Any, paged_kv_cache: Union[Any, Tuple[Any, Any]],
+                          kv_indices: Any, kv_indptr: Any, kv_last_page_len: Any,
+                          kv_layout: str = "NHD", *, k_scale: float = 1.0,
+                          v_scale: float = 1.0) -> None:
+    """Writes append_key/value [nnz, H_kv, D] into the paged cache at (batch_indices[i],
+    positions[i]), converting to the cache's dtype. An FP8 cache is quantized (round to
+    nearest even, saturating): stored = value / scale; kvattn adds k_scale / v_scale (keywords,
+    default 1, FlashInfer's plain cast)."""
+    check_kv_layout(kv_layout)
+    k_cache, v_cache = split_paged_kv_cache(paged_kv_cache, kv_layout)
+    cache_dtype = tensor_dtype_name(k_cache) or ""
+    _kvattn.append_paged_kv_cache(append_key, append_value, batch_indices, positions, k_cache,
+                                  v_cache, kv_indices, kv_indptr, kv_last_page_len, kv_layout,
+                                  cache_dtype, float(k_scale), float(v_scale), "auto",
+                                  device_of(k_cache), 0)

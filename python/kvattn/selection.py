@@ -1,0 +1,47 @@
+"""Which backend runs a problem, and why: every backend's verdict (the JSON of `kvattn
+explain`), the backend auto would pick, and this machine's devices."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List
+
+from . import _kvattn
+from ._attention import problem_fields
+from ._tensors import dtype_name
+
+_DTYPE_KEYS = ("q_data_type", "kv_data_type", "o_data_type")
+
+
+def _fields(op: str, problem: Dict[str, Any]) -> Dict[str, str]:
+    values = dict(problem)
+    for key in _DTYPE_KEYS:
+        if values.get(key) is not None:
+            values[key] = dtype_name(values[key], key)
+    if values.get("sm_scale") is not None:
+        values["sm_scale"] = float(values["sm_scale"])
+    return problem_fields(op=op, **values)
+
+
+def explain(op: str, *, device: str = "cpu", **problem: Any) -> Dict[str, Any]:
+    """Every backend's verdict on a problem: {"device", "selected", "verdicts": [{"backend",
+    "supported", "reason", "available", "availability"}]}. `op` and the keywords are the
+    command line's names in snake case (num_qo_heads, head_dim_qk, causal, q_data_type, ...);
+    dtypes as in `plan`; device "cpu" or a described GPU such as "cuda:sm90"."""
+    return json.loads(_kvattn.explain(_fields(op, problem), device))
+
+
+def select_backend(op: str, *, device: str = "cpu", backend: str = "auto",
+                   **problem: Any) -> str:
+    """The backend that would run the problem (raises NotSupportedError / UnavailableError with
+    the reason when `backend` cannot)."""
+    return _kvattn.select_backend(_fields(op, problem), device, backend)
+
+
+def backend_names() -> List[str]:
+    return list(_kvattn.backend_names())
+
+
+def devices() -> Dict[str, Any]:
+    """This machine's CPU ISA and threads, and its CUDA devices (or why there are none)."""
+    return dict(_kvattn.devices())

@@ -1,0 +1,641 @@
+// The extension module kvattn._kvattn: the C++ API reached from Python, nothing more. Python
+// holds argument handling and conventions; validation, selection and kernels stay in C++, so there
+// is one set of rules and one set of messages (STYLE.md, "Python: a thin, familiar layer").
+//
+// Tensors arrive as DLPack arrays (torch, numpy, anything with __dlpack__) and are read where they
+// lie: a TensorView is made of the array's pointer, shape and strides. The GIL is released while
+// kernels run.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kvattn/kvattn.h"
+#include "tools/problem_fields.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace kvattn::python {
+namespace {
+
+using Array = nb::ndarray<nb::ro>;
+
+// Python exception classes by error-code name, registered by kvattn/_errors.py at import.
+nb::dict& error_classes() {
+  static nb::dict* classes = new nb::dict();  // never destroyed: outlives the interpreter's exit
+  return *classes;
+}
+
+[[noreturn]] void raise(const Status& status) {
+  std::string name(error_code_name(status.code()));
+  nb::handle cls = PyExc_RuntimeError;
+  if (error_classes().contains(name.c_str())) cls = error_classes()[name.c_str()];
+  PyErr_SetString(cls.ptr(), status.message().c_str());
+  throw nb::python_error();
+}
+
+void check(const Status& status) {
+  if (!status.ok()) raise(status);
+}
+
+[[noreturn]] void raise_invalid(const std::string& message) {
+  raise(Status(ErrorCode::kInvalidArgument, message));
+}
+
+// DLPack type codes for the fp8 formats (DLPack >= 1.0).
+constexpr uint8_t kDLFloat8E4M3FN = 10;
+constexpr uint8_t kDLFloat8E5M2 = 12;
+
+// The kvattn dtype of a DLPack array. Frameworks without fp8 or bf16 (numpy) pass the bytes as
+// uint8 / uint16 and name the real dtype in `expected`: a storage-compatible array takes it.
+std::optional<DType> array_dtype(const Array& a, std::optional<DType> expected) {
+  const nb::dlpack::dtype t = a.dtype();
+  if (t.lanes != 1) return std::nullopt;
+  const auto code = static_cast<uint8_t>(t.code);
+  using Code = nb::dlpack::dtype_code;
+  if (code == static_cast<uint8_t>(Code::Float) && t.bits == 32) return DType::kF32;
+  if (code == static_cast<uint8_t>(Code::Float) && t.bits == 16) return DType::kF16;
+  if (code == static_cast<uint8_t>(Code::Bfloat) && t.bits == 16) return DType::kBF16;
+  if (code == kDLFloat8E4M3FN && t.bits == 8) return DType::kE4M3;
+  if (code == kDLFloat8E5M2 && t.bits == 8) return DType::kE5M2;
+  if (code == static_cast<uint8_t>(Code::Int) && t.bits == 32) return DType::kI32;
+  const bool integer =
+      code == static_cast<uint8_t>(Code::UInt) || code == static_cast<uint8_t>(Code::Int);
+  if (integer && t.bits == 8) {
+    if (expected && is_fp8(*expected)) return expected;
+    if (code == static_cast<uint8_t>(Code::UInt)) return DType::kU8;
+  }
+  if (integer && t.bits == 16 && expected && is_16bit_float(*expected)) return expected;
+  if (code == static_cast<uint8_t>(Code::Bool) && t.bits == 8) return DType::kU8;
+  return std::nullopt;
+}
+
+std::string describe_dtype(const Array& a) {
+  const nb::dlpack::dtype t = a.dtype();
+  return "DLPack type code " + std::to_string(static_cast<int>(t.code)) + ", " +
+         std::to_string(t.bits) + " bits";
+}
+
+// A view of `a` as it lies in memory. `name` is the argument, for messages.
+TensorView to_view(const Array& a, std::string_view name, std::optional<DType> expected = {}) {
+  std::optional<DType> dtype = array_dtype(a, expected);
+  if (!dtype) {
+    raise(Status(ErrorCode::kInvalidDType, std::string(name) + ": " + describe_dtype(a) +
+                                               " is not a type kvattn reads (float32, float16, "
+                                               "bfloat16, float8_e4m3fn, float8_e5m2, int32, "
+                                               "uint8)"));
+  }
+  if (a.ndim() > static_cast<size_t>(kMaxRank)) {
+    raise(Status(ErrorCode::kInvalidShape, std::string(name) + ": rank " +
+                                               std::to_string(a.ndim()) + " exceeds " +
+                                               std::to_string(kMaxRank)));
+  }
+  int64_t shape[kMaxRank], strides[kMaxRank];
+  const int rank = static_cast<int>(a.ndim());
+  for (int i = 0; i < rank; ++i) {
+    shape[i] = static_cast<int64_t>(a.shape(i));
+    strides[i] = static_cast<int64_t>(a.stride(i));
+    if (strides[i] < 0) {
+      raise(Status(ErrorCode::kOutOfBounds, std::string(name) + ": stride " +
+                                                std::to_string(strides[i]) + " of dim " +
+                                                std::to_string(i) +
+                                                " is negative (kvattn reads strides >= 0)"));
+    }
+  }
+  TensorView v = TensorView::strided(const_cast<void*>(a.data()), *dtype, shape, strides, rank);
+  const int device_type = a.device_type();
+  if (device_type == nb::device::cuda::value) {
+    v.memory = MemoryKind::kCuda;
+    v.device_index = a.device_id();
+  } else if (device_type != nb::device::cpu::value &&
+             device_type != nb::device::cuda_host::value) {
+    raise(Status(ErrorCode::kInvalidArgument,
+                 std::string(name) + ": DLPack device type " + std::to_string(device_type) +
+                     " is not one kvattn runs on (CPU, CUDA, CUDA host)"));
+  }
+  return v;
+}
+
+// torch tensors, read by their own metadata: pointer, shape, strides, dtype and device, the fields
+// DLPack would carry, without __dlpack__'s cost (~3.5 us a tensor in torch 2.15, which alone
+// would break the per-call overhead budget). Everything else goes through DLPack.
+struct TorchTypes {
+  nb::handle tensor, strided;
+  std::vector<std::pair<nb::handle, DType>> dtypes;
+  nb::handle uint8, int32, int16, boolean;
+};
+
+// torch's types once torch is imported (numpy-only callers never import it); under the GIL.
+const TorchTypes* torch_types() {
+  static TorchTypes* types = nullptr;
+  if (types) return types;
+  types = [] () -> TorchTypes* {
+    nb::module_ sys = nb::module_::import_("sys");
+    nb::dict modules = nb::borrow<nb::dict>(sys.attr("modules"));
+    if (!modules.contains("torch")) return nullptr;
+    nb::object torch = modules["torch"];
+    auto* t = new TorchTypes();  // never destroyed: torch outlives every call
+    t->tensor = nb::object(torch.attr("Tensor")).release();
+    t->strided = nb::object(torch.attr("strided")).release();
+    const std::pair<const char*, DType> names[] = {{"float32", DType::kF32},
+                                                   {"float16", DType::kF16},
+                                                   {"bfloat16", DType::kBF16},
+                                                   {"float8_e4m3fn", DType::kE4M3},
+                                                   {"float8_e5m2", DType::kE5M2}};
+    for (const auto& [name, dtype] : names) {
+      if (nb::hasattr(torch, name)) t->dtypes.emplace_back(nb::object(torch.attr(name)).release(), dtype);
+    }
+    t->uint8 = nb::object(torch.attr("uint8")).release();
+    t->int32 = nb::object(torch.attr("int32")).release();
+    t->int16 = nb::object(torch.attr("int16")).release();
+    t->boolean = nb::object(torch.attr("bool")).release();
+    return t;
+  }();
+  return types;
+}
+
+std::optional<TensorView> torch_view(nb::handle obj, std::string_view name,
+                                     std::optional<DType> expected) {
+  const TorchTypes* t = torch_types();
+  if (!t || !PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(t->tensor.ptr()))) {
+    return std::nullopt;
+  }
+  if (!obj.attr("layout").is(t->strided)) return std::nullopt;  // sparse: DLPack says why
+  nb::handle dt = obj.attr("dtype");
+  std::optional<DType> dtype;
+  for (const auto& [h, d] : t->dtypes) {
+    if (dt.is(h)) dtype = d;
+  }
+  if (dt.is(t->int32)) dtype = DType::kI32;
+  if (dt.is(t->uint8) || dt.is(t->boolean)) {
+    dtype = expected && is_fp8(*expected) && dt.is(t->uint8) ? *expected : DType::kU8;
+  }
+  if (dt.is(t->int16) && expected && is_16bit_float(*expected)) dtype = expected;
+  if (!dtype) return std::nullopt;  // DLPack's path names the type in its error
+  nb::tuple shape = nb::borrow<nb::tuple>(obj.attr("shape"));
+  nb::tuple stride = nb::borrow<nb::tuple>(obj.attr("stride")());
+  const int rank = static_cast<int>(shape.size());
+  if (rank > kMaxRank) {
+    raise(Status(ErrorCode::kInvalidShape, std::string(name) + ": rank " + std::to_string(rank) +
+                                               " exceeds " + std::to_string(kMaxRank)));
+  }
+  int64_t sh[kMaxRank], st[kMaxRank];
+  for (int i = 0; i < rank; ++i) {
+    sh[i] = nb::cast<int64_t>(shape[i]);
+    st[i] = nb::cast<int64_t>(stride[i]);
+  }
+  const auto ptr = nb::cast<uintptr_t>(obj.attr("data_ptr")());
+  TensorView v = TensorView::strided(reinterpret_cast<void*>(ptr), *dtype, sh, st, rank);
+  const int device = nb::cast<int>(obj.attr("get_device")());  // -1: CPU
+  if (device >= 0) {
+    v.memory = MemoryKind::kCuda;
+    v.device_index = device;
+  }
+  return v;
+}
+
+// Any tensor argument: torch by its metadata, anything else through DLPack.
+TensorView object_view(nb::handle obj, std::string_view name, std::optional<DType> expected) {
+  if (std::optional<TensorView> v = torch_view(obj, name, expected)) return *v;
+  Array a;
+  if (!nb::try_cast(obj, a)) {
+    raise_invalid(std::string(name) + ": expected a tensor or array (DLPack), got " +
+                  nb::cast<std::string>(nb::str(obj.type())));
+  }
+  return to_view(a, name, expected);
+}
+
+TensorView optional_view(const std::optional<Array>& a, std::string_view name,
+                         std::optional<DType> expected = {}) {
+  return a ? to_view(*a, name, expected) : TensorView{};
+}
+
+Device parse_device(const std::string& text) {
+  std::string why;
+  std::optional<Device> d = Device::parse(text, &why);
+  if (!d) raise(Status(ErrorCode::kInvalidArgument, "device '" + text + "': " + why));
+  return *d;
+}
+
+// A problem from the command line's fields (snake case keys, values as on the command line):
+// the same table as `kvattn run` and the case files, so names and rules cannot drift.
+Problem problem_from_fields(const nb::dict& fields) {
+  tools::ProblemDraft draft;
+  for (auto [key, value] : fields) {
+    const std::string k = nb::cast<std::string>(key);
+    const std::string v = nb::cast<std::string>(value);
+    const tools::ProblemField* field = tools::find_problem_field(k);
+    if (!field) raise_invalid("unknown problem parameter '" + k + "'");
+    std::string why;
+    if (!field->set(v, &draft, &why)) {
+      raise_invalid(k + " = " + v + ": " + why);
+    }
+  }
+  Problem problem;
+  check(tools::finish_problem(draft, &problem));
+  return problem;
+}
+
+nb::dict problem_to_dict(const Problem& problem) {
+  nb::dict out;
+  for (const auto& [key, value] : tools::problem_to_fields(problem)) out[key.c_str()] = value;
+  return out;
+}
+
+// The AttentionArgs fields by the names Python uses for them, with the dtype each expects.
+enum class Expect { kNone, kQ, kKV, kO };
+struct ArgField {
+  const char* name;
+  TensorView AttentionArgs::*member;
+  Expect expect;
+};
+constexpr ArgField kArgFields[] = {
+    {"q", &AttentionArgs::q, Expect::kQ},
+    {"k", &AttentionArgs::k, Expect::kKV},
+    {"v", &AttentionArgs::v, Expect::kKV},
+    {"paged_k_cache", &AttentionArgs::paged_k_cache, Expect::kKV},
+    {"paged_v_cache", &AttentionArgs::paged_v_cache, Expect::kKV},
+    {"qo_indptr", &AttentionArgs::qo_indptr, Expect::kNone},
+    {"kv_indptr", &AttentionArgs::kv_indptr, Expect::kNone},
+    {"kv_indices", &AttentionArgs::kv_indices, Expect::kNone},
+    {"kv_last_page_len", &AttentionArgs::kv_last_page_len, Expect::kNone},
+    {"custom_mask", &AttentionArgs::custom_mask, Expect::kNone},
+    {"alibi_slopes", &AttentionArgs::alibi_slopes, Expect::kNone},
+    {"out", &AttentionArgs::out, Expect::kO},
+    {"lse", &AttentionArgs::lse, Expect::kNone},
+};
+
+std::optional<DType> expected_dtype(const Problem& p, Expect e) {
+  switch (e) {
+    case Expect::kQ: return p.q_dtype;
+    case Expect::kKV: return p.kv_dtype;
+    case Expect::kO: return p.o_dtype;
+    case Expect::kNone: break;
+  }
+  return std::nullopt;
+}
+
+// FlashInfer's combined cache [P, 2, ...] as the two strided views kvattn reads: K at index 0
+// and V at index 1 of dim 1 (no copy, no Python-side slicing per call).
+void split_combined_cache(const TensorView& both, AttentionArgs* args) {
+  if (both.rank != 5 || both.shape[1] != 2) {
+    raise(Status(ErrorCode::kInvalidShape,
+                 "paged_kv_cache: shape " + both.shape_string() +
+                     ": must be [num_pages, 2, page_size, H_kv, D] (NHD) or [num_pages, 2, H_kv, "
+                     "page_size, D] (HND), or a (k_cache, v_cache) tuple"));
+  }
+  int64_t shape[4] = {both.shape[0], both.shape[2], both.shape[3], both.shape[4]};
+  int64_t strides[4] = {both.strides[0], both.strides[2], both.strides[3], both.strides[4]};
+  const int64_t bytes = both.buffer_bytes;
+  TensorView k = TensorView::strided(both.data, both.dtype, shape, strides, 4, bytes);
+  const int64_t v_offset = both.strides[1] * static_cast<int64_t>(dtype_size(both.dtype));
+  TensorView v = TensorView::strided(static_cast<char*>(both.data) + v_offset, both.dtype, shape,
+                                     strides, 4, bytes - v_offset);
+  k.memory = v.memory = both.memory;
+  k.device_index = v.device_index = both.device_index;
+  args->paged_k_cache = k;
+  args->paged_v_cache = v;
+}
+
+// The tensors of one call over `base` (the plan's index tensors, converted once at plan time).
+AttentionArgs args_from_dict(const Problem& problem, const nb::dict& tensors,
+                             bool custom_mask_packed, const AttentionArgs& base = {}) {
+  AttentionArgs args = base;
+  args.custom_mask_packed = custom_mask_packed;
+  for (auto [key, value] : tensors) {
+    if (value.is_none()) continue;
+    const char* name = nb::borrow<nb::str>(key).c_str();
+    if (std::strcmp(name, "paged_kv_cache") == 0) {
+      split_combined_cache(object_view(value, "paged_kv_cache", problem.kv_dtype), &args);
+      continue;
+    }
+    const ArgField* field = nullptr;
+    for (const ArgField& f : kArgFields) {
+      if (std::strcmp(f.name, name) == 0) field = &f;
+    }
+    if (!field) raise_invalid(std::string("unknown attention argument '") + name + "'");
+    args.*(field->member) = object_view(value, name, expected_dtype(problem, field->expect));
+  }
+  return args;
+}
+
+// A plan and the variants of it that FlashInfer's API decides at run time rather than at plan
+// time: whether the LSE is written, and the q/k/v scales. Those fields are read by run, never by
+// planning, so a variant is the same plan with them changed; variants are made once and kept
+// (per-layer scales give one variant per layer), so a run in steady state copies nothing.
+struct RunFields {
+  bool return_lse;
+  float q_scale, k_scale, v_scale;
+  bool operator==(const RunFields&) const = default;
+};
+
+class PyPlan {
+ public:
+  Plan plan;
+  bool custom_mask_packed = false;
+  // The index tensors (and custom mask) given at plan, converted once; `keep` holds the Python
+  // objects they view so that they outlive the plan.
+  AttentionArgs index_args;
+  nb::object keep;
+
+  const Plan& variant(const RunFields& f) {
+    if (f == fields_of(plan.problem)) return plan;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Plan& v : variants_) {
+      if (f == fields_of(v.problem)) return v;
+    }
+    if (variants_.size() >= kMaxVariants) variants_.pop_front();
+    Plan& v = variants_.emplace_back(plan);
+    v.problem.return_lse = f.return_lse;
+    v.problem.q_scale = f.q_scale;
+    v.problem.k_scale = f.k_scale;
+    v.problem.v_scale = f.v_scale;
+    return v;
+  }
+
+ private:
+  static constexpr std::size_t kMaxVariants = 512;
+  static RunFields fields_of(const Problem& p) {
+    return {p.return_lse, p.q_scale, p.k_scale, p.v_scale};
+  }
+  std::mutex mutex_;
+  std::deque<Plan> variants_;  // a deque: references stay valid while others are added
+};
+
+std::unique_ptr<PyPlan> make_plan(const nb::dict& fields, const nb::dict& tensors,
+                                  bool custom_mask_packed, const std::string& backend,
+                                  const std::string& device, int num_threads,
+                                  int64_t kv_chunk_size) {
+  auto out = std::make_unique<PyPlan>();
+  const Problem problem = problem_from_fields(fields);
+  AttentionArgs args = args_from_dict(problem, tensors, custom_mask_packed);
+  PlanOptions options;
+  options.backend = backend;
+  options.device = parse_device(device);
+  options.num_threads = num_threads;
+  options.kv_chunk_size = kv_chunk_size;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = plan(problem, args, options, &out->plan);
+  }
+  check(s);
+  out->custom_mask_packed = custom_mask_packed;
+  if (is_batch(problem.op)) {
+    // run() takes the data tensors only; the index tensors stay as planned.
+    AttentionArgs& ia = out->index_args;
+    ia.qo_indptr = args.qo_indptr;
+    ia.kv_indptr = args.kv_indptr;
+    ia.kv_indices = args.kv_indices;
+    ia.kv_last_page_len = args.kv_last_page_len;
+    ia.custom_mask = args.custom_mask;
+    ia.alibi_slopes = args.alibi_slopes;
+    out->keep = nb::borrow(tensors);
+  }
+  return out;
+}
+
+void run_plan(PyPlan& p, const nb::dict& tensors, const std::optional<Array>& workspace,
+              bool return_lse, std::optional<float> q_scale, std::optional<float> k_scale,
+              std::optional<float> v_scale) {
+  const Problem& base = p.plan.problem;
+  const Plan& plan = p.variant({return_lse, q_scale.value_or(base.q_scale),
+                                k_scale.value_or(base.k_scale), v_scale.value_or(base.v_scale)});
+  AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
+  // The caller's workspace when it is on the plan's device and large enough; else run allocates.
+  void* ws = nullptr;
+  std::size_t ws_bytes = 0;
+  if (workspace && plan.workspace_bytes > 0 && workspace->nbytes() >= plan.workspace_bytes &&
+      (workspace->device_type() == nb::device::cuda::value) == plan.device.is_cuda()) {
+    ws = const_cast<void*>(workspace->data());
+    ws_bytes = workspace->nbytes();
+  }
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = run(plan, args, ws, ws_bytes);
+  }
+  check(s);
+}
+
+// Seconds of each of `repeats` C++ run() calls on the same arguments (the GIL released): the
+// figure the Python overhead benchmark (bench/python_overhead.py) subtracts.
+std::vector<double> time_cpp_run(PyPlan& p, const nb::dict& tensors, bool return_lse,
+                                 int repeats) {
+  const Plan& plan = p.variant({return_lse, p.plan.problem.q_scale, p.plan.problem.k_scale,
+                                p.plan.problem.v_scale});
+  AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
+  std::vector<double> seconds;
+  seconds.reserve(static_cast<std::size_t>(std::max(repeats, 0)));
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    for (int i = 0; i < repeats && s.ok(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      s = run(plan, args);
+      seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  check(s);
+  return seconds;
+}
+
+OpOptions op_options(const std::string& backend, const std::string& device, int num_threads) {
+  OpOptions o;
+  o.backend = backend;
+  o.device = parse_device(device);
+  o.num_threads = num_threads;
+  return o;
+}
+
+template <class Fn>
+void run_released(Fn&& fn) {
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = fn();
+  }
+  check(s);
+}
+
+// RoPE beyond the whole-head rotation: a partial rotary dim, Llama 3.1 frequency scaling, a
+// precomputed cos/sin cache (validated, and applied, in C++).
+void set_rope_extensions(RopeParams* rope, int rotary_dim,
+                         const std::optional<std::tuple<float, float, float>>& llama31,
+                         const TensorView& cos_sin_cache) {
+  rope->rotary_dim = rotary_dim;
+  if (llama31) {
+    Llama31Scaling s;
+    s.low_freq_factor = std::get<0>(*llama31);
+    s.high_freq_factor = std::get<1>(*llama31);
+    s.old_context_len = std::get<2>(*llama31);
+    rope->llama31 = s;
+  }
+  rope->cos_sin_cache = cos_sin_cache;
+}
+
+nb::dict devices() {
+  MachineDevices m = query_devices();
+  nb::dict out;
+  out["cpu_isa"] = std::string(cpu_isa_name(m.cpu_isa));
+  out["cpu_threads"] = m.cpu_threads;
+  out["cpu_features"] = m.cpu_features;
+  nb::list cuda;
+  for (const CudaDeviceInfo& d : m.cuda) {
+    nb::dict g;
+    g["index"] = d.index;
+    g["sm"] = d.sm;
+    g["name"] = d.name;
+    g["memory_gib"] = d.memory_gib;
+    cuda.append(g);
+  }
+  out["cuda"] = cuda;
+  out["cuda_status"] = m.cuda_status;
+  return out;
+}
+
+}  // namespace
+}  // namespace kvattn::python
+
+NB_MODULE(_kvattn, m) {
+  using namespace kvattn;
+  using namespace kvattn::python;
+  m.doc() = "kvattn's C++ API (internal: use the kvattn package)";
+  // A wrapper kept in a module global still holds its plan when the interpreter exits; that is
+  // not a leak worth a warning to every user.
+  nb::set_leak_warnings(false);
+
+  m.def("_set_error_classes", [](nb::dict classes) { error_classes() = classes; });
+  m.def("error_code_names", [] {
+    std::vector<std::string> names;
+    for (int c = 0; c <= static_cast<int>(ErrorCode::kInternal); ++c) {
+      names.emplace_back(error_code_name(static_cast<ErrorCode>(c)));
+    }
+    return names;
+  });
+
+  nb::class_<PyPlan>(m, "Plan")
+      .def_prop_ro("backend", [](const PyPlan& p) { return p.plan.backend; })
+      .def_prop_ro("device", [](const PyPlan& p) { return p.plan.device.to_string(); })
+      .def_prop_ro("workspace_bytes", [](const PyPlan& p) { return p.plan.workspace_bytes; })
+      .def_prop_ro("num_work_items", [](const PyPlan& p) { return p.plan.work.size(); })
+      .def_prop_ro("kv_chunk_size", [](const PyPlan& p) { return p.plan.kv_chunk_size; })
+      .def_prop_ro("num_threads", [](const PyPlan& p) { return p.plan.num_threads; })
+      .def_prop_ro("qo_len", [](const PyPlan& p) { return p.plan.qo_len; })
+      .def_prop_ro("kv_len", [](const PyPlan& p) { return p.plan.kv_len; })
+      .def_prop_ro("problem", [](const PyPlan& p) { return problem_to_dict(p.plan.problem); })
+      .def("__repr__", [](const PyPlan& p) {
+        return "<kvattn plan: backend " + p.plan.backend + " on " + p.plan.device.to_string() +
+               ", " + p.plan.problem.to_string() + ">";
+      });
+
+  m.def("plan", &make_plan, "fields"_a, "tensors"_a, "custom_mask_packed"_a, "backend"_a,
+        "device"_a, "num_threads"_a, "kv_chunk_size"_a);
+  m.def("run", &run_plan, "plan"_a, "tensors"_a, "workspace"_a.none(), "return_lse"_a,
+        "q_scale"_a.none(), "k_scale"_a.none(), "v_scale"_a.none());
+
+  m.def("time_cpp_run", &time_cpp_run, "plan"_a, "tensors"_a, "return_lse"_a, "repeats"_a);
+  m.def("problem", [](nb::dict fields) { return problem_to_dict(problem_from_fields(fields)); });
+  m.def("explain", [](nb::dict fields, const std::string& device) {
+    return explain(problem_from_fields(fields), parse_device(device)).to_json();
+  });
+  m.def("select_backend", [](nb::dict fields, const std::string& device,
+                             const std::string& requested) {
+    std::string selected;
+    check(select_backend(problem_from_fields(fields), parse_device(device), requested, &selected));
+    return selected;
+  });
+  m.def("backend_names", &backend_names);
+  m.def("devices", &devices);
+
+  m.def(
+      "merge_state",
+      [](Array v_a, Array s_a, Array v_b, Array s_b, Array v_out, std::optional<Array> s_out,
+         const std::string& backend, const std::string& device, int num_threads) {
+        const TensorView va = to_view(v_a, "v_a"), sa = to_view(s_a, "s_a"),
+                         vb = to_view(v_b, "v_b"), sb = to_view(s_b, "s_b"),
+                         vo = to_view(v_out, "v_out"), so = optional_view(s_out, "s_out");
+        const OpOptions o = op_options(backend, device, num_threads);
+        run_released([&] { return merge_state(va, sa, vb, sb, vo, so, o); });
+      },
+      "v_a"_a, "s_a"_a, "v_b"_a, "s_b"_a, "v_out"_a, "s_out"_a.none(), "backend"_a, "device"_a,
+      "num_threads"_a);
+  m.def(
+      "merge_states",
+      [](Array v, Array s, Array v_out, std::optional<Array> s_out, const std::string& backend,
+         const std::string& device, int num_threads) {
+        const TensorView vv = to_view(v, "v"), sv = to_view(s, "s"), vo = to_view(v_out, "v_out"),
+                         so = optional_view(s_out, "s_out");
+        const OpOptions o = op_options(backend, device, num_threads);
+        run_released([&] { return merge_states(vv, sv, vo, so, o); });
+      },
+      "v"_a, "s"_a, "v_out"_a, "s_out"_a.none(), "backend"_a, "device"_a, "num_threads"_a);
+  m.def(
+      "append_paged_kv_cache",
+      [](Array append_key, Array append_value, Array batch_indices, Array positions,
+         Array k_cache, Array v_cache, Array kv_indices, Array kv_indptr, Array kv_last_page_len,
+         const std::string& kv_layout, const std::string& cache_dtype, float k_scale,
+         float v_scale, const std::string& backend, const std::string& device, int num_threads) {
+        std::optional<DType> cdt;
+        if (!cache_dtype.empty()) cdt = parse_dtype(cache_dtype);
+        PagedKVCache cache;
+        cache.k_cache = to_view(k_cache, "k_cache", cdt);
+        cache.v_cache = to_view(v_cache, "v_cache", cdt);
+        cache.kv_indices = to_view(kv_indices, "kv_indices");
+        cache.kv_indptr = to_view(kv_indptr, "kv_indptr");
+        cache.kv_last_page_len = to_view(kv_last_page_len, "kv_last_page_len");
+        std::optional<KVLayout> layout = parse_kv_layout(kv_layout);
+        if (!layout) raise_invalid("kv_layout = '" + kv_layout + "': expected NHD or HND");
+        cache.layout = *layout;
+        cache.k_scale = k_scale;
+        cache.v_scale = v_scale;
+        const TensorView ak = to_view(append_key, "append_key"),
+                         av = to_view(append_value, "append_value"),
+                         bi = to_view(batch_indices, "batch_indices"),
+                         pos = to_view(positions, "positions");
+        const OpOptions o = op_options(backend, device, num_threads);
+        run_released([&] { return append_paged_kv_cache(ak, av, bi, pos, cache, o); });
+      },
+      "append_key"_a, "append_value"_a, "batch_indices"_a, "positions"_a, "k_cache"_a,
+      "v_cache"_a, "kv_indices"_a, "kv_indptr"_a, "kv_last_page_len"_a, "kv_layout"_a,
+      "cache_dtype"_a, "k_scale"_a, "v_scale"_a, "backend"_a, "device"_a, "num_threads"_a);
+  m.def(
+      "apply_rope",
+      [](Array q, Array k, std::optional<Array> q_out, std::optional<Array> k_out, Array pos_ids,
+         float rope_theta, float rope_scale, bool interleave, int rotary_dim,
+         std::optional<std::tuple<float, float, float>> llama31,
+         std::optional<Array> cos_sin_cache, const std::string& backend,
+         const std::string& device, int num_threads) {
+        const TensorView qv = to_view(q, "q"), kv = to_view(k, "k"),
+                         qo = optional_view(q_out, "q_out"), ko = optional_view(k_out, "k_out"),
+                         pv = to_view(pos_ids, "pos_ids");
+        RopeParams rope;
+        rope.rope_theta = rope_theta;
+        rope.rope_scale = rope_scale;
+        rope.interleave = interleave;
+        set_rope_extensions(&rope, rotary_dim, llama31,
+                            optional_view(cos_sin_cache, "cos_sin_cache"));
+        const OpOptions o = op_options(backend, device, num_threads);
+        run_released([&] { return apply_rope(qv, kv, qo, ko, pv, rope, o); });
+      },
+      "q"_a, "k"_a, "q_out"_a.none(), "k_out"_a.none(), "pos_ids"_a, "rope_theta"_a,
+      "rope_scale"_a, "interleave"_a, "rotary_dim"_a, "llama31"_a.none(),
+      "cos_sin_cache"_a.none(), "backend"_a, "device"_a, "num_threads"_a);
+
+  m.attr("__version__") = kvattn::version_string();
+}
