@@ -77,6 +77,13 @@ std::size_t mla_kernel_scratch_bytes(int heads, int d_ckv, int d_kpe);
 // over a bf16/e4m3/e5m2 cache with unit-stride rows, D_ckv % 64 == 0, D_kpe % 16 == 0, heads %
 // 16 == 0, on a CPU that has the instructions.
 MlaItemFn find_mla_kernel_avx512_bf16(const MlaParams& p);
+// The AMX-BF16 tile kernel, or nullptr where it does not apply: as the AVX512_BF16 one, with
+// D_kpe % 32 == 0, on a CPU with AMX whose OS grants the tile state. Preferred where it applies.
+MlaItemFn find_mla_kernel_amx(const MlaParams& p);
+// Tests: 0 turns the AMX kernel off (the AVX512_BF16 one runs), -1 restores detection.
+void set_mla_amx_enabled(int enabled);
+// Whether bf16 MLA runs on AMX tiles here (the bench judges it against the AMX peak then).
+bool mla_amx_active();
 // The portable f32 kernel (any dtype and stride).
 void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* lse,
                        std::byte* scratch);

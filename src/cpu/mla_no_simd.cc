@@ -4,5 +4,8 @@
 namespace kvattn::cpu {
 
 MlaItemFn find_mla_kernel_avx512_bf16(const MlaParams&) { return nullptr; }
+MlaItemFn find_mla_kernel_amx(const MlaParams&) { return nullptr; }
+void set_mla_amx_enabled(int) {}
+bool mla_amx_active() { return false; }
 
 }  // namespace kvattn::cpu

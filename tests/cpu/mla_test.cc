@@ -22,6 +22,18 @@ using testing::CaseSpec;
 constexpr int kTile = cpu::kMlaTileKeys;
 constexpr float kSmScale = 0.0721687836f;  // 1/sqrt(192)
 
+// Runs `body` with each MLA kernel this machine has at the AVX-512 level: the AMX tile kernel
+// where the CPU and OS allow it, and the AVX512_BF16 one with AMX turned off.
+template <class Body>
+void for_each_tile_kernel(Body body) {
+  for (int amx : {-1, 0}) {
+    SCOPED_TRACE(amx == 0 ? "AMX off" : "AMX where available");
+    cpu::set_mla_amx_enabled(amx);
+    body();
+  }
+  cpu::set_mla_amx_enabled(-1);
+}
+
 CaseSpec mla_spec(int heads, int page_size, std::vector<int64_t> qo, std::vector<int64_t> kv,
                   DType kv_dtype = DType::kBF16, bool causal = false) {
   CaseSpec spec;
@@ -86,52 +98,60 @@ TEST(CpuMla, HandComputedOnEveryBackend) {
 
 // Heads x page sizes x lengths below, at and above the tile, decode.
 TEST(CpuMla, DecodeMatchesReference) {
-  for (CpuIsa isa : isa_levels()) {
-    for (int heads : {16, 64, 128}) {
-      for (int page_size : {1, 16, 64}) {
-        std::vector<int64_t> kv = {1, kTile - 1, kTile, kTile + 1, 3 * kTile + 5};
-        if (heads == 128) kv = {kTile + 1, 2 * kTile};
-        std::vector<int64_t> qo(kv.size(), 1);
-        expect_matches_reference(mla_spec(heads, page_size, qo, kv), isa);
+  for_each_tile_kernel([&] {
+    for (CpuIsa isa : isa_levels()) {
+      for (int heads : {16, 64, 128}) {
+        for (int page_size : {1, 16, 64}) {
+          std::vector<int64_t> kv = {1, kTile - 1, kTile, kTile + 1, 3 * kTile + 5};
+          if (heads == 128) kv = {kTile + 1, 2 * kTile};
+          std::vector<int64_t> qo(kv.size(), 1);
+          expect_matches_reference(mla_spec(heads, page_size, qo, kv), isa);
+        }
       }
     }
-  }
+  });
 }
 
 // Causal prefill (qo_len > 1), including more queries than keys (rows that see nothing: o = 0,
 // lse = -inf) and an empty request of each kind.
 TEST(CpuMla, CausalPrefillAndEmptyRequests) {
-  for (CpuIsa isa : isa_levels()) {
-    for (int heads : {16, 32, 64}) {
-      expect_matches_reference(
-          mla_spec(heads, 16, {5, 0, 3, 9, 2}, {3, 7, 0, kTile + 4, 2 * kTile}, DType::kBF16, true),
-          isa);
-      expect_matches_reference(mla_spec(heads, 1, {4, 2}, {70, 33}, DType::kBF16, false), isa);
+  for_each_tile_kernel([&] {
+    for (CpuIsa isa : isa_levels()) {
+      for (int heads : {16, 32, 64}) {
+        expect_matches_reference(mla_spec(heads, 16, {5, 0, 3, 9, 2},
+                                          {3, 7, 0, kTile + 4, 2 * kTile}, DType::kBF16, true),
+                                 isa);
+        expect_matches_reference(mla_spec(heads, 1, {4, 2}, {70, 33}, DType::kBF16, false), isa);
+      }
     }
-  }
+  });
 }
 
 TEST(CpuMla, Fp8AndF16Caches) {
-  for (CpuIsa isa : isa_levels()) {
-    for (DType kv : {DType::kE4M3, DType::kE5M2, DType::kF16}) {
-      expect_matches_reference(mla_spec(16, 16, {1, 3}, {kTile + 7, 50}, kv, true), isa);
-      expect_matches_reference(mla_spec(128, 64, {1}, {2 * kTile + 3}, kv), isa);
+  for_each_tile_kernel([&] {
+    for (CpuIsa isa : isa_levels()) {
+      for (DType kv : {DType::kE4M3, DType::kE5M2, DType::kF16}) {
+        expect_matches_reference(mla_spec(16, 16, {1, 3}, {kTile + 7, 50}, kv, true), isa);
+        expect_matches_reference(mla_spec(128, 64, {1}, {2 * kTile + 3}, kv), isa);
+      }
+      CaseSpec f16 = mla_spec(32, 16, {2, 1}, {45, 64});
+      f16.problem.q_dtype = f16.problem.o_dtype = DType::kF16;
+      expect_matches_reference(f16, isa);
     }
-    CaseSpec f16 = mla_spec(32, 16, {2, 1}, {45, 64});
-    f16.problem.q_dtype = f16.problem.o_dtype = DType::kF16;
-    expect_matches_reference(f16, isa);
-  }
+  });
 }
 
 // Split-KV: forced chunks (tile-aligned and not) and the automatic split of one long request.
 TEST(CpuMla, SplitKvMatchesReference) {
-  for (CpuIsa isa : isa_levels()) {
-    for (int64_t chunk : {int64_t{kTile}, int64_t{50}, int64_t{0}}) {
-      expect_matches_reference(mla_spec(64, 16, {1, 2}, {300, 129}, DType::kBF16, true), isa,
-                               {2, chunk});
+  for_each_tile_kernel([&] {
+    for (CpuIsa isa : isa_levels()) {
+      for (int64_t chunk : {int64_t{kTile}, int64_t{50}, int64_t{0}}) {
+        expect_matches_reference(mla_spec(64, 16, {1, 2}, {300, 129}, DType::kBF16, true), isa,
+                                 {2, chunk});
+      }
+      expect_matches_reference(mla_spec(16, 16, {1}, {3000}), isa, {2, 0});
     }
-    expect_matches_reference(mla_spec(16, 16, {1}, {3000}), isa, {2, 0});
-  }
+  });
 }
 
 // The automatic plan splits a single long request so that every thread has work.
