@@ -222,8 +222,12 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
         for (int h = 0; h < 16; ++h) {
           for (int j = 0; j < T / 2; ++j) pa[h * 16 + j] = s.pp[j * 16 + h];
         }
-        // Rescale the group's accumulators by alpha, then O += P V per 16 dims.
+        // Rescale the group's accumulators by alpha, then O += P V per 16 dims. Once the
+        // running max settles, alpha is exactly 1 for every head and the pass is skipped.
+        const __mmask16 moved = _mm512_cmp_ps_mask(_mm512_loadu_ps(s.alpha + v * 16),
+                                                   _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
         for (int h = 0; h < 16; ++h) {
+          if (!((moved >> h) & 1)) continue;
           const __m512 a = _mm512_set1_ps(s.alpha[v * 16 + h]);
           float* row = acc + (v * 16 + h) * d_ckv;
           for (int z = 0; z < d_ckv; z += 16) {
