@@ -26,7 +26,7 @@ namespace kvattn::cpu {
 namespace {
 
 using avx512::Simd;
-constexpr int T = kMlaTileKeys;  // 32 keys: two score tiles, one probability tile
+constexpr int T = kMlaTileKeys;  // 64 keys: four score tiles, two probability tiles
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -132,7 +132,9 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
     interleave[2 * h + 1] = static_cast<int16_t>(16 + h);
   }
   const __m512i pair_index = _mm512_load_si512(interleave);
-  alignas(64) uint32_t pa[16 * 16];  // P of 16 heads x 16 key pairs (the A tile of P V)
+  // P of 16 heads x 16 key pairs per 32 keys of the tile (the A tiles of P V).
+  static_assert(T % 32 == 0 && T <= 64, "P V takes one or two 32-key A tiles");
+  alignas(64) uint32_t pa[T / 32][16 * 16];
 
   for (int64_t j0 = w.kv_begin; j0 < w.kv_end; j0 += T) {
     const int n = static_cast<int>(std::min<int64_t>(T, w.kv_end - j0));
@@ -219,8 +221,12 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
           const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
           _mm512_storeu_si512(s.pp + j * 16, _mm512_permutexvar_epi16(pair_index, packed));
         }
-        for (int h = 0; h < 16; ++h) {
-          for (int j = 0; j < T / 2; ++j) pa[h * 16 + j] = s.pp[j * 16 + h];
+        const int pairs = (visible + 1) / 2;
+        const int blocks = (pairs + 15) / 16;  // 32-key blocks with a visible key
+        for (int blk = 0; blk < blocks; ++blk) {
+          for (int h = 0; h < 16; ++h) {
+            for (int j = 0; j < 16; ++j) pa[blk][h * 16 + j] = s.pp[(blk * 16 + j) * 16 + h];
+          }
         }
         // Rescale the group's accumulators by alpha, then O += P V per 16 dims. Once the
         // running max settles, alpha is exactly 1 for every head and the pass is skipped.
@@ -234,12 +240,19 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
             _mm512_storeu_ps(row + z, _mm512_mul_ps(a, _mm512_loadu_ps(row + z)));
           }
         }
-        _tile_loadd(0, pa, 64);
+        // One load and store of each 16 x 16 accumulator tile per 64 keys.
+        _tile_loadd(0, pa[0], 64);
+        if (blocks > 1) _tile_loadd(6, pa[blocks > 1 ? 1 : 0], 64);
+        const uint32_t* vp_hi = s.vp + static_cast<std::size_t>(16) * d_ckv;
         for (int z = 0; z < d_ckv; z += 16) {
           float* c = acc + (v * 16) * d_ckv + z;
           _tile_loadd(2, c, d_ckv * 4);
           _tile_loadd(1, s.vp + z, d_ckv * 4);
           _tile_dpbf16ps(2, 0, 1);
+          if (blocks > 1) {
+            _tile_loadd(7, vp_hi + z, d_ckv * 4);
+            _tile_dpbf16ps(2, 6, 7);
+          }
           _tile_stored(2, c, d_ckv * 4);
         }
       }
