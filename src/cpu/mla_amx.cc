@@ -90,6 +90,40 @@ struct Scratch {
   }
 };
 
+// S^T of 16 keys x NG head groups: accumulators in tiles 2..5, the key tile in 0, the query
+// pairs alternately in 1 and 6.
+template <int NG>
+inline void score_groups(const uint16_t* keys, int dqk, const uint32_t* qt, int heads, int v0,
+                         int dp_all, float* st) {
+  _tile_zero(2);
+  if constexpr (NG > 1) _tile_zero(3);
+  if constexpr (NG > 2) _tile_zero(4);
+  if constexpr (NG > 3) _tile_zero(5);
+  const int stride = heads * 4;
+  for (int d = 0; d < dp_all; d += 16) {
+    _tile_loadd(0, keys + 2 * d, dqk * 2);
+    const uint32_t* q = qt + static_cast<std::size_t>(d) * heads + v0 * 16;
+    _tile_loadd(1, q, stride);
+    _tile_dpbf16ps(2, 0, 1);
+    if constexpr (NG > 1) {
+      _tile_loadd(6, q + 16, stride);
+      _tile_dpbf16ps(3, 0, 6);
+    }
+    if constexpr (NG > 2) {
+      _tile_loadd(1, q + 32, stride);
+      _tile_dpbf16ps(4, 0, 1);
+    }
+    if constexpr (NG > 3) {
+      _tile_loadd(6, q + 48, stride);
+      _tile_dpbf16ps(5, 0, 6);
+    }
+  }
+  _tile_stored(2, st + v0 * 16, stride);
+  if constexpr (NG > 1) _tile_stored(3, st + (v0 + 1) * 16, stride);
+  if constexpr (NG > 2) _tile_stored(4, st + (v0 + 2) * 16, stride);
+  if constexpr (NG > 3) _tile_stored(5, st + (v0 + 3) * 16, stride);
+}
+
 template <DType KV>
 inline void row_to_bf16(const std::byte* src, int n, uint16_t* dst) {
   if constexpr (KV == DType::kBF16) {
@@ -175,17 +209,15 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
       const int visible = static_cast<int>(std::clamp<int64_t>(end - j0, 0, n));
       if (visible == 0) continue;
       const uint32_t* qt = s.qp + t * dp_all * heads;
-      // Scores: per 16-key half and 16-head group, 32 dims per tile product.
+      // Scores: per 16 keys and up to 4 head groups, each key tile loaded once for them.
       for (int k0 = 0; k0 < visible; k0 += 16) {
-        for (int v = 0; v < heads / 16; ++v) {
-          _tile_zero(2);
-          for (int d = 0; d < dp_all; d += 16) {
-            _tile_loadd(0, s.tile + static_cast<std::size_t>(k0) * dqk + 2 * d, dqk * 2);
-            _tile_loadd(1, qt + static_cast<std::size_t>(d) * heads + v * 16, heads * 4);
-            _tile_dpbf16ps(2, 0, 1);
-          }
-          _tile_stored(2, s.st + k0 * heads + v * 16, heads * 4);
-        }
+        const uint16_t* keys = s.tile + static_cast<std::size_t>(k0) * dqk;
+        float* st = s.st + k0 * heads;
+        int v = 0;
+        for (; v + 4 <= heads / 16; v += 4) score_groups<4>(keys, dqk, qt, heads, v, dp_all, st);
+        if (heads / 16 - v == 3) score_groups<3>(keys, dqk, qt, heads, v, dp_all, st);
+        if (heads / 16 - v == 2) score_groups<2>(keys, dqk, qt, heads, v, dp_all, st);
+        if (heads / 16 - v == 1) score_groups<1>(keys, dqk, qt, heads, v, dp_all, st);
       }
       float* m = s.m + t * heads;
       float* l = s.l + t * heads;

@@ -117,7 +117,7 @@ TEST(CpuMla, DecodeMatchesReference) {
 TEST(CpuMla, CausalPrefillAndEmptyRequests) {
   for_each_tile_kernel([&] {
     for (CpuIsa isa : isa_levels()) {
-      for (int heads : {16, 32, 64}) {
+      for (int heads : {16, 32, 48, 64}) {
         expect_matches_reference(mla_spec(heads, 16, {5, 0, 3, 9, 2},
                                           {3, 7, 0, kTile + 4, 2 * kTile}, DType::kBF16, true),
                                  isa);
