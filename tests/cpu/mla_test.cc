@@ -141,6 +141,23 @@ TEST(CpuMla, Fp8AndF16Caches) {
   });
 }
 
+// A NaN in the cache (the e4m3 NaN code, S.1111.111) reaches the output of the rows that see
+// it, on every kernel, as in the reference; it is never read as a finite value.
+TEST(CpuMla, Fp8NanCodeStaysNan) {
+  for (CpuIsa isa : isa_levels()) {
+    for_each_tile_kernel([&] {
+      IsaLimit limit(isa);
+      testing::Case c = testing::Case::make(mla_spec(16, 16, {1}, {40}, DType::kE4M3));
+      c.k_cache[static_cast<size_t>(c.kv_indices[1]) * 16 * 512 + 3 * 512 + 7] =
+          std::byte{0x7F};  // key 19, ckv dim 7
+      PlanOptions options;
+      options.backend = "cpu";
+      ASSERT_TRUE(kvattn::run(c.problem(), c.args(), options).ok());
+      for (float x : c.out_f32()) ASSERT_TRUE(std::isnan(x)) << cpu_isa_name(isa);
+    });
+  }
+}
+
 // Split-KV: forced chunks (tile-aligned and not) and the automatic split of one long request.
 TEST(CpuMla, SplitKvMatchesReference) {
   for_each_tile_kernel([&] {
