@@ -85,6 +85,9 @@ MlaItemFn find_mla_kernel_amx(const MlaParams& p);
 void set_mla_amx_enabled(int enabled);
 // Whether bf16 MLA runs on AMX tiles here (the bench judges it against the AMX peak then).
 bool mla_amx_active();
+// The tile kernels' e4m3 -> bf16 widening (mla_e4m3.h), for its exhaustive test; needs AVX-512
+// (BW) and is absent (returns false) in builds without the x86 kernels.
+bool mla_e4m3_to_bf16(const uint8_t* codes, int n, uint16_t* bf16);
 // The portable f32 kernel (any dtype and stride).
 void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* lse,
                        std::byte* scratch);

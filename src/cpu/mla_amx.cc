@@ -20,6 +20,7 @@
 
 #include "core/cpu_features.h"
 #include "cpu/mla.h"
+#include "cpu/mla_e4m3.h"
 #include "cpu/simd_avx512.h"
 
 namespace kvattn::cpu {
@@ -128,20 +129,12 @@ template <DType KV>
 inline void row_to_bf16(const std::byte* src, int n, uint16_t* dst) {
   if constexpr (KV == DType::kBF16) {
     std::memcpy(dst, src, static_cast<std::size_t>(n) * 2);
+  } else if constexpr (KV == DType::kE4M3) {
+    e4m3_to_bf16(reinterpret_cast<const uint8_t*>(src), n, dst);
   } else {
     for (int i = 0; i < n; i += 16) {
-      __m512 x = Simd::load_raw<KV>(src + static_cast<std::size_t>(i) * dtype_size(KV));
-      if constexpr (KV == DType::kE4M3) x = _mm512_mul_ps(x, _mm512_set1_ps(0x1p120f));
+      const __m512 x = Simd::load_raw<KV>(src + static_cast<std::size_t>(i) * dtype_size(KV));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), (__m256i)_mm512_cvtneps_pbh(x));
-    }
-  }
-  // The e4m3 NaN code (S.1111.111) widens to 480 by bit placement; keep it NaN.
-  if constexpr (KV == DType::kE4M3) {
-    if (Simd::has_e4m3_nan(src, n)) {
-      const auto* codes = reinterpret_cast<const uint8_t*>(src);
-      for (int i = 0; i < n; ++i) {
-        if ((codes[i] & 0x7F) == 0x7F) dst[i] = 0x7FC0;
-      }
     }
   }
 }

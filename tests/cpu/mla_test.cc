@@ -158,6 +158,24 @@ TEST(CpuMla, Fp8NanCodeStaysNan) {
   }
 }
 
+// The tile kernels widen e4m3 to bf16 with integer bit placement: every one of the 256 codes
+// gives the value the reference decodes (NaN stays NaN), over a 16-code tail too.
+TEST(CpuMla, E4m3ToBf16IsExactForEveryCode) {
+  if (detail::effective_cpu_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "needs AVX-512";
+  std::vector<uint8_t> codes(256 + 16);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i);
+  std::vector<uint16_t> bf16(codes.size());
+  ASSERT_TRUE(cpu::mla_e4m3_to_bf16(codes.data(), static_cast<int>(codes.size()), bf16.data()));
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const float want = num::e4m3_to_f32(codes[i]), got = num::bf16_to_f32(bf16[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << "code " << i;
+    } else {
+      EXPECT_EQ(got, want) << "code " << i;
+    }
+  }
+}
+
 // Split-KV: forced chunks (tile-aligned and not) and the automatic split of one long request.
 TEST(CpuMla, SplitKvMatchesReference) {
   for_each_tile_kernel([&] {
