@@ -17,10 +17,10 @@
 
 namespace kvattn::cpu {
 
-// Keys per latent tile: 64 keys of ckv + kpe (bf16: 72 KiB) stay in L2 while every row of the
-// item passes over them (64 rather than 32 so that the AMX kernel loads and stores each output
-// accumulator tile once per 64 keys); also the granularity of the split-KV chunks.
-inline constexpr int kMlaTileKeys = 64;
+// Keys per latent tile: 128 keys of ckv + kpe (bf16: 144 KiB) stay in L2 while every row of the
+// item passes over them (so many so that the AMX kernel loads and stores each output
+// accumulator tile once per 128 keys); also the granularity of the split-KV chunks.
+inline constexpr int kMlaTileKeys = 128;
 // Rows (query token x head) of one item at most: 128 heads of one token (DeepSeek-V3), or as many
 // tokens of fewer heads. Bounds the per-thread accumulators at 128 x D_ckv f32.
 inline constexpr int kMlaMaxRows = 128;

@@ -27,7 +27,7 @@ namespace kvattn::cpu {
 namespace {
 
 using avx512::Simd;
-constexpr int T = kMlaTileKeys;  // 64 keys: four score tiles, two probability tiles
+constexpr int T = kMlaTileKeys;  // 128 keys: eight score tiles, four probability tiles
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -169,7 +169,7 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
   }
   const __m512i pair_index = _mm512_load_si512(interleave);
   // P of 16 heads x 16 key pairs per 32 keys of the tile (the A tiles of P V).
-  static_assert(T % 32 == 0 && T <= 64, "P V takes one or two 32-key A tiles");
+  static_assert(T % 32 == 0 && T <= 128, "P V takes up to four 32-key A tiles (0, 3, 4, 5)");
   alignas(64) uint32_t pa[T / 32][16 * 16];
 
   for (int64_t j0 = w.kv_begin; j0 < w.kv_end; j0 += T) {
@@ -274,18 +274,29 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
             _mm512_storeu_ps(row + z, _mm512_mul_ps(a, _mm512_loadu_ps(row + z)));
           }
         }
-        // One load and store of each 16 x 16 accumulator tile per 64 keys.
+        // One load and store of each 16 x 16 accumulator tile per tile of keys; the value
+        // pairs of 32-key block k are B tiles at vp + 16 k rows, alternately in tiles 1 and 7.
         _tile_loadd(0, pa[0], 64);
-        if (blocks > 1) _tile_loadd(6, pa[blocks > 1 ? 1 : 0], 64);
-        const uint32_t* vp_hi = s.vp + static_cast<std::size_t>(16) * d_ckv;
+        if (blocks > 1) _tile_loadd(3, pa[std::min(1, T / 32 - 1)], 64);
+        if (blocks > 2) _tile_loadd(4, pa[std::min(2, T / 32 - 1)], 64);
+        if (blocks > 3) _tile_loadd(5, pa[std::min(3, T / 32 - 1)], 64);
+        const std::size_t block_rows = static_cast<std::size_t>(16) * d_ckv;
         for (int z = 0; z < d_ckv; z += 16) {
           float* c = acc + (v * 16) * d_ckv + z;
           _tile_loadd(2, c, d_ckv * 4);
           _tile_loadd(1, s.vp + z, d_ckv * 4);
           _tile_dpbf16ps(2, 0, 1);
           if (blocks > 1) {
-            _tile_loadd(7, vp_hi + z, d_ckv * 4);
-            _tile_dpbf16ps(2, 6, 7);
+            _tile_loadd(7, s.vp + block_rows + z, d_ckv * 4);
+            _tile_dpbf16ps(2, 3, 7);
+          }
+          if (blocks > 2) {
+            _tile_loadd(1, s.vp + 2 * block_rows + z, d_ckv * 4);
+            _tile_dpbf16ps(2, 4, 1);
+          }
+          if (blocks > 3) {
+            _tile_loadd(7, s.vp + 3 * block_rows + z, d_ckv * 4);
+            _tile_dpbf16ps(2, 5, 7);
           }
           _tile_stored(2, c, d_ckv * 4);
         }
