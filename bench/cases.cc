@@ -31,6 +31,11 @@ testing::CaseSpec llama3_prefill(int head_dim, int64_t tokens) {
   return spec;
 }
 
+testing::CaseSpec with_granularity(testing::CaseSpec spec, KVScaleGranularity g) {
+  spec.problem.kv_scale_granularity = g;
+  return spec;
+}
+
 // MLA decode (DeepSeek-V3: 128 heads, latent 512 + 64, pages of 64 as FlashMLA uses).
 testing::CaseSpec mla_decode(DType kv, int heads, int batch, int64_t context) {
   testing::CaseSpec spec;
@@ -51,6 +56,12 @@ std::vector<BenchCase> standard_cases() {
       // 16 x 4096 tokens x 8 heads x 128 x 2 (K, V) x 2 bytes = 268 MB: 8x the 32 MiB L3.
       {"decode_llama3_8b_bf16", llama3_decode(DType::kBF16, 128, 16, 4096), true},
       {"decode_llama3_8b_e4m3", llama3_decode(DType::kE4M3, 128, 16, 4096), true},
+      // Issue 11: the same decode with one fp32 K and V scale per (token, head) beside the cache
+      // (goal: <= 1.1x the per-tensor e4m3 decode above).
+      {"decode_llama3_8b_e4m3_per_token_head",
+       with_granularity(llama3_decode(DType::kE4M3, 128, 16, 4096),
+                        KVScaleGranularity::kPerTokenHead),
+       true},
       {"decode_long_b1", llama3_decode(DType::kBF16, 128, 1, 32768), true},
       {"decode_d64_bf16", llama3_decode(DType::kBF16, 64, 16, 4096), true},
       {"decode_d256_bf16", llama3_decode(DType::kBF16, 256, 16, 4096), true},

@@ -62,7 +62,8 @@ Status PreparedCase::prepare(const BenchCase& bench_case, const std::string& bac
   state->args = state->c->args();
   // Move the K/V buffers onto huge pages and point the views there.
   for (std::vector<std::byte>* buffer :
-       {&state->c->kv_cache, &state->c->k_cache, &state->c->v_cache, &state->c->k, &state->c->v}) {
+       {&state->c->kv_cache, &state->c->k_cache, &state->c->v_cache, &state->c->k, &state->c->v,
+        &state->c->k_scale_cache, &state->c->v_scale_cache}) {
     // (MLA: k_cache / v_cache hold the ckv / kpe caches.)
     if (buffer->size() < HugeBuffer::kHugePage) continue;
     auto huge = std::make_unique<HugeBuffer>(buffer->size());
@@ -71,7 +72,8 @@ Status PreparedCase::prepare(const BenchCase& bench_case, const std::string& bac
     const std::byte* begin = buffer->data();
     for (TensorView* view :
          {&state->args.paged_k_cache, &state->args.paged_v_cache, &state->args.k, &state->args.v,
-          &state->args.ckv_cache, &state->args.kpe_cache}) {
+          &state->args.k_scale_cache, &state->args.v_scale_cache, &state->args.ckv_cache,
+          &state->args.kpe_cache}) {
       auto* p = static_cast<std::byte*>(view->data);
       if (p >= begin && p < begin + buffer->size()) view->data = huge->data + (p - begin);
     }

@@ -169,6 +169,19 @@ void build(FuzzedDataProvider& in, Input* input) {
   p.v_scale = scales[in.ConsumeIntegralInRange(0, scale_choices - 1)];
   p.return_lse = in.ConsumeBool();
   p.use_fp16_qk_reduction = in.ConsumeIntegralInRange(0, 7) == 0;
+  // Issue 11's variants (the tensors are made with the others below): attention sinks, FP8 scales
+  // per head or per (token, head) — mostly on an FP8 cache with per-tensor scales 1, now and then
+  // on another cache or with a per-tensor scale, which validation must refuse.
+  p.use_sinks = in.ConsumeIntegralInRange(0, 3) == 0;
+  const int granularity = in.ConsumeIntegralInRange(0, 5);
+  if (granularity >= 4) {
+    p.kv_scale_granularity =
+        granularity == 4 ? KVScaleGranularity::kPerHead : KVScaleGranularity::kPerTokenHead;
+    if (in.ConsumeIntegralInRange(0, 15) != 0) {
+      p.k_scale = p.v_scale = 1.0f;
+      if (!is_fp8(p.kv_dtype)) p.kv_dtype = in.ConsumeBool() ? DType::kE4M3 : DType::kE5M2;
+    }
+  }
   if (is_mla(p.op)) {
     // Mostly the valid MLA problem (16 or 32 heads, small latents, the fields MLA fixes derived,
     // sm_scale given, 16-bit q and o, none of the variants MLA does not define); now and then
@@ -190,6 +203,8 @@ void build(FuzzedDataProvider& in, Input* input) {
       p.pos_encoding_mode = PosEncoding::kNone;
       p.use_fp16_qk_reduction = false;
       p.q_scale = p.v_scale = 1.0f;
+      p.use_sinks = false;  // MLA defines neither sinks nor scale granularity
+      p.kv_scale_granularity = KVScaleGranularity::kPerTensor;
     }
   }
 
@@ -312,6 +327,38 @@ void build(FuzzedDataProvider& in, Input* input) {
     a.lse = p.op == Op::kSingleDecode ? make.tensor(DType::kF32, {hq}, true)
                                       : make.tensor(DType::kF32, {out_rows, hq}, true);
   }
+  // The tensors of issue 11's variants: positive finite scales, now and then a missing tensor or
+  // one bad value that validation must refuse.
+  auto positive = [&](const TensorView& t) {
+    Buffer& b = input->buffers.back();
+    auto* f = reinterpret_cast<float*>(b.bytes.data());
+    const size_t n = b.bytes.size() / sizeof(float);
+    for (size_t i = 0; i < n; ++i) f[i] = std::fabs(f[i]) + 0.05f;
+    if (n > 0 && in.ConsumeIntegralInRange(0, 15) == 0) {
+      const float bad[] = {0.0f, -1.0f, NAN, INFINITY};
+      f[in.ConsumeIntegralInRange<size_t>(0, n - 1)] = in.PickValueInArray(bad);
+    }
+    return t;
+  };
+  if (p.use_sinks && in.ConsumeIntegralInRange(0, 15) != 0) {
+    a.sinks = make.tensor(DType::kF32, {hq}, false);
+  }
+  if (granularity >= 4) {
+    const bool given = in.ConsumeIntegralInRange(0, 15) != 0;
+    for (TensorView* t :
+         granularity == 4
+             ? std::initializer_list<TensorView*>{&a.k_scale, &a.v_scale}
+             : std::initializer_list<TensorView*>{&a.k_scale_cache, &a.v_scale_cache}) {
+      if (!given) break;
+      if (granularity == 4) {
+        *t = positive(make.tensor(DType::kF32, {hk}, false));
+      } else if (is_paged(p.op)) {
+        *t = positive(make.tensor(DType::kF32, {num_pages, ps, hk}, false));
+      } else {
+        *t = positive(make.tensor(DType::kF32, {keys, hk}, false));
+      }
+    }
+  }
   // Occasionally one structural break of the args: a dim off by one, a dtype swapped, an output
   // aliasing an input.
   switch (in.ConsumeIntegralInRange(0, 23)) {
@@ -371,11 +418,18 @@ testing::ScoreWidening score_widening(const Problem& p, const AttentionArgs& a) 
   const bool paged = is_paged(p.op), mla = is_mla(p.op);
   const double max_q =
       (mla ? std::max(max_abs(a.q_nope), max_abs(a.q_pe)) : max_abs(a.q)) * p.q_scale;
+  // Per-head / per-(token, head) scales bound the real K and V by their largest value.
+  const double k_scale = !a.k_scale.empty()         ? max_abs(a.k_scale)
+                         : !a.k_scale_cache.empty() ? max_abs(a.k_scale_cache)
+                                                    : p.k_scale;
+  const double v_scale = !a.v_scale.empty()         ? max_abs(a.v_scale)
+                         : !a.v_scale_cache.empty() ? max_abs(a.v_scale_cache)
+                                                    : p.v_scale;
   const double max_k = (mla ? std::max(max_abs(a.ckv_cache), max_abs(a.kpe_cache))
                             : max_abs(paged ? a.paged_k_cache : a.k)) *
-                       p.k_scale;
+                       k_scale;
   const double max_v =
-      mla ? max_abs(a.ckv_cache) * p.k_scale : max_abs(paged ? a.paged_v_cache : a.v) * p.v_scale;
+      mla ? max_abs(a.ckv_cache) * p.k_scale : max_abs(paged ? a.paged_v_cache : a.v) * v_scale;
   const double max_qk = p.head_dim_qk * max_q * max_k * p.effective_sm_scale();
   double max_score = max_qk;
   if (p.logits_soft_cap > 0) max_score = std::min<double>(max_score, p.logits_soft_cap);

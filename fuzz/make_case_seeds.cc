@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
                     Op::kBatchPrefillRagged};
   int written = 0;
   for (Op op : ops) {
-    for (int variant = 0; variant < 3; ++variant) {
+    for (int variant = 0; variant < 4; ++variant) {
       testing::CaseSpec spec;
       Problem& p = spec.problem;
       p.op = op;
@@ -50,7 +50,18 @@ int main(int argc, char** argv) {
       p.return_lse = variant != 0;
       spec.kv_lens = is_batch(op) ? std::vector<int64_t>{4, 2} : std::vector<int64_t>{5};
       spec.packed_custom_mask = variant == 2;
-      spec.seed = 100 + written;
+      if (variant == 3) {
+        // Issue 11: attention sinks over an e5m2 cache with per-(token, head) scales.
+        p.mask_mode = MaskMode::kCausal;
+        p.pos_encoding_mode = PosEncoding::kNone;
+        p.kv_dtype = DType::kE5M2;
+        p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+        p.use_sinks = true;
+      }
+      // The seeds of variants 0-2 are those of the committed files; issue 11's variant 3 has its
+      // own.
+      const int op_index = static_cast<int>(op);
+      spec.seed = variant < 3 ? 100 + op_index * 3 + variant : 300 + op_index;
       testing::Case c = testing::Case::make(spec);
       io::OwnedCase owned;
       std::vector<uint8_t> bytes;

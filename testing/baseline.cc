@@ -60,11 +60,13 @@ Status baseline_attention(const Problem& p, const AttentionArgs& args) {
     for (int kv_head = 0; kv_head < p.num_kv_heads; ++kv_head) {
       for (int64_t j = 0; j < kv_len; ++j) {
         float* k_row = k.data() + j * dqk;
+        const auto k_scale = static_cast<float>(rows.k_scale(b, j, kv_head));
+        const auto v_scale = static_cast<float>(rows.v_scale(b, j, kv_head));
         for (int d = 0; d < dqk; ++d)
-          k_row[d] = static_cast<float>(rows.k(b, j, kv_head, d)) * p.k_scale;
+          k_row[d] = static_cast<float>(rows.k(b, j, kv_head, d)) * k_scale;
         if (rope) rope_rotate_f32(k_row, dqk, j, p);
         for (int d = 0; d < dvo; ++d) {
-          v[j * dvo + d] = static_cast<float>(rows.v(b, j, kv_head, d)) * rows.value_scale();
+          v[j * dvo + d] = static_cast<float>(rows.v(b, j, kv_head, d)) * v_scale;
         }
       }
       for (int g = 0; g < p.group_size(); ++g) {
@@ -98,8 +100,12 @@ Status baseline_attention(const Problem& p, const AttentionArgs& args) {
           }
           std::fill(o.begin(), o.end(), 0.0f);
           float lse = kNegInf;
-          if (max_score != kNegInf) {
-            float sum = 0.0f;
+          const float sink = p.use_sinks ? static_cast<float>(rows.sink(h)) : kNegInf;
+          if (p.use_sinks && max_score == kNegInf) {
+            lse = sink;
+          } else if (max_score != kNegInf) {
+            max_score = std::max(max_score, sink);
+            float sum = p.use_sinks ? std::exp(sink - max_score) : 0.0f;
             for (int64_t j = 0; j < kv_len; ++j) {
               if (s[j] == kNegInf) continue;
               const float prob = std::exp(s[j] - max_score);

@@ -216,6 +216,40 @@ Case Case::make(const CaseSpec& spec) {
     c.custom_mask.resize(bytes.size());
     if (!bytes.empty()) std::memcpy(c.custom_mask.data(), bytes.data(), bytes.size());
   }
+  // Drawn last so that cases without them keep the values they always had.
+  if (p.use_sinks) fill_random(&c.sinks, DType::kF32, hq, spec.sink_range, rng);
+  auto scale = [&](std::vector<std::byte>* buf, int64_t n) {
+    std::uniform_real_distribution<float> dist(spec.scale_min, spec.scale_max);
+    std::vector<float> values(static_cast<std::size_t>(n));
+    for (float& x : values) x = dist(rng);
+    buf->resize(values.size() * sizeof(float));
+    if (n > 0) std::memcpy(buf->data(), values.data(), buf->size());
+  };
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+    scale(&c.k_scale, hk);
+    scale(&c.v_scale, hk);
+  }
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    if (is_paged(p.op)) {
+      // Slots of real tokens get scales; the rest (and unused pages) garbage.
+      const int64_t ps = p.page_size;
+      for (auto* buf : {&c.k_scale_cache, &c.v_scale_cache}) {
+        fill_value(buf, DType::kF32, c.num_pages * ps * hk, kGarbage);
+        std::vector<std::byte> row;
+        auto* f = reinterpret_cast<float*>(buf->data());
+        for (int b = 0; b < batch; ++b) {
+          for (int64_t t = 0; t < c.kv_lens_[b]; ++t) {
+            const int64_t page = c.kv_indices[c.kv_indptr[b] + t / ps];
+            scale(&row, hk);
+            std::memcpy(f + (page * ps + t % ps) * hk, row.data(), row.size());
+          }
+        }
+      }
+    } else {
+      scale(&c.k_scale_cache, c.total_kv_ * hk);
+      scale(&c.v_scale_cache, c.total_kv_ * hk);
+    }
+  }
   return c;
 }
 
@@ -329,6 +363,20 @@ AttentionArgs Case::inputs() const {
                          {static_cast<int64_t>(self.custom_mask.size())});
     a.custom_mask_packed = spec_.packed_custom_mask;
   }
+  if (p.use_sinks) a.sinks = view(self.sinks, DType::kF32, {hq});
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+    a.k_scale = view(self.k_scale, DType::kF32, {hk});
+    a.v_scale = view(self.v_scale, DType::kF32, {hk});
+  }
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    if (is_paged(p.op)) {
+      a.k_scale_cache = view(self.k_scale_cache, DType::kF32, {num_pages, p.page_size, hk});
+      a.v_scale_cache = view(self.v_scale_cache, DType::kF32, {num_pages, p.page_size, hk});
+    } else {
+      a.k_scale_cache = view(self.k_scale_cache, DType::kF32, {total_kv_, hk});
+      a.v_scale_cache = view(self.v_scale_cache, DType::kF32, {total_kv_, hk});
+    }
+  }
   return a;
 }
 
@@ -400,6 +448,9 @@ int64_t Case::bytes_moved() const {
            (is_mla(p.op) ? p.head_dim_qk : p.head_dim_qk + p.head_dim_vo) * kv_bytes;
   bytes += total_qo_ * p.num_qo_heads * p.head_dim_vo * static_cast<int64_t>(dtype_size(p.o_dtype));
   if (p.return_lse) bytes += total_qo_ * p.num_qo_heads * 4;
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    bytes += total_kv_ * p.num_kv_heads * 2 * 4;
+  }
   return bytes;
 }
 

@@ -27,6 +27,11 @@ struct CaseSpec {
   double custom_mask_density = 0.6;  // probability that a custom-mask bit is 1
   bool packed_custom_mask = false;
   bool nan_fill_outputs = true;  // outputs start as NaN so a skipped write shows
+  // Problem::use_sinks: sinks uniform in [-r, r]. Per-head / per-(token, head) K/V scales
+  // (Problem::kv_scale_granularity) are uniform in [scale_min, scale_max]; unused slots of a
+  // per-(token, head) scale cache hold NaN.
+  float sink_range = 2.0f;
+  float scale_min = 0.25f, scale_max = 2.0f;
 };
 
 // A case owns its buffers; args() views them. Movable, not copyable (views point inside).
@@ -66,6 +71,9 @@ class Case {
   // Raw buffers (host). Index tensors are int32. MLA: q holds q_nope, q_pe q_pe, k_cache the ckv
   // cache and v_cache the kpe cache.
   std::vector<std::byte> q, q_pe, k, v, kv_cache, k_cache, v_cache, custom_mask;
+  // f32: sinks [H_qo]; k_scale, v_scale [H_kv]; k/v_scale_cache [P, page_size, H_kv] (paged) or
+  // [total_kv, H_kv].
+  std::vector<std::byte> sinks, k_scale, v_scale, k_scale_cache, v_scale_cache;
   std::vector<int32_t> qo_indptr, kv_indptr, kv_indices, kv_last_page_len;
   std::vector<std::byte> out, lse, fresh_out, fresh_lse;
   int64_t num_pages = 0;

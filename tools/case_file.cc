@@ -112,7 +112,10 @@ DType case_input_dtype(const Problem& problem, std::string_view name) {
     return problem.kv_dtype;
   }
   if (name == "custom_mask") return DType::kU8;
-  if (name == "alibi_slopes") return DType::kF32;
+  if (name == "alibi_slopes" || name == "sinks" || name == "k_scale" || name == "v_scale" ||
+      name == "k_scale_cache" || name == "v_scale_cache") {
+    return DType::kF32;
+  }
   return DType::kI32;
 }
 
@@ -128,6 +131,11 @@ TensorView* case_input_slot(AttentionArgs* args, std::string_view name) {
   if (name == "kv_last_page_len") return &args->kv_last_page_len;
   if (name == "custom_mask") return &args->custom_mask;
   if (name == "alibi_slopes") return &args->alibi_slopes;
+  if (name == "sinks") return &args->sinks;
+  if (name == "k_scale") return &args->k_scale;
+  if (name == "v_scale") return &args->v_scale;
+  if (name == "k_scale_cache") return &args->k_scale_cache;
+  if (name == "v_scale_cache") return &args->v_scale_cache;
   if (name == "q_nope") return &args->q_nope;
   if (name == "q_pe") return &args->q_pe;
   if (name == "ckv_cache") return &args->ckv_cache;
@@ -189,6 +197,10 @@ int64_t OwnedCase::bytes_moved() const {
            static_cast<int64_t>(dtype_size(p.kv_dtype));
   bytes += qo * p.num_qo_heads * p.head_dim_vo * static_cast<int64_t>(dtype_size(p.o_dtype));
   if (p.return_lse) bytes += qo * p.num_qo_heads * 4;
+  // Per-(token, head) scales: one f32 per key and KV head, for K and for V.
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    bytes += total_kv * p.num_kv_heads * 2 * 4;
+  }
   return bytes;
 }
 

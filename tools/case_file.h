@@ -25,7 +25,8 @@ namespace kvattn::io {
 inline constexpr const char* kCaseInputNames[] = {
     "q",           "k",         "v",          "paged_k_cache",    "paged_v_cache",
     "qo_indptr",   "kv_indptr", "kv_indices", "kv_last_page_len", "custom_mask",
-    "alibi_slopes",
+    "alibi_slopes", "sinks",    "k_scale",    "v_scale",          "k_scale_cache",
+    "v_scale_cache",
     // batch_mla_paged
     "q_nope", "q_pe", "ckv_cache", "kpe_cache"};
 

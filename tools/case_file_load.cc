@@ -29,6 +29,19 @@ Status parse_error(const std::string& what) {
   return Status(ErrorCode::kParseError, "case file: " + what);
 }
 
+// The tensors of the variants: sinks, per-head and per-(token, head) K/V scales.
+std::vector<std::string_view> variant_tensors(const Problem& p) {
+  std::vector<std::string_view> names;
+  if (p.use_sinks) names.push_back("sinks");
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+    names.insert(names.end(), {"k_scale", "v_scale"});
+  }
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    names.insert(names.end(), {"k_scale_cache", "v_scale_cache"});
+  }
+  return names;
+}
+
 std::vector<std::string_view> required_tensors(Op op) {
   switch (op) {
     case Op::kSingleDecode:
@@ -72,7 +85,13 @@ std::vector<int64_t> expected_shape(const Problem& p, std::string_view name) {
     if (nhd) return {-1, ps, hk, d};
     return {-1, hk, ps, d};
   }
-  if (name == "alibi_slopes") return {hq};
+  if (name == "alibi_slopes" || name == "sinks") return {hq};
+  if (name == "k_scale" || name == "v_scale") return {hk};
+  if (name == "k_scale_cache" || name == "v_scale_cache") {
+    // Addressed like the slot each scales: [num_pages, page_size, H_kv] beside a paged cache.
+    if (is_paged(p.op)) return {-1, ps, hk};
+    return {-1, hk};
+  }
   return {-1};  // index tensors and the custom mask: sizes follow from the lengths
 }
 
@@ -153,6 +172,7 @@ Status case_from_safetensors(const SafeTensors& st, OwnedCase* out) {
 
   // Tensor names and ranks first: the batch size may have to be read from a shape.
   std::vector<std::string_view> required = required_tensors(p.op);
+  for (std::string_view name : variant_tensors(p)) required.push_back(name);
   for (std::string_view name : required) {
     if (!st.find(name)) {
       return parse_error("tensor \"" + std::string(name) + "\" is missing (" +

@@ -251,6 +251,25 @@ const std::vector<ProblemField>& fields() {
          return set_float(v, &d->problem.v_scale, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return format_float(p.v_scale); }},
+      {"kv_scale_granularity", false, "per_tensor|per_head|per_token_head",
+       "fp8 K/V scales per tensor, per KV head, or per (token, KV head)",
+       [](std::string_view v, ProblemDraft* d, std::string* why) {
+         std::optional<KVScaleGranularity> g = parse_kv_scale_granularity(v);
+         if (!g) {
+           *why = "expected per_tensor, per_head or per_token_head";
+           return false;
+         }
+         d->problem.kv_scale_granularity = *g;
+         return true;
+       },
+       [](const Problem& p) -> std::optional<std::string> {
+         return std::string(kv_scale_granularity_name(p.kv_scale_granularity));
+       }},
+      {"use_sinks", true, "", "attention sinks: one logit per query head (the sinks tensor)",
+       [](std::string_view v, ProblemDraft* d, std::string* why) {
+         return set_bool(v, &d->problem.use_sinks, why);
+       },
+       [](const Problem& p) -> std::optional<std::string> { return bool_text(p.use_sinks); }},
       {"return_lse", true, "", "also write the log-sum-exp of every row",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->problem.return_lse, why);

@@ -73,8 +73,9 @@ Status timed_run_cuda(const io::OwnedCase& c, const PlanOptions& options, int re
   AttentionArgs a = c.args_with_outputs(outputs, p.o_dtype, p.return_lse);
   DeviceAllocations allocations;
   // The data tensors move; the index tensors (indptrs, page table) stay on the host.
-  for (TensorView* view : {&a.q, &a.k, &a.v, &a.paged_k_cache, &a.paged_v_cache, &a.custom_mask,
-                           &a.alibi_slopes, &a.out, &a.lse}) {
+  for (TensorView* view :
+       {&a.q, &a.k, &a.v, &a.paged_k_cache, &a.paged_v_cache, &a.custom_mask, &a.alibi_slopes,
+        &a.sinks, &a.k_scale, &a.v_scale, &a.k_scale_cache, &a.v_scale_cache, &a.out, &a.lse}) {
     KVATTN_RETURN_IF_ERROR(to_device(view, index, &allocations));
   }
   KVATTN_RETURN_IF_ERROR(plan(p, a, options, &out->plan));

@@ -36,6 +36,13 @@ struct AttentionArgs {
   bool custom_mask_packed = false;
   // ALiBi slopes [H_qo] f32; empty = the standard slopes.
   TensorView alibi_slopes;
+  // Problem::use_sinks: one logit per query head, f32 [H_qo].
+  TensorView sinks;
+  // Problem::kv_scale_granularity per_head: f32 [H_kv] each.
+  TensorView k_scale, v_scale;
+  // per_token_head: f32, addressed like the K/V slot each scales: paged [num_pages, page_size,
+  // H_kv] (NHD and HND caches alike); ragged [kv_indptr[B], H_kv]; single ops [kv_len, H_kv].
+  TensorView k_scale_cache, v_scale_cache;
   // batch_mla_paged only (q, k, v and the paged K/V caches stay empty): q_nope [N, H, D_ckv] and
   // q_pe [N, H, D_kpe] in q_dtype; ckv_cache [P, page_size, D_ckv] and kpe_cache
   // [P, page_size, D_kpe] in kv_dtype, paged by kv_indptr / kv_indices / kv_last_page_len;
@@ -118,6 +125,12 @@ struct PagedKVCache {
   TensorView kv_indptr, kv_indices, kv_last_page_len;
   KVLayout layout = KVLayout::kNHD;
   float k_scale = 1.0f, v_scale = 1.0f;  // stored = round(real / scale) for fp8 caches
+  // per_tensor: the floats above. per_token_head (fp8 caches): each appended (token, head) row
+  // gets scale = amax|x| / fp8_max (1 when amax is 0), stored in k/v_scale_cache
+  // [P, page_size, H_kv] (both layouts) at the row's slot, and the row is stored divided by it.
+  // per_head is rejected here (kNotSupported): append's per-tensor floats cover one head's scale.
+  KVScaleGranularity scale_granularity = KVScaleGranularity::kPerTensor;
+  TensorView k_scale_cache, v_scale_cache;
 };
 // Writes append_k/v [nnz, H_kv, D] at (batch_indices[i], positions[i]) of the paged cache,
 // converting (and for fp8 quantizing, saturating) to the cache dtype.

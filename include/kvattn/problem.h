@@ -41,6 +41,18 @@ enum class PosEncoding { kNone, kRopeLlama, kAlibi };
 std::string_view pos_encoding_name(PosEncoding p);  // "NONE", "ROPE_LLAMA", "ALIBI"
 std::optional<PosEncoding> parse_pos_encoding(std::string_view name);
 
+// How FP8 K/V dequantization scales are given (DESIGN.md §2, FP8 scale granularity).
+//   per_tensor: Problem::k_scale / v_scale (floats).
+//   per_head: AttentionArgs::k_scale / v_scale, f32 [H_kv].
+//   per_token_head: AttentionArgs::k_scale_cache / v_scale_cache, f32 [num_pages, page_size, H_kv]
+//     beside a paged cache (for both NHD and HND caches), [nnz_kv, H_kv] beside ragged K/V and
+//     [kv_len, H_kv] beside the single ops' K/V (for both layouts), addressed like the slot they
+//     scale.
+// Outside per_tensor the float k_scale / v_scale must stay 1 (the tensors carry the scales).
+enum class KVScaleGranularity { kPerTensor, kPerHead, kPerTokenHead };
+std::string_view kv_scale_granularity_name(KVScaleGranularity g);  // "per_tensor", ...
+std::optional<KVScaleGranularity> parse_kv_scale_granularity(std::string_view name);
+
 struct Problem {
   Op op = Op::kBatchDecode;
   int batch_size = 1;  // 1 for the single operations
@@ -65,10 +77,16 @@ struct Problem {
   float rope_scale = 1.0f;
   bool rope_interleave = false;  // pairs (x[2t], x[2t+1]) instead of (x[t], x[t+D/2])
 
-  // Dequantization scales: real = stored * scale. Per tensor.
+  // Dequantization scales: real = stored * scale. Per tensor; K and V per head or per (token,
+  // head) with kv_scale_granularity (then k_scale / v_scale stay 1).
   float q_scale = 1.0f;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  KVScaleGranularity kv_scale_granularity = KVScaleGranularity::kPerTensor;
+
+  // Attention sinks (gpt-oss): AttentionArgs::sinks, f32 [H_qo], one logit per query head that
+  // joins the softmax denominator and carries no value (DESIGN.md §2).
+  bool use_sinks = false;
 
   bool return_lse = false;
   bool use_fp16_qk_reduction = false;

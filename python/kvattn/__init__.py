@@ -13,11 +13,13 @@ from ._errors import (AliasingError, Error, InternalError, InvalidArgumentError,
                       InvalidDTypeError, InvalidPageTableError, InvalidScaleError,
                       InvalidShapeError, IoError, NotSupportedError, OutOfBoundsError, ParseError,
                       SizeOverflowError, UnavailableError)
-from . import cascade, decode, page, prefill, quantization, rope, selection
+from . import cascade, decode, mla, page, prefill, quantization, rope, selection
 from .cascade import (MultiLevelCascadeAttentionWrapper, merge_state, merge_state_in_place,
                       merge_states)
 from .decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
-from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
+from .mla import BatchMLAPagedAttentionWrapper
+from .page import (append_paged_kv_cache, append_paged_mla_kv_cache, get_batch_indices_positions,
+                   get_seq_lens)
 from .prefill import (BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper,
                       single_prefill_with_kv_cache)
 from .quantization import packbits, segment_packbits
@@ -30,11 +32,11 @@ from .selection import backend_names, devices, explain, select_backend
 __version__ = _kvattn.__version__
 
 __all__ = [
-    "AliasingError", "BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
+    "AliasingError", "BatchDecodeWithPagedKVCacheWrapper", "BatchMLAPagedAttentionWrapper", "BatchPrefillWithPagedKVCacheWrapper",
     "BatchPrefillWithRaggedKVCacheWrapper", "Error", "InternalError", "InvalidArgumentError",
     "InvalidDTypeError", "InvalidPageTableError", "InvalidScaleError", "InvalidShapeError",
     "IoError", "MultiLevelCascadeAttentionWrapper", "NotSupportedError", "OutOfBoundsError",
-    "ParseError", "SizeOverflowError", "UnavailableError", "append_paged_kv_cache",
+    "ParseError", "SizeOverflowError", "UnavailableError", "append_paged_kv_cache", "append_paged_mla_kv_cache",
     "apply_llama31_rope", "apply_llama31_rope_inplace", "apply_llama31_rope_pos_ids",
     "apply_llama31_rope_pos_ids_inplace", "apply_rope", "apply_rope_inplace",
     "apply_rope_pos_ids", "apply_rope_pos_ids_inplace", "apply_rope_with_cos_sin_cache",

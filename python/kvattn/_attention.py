@@ -58,6 +58,46 @@ def unsupported(argument: str, why: str) -> NotSupportedError:
     return NotSupportedError(f"{argument}: {why}")
 
 
+def sinks_tensor(sinks: Any, num_qo_heads: int) -> Any:
+    """FlashInfer's sinks [H_qo] as kvattn reads them: float32 (a [H_qo] vector converts)."""
+    if sinks is None:
+        return None
+    if tuple(sinks.shape) != (num_qo_heads,):
+        raise InvalidArgumentError(
+            f"sinks: shape {list(sinks.shape)}: expected [{num_qo_heads}] (one logit per query "
+            "head)")
+    if hasattr(sinks, "float"):
+        return sinks if str(sinks.dtype) == "torch.float32" else sinks.float()
+    return np.ascontiguousarray(sinks, dtype=np.float32)
+
+
+def scale_caches(kv_cache_sf: Any, kv_layout: str) -> Dict[str, Any]:
+    """FlashInfer's per-(token, head) scale tensors (k_sf, v_sf): [P, page_size, H_kv] (NHD) or
+    [P, H_kv, page_size] (HND); kvattn addresses them as [P, page_size, H_kv] in both layouts,
+    so an HND pair is passed as a transposed view (no copy)."""
+    if not isinstance(kv_cache_sf, (tuple, list)) or len(kv_cache_sf) != 2:
+        raise InvalidArgumentError("kv_cache_sf: expected a (k_scales, v_scales) tuple of float32 "
+                                   "[num_pages, page_size, num_kv_heads] tensors")
+    k_sf, v_sf = kv_cache_sf
+    if kv_layout == "HND":
+        k_sf, v_sf = k_sf.transpose(1, 2), v_sf.transpose(1, 2)
+    return {"k_scale_cache": k_sf, "v_scale_cache": v_sf}
+
+
+def head_scales(value: Any, argument: str) -> Tuple[Optional[float], Any]:
+    """A K or V scale as (per-tensor float, None) when it is one value, or (None, float32 [H_kv]
+    tensor) when it differs between heads (kv_scale_granularity per_head)."""
+    if value is None or isinstance(value, (int, float)):
+        return (None if value is None else float(value)), None
+    values = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    if flat.size >= 1 and np.all(flat == flat[0]):
+        return float(flat[0]), None
+    if hasattr(value, "float"):
+        return None, value.reshape(-1).float()
+    return None, np.ascontiguousarray(flat, dtype=np.float32)
+
+
 def float_scale(value: Any, argument: str) -> Optional[float]:
     """A per-tensor scale given as a float, or as a tensor whose elements are all equal (a
     per-head scale that is the same for every head is a per-tensor scale). None stays None."""
@@ -101,7 +141,8 @@ class AttentionPlan:
             return_lse: bool = False, lse_base: str = "log2", lse_layout: str = "NH",
             q_scale: Optional[float] = None, k_scale: Optional[float] = None,
             v_scale: Optional[float] = None, workspace: Any = None,
-            out_shape: Optional[Tuple[int, ...]] = None) -> Any:
+            out_shape: Optional[Tuple[int, ...]] = None, q_key: str = "q",
+            sinks: Any = None) -> Any:
         if self.device != "cpu" and device_of(q) != self.device:
             raise InvalidArgumentError(
                 f"q: on device {device_of(q)}, the plan was made for {self.device} (plan again "
@@ -119,7 +160,9 @@ class AttentionPlan:
                 raise InvalidArgumentError(f"lse_layout = {lse_layout!r}: expected NH or HN")
         if lse_base not in ("log2", "ln"):
             raise InvalidArgumentError(f"lse_base = {lse_base!r}: expected log2 or ln")
-        tensors["q"] = q
+        if sinks is not None:
+            tensors["sinks"] = sinks_tensor(sinks, self.num_qo_heads)
+        tensors[q_key] = q
         tensors["out"] = out
         if want_lse:
             tensors["lse"] = lse

@@ -9,8 +9,8 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 
 from ._attention import (AttentionPlan, check_backend, check_kv_layout, check_pos_encoding_mode,
-                         float_scale, problem_fields, resolve_dtypes, run_once, soft_cap,
-                         unsupported)
+                         float_scale, problem_fields, resolve_dtypes, run_once, scale_caches,
+                         soft_cap, unsupported)
 from ._errors import InvalidArgumentError
 from ._tensors import device_of, dtype_name, host_i32, cache_tensors, tensor_dtype_name
 
@@ -92,9 +92,6 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if block_tables is not None or seq_lens is not None:
             raise unsupported("block_tables", "kvattn reads the CSR page table (indptr, indices, "
                               "last_page_len); block_tables/seq_lens are trtllm-gen's form")
-        if use_token_head_sf:
-            raise unsupported("use_token_head_sf",
-                              "per-(token, head) FP8 scales are not in this build")
         if q_len_per_req is None:
             q_len_per_req = 1
         if q_len_per_req < 1:
@@ -127,12 +124,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
             rope_scale=1.0 if rope_scale is None else float(rope_scale),
             rope_theta=1e4 if rope_theta is None else float(rope_theta),
             q_data_type=q, kv_data_type=kv, o_data_type=o,
-            causal=causal if op == "batch_prefill_paged" else None)
+            causal=causal if op == "batch_prefill_paged" else None,
+            kv_scale_granularity="per_token_head" if use_token_head_sf else None)
         self._plan = AttentionPlan(op, fields, index, self._backend, self._device,
                                    batch * q_len_per_req, num_threads=num_threads,
                                    kv_chunk_size=chunk)
         self._q_dtype, self._kv_dtype = q, kv
         self._window_left = window_left
+        self._use_token_head_sf = bool(use_token_head_sf)
 
     @property
     def backend(self) -> Optional[str]:
@@ -156,15 +155,19 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise InvalidArgumentError(
                 f"window_left = {window_left}: differs from the planned {self._window_left} "
                 "(plan again for another window)")
-        if sinks is not None:
-            raise unsupported("sinks", "attention sinks are not in this build")
         if skip_softmax_threshold_scale_factor is not None:
             raise unsupported("skip_softmax_threshold_scale_factor",
                               "kvattn computes exact softmax")
-        if kv_cache_sf is not None:
-            raise unsupported("kv_cache_sf", "block-scaled (NVFP4) or per-token-head caches are "
-                              "not in this build")
-        return plan.run(q, cache_tensors(paged_kv_cache), out=out,
+        tensors = cache_tensors(paged_kv_cache)
+        if self._use_token_head_sf:
+            if kv_cache_sf is None:
+                raise InvalidArgumentError("kv_cache_sf: required, the plan has "
+                                           "use_token_head_sf=True")
+            tensors.update(scale_caches(kv_cache_sf, self._kv_layout))
+        elif kv_cache_sf is not None:
+            raise unsupported("kv_cache_sf", "given without use_token_head_sf=True at plan "
+                              "(NVFP4 block scales are not kvattn's)")
+        return plan.run(q, tensors, sinks=sinks, out=out,
                         lse=lse, return_lse=return_lse, q_scale=float_scale(q_scale, "q_scale"),
                         k_scale=float_scale(k_scale, "k_scale"),
                         v_scale=float_scale(v_scale, "v_scale"), workspace=self._workspace)

@@ -8,7 +8,7 @@ from typing import Any, Tuple, Union
 import numpy as np
 
 from . import _kvattn
-from ._attention import check_kv_layout
+from ._attention import check_kv_layout, scale_caches
 from ._errors import InvalidArgumentError
 from ._tensors import device_of, numpy_like, split_paged_kv_cache, tensor_dtype_name, to_numpy
 
@@ -57,15 +57,35 @@ def append_paged_kv_cache(append_key: Any, append_value: Any, batch_indices: Any
                           positions: Any, paged_kv_cache: Union[Any, Tuple[Any, Any]],
                           kv_indices: Any, kv_indptr: Any, kv_last_page_len: Any,
                           kv_layout: str = "NHD", *, k_scale: float = 1.0,
-                          v_scale: float = 1.0) -> None:
+                          v_scale: float = 1.0, kv_cache_sf: Any = None) -> None:
     """Writes append_key/value [nnz, H_kv, D] into the paged cache at (batch_indices[i],
     positions[i]), converting to the cache's dtype. An FP8 cache is quantized (round to
-    nearest even, saturating): stored = value / scale; kvattn adds k_scale / v_scale (keywords,
-    default 1, FlashInfer's plain cast)."""
+    nearest even, saturating): stored = value / scale. kvattn adds, as keywords: k_scale /
+    v_scale (default 1, FlashInfer's plain cast), and kv_cache_sf=(k_scales, v_scales) — float32
+    [P, page_size, H_kv] (HND: [P, H_kv, page_size], as FlashInfer's use_token_head_sf) — to
+    quantize per (token, head): each row's scale amax/fp8_max is stored there and the row
+    divided by it."""
     check_kv_layout(kv_layout)
     k_cache, v_cache = split_paged_kv_cache(paged_kv_cache, kv_layout)
     cache_dtype = tensor_dtype_name(k_cache) or ""
+    granularity, k_sf, v_sf = "per_tensor", None, None
+    if kv_cache_sf is not None:
+        sf = scale_caches(kv_cache_sf, kv_layout)
+        granularity, k_sf, v_sf = "per_token_head", sf["k_scale_cache"], sf["v_scale_cache"]
     _kvattn.append_paged_kv_cache(append_key, append_value, batch_indices, positions, k_cache,
                                   v_cache, kv_indices, kv_indptr, kv_last_page_len, kv_layout,
-                                  cache_dtype, float(k_scale), float(v_scale), "auto",
-                                  device_of(k_cache), 0)
+                                  cache_dtype, float(k_scale), float(v_scale), granularity,
+                                  k_sf, v_sf, "auto", device_of(k_cache), 0)
+
+
+def append_paged_mla_kv_cache(append_ckv: Any, append_kpe: Any, batch_indices: Any,
+                              positions: Any, ckv_cache: Any, kpe_cache: Any, kv_indices: Any,
+                              kv_indptr: Any, kv_last_page_len: Any, *,
+                              k_scale: float = 1.0) -> None:
+    """Writes append_ckv [nnz, D_ckv] and append_kpe [nnz, D_kpe] into the paged latent caches
+    ckv_cache [P, page_size, D_ckv], kpe_cache [P, page_size, D_kpe] at (batch_indices[i],
+    positions[i]); an FP8 cache is quantized with k_scale (kvattn's keyword, default 1)."""
+    _kvattn.append_paged_mla_kv_cache(append_ckv, append_kpe, batch_indices, positions,
+                                      ckv_cache, kpe_cache, kv_indices, kv_indptr,
+                                      kv_last_page_len, tensor_dtype_name(ckv_cache) or "",
+                                      float(k_scale), "auto", device_of(ckv_cache), 0)

@@ -7,10 +7,10 @@ import functools
 from typing import Any, Dict, Optional, Tuple, Union
 
 from ._attention import (AttentionPlan, check_backend, check_kv_layout, check_pos_encoding_mode,
-                         float_scale, problem_fields, resolve_dtypes, run_once, soft_cap,
-                         unsupported)
+                         float_scale, head_scales, problem_fields, resolve_dtypes, run_once, scale_caches,
+                         soft_cap, unsupported)
 from ._errors import InvalidArgumentError
-from ._tensors import device_of, host_i32, cache_tensors, tensor_dtype_name
+from ._tensors import cache_tensors, device_of, host_i32, numpy_like, tensor_dtype_name
 
 _NO_SPLIT = 1 << 62
 
@@ -41,15 +41,9 @@ def _refuse(**given: Any) -> None:
                               "trtllm-gen arguments)")
 
 
-def _refuse_run(args: Tuple[Any, ...], sinks: Any, kv_cache_sf: Any,
-                skip_softmax_threshold_scale_factor: Any = None) -> None:
+def _refuse_run(args: Tuple[Any, ...], skip_softmax_threshold_scale_factor: Any = None) -> None:
     if args:
         raise unsupported("args", "kvattn has no custom-kernel arguments")
-    if sinks is not None:
-        raise unsupported("sinks", "attention sinks are not in this build")
-    if kv_cache_sf is not None:
-        raise unsupported("kv_cache_sf", "block-scaled (NVFP4) or per-token-head caches are not "
-                          "in this build")
     if skip_softmax_threshold_scale_factor is not None:
         raise unsupported("skip_softmax_threshold_scale_factor", "kvattn computes exact softmax")
 
@@ -68,6 +62,7 @@ class _PrefillWrapper:
         self._use_cuda_graph = use_cuda_graph
         self._plan: Optional[AttentionPlan] = None
         self._window_left = -1
+        self._use_token_head_sf = False
 
     @property
     def is_cuda_graph_enabled(self) -> bool:
@@ -91,7 +86,8 @@ class _PrefillWrapper:
                    causal: bool, pos_encoding_mode: str, use_fp16_qk_reduction: bool,
                    sm_scale: Optional[float], window_left: int, logits_soft_cap: Optional[float],
                    rope_scale: Optional[float], rope_theta: Optional[float], q_data_type: Any,
-                   kv_data_type: Any, o_data_type: Any, chunk: int, num_threads: int) -> None:
+                   kv_data_type: Any, o_data_type: Any, chunk: int, num_threads: int,
+                   use_token_head_sf: bool = False) -> None:
         mask, packed, causal = _mask_fields(custom_mask, packed_custom_mask, causal)
         q, kv, o = resolve_dtypes(q_data_type, kv_data_type, o_data_type)
         fields = problem_fields(
@@ -105,11 +101,24 @@ class _PrefillWrapper:
             logits_soft_cap=soft_cap(logits_soft_cap),
             rope_scale=1.0 if rope_scale is None else float(rope_scale),
             rope_theta=1e4 if rope_theta is None else float(rope_theta), q_data_type=q,
-            kv_data_type=kv, o_data_type=o)
+            kv_data_type=kv, o_data_type=o,
+            kv_scale_granularity="per_token_head" if use_token_head_sf else None)
+        self._use_token_head_sf = bool(use_token_head_sf)
         self._plan = AttentionPlan(op, fields, dict(index, **mask), self._backend, self._device,
                                    nnz_qo, num_threads=num_threads, kv_chunk_size=chunk,
                                    custom_mask_packed=packed)
         self._window_left = window_left
+
+    def _scale_tensors(self, kv_cache_sf: Any) -> Dict[str, Any]:
+        if self._use_token_head_sf:
+            if kv_cache_sf is None:
+                raise InvalidArgumentError("kv_cache_sf: required, the plan has "
+                                           "use_token_head_sf=True")
+            return scale_caches(kv_cache_sf, self._kv_layout)
+        if kv_cache_sf is not None:
+            raise unsupported("kv_cache_sf", "given without use_token_head_sf=True at plan "
+                              "(NVFP4 block scales are not kvattn's)")
+        return {}
 
     def _planned(self, window_left: Optional[int]) -> AttentionPlan:
         if self._plan is None:
@@ -158,9 +167,6 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         _refuse(prefix_len_ptr=prefix_len_ptr, token_pos_in_items_ptr=token_pos_in_items_ptr,
                 max_item_len_ptr=max_item_len_ptr, seq_lens=seq_lens, seq_lens_q=seq_lens_q,
                 block_tables=block_tables)
-        if use_token_head_sf:
-            raise unsupported("use_token_head_sf",
-                              "per-(token, head) FP8 scales are not in this build")
         qo = host_i32(qo_indptr, "qo_indptr")
         index = {"qo_indptr": qo, "kv_indptr": host_i32(paged_kv_indptr, "paged_kv_indptr"),
                  "kv_indices": host_i32(paged_kv_indices, "paged_kv_indices"),
@@ -170,7 +176,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
                         custom_mask, packed_custom_mask, causal, pos_encoding_mode,
                         use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap,
                         rope_scale, rope_theta, q_data_type, kv_data_type, o_data_type,
-                        _split(fixed_split_size, disable_split_kv, page_size), num_threads)
+                        _split(fixed_split_size, disable_split_kv, page_size), num_threads,
+                        use_token_head_sf)
 
     begin_forward = plan
 
@@ -186,12 +193,14 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         """Attention of q [qo_indptr[-1], H_qo, D_qk] over the planned pages. Returns out
         [.., H_qo, D_vo] or (out, lse); lse in base 2 unless lse_base="ln"."""
         plan = self._planned(window_left)
-        _refuse_run(args, sinks, kv_cache_sf, skip_softmax_threshold_scale_factor)
+        _refuse_run(args, skip_softmax_threshold_scale_factor)
         if use_fp16_softmax:
             raise unsupported("use_fp16_softmax", "kvattn's softmax is fp32")
         if uses_spcompress:
             raise unsupported("uses_spcompress", "not supported by kvattn")
-        return plan.run(q, cache_tensors(paged_kv_cache), out=out,
+        tensors = cache_tensors(paged_kv_cache)
+        tensors.update(self._scale_tensors(kv_cache_sf))
+        return plan.run(q, tensors, sinks=sinks, out=out,
                         lse=lse, return_lse=return_lse, lse_base=lse_base,
                         lse_layout=lse_layout, q_scale=float_scale(q_scale, "q_scale"),
                         k_scale=float_scale(k_scale, "k_scale"),
@@ -251,9 +260,6 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
         _refuse(prefix_len_ptr=prefix_len_ptr, token_pos_in_items_ptr=token_pos_in_items_ptr,
                 max_item_len_ptr=max_item_len_ptr, seq_lens=seq_lens, seq_lens_q=seq_lens_q,
                 v_indptr=v_indptr, o_indptr=o_indptr)
-        if use_token_head_sf:
-            raise unsupported("use_token_head_sf",
-                              "per-(token, head) FP8 scales are not in this build")
         qo = host_i32(qo_indptr if qo_indptr_cpu is None else qo_indptr_cpu, "qo_indptr")
         kv = host_i32(kv_indptr if kv_indptr_cpu is None else kv_indptr_cpu, "kv_indptr")
         self._make_plan("batch_prefill_ragged", {"qo_indptr": qo, "kv_indptr": kv},
@@ -261,7 +267,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
                         head_dim_qk, head_dim_vo, None, custom_mask, packed_custom_mask, causal,
                         pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left,
                         logits_soft_cap, rope_scale, rope_theta, q_data_type, kv_data_type,
-                        o_data_type, _split(fixed_split_size, disable_split_kv), num_threads)
+                        o_data_type, _split(fixed_split_size, disable_split_kv), num_threads,
+                        use_token_head_sf)
 
     begin_forward = plan
 
@@ -273,10 +280,12 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
         """Attention of q [qo_indptr[-1], H_qo, D_qk] over k, v [kv_indptr[-1], H_kv, D].
         Returns out or (out, lse); lse in base 2 unless lse_base="ln"."""
         plan = self._planned(None)
-        _refuse_run(args, None, kv_cache_sf)
+        _refuse_run(args)
         if o_scale is not None and float(o_scale) != 1.0:
             raise unsupported("o_scale", "kvattn writes the output unscaled (o_scale 1)")
-        return plan.run(q, {"k": k, "v": v}, out=out, lse=lse, return_lse=return_lse,
+        tensors = {"k": k, "v": v}
+        tensors.update(self._scale_tensors(kv_cache_sf))
+        return plan.run(q, tensors, out=out, lse=lse, return_lse=return_lse,
                         lse_base=lse_base, lse_layout=lse_layout,
                         q_scale=float_scale(q_scale, "q_scale"),
                         k_scale=float_scale(k_scale, "k_scale"),
@@ -299,6 +308,12 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
                            rope_theta: Optional[float] = None) -> Tuple[Any, Any]:
         """Deprecated (FlashInfer): use `run_return_lse`."""
         return self.run(q, k, v, return_lse=True)
+
+
+def _filled(like: Any, n: int, value: Optional[float]) -> Any:
+    import numpy as np
+    arr = np.full(n, 1.0 if value is None else value, dtype=np.float32)
+    return numpy_like(like, arr)
 
 
 def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
@@ -330,6 +345,15 @@ def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
     _, _, o = resolve_dtypes(qd, kvd, o_dtype)
     mask, packed, causal = _mask_fields(custom_mask, packed_custom_mask, causal)
     kv_heads = k.shape[1] if kv_layout == "NHD" else k.shape[0]
+    k_float, k_heads = head_scales(scale_k if scale_k is not None else k_scale, "k_scale")
+    v_float, v_heads = head_scales(scale_v if scale_v is not None else v_scale, "v_scale")
+    per_head = k_heads is not None or v_heads is not None
+    if per_head:
+        # per_head carries both K and V scales as tensors
+        k_heads = k_heads if k_heads is not None else _filled(k, kv_heads, k_float)
+        v_heads = v_heads if v_heads is not None else _filled(k, kv_heads, v_float)
+        mask = dict(mask, k_scale=k_heads, v_scale=v_heads)
+        k_float = v_float = None
     fields = problem_fields(
         batch_size=1, num_qo_heads=q.shape[1], num_kv_heads=kv_heads, head_dim_qk=q.shape[2],
         head_dim_vo=v.shape[-1], kv_layout=kv_layout, causal=causal, custom_mask=bool(mask),
@@ -340,8 +364,8 @@ def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
         rope_scale=1.0 if rope_scale is None else float(rope_scale),
         rope_theta=1e4 if rope_theta is None else float(rope_theta), q_data_type=qd,
         kv_data_type=kvd, o_data_type=o, q_scale=float_scale(scale_q, "scale_q"),
-        k_scale=float_scale(scale_k if scale_k is not None else k_scale, "k_scale"),
-        v_scale=float_scale(scale_v if scale_v is not None else v_scale, "v_scale"))
+        k_scale=k_float, v_scale=v_float,
+        kv_scale_granularity="per_head" if per_head else None)
     return run_once("single_prefill", fields, dict({"q": q, "k": k, "v": v}, **mask),
                     check_backend(backend), q, (q.shape[0], q.shape[1], v.shape[-1]),
                     return_lse, custom_mask_packed=packed)

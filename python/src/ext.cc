@@ -275,6 +275,15 @@ constexpr ArgField kArgFields[] = {
     {"kv_last_page_len", &AttentionArgs::kv_last_page_len, Expect::kNone},
     {"custom_mask", &AttentionArgs::custom_mask, Expect::kNone},
     {"alibi_slopes", &AttentionArgs::alibi_slopes, Expect::kNone},
+    {"sinks", &AttentionArgs::sinks, Expect::kNone},
+    {"k_scale", &AttentionArgs::k_scale, Expect::kNone},
+    {"v_scale", &AttentionArgs::v_scale, Expect::kNone},
+    {"k_scale_cache", &AttentionArgs::k_scale_cache, Expect::kNone},
+    {"v_scale_cache", &AttentionArgs::v_scale_cache, Expect::kNone},
+    {"q_nope", &AttentionArgs::q_nope, Expect::kQ},
+    {"q_pe", &AttentionArgs::q_pe, Expect::kQ},
+    {"ckv_cache", &AttentionArgs::ckv_cache, Expect::kKV},
+    {"kpe_cache", &AttentionArgs::kpe_cache, Expect::kKV},
     {"out", &AttentionArgs::out, Expect::kO},
     {"lse", &AttentionArgs::lse, Expect::kNone},
 };
@@ -334,12 +343,13 @@ AttentionArgs args_from_dict(const Problem& problem, const nb::dict& tensors,
 }
 
 // A plan and the variants of it that FlashInfer's API decides at run time rather than at plan
-// time: whether the LSE is written, and the q/k/v scales. Those fields are read by run, never by
-// planning, so a variant is the same plan with them changed; variants are made once and kept
+// time: whether the LSE is written, the q/k/v scales, whether sinks are given. Those fields are
+// read by run, never by planning, so a variant is the same plan with them changed; variants are made once and kept
 // (per-layer scales give one variant per layer), so a run in steady state copies nothing.
 struct RunFields {
   bool return_lse;
   float q_scale, k_scale, v_scale;
+  bool use_sinks;
   bool operator==(const RunFields&) const = default;
 };
 
@@ -364,13 +374,14 @@ class PyPlan {
     v.problem.q_scale = f.q_scale;
     v.problem.k_scale = f.k_scale;
     v.problem.v_scale = f.v_scale;
+    v.problem.use_sinks = f.use_sinks;
     return v;
   }
 
  private:
   static constexpr std::size_t kMaxVariants = 512;
   static RunFields fields_of(const Problem& p) {
-    return {p.return_lse, p.q_scale, p.k_scale, p.v_scale};
+    return {p.return_lse, p.q_scale, p.k_scale, p.v_scale, p.use_sinks};
   }
   std::mutex mutex_;
   std::deque<Plan> variants_;  // a deque: references stay valid while others are added
@@ -413,8 +424,10 @@ void run_plan(PyPlan& p, const nb::dict& tensors, const std::optional<Array>& wo
               bool return_lse, std::optional<float> q_scale, std::optional<float> k_scale,
               std::optional<float> v_scale) {
   const Problem& base = p.plan.problem;
+  const bool use_sinks = base.use_sinks || tensors.contains("sinks");
   const Plan& plan = p.variant({return_lse, q_scale.value_or(base.q_scale),
-                                k_scale.value_or(base.k_scale), v_scale.value_or(base.v_scale)});
+                                k_scale.value_or(base.k_scale), v_scale.value_or(base.v_scale),
+                                use_sinks});
   AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
   // The caller's workspace when it is on the plan's device and large enough; else run allocates.
   void* ws = nullptr;
@@ -437,7 +450,7 @@ void run_plan(PyPlan& p, const nb::dict& tensors, const std::optional<Array>& wo
 std::vector<double> time_cpp_run(PyPlan& p, const nb::dict& tensors, bool return_lse,
                                  int repeats) {
   const Plan& plan = p.variant({return_lse, p.plan.problem.q_scale, p.plan.problem.k_scale,
-                                p.plan.problem.v_scale});
+                                p.plan.problem.v_scale, p.plan.problem.use_sinks});
   AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
   std::vector<double> seconds;
   seconds.reserve(static_cast<std::size_t>(std::max(repeats, 0)));
@@ -590,7 +603,9 @@ NB_MODULE(_kvattn, m) {
       [](Array append_key, Array append_value, Array batch_indices, Array positions,
          Array k_cache, Array v_cache, Array kv_indices, Array kv_indptr, Array kv_last_page_len,
          const std::string& kv_layout, const std::string& cache_dtype, float k_scale,
-         float v_scale, const std::string& backend, const std::string& device, int num_threads) {
+         float v_scale, const std::string& scale_granularity, std::optional<Array> k_scale_cache,
+         std::optional<Array> v_scale_cache, const std::string& backend,
+         const std::string& device, int num_threads) {
         std::optional<DType> cdt;
         if (!cache_dtype.empty()) cdt = parse_dtype(cache_dtype);
         PagedKVCache cache;
@@ -604,6 +619,14 @@ NB_MODULE(_kvattn, m) {
         cache.layout = *layout;
         cache.k_scale = k_scale;
         cache.v_scale = v_scale;
+        std::optional<KVScaleGranularity> g = parse_kv_scale_granularity(scale_granularity);
+        if (!g) {
+          raise_invalid("kv_scale_granularity = '" + scale_granularity +
+                        "': expected per_tensor, per_head or per_token_head");
+        }
+        cache.scale_granularity = *g;
+        cache.k_scale_cache = optional_view(k_scale_cache, "k_scale_cache");
+        cache.v_scale_cache = optional_view(v_scale_cache, "v_scale_cache");
         const TensorView ak = to_view(append_key, "append_key"),
                          av = to_view(append_value, "append_value"),
                          bi = to_view(batch_indices, "batch_indices"),
@@ -613,7 +636,34 @@ NB_MODULE(_kvattn, m) {
       },
       "append_key"_a, "append_value"_a, "batch_indices"_a, "positions"_a, "k_cache"_a,
       "v_cache"_a, "kv_indices"_a, "kv_indptr"_a, "kv_last_page_len"_a, "kv_layout"_a,
-      "cache_dtype"_a, "k_scale"_a, "v_scale"_a, "backend"_a, "device"_a, "num_threads"_a);
+      "cache_dtype"_a, "k_scale"_a, "v_scale"_a, "scale_granularity"_a,
+      "k_scale_cache"_a.none(), "v_scale_cache"_a.none(), "backend"_a, "device"_a,
+      "num_threads"_a);
+  m.def(
+      "append_paged_mla_kv_cache",
+      [](nb::handle append_ckv, nb::handle append_kpe, nb::handle batch_indices,
+         nb::handle positions, nb::handle ckv_cache, nb::handle kpe_cache, nb::handle kv_indices,
+         nb::handle kv_indptr, nb::handle kv_last_page_len, const std::string& cache_dtype,
+         float k_scale, const std::string& backend, const std::string& device, int num_threads) {
+        std::optional<DType> cdt;
+        if (!cache_dtype.empty()) cdt = parse_dtype(cache_dtype);
+        PagedMLACache cache;
+        cache.ckv_cache = object_view(ckv_cache, "ckv_cache", cdt);
+        cache.kpe_cache = object_view(kpe_cache, "kpe_cache", cdt);
+        cache.kv_indices = object_view(kv_indices, "kv_indices", {});
+        cache.kv_indptr = object_view(kv_indptr, "kv_indptr", {});
+        cache.kv_last_page_len = object_view(kv_last_page_len, "kv_last_page_len", {});
+        cache.k_scale = k_scale;
+        const TensorView ac = object_view(append_ckv, "append_ckv", {}),
+                         ak = object_view(append_kpe, "append_kpe", {}),
+                         bi = object_view(batch_indices, "batch_indices", {}),
+                         pos = object_view(positions, "positions", {});
+        const OpOptions o = op_options(backend, device, num_threads);
+        run_released([&] { return append_paged_mla_kv_cache(ac, ak, bi, pos, cache, o); });
+      },
+      "append_ckv"_a, "append_kpe"_a, "batch_indices"_a, "positions"_a, "ckv_cache"_a,
+      "kpe_cache"_a, "kv_indices"_a, "kv_indptr"_a, "kv_last_page_len"_a, "cache_dtype"_a,
+      "k_scale"_a, "backend"_a, "device"_a, "num_threads"_a);
   m.def(
       "apply_rope",
       [](Array q, Array k, std::optional<Array> q_out, std::optional<Array> k_out, Array pos_ids,

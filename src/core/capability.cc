@@ -18,6 +18,7 @@ std::string_view name_of(Op o) { return op_name(o); }
 std::string_view name_of(MaskMode m) { return mask_mode_name(m); }
 std::string_view name_of(PosEncoding p) { return pos_encoding_name(p); }
 std::string_view name_of(KVLayout l) { return kv_layout_name(l); }
+std::string_view name_of(KVScaleGranularity g) { return kv_scale_granularity_name(g); }
 
 template <class T>
 std::string list(std::span<const T> set) {
@@ -102,6 +103,20 @@ Status check_capability(const CapabilityDecl& decl, const Problem& p, const Devi
   }
   if (!decl.return_lse && p.return_lse) {
     return make_error(ErrorCode::kNotSupported, b, ": return_lse=true is not supported");
+  }
+  if (!decl.sinks && p.use_sinks) {
+    return make_error(ErrorCode::kNotSupported, b,
+                      ": use_sinks=true is not supported (no attention sinks)");
+  }
+  if (decl.kv_scale_granularities.empty()) {
+    if (p.kv_scale_granularity != KVScaleGranularity::kPerTensor) {
+      return make_error(ErrorCode::kNotSupported, b, ": kv_scale_granularity ",
+                        kv_scale_granularity_name(p.kv_scale_granularity),
+                        " is not supported (supported: {per_tensor})");
+    }
+  } else {
+    KVATTN_RETURN_IF_ERROR(check_member(decl, "kv_scale_granularity", decl.kv_scale_granularities,
+                                        p.kv_scale_granularity));
   }
   for (CapabilityRule rule : decl.rules) KVATTN_RETURN_IF_ERROR(rule(p, device));
   return Status::Ok();

@@ -38,6 +38,9 @@ struct CapabilityDecl {
   bool sliding_window = true;
   bool fp16_qk_reduction = true;
   bool return_lse = true;
+  bool sinks = false;  // attention sinks (Problem::use_sinks)
+  // FP8 K/V scale granularities; empty: per_tensor only.
+  std::span<const KVScaleGranularity> kv_scale_granularities;
   std::span<const CapabilityRule> rules;
   // Set where the backend declares MLA (batch_mla_paged) unsupported: why, for explain.
   const char* mla_unsupported_reason = nullptr;

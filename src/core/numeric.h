@@ -146,4 +146,12 @@ KVATTN_HD uint8_t f32_to_e5m2(float f) { return uint8_t(E5M2Format::encode(f, tr
 inline constexpr float kE4M3Max = 448.0f;
 inline constexpr float kE5M2Max = 57344.0f;
 
+// The per-(token, head) scale append_paged_kv_cache stores for a row whose largest magnitude is
+// `amax` (DESIGN.md §2): amax / fp8_max, rounded once to f32; 1 when amax is 0. The row is then
+// stored divided by this f32 value, so that stored * scale reproduces it.
+KVATTN_HD float per_token_fp8_scale(double amax, bool e5m2) {
+  if (!(amax > 0.0)) return 1.0f;
+  return static_cast<float>(amax / (e5m2 ? double{kE5M2Max} : double{kE4M3Max}));
+}
+
 }  // namespace kvattn::num

@@ -38,6 +38,10 @@ constexpr std::pair<MaskMode, std::string_view> kMasks[] = {
 constexpr std::pair<PosEncoding, std::string_view> kPos[] = {{PosEncoding::kNone, "NONE"},
                                                              {PosEncoding::kRopeLlama, "ROPE_LLAMA"},
                                                              {PosEncoding::kAlibi, "ALIBI"}};
+constexpr std::pair<KVScaleGranularity, std::string_view> kGranularities[] = {
+    {KVScaleGranularity::kPerTensor, "per_tensor"},
+    {KVScaleGranularity::kPerHead, "per_head"},
+    {KVScaleGranularity::kPerTokenHead, "per_token_head"}};
 
 // The shortest decimal that reads back as the same float, so printed flags replay exactly.
 std::string shortest(float value) {
@@ -61,6 +65,13 @@ std::optional<MaskMode> parse_mask_mode(std::string_view name) {
 std::string_view pos_encoding_name(PosEncoding p) { return name_from(kPos, p); }
 std::optional<PosEncoding> parse_pos_encoding(std::string_view name) {
   return parse_from(kPos, name);
+}
+
+std::string_view kv_scale_granularity_name(KVScaleGranularity g) {
+  return name_from(kGranularities, g);
+}
+std::optional<KVScaleGranularity> parse_kv_scale_granularity(std::string_view name) {
+  return parse_from(kGranularities, name);
 }
 
 float Problem::effective_sm_scale() const {
@@ -98,6 +109,10 @@ std::string Problem::to_string() const {
   if (q_scale != 1.0f) os << " --q-scale " << shortest(q_scale);
   if (k_scale != 1.0f) os << " --k-scale " << shortest(k_scale);
   if (v_scale != 1.0f) os << " --v-scale " << shortest(v_scale);
+  if (kv_scale_granularity != KVScaleGranularity::kPerTensor) {
+    os << " --kv-scale-granularity " << kv_scale_granularity_name(kv_scale_granularity);
+  }
+  if (use_sinks) os << " --use-sinks";
   if (return_lse) os << " --return-lse";
   if (use_fp16_qk_reduction) os << " --use-fp16-qk-reduction";
   return os.str();

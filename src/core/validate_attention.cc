@@ -8,6 +8,7 @@
 #include "core/status_macros.h"
 #include "core/validate.h"
 #include "core/validate_tensor.h"
+#include "core/validate_variants.h"
 
 namespace kvattn {
 namespace {
@@ -393,7 +394,8 @@ Status validate_attention(const Problem& problem, const AttentionArgs& args, Arg
     KVATTN_RETURN_IF_ERROR(check_custom_mask(problem, args));
   }
   if (!args.alibi_slopes.empty()) KVATTN_RETURN_IF_ERROR(check_alibi_slopes(problem, args));
-  return check_aliasing(args);
+  KVATTN_RETURN_IF_ERROR(check_aliasing(args));
+  return validation::check_sinks_and_scales(problem, args, kv_rows);
 }
 
 Status validate_plan(const Plan& plan) {

@@ -1,9 +1,8 @@
 // Validation of MLA (batch_mla_paged and append_paged_mla_kv_cache), DESIGN.md §2 "MLA" and §4:
 // the problem's latent widths and the fields MLA fixes, then the tensors, views before contents.
-#include <algorithm>
-#include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "core/status_macros.h"
 #include "core/validate.h"
@@ -29,8 +28,8 @@ struct NamedView {
   const char* name;
 };
 
-// Planning reads only the index tensors (as FlashInfer's plan does): the data tensors may be
-// absent then, and are checked when given.
+// Planning reads the index tensors only: the data tensors (q_nope, q_pe, the caches, out, lse)
+// may be absent then and are checked when given; run checks all of them.
 Status check_presence(const Problem& p, const AttentionArgs& a, ArgsScope scope) {
   const bool data_optional = scope == ArgsScope::kPlan;
   const NamedView index[] = {{&a.qo_indptr, "qo_indptr"},
@@ -71,23 +70,26 @@ Status check_presence(const Problem& p, const AttentionArgs& a, ArgsScope scope)
 }
 
 Status check_dtypes_and_memory(const Problem& p, const AttentionArgs& a) {
-  struct Typed {
-    const TensorView* view;
-    const char* name;
-    DType dtype;
-  };
-  const Typed data[] = {{&a.q_nope, "q_nope", p.q_dtype},
-                        {&a.q_pe, "q_pe", p.q_dtype},
-                        {&a.ckv_cache, "ckv_cache", p.kv_dtype},
-                        {&a.kpe_cache, "kpe_cache", p.kv_dtype},
-                        {&a.out, "out", p.o_dtype},
-                        {&a.lse, "lse", DType::kF32}};
-  const Typed* anchor = nullptr;  // the first data tensor given: the others live with it
-  for (const Typed& t : data) {
-    if (t.view->empty()) continue;
-    KVATTN_RETURN_IF_ERROR(check_dtype(*t.view, t.name, t.dtype));
-    if (!anchor) anchor = &t;
-    KVATTN_RETURN_IF_ERROR(check_same_memory(*t.view, t.name, *anchor->view, anchor->name));
+  // Empty views are absent only when planning (check_presence decided).
+  const std::pair<const NamedView, DType> typed[] = {{{&a.q_nope, "q_nope"}, p.q_dtype},
+                                                     {{&a.q_pe, "q_pe"}, p.q_dtype},
+                                                     {{&a.ckv_cache, "ckv_cache"}, p.kv_dtype},
+                                                     {{&a.kpe_cache, "kpe_cache"}, p.kv_dtype},
+                                                     {{&a.out, "out"}, p.o_dtype},
+                                                     {{&a.lse, "lse"}, DType::kF32}};
+  for (const auto& [nv, dtype] : typed) {
+    if (!nv.view->empty()) KVATTN_RETURN_IF_ERROR(check_dtype(*nv.view, nv.name, dtype));
+  }
+  if (a.q_nope.empty()) return Status::Ok();
+  const NamedView data[] = {{&a.q_pe, "q_pe"},
+                            {&a.ckv_cache, "ckv_cache"},
+                            {&a.kpe_cache, "kpe_cache"},
+                            {&a.out, "out"},
+                            {&a.lse, "lse"}};
+  for (const NamedView& nv : data) {
+    if (!nv.view->empty()) {
+      KVATTN_RETURN_IF_ERROR(check_same_memory(*nv.view, nv.name, a.q_nope, "q_nope"));
+    }
   }
   return Status::Ok();
 }
@@ -103,42 +105,35 @@ Status check_shapes_and_page_table(const Problem& p, const AttentionArgs& a) {
   KVATTN_RETURN_IF_ERROR(
       check_index_tensor(a.kv_last_page_len, "kv_last_page_len", kOp, batch, "B"));
   // The caches fix the page count before the page table is trusted to index them; a plan made
-  // without them bounds page ids by int32 only, and run checks them against the caches.
+  // without them bounds page ids by int32 only (run checks them against the caches).
   int64_t pages = std::numeric_limits<int32_t>::max();
-  if (!a.ckv_cache.empty()) {
+  if (!a.ckv_cache.empty() || !a.kpe_cache.empty()) {
     KVATTN_RETURN_IF_ERROR(check_shape(a.ckv_cache, "ckv_cache", "[num_pages, page_size, D_ckv]",
                                        {{-1, ""}, {ps, "page_size"}, {d_ckv, "head_dim_ckv"}}));
     pages = a.ckv_cache.shape[0];
-  }
-  if (!a.kpe_cache.empty()) {
-    KVATTN_RETURN_IF_ERROR(
-        check_shape(a.kpe_cache, "kpe_cache", "[num_pages, page_size, D_kpe]",
-                    {{a.ckv_cache.empty() ? -1 : pages, "num_pages of ckv_cache"},
-                     {ps, "page_size"},
-                     {d_kpe, "head_dim_kpe"}}));
-    pages = std::min(pages, a.kpe_cache.shape[0]);
+    KVATTN_RETURN_IF_ERROR(check_shape(
+        a.kpe_cache, "kpe_cache", "[num_pages, page_size, D_kpe]",
+        {{pages, "num_pages of ckv_cache"}, {ps, "page_size"}, {d_kpe, "head_dim_kpe"}}));
   }
   KVATTN_RETURN_IF_ERROR(validation::check_page_table(a.kv_indptr, a.kv_indices, a.kv_last_page_len,
                                                       batch, pages, ps));
-  if (a.q_nope.rank >= 1 && a.q_nope.shape[0] != qo_rows) {
+  // Empty views are absent only when planning (check_presence decided).
+  if (!a.q_nope.empty() && a.q_nope.rank >= 1 && a.q_nope.shape[0] != qo_rows) {
     return make_error(ErrorCode::kInvalidPageTable, "qo_indptr[", batch, "] = ", qo_rows,
                       ": must equal the rows of q_nope = ", a.q_nope.shape[0], " (total queries)");
   }
-  struct Shaped {
-    const TensorView* view;
-    const char* name;
-    const char* layout;
-    int64_t width;
-    const char* width_name;
-  };
-  const Shaped rows[] = {{&a.q_nope, "q_nope", "[N, H, D_ckv]", d_ckv, "head_dim_ckv"},
-                         {&a.q_pe, "q_pe", "[N, H, D_kpe]", d_kpe, "head_dim_kpe"},
-                         {&a.out, "out", "[N, H, D_ckv]", d_ckv, "head_dim_ckv"}};
-  for (const Shaped& t : rows) {
-    if (t.view->empty()) continue;
+  const std::initializer_list<validation::DimRule> ckv_rows = {
+      {qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {d_ckv, "head_dim_ckv"}};
+  if (!a.q_nope.empty()) {
+    KVATTN_RETURN_IF_ERROR(check_shape(a.q_nope, "q_nope", "[N, H, D_ckv]", ckv_rows));
+  }
+  if (!a.q_pe.empty()) {
     KVATTN_RETURN_IF_ERROR(
-        check_shape(*t.view, t.name, t.layout,
-                    {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {t.width, t.width_name}}));
+        check_shape(a.q_pe, "q_pe", "[N, H, D_kpe]",
+                    {{qo_rows, "qo_indptr[B]"}, {h, "num_qo_heads"}, {d_kpe, "head_dim_kpe"}}));
+  }
+  if (!a.out.empty()) {
+    KVATTN_RETURN_IF_ERROR(check_shape(a.out, "out", "[N, H, D_ckv]", ckv_rows));
   }
   if (!a.lse.empty()) {
     KVATTN_RETURN_IF_ERROR(
@@ -189,6 +184,16 @@ Status validate_mla_problem(const Problem& p) {
     return make_error(ErrorCode::kInvalidShape, "head_dim_vo = ", p.head_dim_vo,
                       ": must be head_dim_ckv = ", p.head_dim_ckv, " for batch_mla_paged");
   }
+  // DESIGN.md §2 defines MLA with one k_scale for both latents and no sink.
+  if (p.use_sinks) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "use_sinks: true, but batch_mla_paged defines no attention sink");
+  }
+  if (p.kv_scale_granularity != KVScaleGranularity::kPerTensor) {
+    return make_error(ErrorCode::kInvalidArgument, "kv_scale_granularity ",
+                      kv_scale_granularity_name(p.kv_scale_granularity),
+                      ": batch_mla_paged takes one per-tensor k_scale for ckv and kpe");
+  }
   if (p.kv_layout != KVLayout::kNHD) {
     return make_error(
         ErrorCode::kInvalidArgument, "kv_layout ", kv_layout_name(p.kv_layout),
@@ -237,7 +242,8 @@ Status validate_mla_problem(const Problem& p) {
   return Status::Ok();
 }
 
-Status validate_mla_attention(const Problem& problem, const AttentionArgs& args, ArgsScope scope) {
+Status validate_mla_attention(const Problem& problem, const AttentionArgs& args,
+                              ArgsScope scope) {
   KVATTN_RETURN_IF_ERROR(check_presence(problem, args, scope));
   KVATTN_RETURN_IF_ERROR(check_dtypes_and_memory(problem, args));
   KVATTN_RETURN_IF_ERROR(check_shapes_and_page_table(problem, args));

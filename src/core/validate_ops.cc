@@ -220,6 +220,47 @@ Status validate_append_paged_kv_cache(const TensorView& append_k, const TensorVi
     }
   }
 
+  const bool per_token = cache.scale_granularity == KVScaleGranularity::kPerTokenHead;
+  if (cache.scale_granularity == KVScaleGranularity::kPerHead) {
+    return make_error(ErrorCode::kNotSupported,
+                      "cache.scale_granularity per_head: append_paged_kv_cache quantizes per "
+                      "tensor (cache.k_scale / v_scale) or per_token_head");
+  }
+  if (cache.scale_granularity != KVScaleGranularity::kPerTensor && !per_token) {
+    return make_error(ErrorCode::kInvalidArgument, "cache.scale_granularity code ",
+                      static_cast<int>(cache.scale_granularity),
+                      ": must be per_tensor or per_token_head");
+  }
+  if (per_token) {
+    if (!is_fp8(kc.dtype)) {
+      return make_error(ErrorCode::kInvalidDType, "cache.k_cache: dtype ", dtype_name(kc.dtype),
+                        ": per_token_head scales need an fp8 cache (e4m3, e5m2)");
+    }
+    if (cache.k_scale != 1.0f || cache.v_scale != 1.0f) {
+      return make_error(ErrorCode::kInvalidScale, "cache.k_scale = ", cache.k_scale,
+                        ", cache.v_scale = ", cache.v_scale,
+                        ": must be 1 with per_token_head (the scales are computed per row)");
+    }
+    for (const NamedView& nv : {NamedView{&cache.k_scale_cache, "cache.k_scale_cache"},
+                                NamedView{&cache.v_scale_cache, "cache.v_scale_cache"}}) {
+      KVATTN_RETURN_IF_ERROR(check_given(*nv.view, nv.name, "per_token_head"));
+      KVATTN_RETURN_IF_ERROR(check_dtype(*nv.view, nv.name, DType::kF32));
+      KVATTN_RETURN_IF_ERROR(check_same_memory(*nv.view, nv.name, append_k, "append_k"));
+      KVATTN_RETURN_IF_ERROR(check_shape(*nv.view, nv.name, "[num_pages, page_size, H_kv]",
+                                         {{num_pages, "num_pages of k_cache"},
+                                          {page_size, "page_size of k_cache"},
+                                          {h_kv, "H_kv of k_cache"}}));
+    }
+  } else {
+    for (const NamedView& nv : {NamedView{&cache.k_scale_cache, "cache.k_scale_cache"},
+                                NamedView{&cache.v_scale_cache, "cache.v_scale_cache"}}) {
+      if (!nv.view->empty()) {
+        return make_error(ErrorCode::kInvalidArgument, nv.name,
+                          ": given, but cache.scale_granularity is per_tensor");
+      }
+    }
+  }
+
   if (kc.data == cache.v_cache.data && validation::reachable_bytes(kc) > 0) {
     return make_error(ErrorCode::kAliasing,
                       "cache.v_cache: the same memory as cache.k_cache (V would overwrite K)");
@@ -233,11 +274,23 @@ Status validate_append_paged_kv_cache(const TensorView& append_k, const TensorVi
                               {&cache.kv_indptr, "cache.kv_indptr"},
                               {&cache.kv_indices, "cache.kv_indices"},
                               {&cache.kv_last_page_len, "cache.kv_last_page_len"}};
-  for (const NamedView& out :
-       {NamedView{&cache.k_cache, "cache.k_cache"}, {&cache.v_cache, "cache.v_cache"}}) {
+  const NamedView outputs[] = {{&cache.k_cache, "cache.k_cache"},
+                               {&cache.v_cache, "cache.v_cache"},
+                               {&cache.k_scale_cache, "cache.k_scale_cache"},
+                               {&cache.v_scale_cache, "cache.v_scale_cache"}};
+  for (const NamedView& out : outputs) {
+    if (out.view->empty()) continue;
     KVATTN_RETURN_IF_ERROR(check_output_layout(*out.view, out.name));
     for (const NamedView& in : inputs) {
       KVATTN_RETURN_IF_ERROR(check_no_overlap(*out.view, out.name, *in.view, in.name));
+    }
+  }
+  if (per_token) {
+    for (int o = 2; o < 4; ++o) {
+      for (int other = 0; other < o; ++other) {
+        KVATTN_RETURN_IF_ERROR(check_no_overlap(*outputs[o].view, outputs[o].name,
+                                                *outputs[other].view, outputs[other].name));
+      }
     }
   }
   return Status::Ok();

@@ -46,6 +46,12 @@ Status validate_problem(const Problem& p) {
     return make_error(ErrorCode::kInvalidArgument, "pos_encoding_mode code ",
                       static_cast<int>(p.pos_encoding_mode), ": must be NONE, ROPE_LLAMA or ALIBI");
   }
+  if (static_cast<unsigned>(p.kv_scale_granularity) >
+      static_cast<unsigned>(KVScaleGranularity::kPerTokenHead)) {
+    return make_error(ErrorCode::kInvalidArgument, "kv_scale_granularity code ",
+                      static_cast<int>(p.kv_scale_granularity),
+                      ": must be per_tensor, per_head or per_token_head");
+  }
   if (p.num_qo_heads <= 0 || p.num_qo_heads > kMaxHeads) {
     return make_error(ErrorCode::kInvalidShape, "num_qo_heads = ", p.num_qo_heads,
                       ": must be in [1, ", kMaxHeads, "]");
@@ -99,6 +105,18 @@ Status validate_problem(const Problem& p) {
   KVATTN_RETURN_IF_ERROR(check_scale("q_scale", p.q_scale));
   KVATTN_RETURN_IF_ERROR(check_scale("k_scale", p.k_scale));
   KVATTN_RETURN_IF_ERROR(check_scale("v_scale", p.v_scale));
+  if (p.kv_scale_granularity != KVScaleGranularity::kPerTensor) {
+    const std::string_view g = kv_scale_granularity_name(p.kv_scale_granularity);
+    if (!is_fp8(p.kv_dtype)) {
+      return make_error(ErrorCode::kInvalidArgument, "kv_scale_granularity ", g, ": kv dtype is ",
+                        dtype_name(p.kv_dtype), " (scale granularity is for FP8 KV: e4m3, e5m2)");
+    }
+    if (p.k_scale != 1.0f || p.v_scale != 1.0f) {
+      return make_error(ErrorCode::kInvalidScale, "k_scale = ", p.k_scale,
+                        ", v_scale = ", p.v_scale, ": must be 1 with kv_scale_granularity ", g,
+                        " (the scale tensors carry the scales)");
+    }
+  }
   if (is_mla(p.op)) KVATTN_RETURN_IF_ERROR(validate_mla_problem(p));
   if (p.pos_encoding_mode == PosEncoding::kRopeLlama) {
     KVATTN_RETURN_IF_ERROR(check_scale("rope_theta", p.rope_theta));

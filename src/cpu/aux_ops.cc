@@ -3,6 +3,7 @@
 // work is memory-bound, so the wider math costs nothing measurable.
 #include "cpu/aux_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -206,19 +207,33 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
     page_of[i] = page;
     slot_of[i] = pos % page_size;
   }
-  auto write = [&](const TensorView& src, const TensorView& dst, double scale, int64_t i) {
+  const bool per_token = cache.scale_granularity == KVScaleGranularity::kPerTokenHead;
+  const bool e5m2 = cache.k_cache.dtype == DType::kE5M2;
+  auto write = [&](const TensorView& src, const TensorView& dst, const TensorView& scales,
+                   double per_tensor, int64_t i) {
     const int64_t heads = src.shape[1], dim = src.shape[2];
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t base =
           nhd ? at(dst, page_of[i], slot_of[i], h, 0) : at(dst, page_of[i], h, slot_of[i], 0);
+      double scale = per_tensor;
+      if (per_token) {
+        // The row's scale (DESIGN.md §2), stored beside it at the same (page, slot, head).
+        double amax = 0.0;
+        for (int64_t d = 0; d < dim; ++d) {
+          amax = std::max(amax, std::abs(static_cast<double>(load(src, at(src, i, h, d)))));
+        }
+        const float stored = num::per_token_fp8_scale(amax, e5m2);
+        scales.as<float>()[at(scales, page_of[i], slot_of[i], h)] = stored;
+        scale = stored;
+      }
       for (int64_t d = 0; d < dim; ++d) {
         store(dst, base + d * dst.strides[3], load(src, at(src, i, h, d)) / scale);
       }
     }
   };
   for_rows(num_threads, nnz, [&](int64_t i) {
-    write(append_k, cache.k_cache, cache.k_scale, i);
-    write(append_v, cache.v_cache, cache.v_scale, i);
+    write(append_k, cache.k_cache, cache.k_scale_cache, cache.k_scale, i);
+    write(append_v, cache.v_cache, cache.v_scale_cache, cache.v_scale, i);
   });
   return Status::Ok();
 }

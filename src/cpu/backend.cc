@@ -23,6 +23,9 @@ constexpr std::array kMaskModes = {MaskMode::kNone, MaskMode::kCausal, MaskMode:
 constexpr std::array kPosEncodings = {PosEncoding::kNone, PosEncoding::kRopeLlama,
                                       PosEncoding::kAlibi};
 constexpr std::array kKVLayouts = {KVLayout::kNHD, KVLayout::kHND};
+constexpr std::array kScaleGranularities = {KVScaleGranularity::kPerTensor,
+                                            KVScaleGranularity::kPerHead,
+                                            KVScaleGranularity::kPerTokenHead};
 
 // Everything the reference computes: every op, dtype, head-dim pair (unrolled kernels for 64,
 // 128 and 256, a generic one for any other), layout and variant.
@@ -37,6 +40,8 @@ const CapabilityDecl kCapability{
     .mask_modes = kMaskModes,
     .pos_encodings = kPosEncodings,
     .kv_layouts = kKVLayouts,
+    .sinks = true,
+    .kv_scale_granularities = kScaleGranularities,
     .rules = {},
 };
 

@@ -36,7 +36,8 @@ int64_t first_visible_key(const Problem& problem, int64_t kv_len) {
 // Workspace of a decode run: partial states of split items, per-request mask offsets, ALiBi
 // slopes, then one scratch per thread. One function for the size and the layout.
 struct DecodeWorkspaceLayout {
-  std::size_t partial_o = 0, partial_lse = 0, mask_begin = 0, alibi = 0, scratch = 0;
+  std::size_t partial_o = 0, partial_lse = 0, mask_begin = 0, alibi = 0, sinks = 0, k_head = 0,
+              v_head = 0, scratch = 0;
   std::size_t scratch_bytes = 0, bytes = 0;
 
   static DecodeWorkspaceLayout make(const Problem& problem, int64_t num_partial, int threads) {
@@ -52,10 +53,14 @@ struct DecodeWorkspaceLayout {
     l.partial_lse = take(sizeof(float) * num_partial * group);
     l.mask_begin = take(sizeof(int64_t) * problem.batch_size);
     l.alibi = take(sizeof(float) * problem.num_qo_heads);
+    l.sinks = take(sizeof(float) * problem.num_qo_heads);
+    l.k_head = take(sizeof(float) * problem.num_kv_heads);
+    l.v_head = take(sizeof(float) * problem.num_kv_heads);
     l.scratch_bytes = DecodeScratchLayout::make(
                           decode_padded_group(group), pad_to(problem.head_dim_qk, kDecodeRowPad),
                           pad_to(problem.head_dim_vo, kDecodeRowPad),
-                          problem.pos_encoding_mode == PosEncoding::kRopeLlama)
+                          problem.pos_encoding_mode == PosEncoding::kRopeLlama,
+                          problem.kv_scale_granularity == KVScaleGranularity::kPerTokenHead)
                           .bytes;
     l.scratch = take(l.scratch_bytes * threads);
     l.bytes = at;
@@ -74,6 +79,7 @@ void merge_split(const Plan& plan, const DecodeParams& p, const std::vector<int6
   std::vector<double> weight(count);
   std::vector<float> merged(dvo);
   for (int g = 0; g < group; ++g) {
+    const int qo_head = w0.kv_head * group + g;
     double max_lse = -std::numeric_limits<double>::infinity();
     bool nan = false;
     for (int64_t i : items) {
@@ -81,15 +87,20 @@ void merge_split(const Plan& plan, const DecodeParams& p, const std::vector<int6
       nan |= std::isnan(s);
       max_lse = std::max(max_lse, s);
     }
+    // The sink joins once, here, as one more state with no value (the partials exclude it).
+    const double sink =
+        p.sinks ? double{p.sinks[qo_head]} : -std::numeric_limits<double>::infinity();
+    const bool no_key = max_lse == -std::numeric_limits<double>::infinity();
+    max_lse = std::max(max_lse, sink);
     double lse;
     if (nan) {
       lse = std::numeric_limits<double>::quiet_NaN();
       std::fill(merged.begin(), merged.end(), static_cast<float>(lse));
-    } else if (max_lse == -std::numeric_limits<double>::infinity()) {
-      lse = max_lse;
+    } else if (no_key) {
+      lse = max_lse;  // -inf, or the sink
       std::fill(merged.begin(), merged.end(), 0.0f);
     } else {
-      double sum = 0;
+      double sum = p.sinks ? std::exp(sink - max_lse) : 0.0;
       for (int64_t k = 0; k < count; ++k) {
         const double s = p.partial_lse[int64_t{plan.work[items[k]].partial} * group + g];
         weight[k] = s == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(s - max_lse);
@@ -106,7 +117,6 @@ void merge_split(const Plan& plan, const DecodeParams& p, const std::vector<int6
       }
       lse = max_lse + std::log(sum);
     }
-    const int qo_head = w0.kv_head * group + g;
     std::byte* dst = p.out + (w0.request * p.o_stride_b + qo_head * p.o_stride_h) * o_bytes;
     for (int d = 0; d < dvo; ++d) {
       std::byte* e = dst + d * p.o_stride_d * o_bytes;
@@ -134,7 +144,8 @@ int decode_padded_group(int group) {
 }
 
 DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_padded,
-                                              int head_dim_vo_padded, bool rope) {
+                                              int head_dim_vo_padded, bool rope,
+                                              bool token_scales) {
   DecodeScratchLayout l;
   std::size_t at = 0;
   auto take = [&](std::size_t bytes) {
@@ -153,6 +164,10 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
   l.head_rows = take(sizeof(void*) * 2 * kDecodeTileKeys);
   l.mask = take(kDecodeTileKeys);
   l.nan_key = take(kDecodeMaxTaskHeads);
+  if (token_scales) {
+    l.scale_offsets = take(sizeof(int64_t) * 2 * 2 * kDecodeTileKeys);  // [K, V][2][tile]
+    l.token_scales = take(sizeof(float) * 2 * kDecodeTileKeys);         // [K, V][tile]
+  }
   if (rope) {
     l.rope_k = take(sizeof(float) * kDecodeTileKeys * head_dim_qk_padded);
     l.rope_cos_sin = take(sizeof(double) * 5 * (head_dim_qk_padded / 2));
@@ -307,6 +322,35 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   p.q_scale = pb.q_scale;
   p.k_scale = pb.k_scale;
   p.v_scale = pb.v_scale;
+  if (pb.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+    auto* k_head = reinterpret_cast<float*>(ws + layout.k_head);
+    auto* v_head = reinterpret_cast<float*>(ws + layout.v_head);
+    for (int h = 0; h < pb.num_kv_heads; ++h) {
+      k_head[h] = read_f32(args.k_scale, h);
+      v_head[h] = read_f32(args.v_scale, h);
+    }
+    p.k_head_scale = k_head;
+    p.v_head_scale = v_head;
+  }
+  if (pb.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    // [kv_len, H_kv] beside single K/V (one page of the whole length); [P, page_size, H_kv]
+    // beside a paged cache.
+    const TensorView &ks = args.k_scale_cache, &vs = args.v_scale_cache;
+    p.k_token_scale = ks.as<const float>();
+    p.v_token_scale = vs.as<const float>();
+    const int r = single ? 0 : 1;
+    p.ks_page_stride = single ? 0 : ks.strides[0];
+    p.ks_token_stride = ks.strides[r];
+    p.ks_head_stride = ks.strides[r + 1];
+    p.vs_page_stride = single ? 0 : vs.strides[0];
+    p.vs_token_stride = vs.strides[r];
+    p.vs_head_stride = vs.strides[r + 1];
+  }
+  if (pb.use_sinks) {
+    auto* sinks = reinterpret_cast<float*>(ws + layout.sinks);
+    for (int h = 0; h < pb.num_qo_heads; ++h) sinks[h] = read_f32(args.sinks, h);
+    p.sinks = sinks;
+  }
   p.sm_scale = pb.effective_sm_scale();
   p.logits_soft_cap = pb.logits_soft_cap > 0 ? pb.logits_soft_cap : 0.0f;
   p.fp16_qk_reduction = pb.use_fp16_qk_reduction;

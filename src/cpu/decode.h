@@ -44,6 +44,18 @@ struct DecodeParams {
   const int64_t* kv_len = nullptr;  // per request
 
   float q_scale = 1, k_scale = 1, v_scale = 1, sm_scale = 1;
+  // kv_scale_granularity per_head: [H_kv] each (k_scale / v_scale are then 1).
+  const float* k_head_scale = nullptr;
+  const float* v_head_scale = nullptr;
+  // per_token_head: the scale of key j of request b, KV head h sits at
+  // k_token_scale[page*ks_page_stride + (j % page_size)*ks_token_stride + h*ks_head_stride],
+  // page as for the K row (likewise v_*).
+  const float* k_token_scale = nullptr;
+  const float* v_token_scale = nullptr;
+  int64_t ks_page_stride = 0, ks_token_stride = 0, ks_head_stride = 0;
+  int64_t vs_page_stride = 0, vs_token_stride = 0, vs_head_stride = 0;
+  // Attention sinks [H_qo] (natural-log logits) or null; joined when the final state is formed.
+  const float* sinks = nullptr;
   float logits_soft_cap = 0;            // > 0: on
   bool fp16_qk_reduction = false;       // the real q.k rounded to f16 once, before sm_scale
   const float* alibi_slopes = nullptr;  // [H_qo] when ALiBi is on
@@ -78,9 +90,10 @@ inline constexpr int kDecodeMaxTaskHeads = 16;
 // Byte offsets of each thread's scratch. One function for the size and the layout.
 struct DecodeScratchLayout {
   std::size_t q = 0, o = 0, scores = 0, max = 0, sum = 0, k_rows = 0, v_rows = 0, head_rows = 0,
-              rope_k = 0, rope_cos_sin = 0, mask = 0, nan_key = 0, bytes = 0;
+              rope_k = 0, rope_cos_sin = 0, mask = 0, nan_key = 0, scale_offsets = 0,
+              token_scales = 0, bytes = 0;
   static DecodeScratchLayout make(int group_padded, int head_dim_qk_padded, int head_dim_vo_padded,
-                                  bool rope);
+                                  bool rope, bool token_scales);
 };
 
 // One task of the decode kernel: work items items[0, num_heads) of one request and KV range on

@@ -82,10 +82,12 @@ void rotate(float* x, int dim, bool interleave, const double* cos_t, const doubl
   }
 }
 
-// Row addresses of keys [j0, j0 + n) of request b, KV head h.
+// Row addresses of keys [j0, j0 + n) of request b, KV head h; with per-(token, head) scales
+// (k_off non-null) also where each key's scales of head 0 sit.
 template <class S>
 void row_pointers(const DecodeParams& p, int b, int h, int64_t j0, int n, std::size_t elem_bytes,
-                  const std::byte** k_rows, const std::byte** v_rows) {
+                  const std::byte** k_rows, const std::byte** v_rows, int64_t* k_off,
+                  int64_t* v_off) {
   const int64_t first_page = p.kv_indptr[b * p.indptr_stride];
   int64_t page_index = j0 / p.page_size, slot = j0 % p.page_size;
   int64_t page = p.kv_indices[(first_page + page_index) * p.indices_stride];
@@ -94,6 +96,10 @@ void row_pointers(const DecodeParams& p, int b, int h, int64_t j0, int n, std::s
                           static_cast<int64_t>(elem_bytes);
     v_rows[i] = p.v + (page * p.v_page_stride + slot * p.v_token_stride + h * p.v_head_stride) *
                           static_cast<int64_t>(elem_bytes);
+    if (k_off) {
+      k_off[i] = page * p.ks_page_stride + slot * p.ks_token_stride;
+      v_off[i] = page * p.vs_page_stride + slot * p.vs_token_stride;
+    }
     if (++slot == p.page_size && i + 1 < n) {
       slot = 0;
       ++page_index;
@@ -189,21 +195,33 @@ void pv_tile(const float* p, int group_padded, const std::byte* const* rows, int
 }
 
 // Raw scores of one tile -> base-2 logits (scaled, soft-capped, ALiBi, masked); lanes past n get
-// -inf. `raw_to_real` is the K raw factor.
+// -inf. `raw_to_real` is the K raw factor, `k_scale` the head's K scale and `key_scale` (may be
+// null) each key's per-(token, head) K scale, padded to the vector width.
 template <class S>
 void transform_scores(const DecodeParams& p, float* s, int n, int64_t j0, int64_t q_pos,
-                      float alibi_slope, const uint8_t* visible, float raw_to_real) {
+                      float alibi_slope, const uint8_t* visible, float raw_to_real,
+                      float k_scale_value, const float* key_scale) {
   using Vec = typename S::Vec;
   constexpr int W = S::kWidth;
   const Vec raw = S::set1(raw_to_real);
   if (!p.general_scores()) {
-    const Vec scale = S::set1(p.k_scale * p.sm_scale * kLog2e);
-    for (int kb = 0; kb < n; kb += W) S::store(s + kb, S::mul(S::mul(S::load(s + kb), raw), scale));
+    const Vec scale = S::set1(k_scale_value * p.sm_scale * kLog2e);
+    if (key_scale) {
+      for (int kb = 0; kb < n; kb += W) {
+        S::store(s + kb,
+                 S::mul(S::mul(S::mul(S::load(s + kb), raw), scale), S::load(key_scale + kb)));
+      }
+    } else {
+      for (int kb = 0; kb < n; kb += W) {
+        S::store(s + kb, S::mul(S::mul(S::load(s + kb), raw), scale));
+      }
+    }
   } else {
-    const Vec k_scale = S::set1(p.k_scale), sm_scale = S::set1(p.sm_scale);
+    const Vec k_scale = S::set1(k_scale_value), sm_scale = S::set1(p.sm_scale);
     const float cap = p.logits_soft_cap;
     for (int kb = 0; kb < n; kb += W) {
       Vec x = S::mul(S::mul(S::load(s + kb), raw), k_scale);
+      if (key_scale) x = S::mul(x, S::load(key_scale + kb));
       if (p.fp16_qk_reduction) x = S::round_f16(x);
       x = S::mul(x, sm_scale);
       if (cap > 0) x = S::mul(S::set1(cap), S::tanh(S::mul(x, S::set1(1.0f / cap))));
@@ -271,7 +289,8 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
 template <class S, DType kKV, int kDqk, int kDvo, int kNG>
 void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, std::byte* scratch) {
   const DecodeScratchLayout layout =
-      DecodeScratchLayout::make(p.group_padded, p.head_dim_qk_padded, p.head_dim_vo_padded, p.rope);
+      DecodeScratchLayout::make(p.group_padded, p.head_dim_qk_padded, p.head_dim_vo_padded, p.rope,
+                                p.k_token_scale != nullptr);
   const int group = p.group, gp = p.group_padded;
   const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
   const int q_row = p.head_dim_qk_padded, o_row = p.head_dim_vo_padded;
@@ -289,6 +308,15 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   auto* visible = reinterpret_cast<uint8_t*>(scratch + layout.mask);
   // Per head: a visible key was the e4m3 NaN code (the reference's row is then NaN).
   auto* nan_key = reinterpret_cast<uint8_t*>(scratch + layout.nan_key);
+  // Per-(token, head) scales: offsets of each key's scales (head 0) per K/V, double-buffered like
+  // the rows, and the current head's scales of the tile.
+  const bool token_scales = p.k_token_scale != nullptr;
+  int64_t* k_off =
+      token_scales ? reinterpret_cast<int64_t*>(scratch + layout.scale_offsets) : nullptr;
+  int64_t* v_off = token_scales ? k_off + 2 * kTile : nullptr;
+  float* key_scale =
+      token_scales ? reinterpret_cast<float*>(scratch + layout.token_scales) : nullptr;
+  float* value_scale = token_scales ? key_scale + kTile : nullptr;
 
   const WorkItem& w = items[0];
   const int b = w.request, h0 = w.kv_head;
@@ -352,7 +380,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   const float k_raw = p.rope ? 1.0f : S::template raw_to_real<kKV>();
   if (begin < end) {
     row_pointers<S>(p, b, h0, begin, static_cast<int>(std::min<int64_t>(kTile, end - begin)),
-                    kv_bytes, k_rows, v_rows);
+                    kv_bytes, k_rows, v_rows, k_off, v_off);
   }
   for (int64_t j0 = begin, t = 0; j0 < end; j0 += kTile, ++t) {
     const int n = static_cast<int>(std::min<int64_t>(kTile, end - j0));
@@ -361,7 +389,13 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
     const std::byte** next_k = k_rows + ((t + 1) & 1) * kTile;
     const std::byte** next_v = v_rows + ((t + 1) & 1) * kTile;
     const int next_n = static_cast<int>(std::clamp<int64_t>(end - j0 - kTile, 0, kTile));
-    if (next_n > 0) row_pointers<S>(p, b, h0, j0 + kTile, next_n, kv_bytes, next_k, next_v);
+    const int64_t* tile_k_off = token_scales ? k_off + (t & 1) * kTile : nullptr;
+    const int64_t* tile_v_off = token_scales ? v_off + (t & 1) * kTile : nullptr;
+    if (next_n > 0) {
+      row_pointers<S>(p, b, h0, j0 + kTile, next_n, kv_bytes, next_k, next_v,
+                      token_scales ? k_off + ((t + 1) & 1) * kTile : nullptr,
+                      token_scales ? v_off + ((t + 1) & 1) * kTile : nullptr);
+    }
 
     const uint8_t* tile_visible = nullptr;
     if (p.mask) {
@@ -427,13 +461,27 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         qk_tile<S, kKV, kDqk, kNG>(q, q_row, gp, hk, n, dqk, p.k_elem_stride, scores);
       }
 
+      if (token_scales) {
+        const float* ks = p.k_token_scale + h * p.ks_head_stride;
+        const float* vs = p.v_token_scale + h * p.vs_head_stride;
+        for (int kk = 0; kk < n; ++kk) {
+          key_scale[kk] = ks[tile_k_off[kk]];
+          value_scale[kk] = vs[tile_v_off[kk]];
+        }
+        for (int kk = n; kk < kTile; ++kk) key_scale[kk] = value_scale[kk] = 0.0f;
+      }
+      const float k_scale = p.k_head_scale ? p.k_head_scale[h] : p.k_scale;
       bool any = false;
       for (int g = 0; g < group; ++g) {
         float* s = scores + g * kTile;
         const float slope = p.alibi_slopes ? p.alibi_slopes[h * group + g] : 0.0f;
-        transform_scores<S>(p, s, n, j0, q_pos, slope, tile_visible, k_raw);
+        transform_scores<S>(p, s, n, j0, q_pos, slope, tile_visible, k_raw, k_scale, key_scale);
         if (softmax_step<S>(s, n, row_max + g, row_sum + g, o + g * o_row, o_row)) {
           any = true;
+          // Each key's V scale weighs its probability after the sum took it unscaled.
+          if (token_scales) {
+            for (int kk = 0; kk < n; ++kk) s[kk] *= value_scale[kk];
+          }
         } else {
           std::fill(s, s + kTile, 0.0f);
         }
@@ -455,18 +503,34 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   for (int hi = 0; hi < num_heads; ++hi) {
     const int h = h0 + hi;
     const WorkItem& item = items[hi];
+    const float v_scale = p.v_head_scale ? p.v_head_scale[h] : p.v_scale;
     for (int g = 0; g < group; ++g) {
       const int qo_head = h * group + g;
       const float* acc = o_all + hi * o_head + g * o_row;
       const float row_sum = sum_all[hi * gp + g], row_max = max_all[hi * gp + g];
       const bool empty = row_sum == 0.0f;
-      const float norm = nan_key[hi] ? std::numeric_limits<float>::quiet_NaN()
-                         : empty     ? 0.0f
-                                     : p.v_scale / row_sum;
-      const float lse =
+      float norm = nan_key[hi] ? std::numeric_limits<float>::quiet_NaN()
+                   : empty     ? 0.0f
+                               : v_scale / row_sum;
+      float lse =
           nan_key[hi] ? std::numeric_limits<float>::quiet_NaN()
           : empty     ? kNegInf
                   : static_cast<float>((row_max + std::log2(static_cast<double>(row_sum))) * kLn2);
+      // The sink joins the final state (a split item's partial excludes it: merge_split adds
+      // it): m = max(row max, sink), denominator sum * 2^(max - m) + 2^(sink - m), base 2.
+      if (p.sinks && item.partial < 0 && !nan_key[hi]) {
+        const double sink = p.sinks[qo_head];
+        if (empty) {
+          lse = static_cast<float>(sink);
+        } else {
+          const double sink2 = sink * double{kLog2e};
+          const double m = std::max<double>(row_max, sink2);
+          const double keys = std::exp2(row_max - m);
+          const double total = row_sum * keys + std::exp2(sink2 - m);
+          norm = static_cast<float>(v_scale * keys / total);
+          lse = static_cast<float>((m + std::log2(total)) * kLn2);
+        }
+      }
       if (item.partial >= 0) {
         float* dst = p.partial_o + (int64_t{item.partial} * group + g) * dvo;
         for (int d = 0; d < dvo; ++d) dst[d] = empty && !nan_key[hi] ? 0.0f : acc[d] * v_raw * norm;

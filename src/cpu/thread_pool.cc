@@ -70,7 +70,11 @@ void ThreadPool::worker_main(int worker_index) {
     work_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
     if (stopping_) return;
     seen = generation_;
-    if (thread_id >= job_threads_) continue;
+    // A worker that wakes after the caller closed the job (every item taken) leaves it alone:
+    // the caller does not wait for workers that never joined (a late wake-up, e.g. while another
+    // runtime's threads spin on the cores, must not stall the job).
+    if (thread_id >= job_threads_ || !job_open_) continue;
+    ++workers_running_;
     ItemFn fn = fn_;
     void* context = context_;
     int64_t n = num_items_;
@@ -97,7 +101,8 @@ void ThreadPool::run(int num_threads, int64_t num_items, ItemFn fn, void* contex
     context_ = context;
     num_items_ = num_items;
     job_threads_ = threads;
-    workers_running_ = threads - 1;
+    job_open_ = true;
+    workers_running_ = 0;
     next_item_.store(0, std::memory_order_relaxed);
     ++generation_;
   }
@@ -108,7 +113,9 @@ void ThreadPool::run(int num_threads, int64_t num_items, ItemFn fn, void* contex
     fn(context, item, 0);
   }
   t_inside_job = false;
+  // Every item is taken; wait only for the workers that joined and may still run one.
   std::unique_lock<std::mutex> lock(mutex_);
+  job_open_ = false;
   done_cv_.wait(lock, [&] { return workers_running_ == 0; });
 }
 

@@ -58,7 +58,8 @@ class ThreadPool {
   void* context_ = nullptr;
   int64_t num_items_ = 0;
   int job_threads_ = 0;
-  int workers_running_ = 0;
+  bool job_open_ = false;    // workers may still join the current job
+  int workers_running_ = 0;  // workers that joined the current job and have not left it
   std::atomic<int64_t> next_item_{0};
 };
 

@@ -35,14 +35,14 @@ HeadKV load_head_kv(const Problem& p, const AttentionRows& rows, int b, int kv_h
   kv.v.resize(kv.len * kv.dim_vo);
   for (int64_t j = 0; j < kv.len; ++j) {
     double* k_row = kv.k.data() + j * kv.dim_qk;
-    for (int d = 0; d < kv.dim_qk; ++d) k_row[d] = rows.k(b, j, kv_head, d) * p.k_scale;
+    const double k_scale = rows.k_scale(b, j, kv_head), v_scale = rows.v_scale(b, j, kv_head);
+    for (int d = 0; d < kv.dim_qk; ++d) k_row[d] = rows.k(b, j, kv_head, d) * k_scale;
     // RoPE rotates the dequantized key: the rotation is of the real vector.
     if (p.pos_encoding_mode == PosEncoding::kRopeLlama) {
       rope_rotate(k_row, kv.dim_qk, static_cast<double>(j), p.rope_theta, p.rope_scale,
                   p.rope_interleave);
     }
     double* v_row = kv.v.data() + j * kv.dim_vo;
-    const double v_scale = rows.value_scale();
     for (int d = 0; d < kv.dim_vo; ++d) v_row[d] = rows.v(b, j, kv_head, d) * v_scale;
   }
   return kv;
@@ -127,8 +127,13 @@ void attend_head(const Problem& p, const AttentionRows& rows, int b, int qo_head
     }
     std::fill(o.begin(), o.end(), 0.0);
     double lse = kNegInf;
-    if (max_score != kNegInf) {
-      double sum = 0.0;
+    // The sink joins the denominator only: m = max(sink, max_j s), sum gains e^(sink - m).
+    const double sink = p.use_sinks ? rows.sink(qo_head) : kNegInf;
+    if (p.use_sinks && max_score == kNegInf) {
+      lse = sink;
+    } else if (max_score != kNegInf) {
+      max_score = std::max(max_score, sink);
+      double sum = p.use_sinks ? std::exp(sink - max_score) : 0.0;
       for (int64_t j = 0; j < kv.len; ++j) {
         if (!seen[j]) continue;
         const double w = std::exp(s[j] - max_score);

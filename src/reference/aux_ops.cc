@@ -1,9 +1,11 @@
 // The reference versions of the operations that are not attention: merging attention states,
 // appending to a paged cache, and RoPE by positions. fp64 math, results rounded once.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "core/numeric.h"
 #include "core/rope_host.h"
 #include "core/status_macros.h"
 #include "reference/element_io.h"
@@ -125,18 +127,27 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
                         " is outside [0, ", num_pages, ")");
     }
     const int64_t slot = pos % page_size;
-    for (int64_t h = 0; h < append_k.shape[1]; ++h) {
-      for (int64_t d = 0; d < append_k.shape[2]; ++d) {
-        store_cache(cache.k_cache, cache.layout, page, slot, h, d,
-                    load(append_k, i, h, d) / cache.k_scale);
+    const bool per_token = cache.scale_granularity == KVScaleGranularity::kPerTokenHead;
+    const bool e5m2 = cache.k_cache.dtype == DType::kE5M2;
+    auto write = [&](const TensorView& src, const TensorView& dst, const TensorView& scales,
+                     double per_tensor) {
+      for (int64_t h = 0; h < src.shape[1]; ++h) {
+        double scale = per_tensor;
+        if (per_token) {
+          double amax = 0.0;
+          for (int64_t d = 0; d < src.shape[2]; ++d)
+            amax = std::max(amax, std::abs(load(src, i, h, d)));
+          const float stored = num::per_token_fp8_scale(amax, e5m2);
+          store(scales, stored, page, slot, h);
+          scale = stored;
+        }
+        for (int64_t d = 0; d < src.shape[2]; ++d) {
+          store_cache(dst, cache.layout, page, slot, h, d, load(src, i, h, d) / scale);
+        }
       }
-    }
-    for (int64_t h = 0; h < append_v.shape[1]; ++h) {
-      for (int64_t d = 0; d < append_v.shape[2]; ++d) {
-        store_cache(cache.v_cache, cache.layout, page, slot, h, d,
-                    load(append_v, i, h, d) / cache.v_scale);
-      }
-    }
+    };
+    write(append_k, cache.k_cache, cache.k_scale_cache, cache.k_scale);
+    write(append_v, cache.v_cache, cache.v_scale_cache, cache.v_scale);
   }
   return Status::Ok();
 }

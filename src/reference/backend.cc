@@ -19,6 +19,9 @@ constexpr std::array kMaskModes = {MaskMode::kNone, MaskMode::kCausal, MaskMode:
 constexpr std::array kPosEncodings = {PosEncoding::kNone, PosEncoding::kRopeLlama,
                                       PosEncoding::kAlibi};
 constexpr std::array kKVLayouts = {KVLayout::kNHD, KVLayout::kHND};
+constexpr std::array kScaleGranularities = {KVScaleGranularity::kPerTensor,
+                                            KVScaleGranularity::kPerHead,
+                                            KVScaleGranularity::kPerTokenHead};
 
 const CapabilityDecl kCapability{
     .backend = "reference",
@@ -31,6 +34,8 @@ const CapabilityDecl kCapability{
     .mask_modes = kMaskModes,
     .pos_encodings = kPosEncodings,
     .kv_layouts = kKVLayouts,
+    .sinks = true,
+    .kv_scale_granularities = kScaleGranularities,
     .rules = {},
 };
 

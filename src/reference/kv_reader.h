@@ -62,6 +62,18 @@ class AttentionRows {
   // What dequantizes v(): MLA's values are the ckv latents, scaled by k_scale.
   float value_scale() const { return is_mla(problem_.op) ? problem_.k_scale : problem_.v_scale; }
 
+  // The dequantization scale of key/value j of request b, KV head h, at the problem's
+  // kv_scale_granularity.
+  double k_scale(int b, int64_t j, int h) const {
+    return scale(problem_.k_scale, args_.k_scale, args_.k_scale_cache, b, j, h);
+  }
+  double v_scale(int b, int64_t j, int h) const {
+    if (is_mla(problem_.op)) return value_scale();  // MLA's values are the k-scaled latents
+    return scale(problem_.v_scale, args_.v_scale, args_.v_scale_cache, b, j, h);
+  }
+  // The sink logit of query head h (Problem::use_sinks).
+  double sink(int h) const { return load(args_.sinks, h); }
+
   void store_out(int b, int64_t i, int h, int d, double value) const {
     if (rowless()) {
       store(args_.out, value, h, d);
@@ -90,6 +102,37 @@ class AttentionRows {
   }
 
  private:
+  // Which slot of a [slots..., H_kv] per-(token, head) tensor holds key j of request b: the
+  // single ops' [kv_len, H_kv] (both layouts), ragged [nnz_kv, H_kv], paged [P, page_size, H_kv].
+  double scale(float per_tensor, const TensorView& per_head, const TensorView& per_token, int b,
+               int64_t j, int h) const {
+    switch (problem_.kv_scale_granularity) {
+      case KVScaleGranularity::kPerTensor:
+        return per_tensor;
+      case KVScaleGranularity::kPerHead:
+        return load(per_head, h);
+      case KVScaleGranularity::kPerTokenHead:
+        break;
+    }
+    switch (problem_.op) {
+      case Op::kSingleDecode:
+      case Op::kSinglePrefill:
+        return load(per_token, j, h);
+      case Op::kBatchPrefillRagged:
+        return load(per_token, load_i32(args_.kv_indptr, b) + j, h);
+      case Op::kBatchDecode:
+      case Op::kBatchPrefillPaged: {
+        const int64_t page_size = problem_.page_size;
+        const int64_t page =
+            load_i32(args_.kv_indices, load_i32(args_.kv_indptr, b) + j / page_size);
+        return load(per_token, page, j % page_size, h);
+      }
+      case Op::kBatchMLAPaged:  // MLA takes per-tensor scales only (validate_mla_problem)
+        break;
+    }
+    return 0.0;
+  }
+
   double kv(const TensorView& flat, const TensorView& paged, int b, int64_t j, int h, int d) const {
     switch (problem_.op) {
       case Op::kSingleDecode:

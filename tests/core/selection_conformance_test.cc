@@ -1,6 +1,7 @@
 // Selection conformance over the whole grid (issue 3 item 4): operations x q dtype x kv dtype x
 // head-dim pairs (supported and not) x mask kinds x position encodings x extras (soft cap, fp16
-// QK reduction, sliding window) x devices {cpu, sm75, sm80, sm86, sm89, sm90, sm100, sm120}.
+// QK reduction, sliding window; issue 11: attention sinks, FP8 scales per head and per (token,
+// head)) x devices {cpu, sm75, sm80, sm86, sm89, sm90, sm100, sm120}.
 //
 // For every point: each backend's verdict in explain() is its can_implement; the fa2/fa3 verdicts
 // match the constraints the issue states (an oracle written here, independently of the
@@ -29,16 +30,26 @@ constexpr std::array kDTypes = {DType::kF32, DType::kF16, DType::kBF16, DType::k
 struct HeadDims {
   int qk, vo;
 };
-// 64/128/256 and (192,128) are what the CUDA backends implement; 72, 96 and (128,64) are not.
+// 64/128/256 and (192,128) are what both CUDA backends implement, 96 and 512 fa2 only (issue
+// 11); 72 and (128,64) neither.
 constexpr std::array kHeadDims = {HeadDims{64, 64},   HeadDims{128, 128}, HeadDims{256, 256},
                                   HeadDims{192, 128}, HeadDims{72, 72},   HeadDims{96, 96},
-                                  HeadDims{128, 64}};
+                                  HeadDims{128, 64},  HeadDims{512, 512}};
 constexpr std::array kMasks = {MaskMode::kNone, MaskMode::kCausal, MaskMode::kCustom};
 constexpr std::array kPosEncodings = {PosEncoding::kNone, PosEncoding::kRopeLlama,
                                       PosEncoding::kAlibi};
-enum class Extra { kPlain, kSoftCap, kFp16QkReduction, kWindow };
-constexpr std::array kExtras = {Extra::kPlain, Extra::kSoftCap, Extra::kFp16QkReduction,
-                                Extra::kWindow};
+enum class Extra {
+  kPlain,
+  kSoftCap,
+  kFp16QkReduction,
+  kWindow,
+  kSinks,
+  kPerHeadScales,
+  kPerTokenHeadScales
+};
+constexpr std::array kExtras = {
+    Extra::kPlain, Extra::kSoftCap,       Extra::kFp16QkReduction,   Extra::kWindow,
+    Extra::kSinks, Extra::kPerHeadScales, Extra::kPerTokenHeadScales};
 constexpr std::array kCudaSms = {75, 80, 86, 89, 90, 100, 120};
 
 std::vector<Device> grid_devices() {
@@ -64,6 +75,11 @@ Problem make_problem(Op op, DType q, DType kv, HeadDims hd, MaskMode mask, PosEn
   p.logits_soft_cap = extra == Extra::kSoftCap ? 30.0f : 0.0f;
   p.use_fp16_qk_reduction = extra == Extra::kFp16QkReduction;
   p.window_left = extra == Extra::kWindow ? 64 : -1;
+  p.use_sinks = extra == Extra::kSinks;
+  if (extra == Extra::kPerHeadScales) p.kv_scale_granularity = KVScaleGranularity::kPerHead;
+  if (extra == Extra::kPerTokenHeadScales) {
+    p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+  }
   return p;
 }
 
@@ -79,14 +95,20 @@ bool cuda_head_dims(const Problem& p) {
           (p.head_dim_qk == 64 || p.head_dim_qk == 128 || p.head_dim_qk == 256)) ||
          (p.head_dim_qk == 192 && p.head_dim_vo == 128);
 }
+// Issue 11 adds (96,96) and (512,512) to fa2.
+bool fa2_head_dims(const Problem& p) {
+  return cuda_head_dims(p) ||
+         (p.head_dim_qk == p.head_dim_vo && (p.head_dim_qk == 96 || p.head_dim_qk == 512));
+}
 
 // fa2 as issue 3 states it: SM80 and newer; q f16/bf16; kv f16/bf16/e4m3/e5m2; head dims
 // 64/128/256 (equal) and (192,128); every mask, position encoding, fp16 QK reduction, soft cap,
-// window. Outputs f16/bf16/f32.
+// window. Outputs f16/bf16/f32. Issue 11: also (96,96) and (512,512), attention sinks and every
+// FP8 scale granularity.
 bool fa2_spec(const Problem& p, const Device& d) {
   return d.is_cuda() && d.sm >= 80 && contains({DType::kF16, DType::kBF16}, p.q_dtype) &&
          contains({DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2}, p.kv_dtype) &&
-         contains({DType::kF16, DType::kBF16, DType::kF32}, p.o_dtype) && cuda_head_dims(p);
+         contains({DType::kF16, DType::kBF16, DType::kF32}, p.o_dtype) && fa2_head_dims(p);
 }
 
 // fa3 as issue 3 states it: SM90 only; no custom mask; position encoding NONE only; no fp16 QK
@@ -101,7 +123,8 @@ bool fa3_spec(const Problem& p, const Device& d) {
          p.mask_mode != MaskMode::kCustom && p.pos_encoding_mode == PosEncoding::kNone &&
          !p.use_fp16_qk_reduction && is_fp8(p.kv_dtype) == is_fp8(p.q_dtype) &&
          !(is_16bit_float(p.q_dtype) && is_16bit_float(p.kv_dtype) && p.q_dtype != p.kv_dtype) &&
-         !(fp8 && p.logits_soft_cap > 0);
+         !(fp8 && p.logits_soft_cap > 0) && !p.use_sinks &&
+         p.kv_scale_granularity == KVScaleGranularity::kPerTensor;
 }
 
 // The reference is the truth for every problem on the CPU.
@@ -243,6 +266,11 @@ TEST(SelectionConformanceTest, WholeGrid) {
           for (MaskMode mask : kMasks) {
             for (PosEncoding pe : kPosEncodings) {
               for (Extra extra : kExtras) {
+                // Scale granularity is for FP8 KV; other problems with it are invalid, not a
+                // capability question.
+                const bool scales =
+                    extra == Extra::kPerHeadScales || extra == Extra::kPerTokenHeadScales;
+                if (scales && !is_fp8(kv)) continue;
                 Problem p = make_problem(op, q, kv, hd, mask, pe, extra);
                 ++counts.problems;
                 for (const Device& d : devices) {
@@ -259,13 +287,43 @@ TEST(SelectionConformanceTest, WholeGrid) {
   std::cout << "selection conformance grid: " << counts.problems << " problems (" << kOps.size()
             << " ops x " << kDTypes.size() << " q dtypes x " << kDTypes.size() << " kv dtypes x "
             << kHeadDims.size() << " head-dim pairs x " << kMasks.size() << " masks x "
-            << kPosEncodings.size() << " position encodings x " << kExtras.size() << " extras) x "
-            << devices.size() << " devices = " << counts.points
-            << " points; auto selected a backend at " << counts.selected_points << "; "
-            << counts.explicit_requests << " explicit requests checked\n";
+            << kPosEncodings.size() << " position encodings x " << kExtras.size()
+            << " extras, the scale granularities with FP8 KV only) x " << devices.size()
+            << " devices = " << counts.points << " points; auto selected a backend at "
+            << counts.selected_points << "; " << counts.explicit_requests
+            << " explicit requests checked\n";
   ::testing::Test::RecordProperty("grid_points", static_cast<int>(counts.points));
   // The grid is what the issue asks for: a shrunken loop would pass vacuously.
-  EXPECT_EQ(counts.points, 5 * 5 * 5 * 7 * 3 * 3 * 4 * 8);
+  // 5 extras with every kv dtype, the 2 scale-granularity extras with the 2 FP8 ones.
+  EXPECT_EQ(counts.points, 5 * 5 * 8 * 3 * 3 * 8 * (5 * 5 + 2 * 2));
+}
+
+// Issue 11: a backend without attention sinks (fa3) says so in explain, auto passes it over, and
+// asking for it is kNotSupported naming it and the rule; likewise per-(token, head) scales.
+TEST(SelectionConformanceTest, SinksAndScaleGranularityOnFa3) {
+  const Device sm90 = Device::cuda_sm(90);
+  for (Extra extra : {Extra::kSinks, Extra::kPerTokenHeadScales, Extra::kPerHeadScales}) {
+    Problem p = make_problem(Op::kBatchPrefillPaged, DType::kE4M3, DType::kE4M3, {128, 128},
+                             MaskMode::kCausal, PosEncoding::kNone, extra);
+    p.o_dtype = DType::kBF16;
+    Explanation e = explain(p, sm90);
+    for (const Verdict& v : e.verdicts) {
+      if (v.backend != "fa3") continue;
+      EXPECT_FALSE(v.supported);
+      EXPECT_NE(v.reason.find(extra == Extra::kSinks ? "use_sinks" : "kv_scale_granularity"),
+                std::string::npos)
+          << v.reason;
+    }
+    std::string selected;
+    Status forced = select_backend(p, sm90, "fa3", &selected);
+    EXPECT_EQ(forced.code(), ErrorCode::kNotSupported) << forced.to_string();
+    EXPECT_NE(forced.message().find("fa3"), std::string::npos) << forced.message();
+    // The bf16-query twin runs on fa2, which has them.
+    p.q_dtype = DType::kBF16;
+    Explanation twin = explain(p, sm90);
+    ASSERT_TRUE(twin.selected.has_value()) << p.to_string();
+    EXPECT_EQ(*twin.selected, "fa2");
+  }
 }
 
 // The founding case, as issue 3 writes it: sm90, prefill (paged and ragged), bf16 q, e4m3 kv ->

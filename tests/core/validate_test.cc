@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -308,6 +309,56 @@ TEST(ValidatePlan, RefusesWorkOutsideTheRequests) {
   Plan short_lengths = good;
   short_lengths.qo_len.pop_back();
   expect_error(validate_plan(short_lengths), ErrorCode::kInvalidArgument, {"lengths for 2"});
+}
+
+// Issue 11: the sinks and scale tensors, by name, value and rule.
+TEST(ValidateAttention, SinkAndScaleMessagesNameArgumentValueAndRule) {
+  {
+    AttentionFixture f(Op::kBatchDecode);
+    f.problem.use_sinks = true;
+    expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidArgument,
+                 {"sinks: not given", "use_sinks is true"});
+    f.sinks.assign(4, 0.0f);
+    f.sinks[2] = std::numeric_limits<float>::infinity();
+    f.args.sinks = hardening::f32_view(f.sinks, {4});
+    expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidArgument,
+                 {"sinks[2] = inf", "finite"});
+    f.sinks[2] = -30.0f;  // any finite logit is a valid sink
+    EXPECT_TRUE(validate_attention(f.problem, f.args).ok());
+  }
+  {
+    // Paged per-(token, head) scales: the bad slot is named by (page, slot, head).
+    AttentionFixture f(Op::kBatchDecode);
+    f.problem.kv_dtype = DType::kE4M3;
+    f.args.paged_k_cache.dtype = f.args.paged_v_cache.dtype = DType::kE4M3;
+    f.problem.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+    const int64_t pages = f.num_pages, ps = f.problem.page_size, hk = f.problem.num_kv_heads;
+    f.k_scale_cache.assign(static_cast<std::size_t>(pages * ps * hk), 1.0f);
+    f.v_scale_cache = f.k_scale_cache;
+    f.args.k_scale_cache = hardening::f32_view(f.k_scale_cache, {pages, ps, hk});
+    f.args.v_scale_cache = hardening::f32_view(f.v_scale_cache, {pages, ps, hk});
+    EXPECT_TRUE(validate_attention(f.problem, f.args).ok());
+    const int32_t page = f.kv_indices[0];
+    f.v_scale_cache[static_cast<std::size_t>((page * ps + 1) * hk + 1)] = -2.0f;
+    expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidScale,
+                 {"v_scale_cache[" + std::to_string(page) + ", 1, 1] = -2",
+                  "finite and positive"});
+    f.v_scale_cache.assign(f.v_scale_cache.size(), 1.0f);
+    // A slot no request reads may hold anything (unwritten cache slots).
+    f.k_scale_cache.back() = std::numeric_limits<float>::quiet_NaN();
+    bool read = false;
+    for (int32_t id : f.kv_indices) read |= id == pages - 1;
+    if (!read) EXPECT_TRUE(validate_attention(f.problem, f.args).ok());
+    f.args.k_scale_cache.shape[1] = ps - 1;
+    expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidShape,
+                 {"k_scale_cache", "page_size"});
+  }
+  {
+    AttentionFixture f(Op::kSinglePrefill);
+    f.problem.kv_scale_granularity = KVScaleGranularity::kPerHead;
+    expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidArgument,
+                 {"kv_scale_granularity per_head", "kv dtype is f32"});
+  }
 }
 
 // ---- aux ops ----

@@ -80,50 +80,74 @@ TEST(CpuAppendPagedKvCache, QuantizesAndSaturatesLikeTheReference) {
   const int64_t heads = 2, dim = 24, page_size = 5, num_pages = 7;
   for (DType cache_type : {DType::kE4M3, DType::kE5M2, DType::kBF16, DType::kF16}) {
     for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
-      std::vector<int32_t> indptr = {0, 3, 7}, indices = {6, 0, 2, 1, 5, 3, 4}, last = {2, 5};
-      const int64_t nnz = 9;
-      std::vector<int32_t> batch(nnz), pos(nnz);
-      for (int64_t i = 0; i < nnz; ++i) {
-        batch[i] = static_cast<int32_t>(i % 2);
-        pos[i] = static_cast<int32_t>(i % 2 == 0 ? i : 10 + i);
-      }
-      // Values up to 1000 with scale 0.5: past e4m3's 448 after dividing, so they saturate.
-      auto k = random_tensor(nnz * heads * dim, DType::kF32, rng, 1000);
-      auto v = random_tensor(nnz * heads * dim, DType::kF32, rng, 3);
-      const int64_t cache_elems = num_pages * page_size * heads * dim;
-      std::vector<std::byte> caches[2][2];  // [cpu/ref][k/v]
-      for (auto& c : caches) {
-        for (auto& t : c) t.assign(cache_elems * dtype_size(cache_type), std::byte{0});
-      }
-      for (int which = 0; which < 2; ++which) {
-        PagedKVCache cache;
-        auto shape = [&](void* p) {
-          return layout == KVLayout::kNHD
-                     ? TensorView::contiguous(p, cache_type, {num_pages, page_size, heads, dim})
-                     : TensorView::contiguous(p, cache_type, {num_pages, heads, page_size, dim});
-        };
-        cache.k_cache = shape(caches[which][0].data());
-        cache.v_cache = shape(caches[which][1].data());
-        cache.kv_indptr = TensorView::contiguous(indptr.data(), DType::kI32, {3});
-        cache.kv_indices = TensorView::contiguous(indices.data(), DType::kI32, {7});
-        cache.kv_last_page_len = TensorView::contiguous(last.data(), DType::kI32, {2});
-        cache.layout = layout;
-        cache.k_scale = 0.5f;
-        cache.v_scale = 0.25f;
-        const Status s =
-            append_paged_kv_cache(TensorView::contiguous(k.data(), DType::kF32, {nnz, heads, dim}),
-                                  TensorView::contiguous(v.data(), DType::kF32, {nnz, heads, dim}),
-                                  TensorView::contiguous(batch.data(), DType::kI32, {nnz}),
-                                  TensorView::contiguous(pos.data(), DType::kI32, {nnz}), cache,
-                                  on(which == 0 ? "cpu" : "reference"));
-        ASSERT_TRUE(s.ok()) << s.to_string();
-      }
-      EXPECT_EQ(caches[0][0], caches[1][0]) << dtype_name(cache_type);
-      EXPECT_EQ(caches[0][1], caches[1][1]) << dtype_name(cache_type);
-      if (cache_type == DType::kE4M3) {
-        bool saturated = false;
-        for (std::byte b : caches[0][0]) saturated |= (static_cast<uint8_t>(b) & 0x7F) == 0x7E;
-        EXPECT_TRUE(saturated) << "no code at the e4m3 maximum: the test lost its saturation case";
+      for (bool per_token : {false, true}) {
+        if (per_token && !is_fp8(cache_type)) continue;
+        std::vector<int32_t> indptr = {0, 3, 7}, indices = {6, 0, 2, 1, 5, 3, 4}, last = {2, 5};
+        const int64_t nnz = 9;
+        std::vector<int32_t> batch(nnz), pos(nnz);
+        for (int64_t i = 0; i < nnz; ++i) {
+          batch[i] = static_cast<int32_t>(i % 2);
+          pos[i] = static_cast<int32_t>(i % 2 == 0 ? i : 10 + i);
+        }
+        // Values up to 1000 with scale 0.5: past e4m3's 448 after dividing, so they saturate.
+        auto k = random_tensor(nnz * heads * dim, DType::kF32, rng, 1000);
+        auto v = random_tensor(nnz * heads * dim, DType::kF32, rng, 3);
+        const int64_t cache_elems = num_pages * page_size * heads * dim;
+        std::vector<std::byte> caches[2][2];  // [cpu/ref][k/v]
+        for (auto& c : caches) {
+          for (auto& t : c) t.assign(cache_elems * dtype_size(cache_type), std::byte{0});
+        }
+        std::vector<float> scales[2][2];  // per_token_head: [cpu/ref][k/v] [P, page_size, H]
+        for (auto& c : scales) {
+          for (auto& t : c) t.assign(num_pages * page_size * heads, 0.0f);
+        }
+        for (int which = 0; which < 2; ++which) {
+          PagedKVCache cache;
+          auto shape = [&](void* p) {
+            return layout == KVLayout::kNHD
+                       ? TensorView::contiguous(p, cache_type, {num_pages, page_size, heads, dim})
+                       : TensorView::contiguous(p, cache_type, {num_pages, heads, page_size, dim});
+          };
+          cache.k_cache = shape(caches[which][0].data());
+          cache.v_cache = shape(caches[which][1].data());
+          cache.kv_indptr = TensorView::contiguous(indptr.data(), DType::kI32, {3});
+          cache.kv_indices = TensorView::contiguous(indices.data(), DType::kI32, {7});
+          cache.kv_last_page_len = TensorView::contiguous(last.data(), DType::kI32, {2});
+          cache.layout = layout;
+          if (per_token) {
+            cache.scale_granularity = KVScaleGranularity::kPerTokenHead;
+            cache.k_scale_cache = TensorView::contiguous(scales[which][0].data(), DType::kF32,
+                                                         {num_pages, page_size, heads});
+            cache.v_scale_cache = TensorView::contiguous(scales[which][1].data(), DType::kF32,
+                                                         {num_pages, page_size, heads});
+          } else {
+            cache.k_scale = 0.5f;
+            cache.v_scale = 0.25f;
+          }
+          const Status s = append_paged_kv_cache(
+              TensorView::contiguous(k.data(), DType::kF32, {nnz, heads, dim}),
+              TensorView::contiguous(v.data(), DType::kF32, {nnz, heads, dim}),
+              TensorView::contiguous(batch.data(), DType::kI32, {nnz}),
+              TensorView::contiguous(pos.data(), DType::kI32, {nnz}), cache,
+              on(which == 0 ? "cpu" : "reference"));
+          ASSERT_TRUE(s.ok()) << s.to_string();
+        }
+        EXPECT_EQ(caches[0][0], caches[1][0]) << dtype_name(cache_type);
+        EXPECT_EQ(caches[0][1], caches[1][1]) << dtype_name(cache_type);
+        EXPECT_EQ(scales[0][0], scales[1][0]) << dtype_name(cache_type);
+        EXPECT_EQ(scales[0][1], scales[1][1]) << dtype_name(cache_type);
+        if (per_token) {
+          int written = 0;
+          for (float s : scales[0][0]) written += s > 0.0f;
+          EXPECT_EQ(written, nnz * heads) << "one scale per appended (token, head)";
+          continue;
+        }
+        if (cache_type == DType::kE4M3) {
+          bool saturated = false;
+          for (std::byte b : caches[0][0]) saturated |= (static_cast<uint8_t>(b) & 0x7F) == 0x7E;
+          EXPECT_TRUE(saturated)
+              << "no code at the e4m3 maximum: the test lost its saturation case";
+        }
       }
     }
   }

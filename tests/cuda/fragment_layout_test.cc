@@ -9,13 +9,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <random>
 #include <set>
 #include <vector>
 
+#include "core/attention_math.h"
 #include "cuda/fa2/kernels/online_softmax.h"
+#include "cuda/fa2/params.h"
 
 namespace kvattn::fa2 {
 namespace {
@@ -80,14 +83,16 @@ std::array<std::array<std::array<float, 2>, 2>, 32> pick_b(const Warp& w, int fi
 }
 
 // A [rows x D] logical matrix stored swizzled.
-std::vector<float> store_swizzled(const std::vector<float>& m, int rows, int d) {
-  std::vector<float> mem(m.size());
+// `row` is the shared-memory row width (params.h smem_row: d padded to a multiple of 64).
+std::vector<float> store_swizzled(const std::vector<float>& m, int rows, int d, int row = 0) {
+  if (row == 0) row = d;
+  std::vector<float> mem(size_t(rows * row), NAN);  // the pad is never read
   std::set<int> seen;
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < d; ++c) {
-      const int off = frag::swizzled(r, c, d);
-      EXPECT_GE(off, r * d);
-      EXPECT_LT(off, (r + 1) * d);
+      const int off = frag::swizzled(r, c, row);
+      EXPECT_GE(off, r * row);
+      EXPECT_LT(off, (r + 1) * row);
       EXPECT_TRUE(seen.insert(off).second) << "swizzle collides at " << r << "," << c;
       mem[size_t(off)] = m[size_t(r * d + c)];
     }
@@ -112,9 +117,9 @@ void check_warp_tile(int dqk, int dvo, int keys, int warp) {
   for (float& x : q) x = float(small(rng));
   for (float& x : k) x = float(small(rng));
   for (float& x : v) x = float(small(rng));
-  const std::vector<float> q_mem = store_swizzled(q, rows, dqk);
-  const std::vector<float> k_mem = store_swizzled(k, keys, dqk);
-  const std::vector<float> v_mem = store_swizzled(v, keys, dvo);
+  const std::vector<float> q_mem = store_swizzled(q, rows, dqk, smem_row(dqk));
+  const std::vector<float> k_mem = store_swizzled(k, keys, dqk, smem_row(dqk));
+  const std::vector<float> v_mem = store_swizzled(v, keys, dvo, smem_row(dvo));
 
   // S = Q K^T, as attend_block computes it.
   const int ntiles = keys / 8;
@@ -123,7 +128,7 @@ void check_warp_tile(int dqk, int dvo, int keys, int warp) {
     std::array<int, 32> qa;
     for (int lane = 0; lane < 32; ++lane) {
       frag::RowCol rc = frag::q_ldmatrix(warp, lane, ks);
-      qa[size_t(lane)] = frag::swizzled(rc.row, rc.col, dqk);
+      qa[size_t(lane)] = frag::swizzled(rc.row, rc.col, smem_row(dqk));
     }
     expect_conflict_free(qa);
     const Warp a = ldmatrix_x4(q_mem, qa, false);
@@ -131,7 +136,7 @@ void check_warp_tile(int dqk, int dvo, int keys, int warp) {
       std::array<int, 32> ka;
       for (int lane = 0; lane < 32; ++lane) {
         frag::RowCol rc = frag::k_ldmatrix(lane, nt2, ks);
-        ka[size_t(lane)] = frag::swizzled(rc.row, rc.col, dqk);
+        ka[size_t(lane)] = frag::swizzled(rc.row, rc.col, smem_row(dqk));
       }
       expect_conflict_free(ka);
       const Warp b = ldmatrix_x4(k_mem, ka, false);
@@ -169,7 +174,7 @@ void check_warp_tile(int dqk, int dvo, int keys, int warp) {
       std::array<int, 32> va;
       for (int lane = 0; lane < 32; ++lane) {
         frag::RowCol rc = frag::v_ldmatrix_trans(lane, kk, dt2);
-        va[size_t(lane)] = frag::swizzled(rc.row, rc.col, dvo);
+        va[size_t(lane)] = frag::swizzled(rc.row, rc.col, smem_row(dvo));
       }
       expect_conflict_free(va);
       const Warp b = ldmatrix_x4(v_mem, va, true);
@@ -200,8 +205,10 @@ TEST(Fa2FragmentLayoutTest, WarpTilesComputeQKAndPVForEveryHeadDim) {
   struct Dims {
     int qk, vo;
   };
-  for (Dims d : {Dims{64, 64}, Dims{128, 128}, Dims{256, 256}, Dims{192, 128}}) {
-    const int keys = d.qk > 128 ? 32 : 64;
+  // 96 reads 96 of its 128-wide padded rows (issue 11); 512 takes 16-key blocks.
+  for (Dims d : {Dims{64, 64}, Dims{128, 128}, Dims{256, 256}, Dims{192, 128}, Dims{96, 96},
+                 Dims{512, 512}}) {
+    const int keys = kv_block_keys(d.qk);
     for (int warp : {0, 3}) check_warp_tile(d.qk, d.vo, keys, warp);
   }
 }
@@ -352,6 +359,33 @@ void check_warp_attention(int blocks, uint32_t seed) {
         }
       }
     }
+  }
+}
+
+// Issue 11: the sink joins the row's denominator at the finish (scores in log2 units, the sink a
+// natural-log logit); a row with no visible key gives o = 0 and lse = sink; finishing with the
+// sink equals finishing without it and then merging with a value-less state of lse = sink (what
+// the split-KV merge does).
+TEST(Fa2OnlineSoftmaxTest, FinishRowWithSinkJoinsTheDenominator) {
+  constexpr double kLog2e = 1.4426950408889634;
+  for (float sink : {-3.0f, 0.0f, 2.5f, 40.0f}) {
+    const RowFinish empty = finish_row_with_sink(-INFINITY, 0.0f, 2.0f, sink);
+    EXPECT_EQ(empty.o_scale, 0.0f);
+    EXPECT_EQ(empty.lse, sink);
+    // Two keys with natural scores 1 and -0.5: m = 1 log2 e, sum = 1 + e^-1.5.
+    const float m = float(1.0 * kLog2e);
+    const float sum = float(1.0 + std::exp(-1.5));
+    const RowFinish fin = finish_row_with_sink(m, sum, 2.0f, sink);
+    const double denom = std::exp(1.0) + std::exp(-0.5) + std::exp(double(sink));
+    EXPECT_NEAR(fin.lse, std::log(denom), 2e-6 * std::max(1.0, std::fabs(std::log(denom))));
+    // o = acc * o_scale where acc holds the weights e^(s - 1) (relative to the row max), so
+    // o_scale = v_scale * e^1 / denom.
+    const double want = 2.0 * std::exp(1.0) / denom;
+    EXPECT_NEAR(fin.o_scale, want, 1e-6 * want);
+    const RowFinish plain = finish_row(m, sum, 2.0f);
+    const math::MergeWeights w = math::merge_weights(plain.lse, sink);
+    EXPECT_NEAR(fin.lse, w.lse, 1e-5);
+    EXPECT_NEAR(fin.o_scale, plain.o_scale * w.w_a, 1e-6 * plain.o_scale);
   }
 }
 

@@ -125,6 +125,24 @@ TEST(Fa2ScheduleTest, DecodeUsesTheSmallTileAndSplitsLongContexts) {
   EXPECT_TRUE(s.merge_rows.empty());
 }
 
+// Issue 11: head dim 512 takes the two-warp prefill tile (32 rows), the one the kernel is
+// instantiated with, and its rows are still covered exactly once.
+TEST(Fa2ScheduleTest, HeadDim512UsesTheTwoWarpPrefillTile) {
+  Problem p;
+  p.op = Op::kBatchPrefillPaged;
+  p.num_qo_heads = 16;
+  p.num_kv_heads = 2;
+  p.head_dim_qk = p.head_dim_vo = 512;
+  p.batch_size = 2;
+  const std::vector<int64_t> qo = {40, 3}, kv = {100, 7};
+  Schedule s = make_schedule(p, qo, kv, starts_for(qo), false, -1, 132);
+  EXPECT_EQ(s.warps, prefill_warps(512));
+  EXPECT_EQ(prefill_warps(512), 2);
+  EXPECT_EQ(prefill_warps(256), kPrefillWarps);
+  EXPECT_EQ(kv_block_keys(512), 16);
+  check_coverage(p, qo, kv, s);
+}
+
 TEST(Fa2ScheduleTest, CustomMaskOffsetsFollowTheRequests) {
   Problem p = prefill(4, 4);
   p.batch_size = 3;

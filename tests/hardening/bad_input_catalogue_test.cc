@@ -13,55 +13,12 @@
 #include <vector>
 
 #include "hardening/backends_under_test.h"
+#include "hardening/bad_input_cases.h"
 #include "hardening/fixtures.h"
 #include "kvattn/attention.h"
 
 namespace kvattn::hardening {
 namespace {
-
-constexpr unsigned bit(Op op) { return 1u << static_cast<unsigned>(op); }
-constexpr unsigned kSingle = bit(Op::kSingleDecode) | bit(Op::kSinglePrefill);
-constexpr unsigned kPaged = bit(Op::kBatchDecode) | bit(Op::kBatchPrefillPaged);
-constexpr unsigned kRaggedKv = bit(Op::kBatchPrefillRagged);
-constexpr unsigned kRaggedQ = bit(Op::kBatchPrefillPaged) | bit(Op::kBatchPrefillRagged);
-constexpr unsigned kBatch = kPaged | kRaggedKv;
-constexpr unsigned kWithKv = kSingle | kRaggedKv;  // ops that read k and v
-constexpr unsigned kAll = kSingle | kBatch;
-constexpr Op kOps[] = {Op::kSingleDecode, Op::kSinglePrefill, Op::kBatchDecode,
-                       Op::kBatchPrefillPaged, Op::kBatchPrefillRagged};
-
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kInf = std::numeric_limits<float>::infinity();
-
-// The tensor that holds the keys of an op: k, or the paged K cache.
-TensorView& keys(AttentionFixture& f) {
-  return is_paged(f.problem.op) ? f.args.paged_k_cache : f.args.k;
-}
-TensorView& values(AttentionFixture& f) {
-  return is_paged(f.problem.op) ? f.args.paged_v_cache : f.args.v;
-}
-// Adds a trailing dim of 1: same elements, wrong rank.
-void add_unit_dim(TensorView* t) {
-  t->shape[t->rank] = 1;
-  t->strides[t->rank] = 1;
-  ++t->rank;
-}
-
-struct AttentionCase {
-  std::string name;
-  unsigned ops;
-  std::function<void(AttentionFixture&)> mutate;
-  ErrorCode code;
-  // Only the tensors change, so a plan made for the valid call must refuse them in run() too.
-  bool args_only = true;
-  MaskMode mask = MaskMode::kNone;
-  bool packed_mask = false;
-  // A data tensor that planning a batch operation does not need (plan reads the index tensors
-  // only, as FlashInfer's plan does): plan accepts its absence, run refuses it.
-  bool plan_needs_no_data = false;
-};
-
-using F = AttentionFixture;
 
 std::vector<AttentionCase> problem_cases() {
   const bool kProblem = false;
@@ -384,7 +341,8 @@ struct Param {
 std::vector<Param> all_params() {
   static const std::vector<AttentionCase> cases = [] {
     std::vector<AttentionCase> all;
-    for (auto part : {problem_cases(), tensor_cases(), index_cases(), mask_and_alibi_cases()}) {
+    for (auto part : {problem_cases(), tensor_cases(), index_cases(), mask_and_alibi_cases(),
+                      variant_cases()}) {
       for (AttentionCase& c : part) all.push_back(std::move(c));
     }
     return all;

@@ -22,6 +22,8 @@ struct AttentionFixture {
 
   Problem problem;
   std::vector<float> q, k, v, k_cache, v_cache, out, lse, alibi_slopes;
+  // Filled by the tests that turn the variants on (sinks, per-head / per-(token, head) scales).
+  std::vector<float> sinks, k_scale, v_scale, k_scale_cache, v_scale_cache;
   std::vector<int32_t> qo_indptr, kv_indptr, kv_indices, kv_last_page_len;
   std::vector<uint8_t> custom_mask;
   AttentionArgs args;

@@ -65,10 +65,15 @@ def rope(x: np.ndarray, pos: np.ndarray, theta: float = 1e4, scale: float = 1.0,
 
 def attention(q, k, v, *, causal=False, window_left=-1, soft_cap=0.0, sm_scale=None,
               mask=None, pos_encoding="NONE", rope_theta=1e4, rope_scale=1.0, q_scale=1.0,
-              k_scale=1.0, v_scale=1.0):
+              k_scale=1.0, v_scale=1.0, sinks=None):
     """One request: q [m, Hq, Dqk], k [n, Hkv, Dqk], v [n, Hkv, Dvo] (fp64 numpy, NHD).
-    Returns (o [m, Hq, Dvo], lse_natural [m, Hq])."""
-    q, k, v = f64(q) * q_scale, f64(k) * k_scale, f64(v) * v_scale
+    k_scale / v_scale: a float, or per (token, head) [n, Hkv]. sinks [Hq]: one logit per head
+    joining the denominator. Returns (o [m, Hq, Dvo], lse_natural [m, Hq])."""
+    ks = np.asarray(k_scale, dtype=np.float64)
+    vs = np.asarray(v_scale, dtype=np.float64)
+    q = f64(q) * q_scale
+    k = f64(k) * (ks[..., None] if ks.ndim else ks)
+    v = f64(v) * (vs[..., None] if vs.ndim else vs)
     m, hq, dqk = q.shape
     n, hkv, _ = k.shape
     g = hq // hkv
@@ -97,11 +102,15 @@ def attention(q, k, v, *, causal=False, window_left=-1, soft_cap=0.0, sm_scale=N
             s = s + slopes[h] * (j - i)
         s = np.where(visible, s, -np.inf)
         mx = s.max(axis=1, keepdims=True, initial=-np.inf)
+        if sinks is not None:
+            mx = np.maximum(mx, float(sinks[h]))
         rows = np.isfinite(mx[:, 0])
         if not rows.any():
             continue
         e = np.exp(s[rows] - mx[rows])
         den = e.sum(axis=1, keepdims=True)
+        if sinks is not None:
+            den = den + np.exp(float(sinks[h]) - mx[rows])
         o[rows, h, :] = (e @ v[:, h // g, :]) / den
         lse[rows, h] = (mx[rows] + np.log(den))[:, 0]
     return o, lse

@@ -148,6 +148,52 @@ TEST(ReferenceAppendPagedKvCache, QuantizesWithTheScaleAndSaturates) {
   EXPECT_TRUE(std::isnan(stored(c.k, 0, 1, 0)));  // slot 1 of page 0 untouched
 }
 
+// per_token_head (DESIGN.md §2): each (token, head) row gets scale = amax|x| / 448 (e4m3), stored
+// at its slot of the [P, page_size, H] scale cache, and the row is stored divided by it; a row of
+// zeros gets scale 1. Then attending reads real = stored * scale back.
+TEST(ReferenceAppendPagedKvCache, PerTokenHeadStoresTheRowScale) {
+  SmallCache c(DType::kE4M3, KVLayout::kHND, 2, 2, {0, 2}, {1, 0}, {1});
+  std::vector<float> k_scales(2 * 2, -1.0f), v_scales(2 * 2, -1.0f);
+  c.cache.scale_granularity = KVScaleGranularity::kPerTokenHead;
+  c.cache.k_scale_cache = f32_view(k_scales, {2, 2, 1});
+  c.cache.v_scale_cache = f32_view(v_scales, {2, 2, 1});
+  // Token 0: k amax 896 -> scale 2; token 1: zeros -> scale 1. v amax 3.5 -> 3.5 / 448.
+  std::vector<float> k = {896, -224, 0, 0}, v = {3.5f, 1.75f, 0, 0};
+  std::vector<int32_t> batch = {0, 0}, pos = {0, 1};
+  ASSERT_TRUE(append_paged_kv_cache(f32_view(k, {2, 1, 2}), f32_view(v, {2, 1, 2}),
+                                    TensorView::contiguous(batch.data(), DType::kI32, {2}),
+                                    TensorView::contiguous(pos.data(), DType::kI32, {2}), c.cache,
+                                    reference_options())
+                  .ok());
+  auto stored = [](const std::vector<std::byte>& buf, int page, int slot, int d) {
+    return num::e4m3_to_f32(static_cast<uint8_t>(buf[(page * 2 + slot) * 2 + d]));
+  };
+  // Position 0 and 1 are page 1 slots 0 and 1.
+  EXPECT_EQ(k_scales[1 * 2 + 0], 2.0f);
+  EXPECT_EQ(stored(c.k, 1, 0, 0), 448.0f);
+  EXPECT_EQ(stored(c.k, 1, 0, 1), -112.0f);
+  EXPECT_EQ(k_scales[1 * 2 + 1], 1.0f);
+  EXPECT_EQ(stored(c.k, 1, 1, 0), 0.0f);
+  EXPECT_EQ(v_scales[1 * 2 + 0], static_cast<float>(3.5 / 448.0));
+  EXPECT_NEAR(stored(c.v, 1, 0, 0) * v_scales[2], 3.5f, 3.5f / 16);  // e4m3: 3 mantissa bits
+  EXPECT_EQ(stored(c.v, 1, 0, 0), 448.0f);
+  EXPECT_EQ(k_scales[0], -1.0f);  // page 0 untouched
+  // Validation: a per_head append is refused, a missing scale cache too.
+  c.cache.scale_granularity = KVScaleGranularity::kPerHead;
+  Status st = append_paged_kv_cache(f32_view(k, {2, 1, 2}), f32_view(v, {2, 1, 2}),
+                                    TensorView::contiguous(batch.data(), DType::kI32, {2}),
+                                    TensorView::contiguous(pos.data(), DType::kI32, {2}), c.cache,
+                                    reference_options());
+  EXPECT_EQ(st.code(), ErrorCode::kNotSupported) << st.to_string();
+  c.cache.scale_granularity = KVScaleGranularity::kPerTokenHead;
+  c.cache.v_scale_cache = TensorView{};
+  st = append_paged_kv_cache(f32_view(k, {2, 1, 2}), f32_view(v, {2, 1, 2}),
+                             TensorView::contiguous(batch.data(), DType::kI32, {2}),
+                             TensorView::contiguous(pos.data(), DType::kI32, {2}), c.cache,
+                             reference_options());
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+}
+
 TEST(ReferenceAppendPagedKvCache, RefusesAPositionPastTheRequestsPages) {
   SmallCache c(DType::kF32, KVLayout::kNHD, 2, 2, {0, 1}, {0}, {2});
   std::vector<float> k = {1, 2}, v = {3, 4};

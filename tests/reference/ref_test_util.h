@@ -30,6 +30,10 @@ struct Dense {
   Problem p;
   int64_t qo_len = 1, kv_len = 1;
   std::vector<float> q, k, v, out, lse, alibi_slopes;
+  // Given when non-empty: sinks [Hq]; k/v_scale [Hk]; k/v_scale_cache [kv, Hk].
+  std::vector<float> sinks, k_scale, v_scale, k_scale_cache, v_scale_cache;
+  // k and v in p.kv_dtype when it is not f32 (converted from k, v by args()).
+  std::vector<std::byte> k_bytes, v_bytes;
   std::vector<uint8_t> mask;
   bool mask_packed = false;
 
@@ -63,8 +67,17 @@ struct Dense {
     const bool decode = p.op == Op::kSingleDecode;
     a.q = decode ? TensorView::contiguous(q.data(), DType::kF32, {hq, p.head_dim_qk})
                  : TensorView::contiguous(q.data(), DType::kF32, {qo_len, hq, p.head_dim_qk});
-    a.k = TensorView::contiguous(k.data(), DType::kF32, {kv_len, hk, p.head_dim_qk});
-    a.v = TensorView::contiguous(v.data(), DType::kF32, {kv_len, hk, p.head_dim_vo});
+    if (p.kv_dtype == DType::kF32) {
+      a.k = TensorView::contiguous(k.data(), DType::kF32, {kv_len, hk, p.head_dim_qk});
+      a.v = TensorView::contiguous(v.data(), DType::kF32, {kv_len, hk, p.head_dim_vo});
+    } else {
+      k_bytes.resize(k.size() * dtype_size(p.kv_dtype));
+      v_bytes.resize(v.size() * dtype_size(p.kv_dtype));
+      testing::from_f32(k.data(), static_cast<int64_t>(k.size()), p.kv_dtype, k_bytes.data());
+      testing::from_f32(v.data(), static_cast<int64_t>(v.size()), p.kv_dtype, v_bytes.data());
+      a.k = TensorView::contiguous(k_bytes.data(), p.kv_dtype, {kv_len, hk, p.head_dim_qk});
+      a.v = TensorView::contiguous(v_bytes.data(), p.kv_dtype, {kv_len, hk, p.head_dim_vo});
+    }
     a.out = decode ? TensorView::contiguous(out.data(), DType::kF32, {hq, p.head_dim_vo})
                    : TensorView::contiguous(out.data(), DType::kF32, {qo_len, hq, p.head_dim_vo});
     if (p.return_lse) {
@@ -78,6 +91,15 @@ struct Dense {
     }
     if (!alibi_slopes.empty()) {
       a.alibi_slopes = TensorView::contiguous(alibi_slopes.data(), DType::kF32, {hq});
+    }
+    if (!sinks.empty()) a.sinks = TensorView::contiguous(sinks.data(), DType::kF32, {hq});
+    if (!k_scale.empty()) a.k_scale = TensorView::contiguous(k_scale.data(), DType::kF32, {hk});
+    if (!v_scale.empty()) a.v_scale = TensorView::contiguous(v_scale.data(), DType::kF32, {hk});
+    if (!k_scale_cache.empty()) {
+      a.k_scale_cache = TensorView::contiguous(k_scale_cache.data(), DType::kF32, {kv_len, hk});
+    }
+    if (!v_scale_cache.empty()) {
+      a.v_scale_cache = TensorView::contiguous(v_scale_cache.data(), DType::kF32, {kv_len, hk});
     }
     return a;
   }

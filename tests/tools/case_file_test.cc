@@ -61,6 +61,20 @@ std::vector<Variant> variants() {
          s->problem.head_dim_qk = 192;
          s->problem.head_dim_vo = 128;
        }},
+      {"sinks_per_token_head_e4m3",
+       [](testing::CaseSpec* s) {
+         s->problem.use_sinks = true;
+         s->problem.kv_dtype = DType::kE4M3;
+         s->problem.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+         s->problem.mask_mode = MaskMode::kCausal;
+         s->problem.return_lse = true;
+       }},
+      {"per_head_e5m2_d96",
+       [](testing::CaseSpec* s) {
+         s->problem.kv_dtype = DType::kE5M2;
+         s->problem.kv_scale_granularity = KVScaleGranularity::kPerHead;
+         s->problem.head_dim_qk = s->problem.head_dim_vo = 96;
+       }},
   };
 }
 
@@ -142,7 +156,7 @@ TEST(CaseFileTest, ReplayGivesTheSameOutputBits) {
       }
     }
   }
-  EXPECT_EQ(replayed, 5 * 2 * 7);
+  EXPECT_EQ(replayed, 5 * 2 * 9);
 }
 
 TEST(CaseFileTest, SaveLoadFileAndOutput) {
@@ -199,6 +213,8 @@ TEST(CaseFileTest, MetadataIsSpelledAsOnTheCommandLine) {
   EXPECT_EQ(m.at("window_left"), "-1");
   EXPECT_EQ(m.at("kv_layout"), "NHD");
   EXPECT_EQ(m.at("pos_encoding_mode"), "NONE");
+  EXPECT_EQ(m.at("kv_scale_granularity"), "per_tensor");
+  EXPECT_EQ(m.at("use_sinks"), "false");
   // Every key reads back into the same problem.
   tools::ProblemDraft draft;
   for (const auto& [key, value] : m) {

@@ -233,6 +233,30 @@ TEST(CliTest, SavedCaseReplaysToTheSameOutputBits) {
   EXPECT_EQ(a.contents.metadata.at("backend"), "reference");
 }
 
+// Issue 11: sinks and per-(token, head) FP8 scales through the flags, a saved case file and a
+// --check replay on the cpu backend.
+TEST(CliTest, SinksAndTokenScalesReplayWithCheck) {
+  const std::string case_path = temp_path("cli_sinks_case.safetensors");
+  Result r = kvattn_cli(
+      "run --backend reference --op batch_prefill_paged --num-qo-heads 8 --num-kv-heads 2 "
+      "--head-dim-qk 96 --head-dim-vo 96 --kv-data-type e4m3 --kv-len 40,9 --qo-len 9,12 "
+      "--causal --return-lse --use-sinks --kv-scale-granularity per_token_head --repeat 1 "
+      "--save-case " +
+      case_path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = kvattn_cli("run --backend cpu --repeat 1 --check --case " + case_path);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--use-sinks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--kv-scale-granularity per_token_head"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("check: PASS"), std::string::npos) << r.output;
+  // A per_head problem on fa3 is refused naming fa3 (exit 3).
+  r = kvattn_cli(
+      "run --device cuda:sm90 --backend fa3 --op batch_prefill_paged --q-data-type e4m3 "
+      "--kv-data-type e4m3 --use-sinks --kv-len 16");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("use_sinks"), std::string::npos) << r.output;
+}
+
 TEST(CliTest, BadCaseFileIsARuntimeError) {
   const std::string path = temp_path("cli_bad_case.safetensors");
   FILE* f = fopen(path.c_str(), "wb");

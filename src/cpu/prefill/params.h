@@ -61,6 +61,14 @@ struct PrefillParams {
   // to the raw dot product, see score_scale).
   float q_scale = 1.0f, k_scale = 1.0f, v_scale = 1.0f;
   float qk_scale = 1.0f;
+  // kv_scale_granularity per_head: [H_kv] each, replacing k_scale / v_scale (null: per tensor).
+  const float* k_head_scale = nullptr;
+  const float* v_head_scale = nullptr;
+  // per_token_head: each key's scale, addressed like its row (KVSource strides of the
+  // [.., H_kv] scale tensors, stride_dim unused); base null: none.
+  KVSource k_token_scale, v_token_scale;
+  // Attention sinks [H_qo] (natural log), joined in the final normalization; null: none.
+  const float* sinks = nullptr;
   // Applied to S after the dot product: soft cap: s2 = score_scale * tanh(s) with
   // score_scale = cap * log2(e); fp16 reduction: s2 = round_f16(s) * score_scale with
   // score_scale = sm_scale * log2(e) (and the soft cap after it when both are on).

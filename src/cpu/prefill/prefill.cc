@@ -54,7 +54,8 @@ PositionRange rope_positions(const std::vector<int64_t>& qo_len,
 // The workspace: request table, ALiBi slopes, RoPE table, then one scratch per thread. One
 // function computes offsets and size, so plan and run cannot disagree.
 struct WorkspaceLayout {
-  std::size_t requests = 0, slopes = 0, rope = 0, scratch = 0, bytes = 0;
+  std::size_t requests = 0, slopes = 0, sinks = 0, head_scales = 0, rope = 0, scratch = 0,
+              bytes = 0;
   std::size_t scratch_stride = 0;  // bytes per thread
 };
 
@@ -68,6 +69,10 @@ WorkspaceLayout workspace_layout(const Problem& p, const std::vector<int64_t>& q
   at += align_up(sizeof(RequestInfo) * qo_len.size());
   w.slopes = at;
   at += align_up(sizeof(float) * p.num_qo_heads);
+  w.sinks = at;
+  at += align_up(sizeof(float) * p.num_qo_heads);
+  w.head_scales = at;  // K then V
+  at += align_up(sizeof(float) * 2 * p.num_kv_heads);
   w.rope = at;
   if (uses_rope(p)) {
     const PositionRange pos = rope_positions(qo_len, kv_len);
@@ -124,7 +129,7 @@ bool bf16_dot_applies(const PrefillParams& params, const Problem& p) {
          (p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kE4M3 || p.kv_dtype == DType::kE5M2) &&
          p.pos_encoding_mode != PosEncoding::kRopeLlama && !p.use_fp16_qk_reduction &&
          p.head_dim_qk % 2 == 0 && params.q_stride_dim == 1 && params.k.stride_dim == 1 &&
-         params.v.stride_dim == 1;
+         params.v.stride_dim == 1 && params.k_token_scale.base == nullptr;
 }
 
 prefill::PrefillItemFn kernel_for(CpuIsa isa, const PrefillParams& params, const Problem& p) {
@@ -278,6 +283,41 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
   };
   params.k = source(args.k, args.paged_k_cache);
   params.v = source(args.v, args.paged_v_cache);
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    // [P, page_size, H_kv] beside a paged cache (either layout); [kv_len or nnz, H_kv] else.
+    auto scales = [&](const TensorView& t) {
+      prefill::KVSource s;
+      s.base = t.data;
+      if (paged) {
+        s.stride_page = t.strides[0];
+        s.stride_slot = t.strides[1];
+        s.stride_head = t.strides[2];
+      } else {
+        s.stride_token = t.strides[0];
+        s.stride_head = t.strides[1];
+      }
+      return s;
+    };
+    params.k_token_scale = scales(args.k_scale_cache);
+    params.v_token_scale = scales(args.v_scale_cache);
+  }
+  auto read_f32 = [](const TensorView& t, int64_t i) {
+    return static_cast<const float*>(t.data)[i * t.strides[0]];
+  };
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+    auto* head_scales = reinterpret_cast<float*>(base + layout.head_scales);
+    for (int h = 0; h < p.num_kv_heads; ++h) {
+      head_scales[h] = read_f32(args.k_scale, h);
+      head_scales[p.num_kv_heads + h] = read_f32(args.v_scale, h);
+    }
+    params.k_head_scale = head_scales;
+    params.v_head_scale = head_scales + p.num_kv_heads;
+  }
+  if (p.use_sinks) {
+    auto* sinks = reinterpret_cast<float*>(base + layout.sinks);
+    for (int h = 0; h < p.num_qo_heads; ++h) sinks[h] = read_f32(args.sinks, h);
+    params.sinks = sinks;
+  }
   if (paged) {
     params.page_size = p.page_size;
     params.page_ids = static_cast<const int32_t*>(args.kv_indices.data);

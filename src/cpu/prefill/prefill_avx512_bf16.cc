@@ -289,7 +289,9 @@ inline void run_tile_bf16(const PrefillParams& p, const RequestInfo& req, int kv
   const KeyRange keys = key_range(p, req, t);
   const bool transform = p.soft_cap > 0.0f || p.alibi_slopes_log2e;
   // The dot products see stored q and k: their scales join the score scale.
-  const float score_scale = p.q_scale * p.k_scale * p.qk_scale;
+  const float k_scale = p.k_head_scale ? p.k_head_scale[kv_head] : p.k_scale;
+  const float v_scale = p.v_head_scale ? p.v_head_scale[kv_head] : p.v_scale;
+  const float score_scale = p.q_scale * k_scale * p.qk_scale;
   const int kv_tile = p.tile.kv_tile;
   const unsigned char* k_rows[kMaxKVTile];
   float* st = scratch + p.scratch.st;
@@ -316,7 +318,7 @@ inline void run_tile_bf16(const PrefillParams& p, const RequestInfo& req, int kv
                       reinterpret_cast<const uint32_t*>(st), t.rows_pad, t.row_vecs, (n + 1) / 2,
                       scratch + p.scratch.ot);
   }
-  store_tile(p, req, kv_head, t, p.v_scale, scratch);
+  store_tile(p, req, kv_head, t, v_scale, scratch);
 }
 
 inline void run_item_bf16(const PrefillParams& p, const WorkItem& item, float* scratch) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/attention_math.h"
+#include "core/numeric.h"
 #include "core/paged_kv.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/common/element_io.cuh"
@@ -103,6 +104,33 @@ __global__ void append_kernel(const void* src, DType src_dtype, cuda::Strides4 s
                   cache_strides.offset(page_slot[2 * i], page_slot[2 * i + 1], h, d), x);
 }
 
+// per_token_head (DESIGN.md §2): one warp per (token, head) row finds amax|x|, stores the row's
+// scale amax / fp8_max (1 for amax 0) at its slot of the scale cache and the row divided by it.
+__global__ void append_per_token_kernel(const void* src, DType src_dtype,
+                                        cuda::Strides4 src_strides, int64_t nnz, int64_t heads,
+                                        int64_t dim, const int64_t* page_slot, void* cache,
+                                        DType cache_dtype, paged::CacheStrides cache_strides,
+                                        float* scales, paged::CacheStrides scale_strides) {
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= nnz * heads) return;  // whole warps leave together
+  const int64_t h = row % heads, i = row / heads;
+  float amax = 0.0f;
+  for (int64_t d = lane; d < dim; d += 32) {
+    amax = fmaxf(amax, fabsf(cuda::load_f32(src, src_dtype, src_strides.at(i, h, d))));
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  }
+  const float scale = num::per_token_fp8_scale(amax, cache_dtype == DType::kE5M2);
+  const int64_t page = page_slot[2 * i], slot = page_slot[2 * i + 1];
+  if (lane == 0) scales[scale_strides.offset(page, slot, h, 0)] = scale;
+  for (int64_t d = lane; d < dim; d += 32) {
+    const float x = cuda::load_f32(src, src_dtype, src_strides.at(i, h, d));
+    cuda::store_f32(cache, cache_dtype, cache_strides.offset(page, slot, h, d), x / scale);
+  }
+}
+
 // What selects the angle of rotation pair t: a cos/sin cache row per position, or
 // theta^(-2t/R) with the position scaled, or with Llama 3.1's per-frequency blend (FlashInfer's
 // smooth_a / smooth_b form: weight = clamp(f * smooth_a + smooth_b, 0, 1) keeps f, 1 - weight
@@ -193,7 +221,8 @@ Status run_merge_states(const TensorView& v, const TensorView& s, const TensorVi
 Status run_append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v,
                                  const TensorView& batch_indices, const TensorView& positions,
                                  const PagedKVCache& cache, int device_index) {
-  KVATTN_RETURN_IF_ERROR(expect_device({&append_k, &append_v, &cache.k_cache, &cache.v_cache}));
+  KVATTN_RETURN_IF_ERROR(expect_device({&append_k, &append_v, &cache.k_cache, &cache.v_cache,
+                                        &cache.k_scale_cache, &cache.v_scale_cache}));
   for (const auto& [t, name] : {std::pair{&batch_indices, "batch_indices"},
                                 {&positions, "positions"},
                                 {&cache.kv_indptr, "kv_indptr"},
@@ -229,17 +258,31 @@ Status run_append_paged_kv_cache(const TensorView& append_k, const TensorView& a
   }
   cuda::DeviceBuffer slots;
   KVATTN_RETURN_IF_ERROR(slots.upload(page_slot));
-  const auto append = [&](const TensorView& src, const TensorView& dst, float scale) {
+  const bool per_token = cache.scale_granularity == KVScaleGranularity::kPerTokenHead;
+  const auto append = [&](const TensorView& src, const TensorView& dst, float scale,
+                          const TensorView& scales) {
     const int64_t heads = src.shape[1], dim = src.shape[2];
     const int64_t n = nnz * heads * dim;
     if (n == 0) return Status::Ok();
+    if (per_token) {
+      // The scale cache is [P, page_size, H] for either cache layout.
+      paged::CacheStrides ss;
+      ss.page = scales.strides[0];
+      ss.slot = scales.strides[1];
+      ss.head = scales.strides[2];
+      append_per_token_kernel<<<blocks_for(nnz * heads * 32), kThreads>>>(
+          src.data, src.dtype, strides_of(src), nnz, heads, dim, slots.as<int64_t>(), dst.data,
+          dst.dtype, paged::cache_strides(dst.strides.data(), hnd),
+          static_cast<float*>(scales.data), ss);
+      return launched("fa2 append_paged_kv_cache (per_token_head) kernel");
+    }
     append_kernel<<<blocks_for(n), kThreads>>>(
         src.data, src.dtype, strides_of(src), nnz, heads, dim, slots.as<int64_t>(), dst.data,
         dst.dtype, paged::cache_strides(dst.strides.data(), hnd), 1.0f / scale);
     return launched("fa2 append_paged_kv_cache kernel");
   };
-  KVATTN_RETURN_IF_ERROR(append(append_k, cache.k_cache, cache.k_scale));
-  return append(append_v, cache.v_cache, cache.v_scale);
+  KVATTN_RETURN_IF_ERROR(append(append_k, cache.k_cache, cache.k_scale, cache.k_scale_cache));
+  return append(append_v, cache.v_cache, cache.v_scale, cache.v_scale_cache);
 }
 
 Status run_apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,

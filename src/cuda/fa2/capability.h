@@ -15,12 +15,17 @@ inline constexpr std::array kQDTypes = {DType::kF16, DType::kBF16};
 // FP8 (and the other 16-bit type) is converted to q's type before the 16-bit MMA.
 inline constexpr std::array kKVDTypes = {DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2};
 inline constexpr std::array kODTypes = {DType::kF16, DType::kBF16, DType::kF32};
-inline constexpr std::array kHeadDims = {HeadDimPair{64, 64}, HeadDimPair{128, 128},
-                                         HeadDimPair{256, 256}, HeadDimPair{192, 128}};
+inline constexpr std::array kHeadDims = {HeadDimPair{64, 64},   HeadDimPair{128, 128},
+                                         HeadDimPair{256, 256}, HeadDimPair{192, 128},
+                                         HeadDimPair{96, 96},   HeadDimPair{512, 512}};
 inline constexpr std::array kMaskModes = {MaskMode::kNone, MaskMode::kCausal, MaskMode::kCustom};
 inline constexpr std::array kPosEncodings = {PosEncoding::kNone, PosEncoding::kRopeLlama,
                                              PosEncoding::kAlibi};
 inline constexpr std::array kKVLayouts = {KVLayout::kNHD, KVLayout::kHND};
+// Applied when a K/V block is decoded into the 16-bit tiles (per head, per (token, head)).
+inline constexpr std::array kScaleGranularities = {KVScaleGranularity::kPerTensor,
+                                                   KVScaleGranularity::kPerHead,
+                                                   KVScaleGranularity::kPerTokenHead};
 
 // MLA's paged latent caches need their own kernel (heads as the rows of one GEMM per latent tile);
 // until it exists, MLA runs on the CPU backends.
@@ -45,6 +50,8 @@ inline const CapabilityDecl& capability() {
       .sliding_window = true,
       .fp16_qk_reduction = true,
       .return_lse = true,
+      .sinks = true,
+      .kv_scale_granularities = kScaleGranularities,
       .rules = {},
       .mla_unsupported_reason = kNoMla,
   };

@@ -4,9 +4,11 @@
 # the generated kernel_keys.h, so the lists cannot drift. The CI set is the subset the tests use.
 set(KVATTN_FA2_Q_DTYPES f16 bf16)
 set(KVATTN_FA2_KV_DTYPES f16 bf16 e4m3 e5m2)
-set(KVATTN_FA2_HEAD_DIMS 64_64 128_128 256_256 192_128)
-# The founding case (bf16 q over an e4m3 cache) and its 16-bit twin, at head dim 128.
-set(KVATTN_FA2_CI_KERNELS bf16_bf16_128_128 bf16_e4m3_128_128)
+set(KVATTN_FA2_HEAD_DIMS 64_64 128_128 256_256 192_128 96_96 512_512)
+# The founding case (bf16 q over an e4m3 cache) and its 16-bit twin, at head dim 128. A cache
+# variable, so that a local build can compile a chosen few (e.g. the new head dims) quickly.
+set(KVATTN_FA2_CI_KERNELS bf16_bf16_128_128 bf16_e4m3_128_128
+    CACHE STRING "fa2 kernels built without KVATTN_CUDA_FULL_KERNELS (q_kv_qk_vo names)")
 
 function(_kvattn_fa2_dtype_enum out name)
   set(_map_f16 kF16)

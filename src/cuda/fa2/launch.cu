@@ -25,6 +25,11 @@ __global__ void merge_partials_kernel(const MergeRow* rows, const float* partial
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
       math::StateMerger merger;
       float o = 0.0f;
+      // The sink joins once, here, as a state with no value (the partials exclude it).
+      if (p.sinks) {
+        float scale_acc = 0.0f, scale_c = 0.0f;
+        merger.add(p.sinks[h * p.sinks_stride], &scale_acc, &scale_c);
+      }
       for (int64_t c = 0; c < row.chunks; ++c) {
         const int64_t state = row.first_state + c;
         const float lse = partial_lse[state * num_heads + h];
@@ -93,6 +98,11 @@ Status check_memory(const Problem& p, const AttentionArgs& a) {
   }
   KVATTN_RETURN_IF_ERROR(expect_memory(a.custom_mask, dev, "custom_mask"));
   KVATTN_RETURN_IF_ERROR(expect_memory(a.alibi_slopes, dev, "alibi_slopes"));
+  KVATTN_RETURN_IF_ERROR(expect_memory(a.sinks, dev, "sinks"));
+  KVATTN_RETURN_IF_ERROR(expect_memory(a.k_scale, dev, "k_scale"));
+  KVATTN_RETURN_IF_ERROR(expect_memory(a.v_scale, dev, "v_scale"));
+  KVATTN_RETURN_IF_ERROR(expect_memory(a.k_scale_cache, dev, "k_scale_cache"));
+  KVATTN_RETURN_IF_ERROR(expect_memory(a.v_scale_cache, dev, "v_scale_cache"));
   KVATTN_RETURN_IF_ERROR(expect_memory(a.qo_indptr, host, "qo_indptr"));
   KVATTN_RETURN_IF_ERROR(expect_memory(a.kv_indptr, host, "kv_indptr"));
   KVATTN_RETURN_IF_ERROR(expect_memory(a.kv_indices, host, "kv_indices"));
@@ -179,6 +189,31 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
   if (k.alibi && !args.alibi_slopes.empty()) {
     k.alibi_slopes = static_cast<const float*>(args.alibi_slopes.data);
     k.alibi_stride = args.alibi_slopes.strides[0];
+  }
+  if (p.use_sinks) {
+    k.sinks = static_cast<const float*>(args.sinks.data);
+    k.sinks_stride = args.sinks.strides[0];
+  }
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+    k.k_head_scale = static_cast<const float*>(args.k_scale.data);
+    k.v_head_scale = static_cast<const float*>(args.v_scale.data);
+    k.k_head_scale_stride = args.k_scale.strides[0];
+    k.v_head_scale_stride = args.v_scale.strides[0];
+  }
+  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
+    // [P, page_size, H_kv] beside a paged cache (either layout), [keys, H_kv] otherwise.
+    auto scale_strides = [&](const TensorView& t) {
+      paged::CacheStrides s;
+      const int r = is_paged(p.op) ? 1 : 0;
+      s.page = is_paged(p.op) ? t.strides[0] : 0;
+      s.slot = t.strides[r];
+      s.head = t.strides[r + 1];
+      return s;
+    };
+    k.k_scale_cache = static_cast<const float*>(args.k_scale_cache.data);
+    k.v_scale_cache = static_cast<const float*>(args.v_scale_cache.data);
+    k.ks_strides = scale_strides(args.k_scale_cache);
+    k.vs_strides = scale_strides(args.v_scale_cache);
   }
   k.rope = p.pos_encoding_mode == PosEncoding::kRopeLlama;
   k.rope_theta = p.rope_theta;

@@ -15,10 +15,17 @@ namespace kvattn::fa2 {
 inline constexpr int kWarpRows = 16;
 inline constexpr int kPrefillWarps = 4;
 inline constexpr int kDecodeWarps = 1;
-// Keys per K/V block: 64, halved for the 256-wide heads so that shared memory stays under the
-// 99 KiB per block that SM86/SM89 allow.
-constexpr int kv_block_keys(int head_dim_qk) { return head_dim_qk > 128 ? 32 : 64; }
+// Keys per K/V block: 64, halved for the 256-wide heads and quartered for the 512-wide ones so
+// that shared memory stays under the 99 KiB per block that SM86/SM89 allow.
+constexpr int kv_block_keys(int head_dim_qk) {
+  return head_dim_qk > 256 ? 16 : head_dim_qk > 128 ? 32 : 64;
+}
+// The prefill tile's warps: 512-wide heads take two (32 rows), the Q tile alone being 32 KiB.
+constexpr int prefill_warps(int head_dim_qk) { return head_dim_qk > 256 ? 2 : kPrefillWarps; }
 constexpr int cta_rows(int warps) { return warps * kWarpRows; }
+// Shared-memory row width of a head dim: the swizzle permutes 16-byte chunks within groups of 8,
+// so rows are padded to a multiple of 64 elements (96 -> 128; the pad is never read).
+constexpr int smem_row(int head_dim) { return (head_dim + 63) / 64 * 64; }
 
 // Output element types the epilogue writes.
 enum class OutKind : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
@@ -84,6 +91,18 @@ struct AttentionParams {
 
   float score_scale = 1.0f;  // sm_scale * k_scale: FP8 K's scale folded into the score
   float v_scale = 1.0f;      // folded into the output
+  // kv_scale_granularity per_head: [H_kv] (strided) K and V scales, applied when a block is
+  // decoded into the tiles; null: none.
+  const float* k_head_scale = nullptr;
+  const float* v_head_scale = nullptr;
+  int64_t k_head_scale_stride = 1, v_head_scale_stride = 1;
+  // per_token_head: scale caches addressed like the rows (strides' dim unused); null: none.
+  const float* k_scale_cache = nullptr;
+  const float* v_scale_cache = nullptr;
+  paged::CacheStrides ks_strides, vs_strides;
+  // Attention sinks [H_qo] (strided), joined when the final state is formed; null: none.
+  const float* sinks = nullptr;
+  int64_t sinks_stride = 1;
   float soft_cap = 0.0f;
   bool causal = false;
   int window_left = -1;

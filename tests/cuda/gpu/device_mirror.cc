@@ -53,6 +53,11 @@ AttentionArgs mirror_args(const Problem&, const AttentionArgs& host, DeviceMirro
   d.paged_v_cache = m->to_device(host.paged_v_cache);
   d.custom_mask = m->to_device(host.custom_mask);
   d.alibi_slopes = m->to_device(host.alibi_slopes);
+  d.sinks = m->to_device(host.sinks);
+  d.k_scale = m->to_device(host.k_scale);
+  d.v_scale = m->to_device(host.v_scale);
+  d.k_scale_cache = m->to_device(host.k_scale_cache);
+  d.v_scale_cache = m->to_device(host.v_scale_cache);
   d.out = m->to_device(host.out);
   d.lse = m->to_device(host.lse);
   return d;

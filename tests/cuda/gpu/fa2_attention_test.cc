@@ -212,6 +212,44 @@ TEST_F(Fa2Gpu, OutputDTypesAndEmptyRows) {
   }
 }
 
+// Issue 11: attention sinks (final normalization and split-KV merge) and FP8 scales per head and
+// per (token, head), on every operation, with masks that leave rows without a visible key.
+TEST_F(Fa2Gpu, SinksAndScaleGranularities) {
+  const Op ops[] = {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kBatchDecode,
+                    Op::kSinglePrefill, Op::kSingleDecode};
+  const KVScaleGranularity granularities[] = {KVScaleGranularity::kPerTensor,
+                                              KVScaleGranularity::kPerHead,
+                                              KVScaleGranularity::kPerTokenHead};
+  for (const KernelKey& key : built_keys()) {
+    for (Op op : ops) {
+      for (KVScaleGranularity g : granularities) {
+        if (g != KVScaleGranularity::kPerTensor && !is_fp8(key.kv)) continue;
+        for (bool sinks : {false, true}) {
+          for (int64_t chunk : {int64_t(0), int64_t(64)}) {
+            const bool single = !is_batch(op);
+            testing::CaseSpec s = single ? spec_for(key, op, {37}, {23})
+                                         : spec_for(key, op, {1, 17, 40, 5}, {40, 17, 130, 0});
+            s.problem.use_sinks = sinks;
+            s.problem.kv_scale_granularity = g;
+            if (g != KVScaleGranularity::kPerTensor) s.problem.k_scale = s.problem.v_scale = 1.0f;
+            s.problem.mask_mode = MaskMode::kCausal;  // prefill rows past the keys see nothing
+            s.problem.return_lse = true;
+            for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+              if (op == Op::kBatchPrefillRagged && layout == KVLayout::kHND) continue;
+              s.problem.kv_layout = layout;
+              expect_matches(s,
+                             std::string(op_name(op)) + "/" +
+                                 std::string(kv_scale_granularity_name(g)) +
+                                 (sinks ? "/sinks" : "") + "/" + kernel_key_string(key),
+                             chunk);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(Fa2Gpu, AKernelOutsideThisBuildIsReportedNotRun) {
   for (const KernelKey& key : kFullKernelKeys) {
     bool built = false;

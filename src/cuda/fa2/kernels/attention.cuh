@@ -39,15 +39,19 @@ struct AttentionConfig {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRows = cta_rows(kWarps);
   static constexpr int kKeys = kv_block_keys(kDqk);
-  static constexpr int kQBytes = kRows * kDqk * 2;
-  static constexpr int kKBytes = kKeys * kDqk * 2;
-  static constexpr int kVBytes = kKeys * kDvo * 2;
+  // Shared-memory rows of the swizzled 16-bit tiles (padded, params.h smem_row).
+  static constexpr int kDqkRow = smem_row(kDqk);
+  static constexpr int kDvoRow = smem_row(kDvo);
+  static constexpr int kQBytes = kRows * kDqkRow * 2;
+  static constexpr int kKBytes = kKeys * kDqkRow * 2;
+  static constexpr int kVBytes = kKeys * kDvoRow * 2;
   static constexpr int kKStageBytes = kKeys * kDqk * int(sizeof(Raw));
   static constexpr int kVStageBytes = kKeys * kDvo * int(sizeof(Raw));
   static constexpr int kSmemBytes = kQBytes + kKBytes + kVBytes + kKStageBytes + kVStageBytes;
-  // The swizzle permutes 16-byte chunks within groups of 8, so a row needs a multiple of 64
-  // elements; every head dim of fa2's capability is.
-  static_assert(kDqk % 64 == 0 && kDvo % 64 == 0, "head dims must be multiples of 64");
+  // The swizzle permutes 16-byte chunks within groups of 8, so a tile row is a multiple of 64
+  // elements (padded); the MMAs step 16 dims at a time and cp.async copies 16 bytes.
+  static_assert(kDqkRow % 64 == 0 && kDvoRow % 64 == 0, "tile rows must be multiples of 64");
+  static_assert(kDqk % 16 == 0 && kDvo % 16 == 0, "head dims must be multiples of 16");
   static_assert(kKeys % 16 == 0, "a K/V block is whole MMA k-steps");
   static_assert(kSmemBytes <= 99 * 1024, "shared memory must fit SM86/SM89's 99 KiB per block");
 };
@@ -89,8 +93,8 @@ __device__ void load_q_tile(const AttentionParams& p, const WorkUnit& w, const R
         x2 = rot.second;
       }
     }
-    q_s[swizzled<C::kDqk>(row, e.first)] = C::Q16::from_float(x1);
-    q_s[swizzled<C::kDqk>(row, e.second)] = C::Q16::from_float(x2);
+    q_s[swizzled<C::kDqkRow>(row, e.first)] = C::Q16::from_float(x1);
+    q_s[swizzled<C::kDqkRow>(row, e.second)] = C::Q16::from_float(x2);
   }
 }
 
@@ -145,12 +149,25 @@ __device__ void issue_kv_block(const AttentionParams& p, const RequestInfo& r, i
   cuda::cp_async_commit();
 }
 
-// Staging -> swizzled 16-bit K and V tiles: decode (FP8 or the other 16-bit type), RoPE on K,
-// zeros past kv_hi (so that a masked key's V contributes 0, never 0 * garbage = NaN).
+// The dequantization scale of key j of KV head `head` beyond the per-tensor one (folded into the
+// score and output scales): per head, per (token, head) from its scale cache, or 1.
+__device__ __forceinline__ float granular_scale(const AttentionParams& p, const float* head_scale,
+                                                int64_t head_stride, const float* cache,
+                                                const paged::CacheStrides& s, const RequestInfo& r,
+                                                int64_t j, int head) {
+  if (cache) return __ldg(cache + kv_row_offset(p, s, r, j, head));
+  if (head_scale) return __ldg(head_scale + head * head_stride);
+  return 1.0f;
+}
+
+// Staging -> swizzled 16-bit K and V tiles: decode (FP8 or the other 16-bit type) with the
+// per-head / per-(token, head) scales, RoPE on K (of the real, dequantized key), zeros past
+// kv_hi (so that a masked key's V contributes 0, never 0 * garbage = NaN).
 template <class C>
-__device__ void decode_kv_block(const AttentionParams& p, int64_t block_begin, int64_t kv_hi,
-                                const typename C::Raw* k_stage, const typename C::Raw* v_stage,
-                                typename C::T* k_s, typename C::T* v_s) {
+__device__ void decode_kv_block(const AttentionParams& p, const RequestInfo& r, int kv_head,
+                                int64_t block_begin, int64_t kv_hi, const typename C::Raw* k_stage,
+                                const typename C::Raw* v_stage, typename C::T* k_s,
+                                typename C::T* v_s) {
   using KV = typename C::KV;
   constexpr int kKPairs = C::kDqk / 2;
   for (int idx = threadIdx.x; idx < C::kKeys * kKPairs; idx += C::kThreads) {
@@ -159,8 +176,10 @@ __device__ void decode_kv_block(const AttentionParams& p, int64_t block_begin, i
     const math::RopePair e = element_pair(p.rope, t, C::kDqk, p.rope_interleave);
     float x1 = 0.0f, x2 = 0.0f;
     if (j < kv_hi) {
-      x1 = KV::to_float(k_stage[n * C::kDqk + e.first]);
-      x2 = KV::to_float(k_stage[n * C::kDqk + e.second]);
+      const float ks = granular_scale(p, p.k_head_scale, p.k_head_scale_stride, p.k_scale_cache,
+                                      p.ks_strides, r, j, kv_head);
+      x1 = KV::to_float(k_stage[n * C::kDqk + e.first]) * ks;
+      x2 = KV::to_float(k_stage[n * C::kDqk + e.second]) * ks;
       if (p.rope) {
         math::Rotated rot =
             math::rope_rotate(x1, x2, math::rope_angle(j, t, C::kDqk, p.rope_theta, p.rope_scale));
@@ -168,17 +187,21 @@ __device__ void decode_kv_block(const AttentionParams& p, int64_t block_begin, i
         x2 = rot.second;
       }
     }
-    k_s[swizzled<C::kDqk>(n, e.first)] = C::Q16::from_float(x1);
-    k_s[swizzled<C::kDqk>(n, e.second)] = C::Q16::from_float(x2);
+    k_s[swizzled<C::kDqkRow>(n, e.first)] = C::Q16::from_float(x1);
+    k_s[swizzled<C::kDqkRow>(n, e.second)] = C::Q16::from_float(x2);
   }
   constexpr int kVPairs = C::kDvo / 2;
   for (int idx = threadIdx.x; idx < C::kKeys * kVPairs; idx += C::kThreads) {
     const int n = idx / kVPairs, t = idx % kVPairs;
-    const bool in = block_begin + n < kv_hi;
-    float x1 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t]) : 0.0f;
-    float x2 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t + 1]) : 0.0f;
-    v_s[swizzled<C::kDvo>(n, 2 * t)] = C::Q16::from_float(x1);
-    v_s[swizzled<C::kDvo>(n, 2 * t + 1)] = C::Q16::from_float(x2);
+    const int64_t j = block_begin + n;
+    const bool in = j < kv_hi;
+    const float vs = in ? granular_scale(p, p.v_head_scale, p.v_head_scale_stride, p.v_scale_cache,
+                                         p.vs_strides, r, j, kv_head)
+                        : 0.0f;
+    float x1 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t]) * vs : 0.0f;
+    float x2 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t + 1]) * vs : 0.0f;
+    v_s[swizzled<C::kDvoRow>(n, 2 * t)] = C::Q16::from_float(x1);
+    v_s[swizzled<C::kDvoRow>(n, 2 * t + 1)] = C::Q16::from_float(x2);
   }
 }
 
@@ -211,13 +234,13 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
   for (int ks = 0; ks < C::kDqk / 16; ++ks) {
     uint32_t a[4];
     const frag::RowCol qa = frag::q_ldmatrix(warp, lane, ks);
-    cuda::ldmatrix_x4(a, q_s + swizzled<C::kDqk>(qa.row, qa.col));
+    cuda::ldmatrix_x4(a, q_s + swizzled<C::kDqkRow>(qa.row, qa.col));
 #pragma unroll
     for (int nt2 = 0; nt2 < kNTiles / 2; ++nt2) {
       // b0,b1 of the two 8-key n-tiles 2 nt2 and 2 nt2 + 1 (fragment_layout.h).
       uint32_t b[4];
       const frag::RowCol kb = frag::k_ldmatrix(lane, nt2, ks);
-      cuda::ldmatrix_x4(b, k_s + swizzled<C::kDqk>(kb.row, kb.col));
+      cuda::ldmatrix_x4(b, k_s + swizzled<C::kDqkRow>(kb.row, kb.col));
       cuda::mma_16816<typename C::QTag>(s[2 * nt2], a, b[0], b[1]);
       cuda::mma_16816<typename C::QTag>(s[2 * nt2 + 1], a, b[2], b[3]);
     }
@@ -257,7 +280,7 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
       // b0,b1 of the two 8-dim tiles 2 dt2 and 2 dt2 + 1 (fragment_layout.h).
       uint32_t b[4];
       const frag::RowCol vb = frag::v_ldmatrix_trans(lane, kk, dt2);
-      cuda::ldmatrix_x4_trans(b, v_s + swizzled<C::kDvo>(vb.row, vb.col));
+      cuda::ldmatrix_x4_trans(b, v_s + swizzled<C::kDvoRow>(vb.row, vb.col));
       cuda::mma_16816<typename C::QTag>(acc.o[2 * dt2], a, b[0], b[1]);
       cuda::mma_16816<typename C::QTag>(acc.o[2 * dt2 + 1], a, b[2], b[3]);
     }
@@ -276,7 +299,12 @@ __device__ void store_rows(const AttentionParams& p, const WorkUnit& w, const Re
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const RowInfo& ri = rows[half];
     if (!ri.valid) continue;
-    const RowFinish fin = finish_row(acc.m[half], l, p.v_scale);
+    // The sink joins the final state only: a split chunk's partial excludes it (the merge adds
+    // it once).
+    const RowFinish fin = p.sinks && w.chunk < 0
+                              ? finish_row_with_sink(acc.m[half], l, p.v_scale,
+                                                     __ldg(p.sinks + ri.head * p.sinks_stride))
+                              : finish_row(acc.m[half], l, p.v_scale);
     const float o_scale = fin.o_scale, lse = fin.lse;
     const bool lse_writer = (lane & 3) == 0;
     if (w.chunk < 0) {
@@ -340,7 +368,7 @@ __global__ void __launch_bounds__(C::kThreads) attention_kernel(const AttentionP
     // Staging holds block b; every warp is done with block b-1's tiles (and q_s is written).
     cuda::cp_async_wait_all();
     __syncthreads();
-    decode_kv_block<C>(p, block_begin, kv_hi, k_stage, v_stage, k_s, v_s);
+    decode_kv_block<C>(p, r, w.kv_head, block_begin, kv_hi, k_stage, v_stage, k_s, v_s);
     // The tiles are ready and staging is free: fetch block b+1 while this one computes.
     __syncthreads();
     if (b + 1 < num_blocks) {
@@ -369,7 +397,7 @@ int launch_attention(const AttentionParams& p, int num_units, int warps, void* s
   if (warps == kDecodeWarps) {
     return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, kDecodeWarps>>(p, num_units, s);
   }
-  return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, kPrefillWarps>>(p, num_units, s);
+  return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, prefill_warps(kDqk)>>(p, num_units, s);
 }
 
 }  // namespace kvattn::fa2

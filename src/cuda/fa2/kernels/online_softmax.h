@@ -57,5 +57,18 @@ KVATTN_HD RowFinish finish_row(float m, float quad_sum, float v_scale) {
   if (!(quad_sum > 0.0f)) return RowFinish{0.0f, -INFINITY};
   return RowFinish{v_scale / quad_sum, (m + log2f(quad_sum)) * kLn2};
 }
+// Step 3 with an attention sink (natural-log logit) joining the denominator (DESIGN.md §2):
+// m' = max(m, sink2), sum' = sum 2^(m - m') + 2^(sink2 - m'); a row with no visible key gives
+// o = 0 and lse = sink.
+KVATTN_HD RowFinish finish_row_with_sink(float m, float quad_sum, float v_scale, float sink) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (!(quad_sum > 0.0f)) return RowFinish{0.0f, sink};
+  const float sink2 = sink * kLog2e;
+  const float m_new = fmaxf(m, sink2);
+  const float keys = exp2f(m - m_new);
+  const float total = quad_sum * keys + exp2f(sink2 - m_new);
+  return RowFinish{v_scale * keys / total, (m_new + log2f(total)) * kLn2};
+}
 
 }  // namespace kvattn::fa2

@@ -1,0 +1,85 @@
+// kvattn_bench_ab: two standard cases timed alternately in one process (ABBA order), so that a
+// ratio between them survives a loaded machine better than two separate runs do. Prints the
+// medians and minimums of wall and process-CPU time per run(plan, args), and B / A.
+//
+//   kvattn_bench_ab CASE_A CASE_B [ROUNDS=15] [THREADS=1] [BACKEND=cpu]
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "bench/cases.h"
+#include "bench/harness.h"
+
+namespace {
+
+double now_ms(clockid_t clock) {
+  timespec t;
+  clock_gettime(clock, &t);
+  return double(t.tv_sec) * 1e3 + double(t.tv_nsec) * 1e-6;
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kvattn::bench;
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s CASE_A CASE_B [ROUNDS=15] [THREADS=1] [BACKEND=cpu]\n",
+                 argv[0]);
+    return 2;
+  }
+  const std::string names[2] = {argv[1], argv[2]};
+  const int rounds = argc > 3 ? std::max(1, std::atoi(argv[3])) : 15;
+  const int threads = argc > 4 ? std::atoi(argv[4]) : 1;
+  const std::string backend = argc > 5 ? argv[5] : "cpu";
+  PreparedCase prepared[2];
+  for (int i = 0; i < 2; ++i) {
+    bool found = false;
+    for (const BenchCase& c : standard_cases()) {
+      if (c.name != names[i]) continue;
+      found = true;
+      kvattn::Status s = PreparedCase::prepare(c, backend, threads, &prepared[i]);
+      if (!s.ok()) {
+        std::fprintf(stderr, "%s: %s\n", names[i].c_str(), s.to_string().c_str());
+        return 1;
+      }
+    }
+    if (!found) {
+      std::fprintf(stderr, "no standard case %s (kvattn bench --list)\n", names[i].c_str());
+      return 2;
+    }
+    (void)prepared[i].run_once();  // warm-up
+  }
+  std::vector<double> wall[2], cpu[2];
+  for (int r = 0; r < rounds; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      const int i = r % 2 ? 1 - k : k;  // A B, B A, A B, ...
+      const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
+      kvattn::Status s = prepared[i].run_once();
+      if (!s.ok()) {
+        std::fprintf(stderr, "%s: %s\n", names[i].c_str(), s.to_string().c_str());
+        return 1;
+      }
+      wall[i].push_back(now_ms(CLOCK_MONOTONIC) - w0);
+      cpu[i].push_back(now_ms(CLOCK_PROCESS_CPUTIME_ID) - c0);
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::printf("%-40s wall median %9.2f min %9.2f | cpu median %9.2f min %9.2f ms\n",
+                names[i].c_str(), median(wall[i]), minimum(wall[i]), median(cpu[i]),
+                minimum(cpu[i]));
+  }
+  std::printf(
+      "B / A (%d rounds, %d threads): wall median %.3f min %.3f | cpu median %.3f min %.3f\n",
+      rounds, threads, median(wall[1]) / median(wall[0]), minimum(wall[1]) / minimum(wall[0]),
+      median(cpu[1]) / median(cpu[0]), minimum(cpu[1]) / minimum(cpu[0]));
+  return 0;
+}
