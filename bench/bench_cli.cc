@@ -94,10 +94,10 @@ void print_json(const CaseResult& r, const Rooflines& m) {
       "{\"name\":%s,\"backend\":%s,\"median_ms\":%.4f,\"min_ms\":%.4f,\"max_ms\":%.4f,"
       "\"median_cpu_ms\":%.4f,"
       "\"gbps\":%.3f,\"gflops\":%.3f,\"roofline_fraction\":%.4f,\"dram_gbps\":%.3f,"
-      "\"fma_gflops\":%.3f,\"bf16_dot_gflops\":%.3f,\"bytes\":%.0f,\"flops\":%.0f,\"repeats\":%d,\"threads\":%d,"
+      "\"fma_gflops\":%.3f,\"bf16_dot_gflops\":%.3f,\"amx_bf16_gflops\":%.3f,\"bytes\":%.0f,\"flops\":%.0f,\"repeats\":%d,\"threads\":%d,"
       "\"cpu_isa\":%s}\n",
       json_string(r.name).c_str(), json_string(r.backend).c_str(), r.median_ms, r.min_ms, r.max_ms,
-      r.median_cpu_ms, r.gbps, r.gflops, r.roofline_fraction, m.dram_gbps, m.fma_gflops, m.bf16_dot_gflops, r.bytes,
+      r.median_cpu_ms, r.gbps, r.gflops, r.roofline_fraction, m.dram_gbps, m.fma_gflops, m.bf16_dot_gflops, m.amx_bf16_gflops, r.bytes,
       r.flops, r.repeats, r.threads,
       json_string(std::string(cpu_isa_name(detail::effective_cpu_isa()))).c_str());
   std::fflush(stdout);
@@ -135,11 +135,13 @@ int bench_main(int argc, char** argv) {
   m.dram_gbps = measure_dram_read_gbps(o.threads);
   m.fma_gflops = measure_fma_gflops(o.threads);
   m.bf16_dot_gflops = measure_bf16_dot_gflops(o.threads);
+  m.amx_bf16_gflops = measure_amx_bf16_gflops(o.threads);
   if (!o.json) {
     std::printf(
         "machine: %d threads, DRAM read %.1f GB/s, fp32 FMA peak %.1f GFLOP/s, bf16 dot peak "
-        "%.1f GFLOP/s, isa %s\n",
+        "%.1f GFLOP/s, AMX bf16 peak %.1f GFLOP/s, isa %s\n",
         cpu::resolve_num_threads(o.threads), m.dram_gbps, m.fma_gflops, m.bf16_dot_gflops,
+        m.amx_bf16_gflops,
                 std::string(cpu_isa_name(detail::effective_cpu_isa())).c_str());
     std::printf("%-26s %-9s %10s %9s %10s %9s %10s\n", "case", "backend", "median_ms", "GB/s",
                 "GFLOP/s", "roofline", "cpu_ms");

@@ -145,9 +145,10 @@ Status time_case(const BenchCase& bench_case, PreparedCase& prepared, int repeat
   const double seconds = r.median_ms / 1e3;
   r.gbps = r.bytes / seconds / 1e9;
   r.gflops = r.flops / seconds / 1e9;
-  const double compute_peak = bench_case.bf16_dot && rooflines.bf16_dot_gflops > 0
-                                  ? rooflines.bf16_dot_gflops
-                                  : rooflines.fma_gflops;
+  // The peak of the unit the case's kernel runs on: AMX tiles, else bf16 dot products, else FMA.
+  double compute_peak = rooflines.fma_gflops;
+  if (bench_case.bf16_dot && rooflines.bf16_dot_gflops > 0) compute_peak = rooflines.bf16_dot_gflops;
+  if (bench_case.bf16_dot && rooflines.amx_bf16_gflops > 0) compute_peak = rooflines.amx_bf16_gflops;
   r.roofline_fraction =
       bench_case.memory_bound ? r.gbps / rooflines.dram_gbps : r.gflops / compute_peak;
   return Status::Ok();

@@ -13,6 +13,7 @@ struct Rooflines {
   double dram_gbps = 0;
   double fma_gflops = 0;
   double bf16_dot_gflops = 0;  // 0: the CPU has no bf16 dot products
+  double amx_bf16_gflops = 0;  // 0: the MLA kernels do not run on AMX tiles here
 };
 
 struct CaseResult {

@@ -320,9 +320,11 @@ Status run_mla(const Plan& plan, const AttentionArgs& args, void* workspace,
   std::vector<int64_t> qo_begin(pb.batch_size + 1, 0);
   for (int b = 0; b < pb.batch_size; ++b) qo_begin[b + 1] = qo_begin[b] + plan.qo_len[b];
   const MlaParams params = make_params(pb, args, qo_begin, plan);
-  MlaItemFn kernel = detail::effective_cpu_isa() == CpuIsa::kAvx512
-                         ? find_mla_kernel_avx512_bf16(params)
-                         : nullptr;
+  MlaItemFn kernel = nullptr;
+  if (detail::effective_cpu_isa() == CpuIsa::kAvx512) {
+    kernel = find_mla_kernel_amx(params);
+    if (!kernel) kernel = find_mla_kernel_avx512_bf16(params);
+  }
   if (!kernel) kernel = mla_item_portable;
 
   const int heads = pb.num_qo_heads, d_ckv = pb.head_dim_ckv;

@@ -17,9 +17,10 @@
 
 namespace kvattn::cpu {
 
-// Keys per latent tile: 32 keys of ckv + kpe (bf16: 36 KiB) stay in L1/L2 while every row of
-// the item passes over them; also the granularity of the split-KV chunks.
-inline constexpr int kMlaTileKeys = 32;
+// Keys per latent tile: 128 keys of ckv + kpe (bf16: 144 KiB) stay in L2 while every row of the
+// item passes over them (so many so that the AMX kernel loads and stores each output
+// accumulator tile once per 128 keys); also the granularity of the split-KV chunks.
+inline constexpr int kMlaTileKeys = 128;
 // Rows (query token x head) of one item at most: 128 heads of one token (DeepSeek-V3), or as many
 // tokens of fewer heads. Bounds the per-thread accumulators at 128 x D_ckv f32.
 inline constexpr int kMlaMaxRows = 128;
@@ -77,6 +78,16 @@ std::size_t mla_kernel_scratch_bytes(int heads, int d_ckv, int d_kpe);
 // over a bf16/e4m3/e5m2 cache with unit-stride rows, D_ckv % 64 == 0, D_kpe % 16 == 0, heads %
 // 16 == 0, on a CPU that has the instructions.
 MlaItemFn find_mla_kernel_avx512_bf16(const MlaParams& p);
+// The AMX-BF16 tile kernel, or nullptr where it does not apply: as the AVX512_BF16 one, with
+// D_kpe % 32 == 0, on a CPU with AMX whose OS grants the tile state. Preferred where it applies.
+MlaItemFn find_mla_kernel_amx(const MlaParams& p);
+// Tests: 0 turns the AMX kernel off (the AVX512_BF16 one runs), -1 restores detection.
+void set_mla_amx_enabled(int enabled);
+// Whether bf16 MLA runs on AMX tiles here (the bench judges it against the AMX peak then).
+bool mla_amx_active();
+// The tile kernels' e4m3 -> bf16 widening (mla_e4m3.h), for its exhaustive test; needs AVX-512
+// (BW) and is absent (returns false) in builds without the x86 kernels.
+bool mla_e4m3_to_bf16(const uint8_t* codes, int n, uint16_t* bf16);
 // The portable f32 kernel (any dtype and stride).
 void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* lse,
                        std::byte* scratch);

@@ -20,6 +20,7 @@
 
 #include "core/cpu_features.h"
 #include "cpu/mla.h"
+#include "cpu/mla_e4m3.h"
 #include "cpu/simd_avx512.h"
 
 namespace kvattn::cpu {
@@ -134,10 +135,13 @@ inline void output_block(float* acc, int d_ckv, const uint32_t* pp, int heads, c
 // A row of n values (n % 16 == 0) of an fp8 / bf16 cache as bf16 bits, widened exactly.
 template <DType KV>
 inline void to_bf16(const std::byte* src, int n, uint16_t* dst) {
-  for (int i = 0; i < n; i += 16) {
-    __m512 x = Simd::load_raw<KV>(src + static_cast<std::size_t>(i) * dtype_size(KV));
-    if constexpr (KV == DType::kE4M3) x = _mm512_mul_ps(x, _mm512_set1_ps(0x1p120f));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), (__m256i)_mm512_cvtneps_pbh(x));
+  if constexpr (KV == DType::kE4M3) {
+    e4m3_to_bf16(reinterpret_cast<const uint8_t*>(src), n, dst);
+  } else {
+    for (int i = 0; i < n; i += 16) {
+      const __m512 x = Simd::load_raw<KV>(src + static_cast<std::size_t>(i) * dtype_size(KV));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), (__m256i)_mm512_cvtneps_pbh(x));
+    }
   }
 }
 
@@ -292,6 +296,11 @@ MlaItemFn pick(int heads) {
 }
 
 }  // namespace
+
+bool mla_e4m3_to_bf16(const uint8_t* codes, int n, uint16_t* bf16) {
+  e4m3_to_bf16(codes, n, bf16);
+  return true;
+}
 
 MlaItemFn find_mla_kernel_avx512_bf16(const MlaParams& p) {
   if (!detail::cpu_features().avx512_bf16) return nullptr;

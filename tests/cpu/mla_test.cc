@@ -22,6 +22,18 @@ using testing::CaseSpec;
 constexpr int kTile = cpu::kMlaTileKeys;
 constexpr float kSmScale = 0.0721687836f;  // 1/sqrt(192)
 
+// Runs `body` with each MLA kernel this machine has at the AVX-512 level: the AMX tile kernel
+// where the CPU and OS allow it, and the AVX512_BF16 one with AMX turned off.
+template <class Body>
+void for_each_tile_kernel(Body body) {
+  for (int amx : {-1, 0}) {
+    SCOPED_TRACE(amx == 0 ? "AMX off" : "AMX where available");
+    cpu::set_mla_amx_enabled(amx);
+    body();
+  }
+  cpu::set_mla_amx_enabled(-1);
+}
+
 CaseSpec mla_spec(int heads, int page_size, std::vector<int64_t> qo, std::vector<int64_t> kv,
                   DType kv_dtype = DType::kBF16, bool causal = false) {
   CaseSpec spec;
@@ -86,52 +98,95 @@ TEST(CpuMla, HandComputedOnEveryBackend) {
 
 // Heads x page sizes x lengths below, at and above the tile, decode.
 TEST(CpuMla, DecodeMatchesReference) {
-  for (CpuIsa isa : isa_levels()) {
-    for (int heads : {16, 64, 128}) {
-      for (int page_size : {1, 16, 64}) {
-        std::vector<int64_t> kv = {1, kTile - 1, kTile, kTile + 1, 3 * kTile + 5};
-        if (heads == 128) kv = {kTile + 1, 2 * kTile};
-        std::vector<int64_t> qo(kv.size(), 1);
-        expect_matches_reference(mla_spec(heads, page_size, qo, kv), isa);
+  for_each_tile_kernel([&] {
+    for (CpuIsa isa : isa_levels()) {
+      for (int heads : {16, 64, 128}) {
+        for (int page_size : {1, 16, 64}) {
+          std::vector<int64_t> kv = {1, kTile - 1, kTile, kTile + 1, 3 * kTile + 5};
+          if (heads == 128) kv = {kTile + 1, 2 * kTile};
+          std::vector<int64_t> qo(kv.size(), 1);
+          expect_matches_reference(mla_spec(heads, page_size, qo, kv), isa);
+        }
       }
     }
-  }
+  });
 }
 
 // Causal prefill (qo_len > 1), including more queries than keys (rows that see nothing: o = 0,
 // lse = -inf) and an empty request of each kind.
 TEST(CpuMla, CausalPrefillAndEmptyRequests) {
-  for (CpuIsa isa : isa_levels()) {
-    for (int heads : {16, 32, 64}) {
-      expect_matches_reference(
-          mla_spec(heads, 16, {5, 0, 3, 9, 2}, {3, 7, 0, kTile + 4, 2 * kTile}, DType::kBF16, true),
-          isa);
-      expect_matches_reference(mla_spec(heads, 1, {4, 2}, {70, 33}, DType::kBF16, false), isa);
+  for_each_tile_kernel([&] {
+    for (CpuIsa isa : isa_levels()) {
+      for (int heads : {16, 32, 48, 64}) {
+        expect_matches_reference(mla_spec(heads, 16, {5, 0, 3, 9, 2},
+                                          {3, 7, 0, kTile + 4, 2 * kTile}, DType::kBF16, true),
+                                 isa);
+        expect_matches_reference(mla_spec(heads, 1, {4, 2}, {70, 33}, DType::kBF16, false), isa);
+      }
     }
-  }
+  });
 }
 
 TEST(CpuMla, Fp8AndF16Caches) {
-  for (CpuIsa isa : isa_levels()) {
-    for (DType kv : {DType::kE4M3, DType::kE5M2, DType::kF16}) {
-      expect_matches_reference(mla_spec(16, 16, {1, 3}, {kTile + 7, 50}, kv, true), isa);
-      expect_matches_reference(mla_spec(128, 64, {1}, {2 * kTile + 3}, kv), isa);
+  for_each_tile_kernel([&] {
+    for (CpuIsa isa : isa_levels()) {
+      for (DType kv : {DType::kE4M3, DType::kE5M2, DType::kF16}) {
+        expect_matches_reference(mla_spec(16, 16, {1, 3}, {kTile + 7, 50}, kv, true), isa);
+        expect_matches_reference(mla_spec(128, 64, {1}, {2 * kTile + 3}, kv), isa);
+      }
+      CaseSpec f16 = mla_spec(32, 16, {2, 1}, {45, 64});
+      f16.problem.q_dtype = f16.problem.o_dtype = DType::kF16;
+      expect_matches_reference(f16, isa);
     }
-    CaseSpec f16 = mla_spec(32, 16, {2, 1}, {45, 64});
-    f16.problem.q_dtype = f16.problem.o_dtype = DType::kF16;
-    expect_matches_reference(f16, isa);
+  });
+}
+
+// A NaN in the cache (the e4m3 NaN code, S.1111.111) reaches the output of the rows that see
+// it, on every kernel, as in the reference; it is never read as a finite value.
+TEST(CpuMla, Fp8NanCodeStaysNan) {
+  for (CpuIsa isa : isa_levels()) {
+    for_each_tile_kernel([&] {
+      IsaLimit limit(isa);
+      testing::Case c = testing::Case::make(mla_spec(16, 16, {1}, {40}, DType::kE4M3));
+      c.k_cache[static_cast<size_t>(c.kv_indices[1]) * 16 * 512 + 3 * 512 + 7] =
+          std::byte{0x7F};  // key 19, ckv dim 7
+      PlanOptions options;
+      options.backend = "cpu";
+      ASSERT_TRUE(kvattn::run(c.problem(), c.args(), options).ok());
+      for (float x : c.out_f32()) ASSERT_TRUE(std::isnan(x)) << cpu_isa_name(isa);
+    });
+  }
+}
+
+// The tile kernels widen e4m3 to bf16 with integer bit placement: every one of the 256 codes
+// gives the value the reference decodes (NaN stays NaN), over a 16-code tail too.
+TEST(CpuMla, E4m3ToBf16IsExactForEveryCode) {
+  if (detail::effective_cpu_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "needs AVX-512";
+  std::vector<uint8_t> codes(256 + 16);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i);
+  std::vector<uint16_t> bf16(codes.size());
+  ASSERT_TRUE(cpu::mla_e4m3_to_bf16(codes.data(), static_cast<int>(codes.size()), bf16.data()));
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const float want = num::e4m3_to_f32(codes[i]), got = num::bf16_to_f32(bf16[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << "code " << i;
+    } else {
+      EXPECT_EQ(got, want) << "code " << i;
+    }
   }
 }
 
 // Split-KV: forced chunks (tile-aligned and not) and the automatic split of one long request.
 TEST(CpuMla, SplitKvMatchesReference) {
-  for (CpuIsa isa : isa_levels()) {
-    for (int64_t chunk : {int64_t{kTile}, int64_t{50}, int64_t{0}}) {
-      expect_matches_reference(mla_spec(64, 16, {1, 2}, {300, 129}, DType::kBF16, true), isa,
-                               {2, chunk});
+  for_each_tile_kernel([&] {
+    for (CpuIsa isa : isa_levels()) {
+      for (int64_t chunk : {int64_t{kTile}, int64_t{50}, int64_t{0}}) {
+        expect_matches_reference(mla_spec(64, 16, {1, 2}, {300, 129}, DType::kBF16, true), isa,
+                                 {2, chunk});
+      }
+      expect_matches_reference(mla_spec(16, 16, {1}, {3000}), isa, {2, 0});
     }
-    expect_matches_reference(mla_spec(16, 16, {1}, {3000}), isa, {2, 0});
-  }
+  });
 }
 
 // The automatic plan splits a single long request so that every thread has work.
@@ -144,6 +199,30 @@ TEST(CpuMla, PlanSplitsFewLongRequests) {
   ASSERT_TRUE(kvattn::plan(c.problem(), c.args(), options, &plan).ok());
   EXPECT_GT(plan.work.size(), 1u);
   EXPECT_EQ(plan.num_partial_states, static_cast<int64_t>(plan.work.size()));
+}
+
+// As FlashInfer's plan: an MLA plan is made from the index tensors alone (no q, caches or
+// outputs), reused by run with the full arguments, on each CPU backend.
+TEST(CpuMla, PlanFromIndexTensorsAlone) {
+  testing::Case c = testing::Case::make(mla_spec(64, 16, {1, 3}, {100, 40}, DType::kBF16, true));
+  AttentionArgs full = c.args();
+  AttentionArgs index;
+  index.qo_indptr = full.qo_indptr;
+  index.kv_indptr = full.kv_indptr;
+  index.kv_indices = full.kv_indices;
+  index.kv_last_page_len = full.kv_last_page_len;
+  for (const char* backend : {"reference", "cpu"}) {
+    PlanOptions options;
+    options.backend = backend;
+    Plan plan;
+    const Status planned = kvattn::plan(c.problem(), index, options, &plan);
+    ASSERT_TRUE(planned.ok()) << backend << ": " << planned.to_string();
+    const testing::CheckResult r = testing::check_against_reference(
+        c, [&plan](const Problem&, const AttentionArgs& args) { return kvattn::run(plan, args); });
+    EXPECT_TRUE(r.ok) << backend << ": " << r.message;
+    // Run needs every tensor.
+    EXPECT_EQ(kvattn::run(plan, index).code(), ErrorCode::kInvalidArgument) << backend;
+  }
 }
 
 // append_paged_mla_kv_cache writes ckv and kpe at (batch_indices, positions), quantizing to FP8
