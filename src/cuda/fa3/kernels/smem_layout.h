@@ -25,18 +25,18 @@ inline constexpr int kAtomBytes = 8 * kRowBytes;  // 8 rows: the swizzle's perio
 inline constexpr int kPanelCols16 = 64;        // 16-bit columns per panel
 
 // The 128-byte swizzle on a byte offset from a 1024-byte aligned base.
-KVATTN_HD uint32_t swizzle128(uint32_t byte_offset) {
+KVATTN_HD constexpr uint32_t swizzle128(uint32_t byte_offset) {
   return byte_offset ^ (((byte_offset >> 7) & 7u) << 4);
 }
 
 // Byte offset of 16-bit element (row, col) in a [rows x cols] tile of 64-column panels; what the
 // producer (TMA, or cp.async for pages) writes and what the epilogue and tests read.
-KVATTN_HD uint32_t tile_offset(int row, int col, int rows) {
+KVATTN_HD constexpr uint32_t tile_offset(int row, int col, int rows) {
   const uint32_t logical = uint32_t(col / kPanelCols16) * uint32_t(rows) * kRowBytes +
                            uint32_t(row) * kRowBytes + uint32_t(col % kPanelCols16) * 2u;
   return swizzle128(logical);
 }
-KVATTN_HD uint32_t tile_bytes(int rows, int cols) { return uint32_t(rows) * uint32_t(cols) * 2u; }
+KVATTN_HD constexpr uint32_t tile_bytes(int rows, int cols) { return uint32_t(rows) * uint32_t(cols) * 2u; }
 
 // A wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"): start address,
 // leading- and stride-dimension byte offsets (all >> 4), base offset 0 (tiles are 1024-byte
@@ -48,11 +48,11 @@ struct Desc {
 };
 inline constexpr uint64_t kLayout128B = 1;
 
-KVATTN_HD uint64_t encode(const Desc& d) {
+KVATTN_HD constexpr uint64_t encode(const Desc& d) {
   return uint64_t((d.start >> 4) & 0x3FFFu) | (uint64_t((d.lbo >> 4) & 0x3FFFu) << 16) |
          (uint64_t((d.sbo >> 4) & 0x3FFFu) << 32) | (kLayout128B << 62);
 }
-KVATTN_HD Desc decode(uint64_t bits) {
+KVATTN_HD constexpr Desc decode(uint64_t bits) {
   return Desc{uint32_t(bits & 0x3FFFu) << 4, uint32_t((bits >> 16) & 0x3FFFu) << 4,
               uint32_t((bits >> 32) & 0x3FFFu) << 4};
 }
@@ -60,7 +60,7 @@ KVATTN_HD Desc decode(uint64_t bits) {
 // K-major operand (Q as A, K as B of S = Q K^T), k-step ks (head dims [16 ks, 16 ks + 16)), rows
 // [64 m0_block, ...) of a [rows x D] tile at `base`: the 8-row groups are 1024 bytes apart (SBO);
 // LBO is unused for a swizzled K-major operand whose k-step lies inside one 128-byte row.
-KVATTN_HD Desc k_major(uint32_t base, int rows, int first_row, int ks) {
+KVATTN_HD constexpr Desc k_major(uint32_t base, int rows, int first_row, int ks) {
   const int col = ks * 16;
   return Desc{base + uint32_t(col / kPanelCols16) * uint32_t(rows) * kRowBytes +
                   uint32_t(first_row) * kRowBytes + uint32_t(col % kPanelCols16) * 2u,
@@ -69,7 +69,7 @@ KVATTN_HD Desc k_major(uint32_t base, int rows, int first_row, int ks) {
 // MN-major B operand (V of O = P V), keys [16 kk, 16 kk + 16): N (head dim) runs along a row,
 // 64 columns per panel, panels `rows` * 128 bytes apart (LBO); the 8-key groups are 1024 bytes
 // apart (SBO).
-KVATTN_HD Desc mn_major(uint32_t base, int rows, int kk) {
+KVATTN_HD constexpr Desc mn_major(uint32_t base, int rows, int kk) {
   return Desc{base + uint32_t(kk) * 16u * kRowBytes, uint32_t(rows) * kRowBytes,
               uint32_t(kAtomBytes)};
 }
@@ -80,11 +80,11 @@ KVATTN_HD Desc mn_major(uint32_t base, int rows, int kk) {
 //   MN-major ((T, 8, m), (8, 2)) : ((1, T, LBO), (8T, SBO))
 // The swizzle applies to the address bits, which is why the tiles are 1024-byte aligned and a
 // k-step inside an atom moves the start address by whole 16-byte chunks.
-KVATTN_HD uint32_t k_major_address(const Desc& d, int mn, int k) {
+KVATTN_HD constexpr uint32_t k_major_address(const Desc& d, int mn, int k) {
   return swizzle128(d.start + uint32_t(mn % 8) * kRowBytes + uint32_t(mn / 8) * d.sbo +
                     uint32_t(k) * 2u);
 }
-KVATTN_HD uint32_t mn_major_address(const Desc& d, int mn, int k) {
+KVATTN_HD constexpr uint32_t mn_major_address(const Desc& d, int mn, int k) {
   return swizzle128(d.start + uint32_t(mn % 64) * 2u + uint32_t(mn / 64) * d.lbo +
                     uint32_t(k % 8) * kRowBytes + uint32_t(k / 8) * d.sbo);
 }
@@ -98,7 +98,7 @@ struct Chunk {
   int row;
   int col;
 };
-KVATTN_HD Chunk copy_chunk(int chunk, int head_dim) {
+KVATTN_HD constexpr Chunk copy_chunk(int chunk, int head_dim) {
   const int per_row = head_dim / 8;
   return Chunk{chunk / per_row, (chunk % per_row) * 8};
 }

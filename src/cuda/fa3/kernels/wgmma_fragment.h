@@ -24,24 +24,24 @@ struct RowCol {
 };
 
 // Accumulator register i of thread `tid` (0..127 within the warpgroup).
-KVATTN_HD RowCol acc_element(int tid, int i) {
+KVATTN_HD constexpr RowCol acc_element(int tid, int i) {
   const int warp = tid / 32, lane = tid % 32;
   return RowCol{16 * warp + lane / 4 + 8 * ((i / 2) % 2), 8 * (i / 4) + 2 * (lane % 4) + i % 2};
 }
 
 // Element h (0, 1) of A register r (0..3) of thread `tid`, for one k16 step.
-KVATTN_HD RowCol a_element(int tid, int r, int h) {
+KVATTN_HD constexpr RowCol a_element(int tid, int r, int h) {
   const int warp = tid / 32, lane = tid % 32;
   return RowCol{16 * warp + lane / 4 + 8 * (r % 2), 2 * (lane % 4) + h + 8 * (r / 2)};
 }
 
 // The accumulator register of S (one K/V block, N = keys) that becomes element h of A register r
 // of P's k-step kk: same thread, same row, key 16 kk + (A's column).
-KVATTN_HD int p_a_register(int kk, int r, int h) { return 8 * kk + 4 * (r / 2) + 2 * (r % 2) + h; }
+KVATTN_HD constexpr int p_a_register(int kk, int r, int h) { return 8 * kk + 4 * (r / 2) + 2 * (r % 2) + h; }
 
 // The row statistics of online softmax: a thread's accumulator registers cover two rows (the
 // "half" (i / 2) % 2), shared with the three other threads of its quad (same g), which a row
 // reduction combines with shuffles over lane bits 0 and 1 (xor 1, xor 2).
-KVATTN_HD int acc_row_half(int i) { return (i / 2) % 2; }
+KVATTN_HD constexpr int acc_row_half(int i) { return (i / 2) % 2; }
 
 }  // namespace kvattn::fa3::frag

@@ -1,0 +1,308 @@
+// fa3's prefill kernel (SM90a, 16-bit Q = K = V, head dim 128): FlashAttention-3's structure.
+// A persistent CTA of three warpgroups walks the longest-first tile list (tile_scheduler.h).
+// Warpgroup 0 is the producer: it copies each K/V block into a kStages-slot shared-memory ring
+// (cp.async with zero fill; pages and strided rows alike) and signals the slot's `full`
+// mbarrier; warpgroups 1 and 2 are consumers of 64 query rows each: S = Q K^T by wgmma from
+// shared memory, masking of the edge blocks only, online softmax in registers, O += P V by wgmma
+// with P taken straight from S's accumulators as the register operand, then release of the slot
+// through its `empty` mbarrier (pipeline_state.h). The epilogue writes O (and the natural-log
+// LSE) from the accumulators. Index math lives in the replayed headers (smem_layout.h,
+// wgmma_fragment.h, tile_scheduler.h, pipeline_state.h).
+//
+// Not here yet (see docs/cuda.md): TMA for dense K/V, the softmax of one block overlapped with
+// the GEMM of the next (and the two consumer warpgroups' ping-pong), FP8, head dims other than
+// 128, sliding window, soft cap, decode, split-KV.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/fa3/kernels/pipeline_state.h"
+#include "cuda/fa3/kernels/sm90_ptx.cuh"
+#include "cuda/fa3/kernels/smem_layout.h"
+#include "cuda/fa3/kernels/tile_scheduler.h"
+#include "cuda/fa3/kernels/wgmma_fragment.h"
+#include "cuda/fa3/params.h"
+
+namespace kvattn::fa3 {
+
+inline constexpr int kStages = 2;
+inline constexpr int kThreads = 3 * frag::kWarpgroupThreads;
+inline constexpr int kHeadDim = 128;
+inline constexpr int kConsumerWarps = 8;
+// Register split between the producer and the consumers (setmaxnreg): 128 x 40 + 256 x 232 fits
+// the 64 K registers of an SM with one CTA resident.
+inline constexpr int kProducerRegs = 40;
+inline constexpr int kConsumerRegs = 232;
+
+struct SmemPlan {
+  static constexpr uint32_t kQBytes = smem::tile_bytes(frag::kWarpgroupRows, kHeadDim);  // per WG
+  static constexpr uint32_t kKVBytes = smem::tile_bytes(sched::kBlockN, kHeadDim);
+  static constexpr uint32_t q(int wg) { return uint32_t(wg) * kQBytes; }
+  static constexpr uint32_t k(int stage) { return 2 * kQBytes + uint32_t(stage) * 2 * kKVBytes; }
+  static constexpr uint32_t v(int stage) { return k(stage) + kKVBytes; }
+  static constexpr uint32_t barriers() { return k(kStages); }
+  // + 1024: the dynamic shared memory base is rounded up to the swizzle's alignment.
+  static constexpr uint32_t total() { return barriers() + 2 * kStages * 8 + 1024; }
+};
+
+__device__ __forceinline__ const uint8_t* kv_row(const PrefillParams& p, const RequestInfo& r,
+                                                 const void* base,
+                                                 const paged::CacheStrides& s, int64_t key,
+                                                 int kv_head) {
+  int64_t off;
+  if (p.paged) {
+    const int32_t page = p.kv_indices[r.kv_first + key / p.page_size];
+    off = s.offset(page, key % p.page_size, kv_head, 0);
+  } else {
+    off = s.offset(0, r.kv_first + key, kv_head, 0);
+  }
+  return static_cast<const uint8_t*>(base) + off * 2;
+}
+
+__device__ __forceinline__ void store_out(const PrefillParams& p, int64_t offset, float x) {
+  switch (p.out_kind) {
+    case OutKind::kF32:
+      static_cast<float*>(p.out)[offset] = x;
+      break;
+    case OutKind::kF16:
+      static_cast<__half*>(p.out)[offset] = __float2half_rn(x);
+      break;
+    case OutKind::kBF16:
+      static_cast<__nv_bfloat16*>(p.out)[offset] = __float2bfloat16_rn(x);
+      break;
+  }
+}
+
+// Warpgroup 0: K/V blocks of every tile of this CTA into the ring, in the consumers' order.
+__device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, uint64_t* full,
+                                       uint64_t* empty) {
+  const int tid = threadIdx.x;  // 0..127
+  pipe::PipelineState<kStages> st = pipe::producer_start<kStages>();
+  constexpr int kChunks = sched::kBlockN * kHeadDim / 8;
+  for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
+    const sched::Tile tile = p.tiles[t];
+    const RequestInfo r = p.requests[tile.request];
+    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal);
+    const int kv_head = tile.head / p.group;
+    for (int n = 0; n < kr.end; ++n) {
+      ptx::mbarrier_wait(&empty[st.index], st.phase);
+      uint8_t* k_smem = smem + SmemPlan::k(st.index);
+      uint8_t* v_smem = smem + SmemPlan::v(st.index);
+#pragma unroll 4
+      for (int c = tid; c < kChunks; c += frag::kWarpgroupThreads) {
+        const smem::Chunk ch = smem::copy_chunk(c, kHeadDim);
+        const int64_t key = int64_t(n) * sched::kBlockN + ch.row;
+        const bool in = key < r.kv_len;
+        const int64_t src_key = in ? key : 0;  // a valid address; zero bytes are read
+        const uint32_t dst = smem::tile_offset(ch.row, ch.col, sched::kBlockN);
+        ptx::cp_async_16_zfill(k_smem + dst,
+                               kv_row(p, r, p.k, p.k_strides, src_key, kv_head) + ch.col * 2,
+                               in ? 16 : 0);
+        ptx::cp_async_16_zfill(v_smem + dst,
+                               kv_row(p, r, p.v, p.v_strides, src_key, kv_head) + ch.col * 2,
+                               in ? 16 : 0);
+      }
+      ptx::cp_async_wait_all();
+      ptx::fence_proxy_async();
+      ptx::mbarrier_arrive(&full[st.index]);
+      st.advance();
+    }
+  }
+}
+
+template <class Tag>
+__device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, uint64_t* full,
+                                        uint64_t* empty, int wg) {
+  using C16 = cuda::Compute16<Tag>;
+  const int ctid = threadIdx.x % frag::kWarpgroupThreads;
+  const int lane = threadIdx.x % 32;
+  uint8_t* q_smem = smem + SmemPlan::q(wg);
+  const uint32_t q_addr = cuda::smem_addr(q_smem);
+  pipe::PipelineState<kStages> st = pipe::consumer_start<kStages>();
+
+  for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
+    const sched::Tile tile = p.tiles[t];
+    const RequestInfo r = p.requests[tile.request];
+    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal);
+    const int64_t row0 = int64_t(tile.q_tile) * sched::kBlockM + wg * frag::kWarpgroupRows;
+    const int64_t causal_offset = r.kv_len - r.qo_len;
+
+    // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
+    // the warpgroup is past the previous tile's wgmmas, which read it.
+    ptx::named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
+    for (int c = ctid; c < frag::kWarpgroupRows * kHeadDim / 8; c += frag::kWarpgroupThreads) {
+      const smem::Chunk ch = smem::copy_chunk(c, kHeadDim);
+      const int64_t row = row0 + ch.row;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (row < r.qo_len) {
+        val = *reinterpret_cast<const uint4*>(
+            static_cast<const uint8_t*>(p.q) +
+            ((r.q_row + row) * p.q_stride_row + tile.head * p.q_stride_head + ch.col) * 2);
+      }
+      *reinterpret_cast<uint4*>(q_smem +
+                                smem::tile_offset(ch.row, ch.col, frag::kWarpgroupRows)) = val;
+    }
+    ptx::fence_proxy_async();
+    ptx::named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
+
+    float o[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY};
+    float l[2] = {0.0f, 0.0f};
+
+    for (int n = 0; n < kr.end; ++n) {
+      ptx::mbarrier_wait(&full[st.index], st.phase);
+      const uint32_t k_addr = cuda::smem_addr(smem + SmemPlan::k(st.index));
+      const uint32_t v_addr = cuda::smem_addr(smem + SmemPlan::v(st.index));
+
+      float s[64];
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        ptx::wgmma_ss_m64n128k16<Tag>(
+            s, smem::encode(smem::k_major(q_addr, frag::kWarpgroupRows, 0, ks)),
+            smem::encode(smem::k_major(k_addr, sched::kBlockN, 0, ks)), ks > 0);
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(s);
+
+      if (n >= kr.unmasked_end) {  // the masked edge: keys past kv_len, causal diagonal
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+          const frag::RowCol rc = frag::acc_element(ctid, i);
+          const int64_t key = int64_t(n) * sched::kBlockN + rc.col;
+          const bool visible =
+              key < r.kv_len && (!p.causal || key <= row0 + rc.row + causal_offset);
+          if (!visible) s[i] = -INFINITY;
+        }
+      }
+
+      // Online softmax in the log2 domain; each thread holds 32 keys of two rows, its quad the
+      // rest of each row.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+          if (frag::acc_row_half(i) == h) mx = fmaxf(mx, s[i] * p.score_scale_log2);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[h], mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row that sees nothing yet
+        const float alpha = exp2f(m[h] - m_use);
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+          if (frag::acc_row_half(i) == h) {
+            s[i] = exp2f(s[i] * p.score_scale_log2 - m_use);
+            sum += s[i];
+            o[i] *= alpha;
+          }
+        }
+        l[h] = l[h] * alpha + sum;
+        m[h] = m_new;
+      }
+
+      uint32_t a[sched::kBlockN / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < sched::kBlockN / 16; ++kk) {
+#pragma unroll
+        for (int rr = 0; rr < 4; ++rr) {
+          a[kk][rr] = C16::pack(s[frag::p_a_register(kk, rr, 0)], s[frag::p_a_register(kk, rr, 1)]);
+        }
+      }
+      // The rescaled O and the packed P must be in their registers before wgmma.fence.
+      ptx::fence_registers(o);
+#pragma unroll
+      for (int kk = 0; kk < sched::kBlockN / 16; ++kk) ptx::fence_registers(a[kk]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < sched::kBlockN / 16; ++kk) {
+        ptx::wgmma_rs_m64n128k16_tb<Tag>(
+            o, a[kk], smem::encode(smem::mn_major(v_addr, sched::kBlockN, kk)));
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(o);
+
+      __syncwarp();
+      if (lane == 0) ptx::mbarrier_arrive(&empty[st.index]);
+      st.advance();
+    }
+
+    // Epilogue: normalize, write O and the natural-log LSE of the rows this request has.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+    constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const frag::RowCol rc = frag::acc_element(ctid, i);
+      const int64_t row = row0 + rc.row;
+      if (row >= r.qo_len) continue;
+      const int h = frag::acc_row_half(i);
+      const float inv = l[h] > 0.0f ? p.v_scale / l[h] : 0.0f;
+      store_out(p, (r.q_row + row) * p.o_stride_row + tile.head * p.o_stride_head + rc.col,
+                o[i] * inv);
+    }
+    if (p.lse && lane % 4 == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
+        if (row < r.qo_len) {
+          p.lse[(r.q_row + row) * p.lse_stride_row + tile.head * p.lse_stride_head] =
+              l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+        }
+      }
+    }
+  }
+}
+
+template <class Tag>
+__global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_constant__ PrefillParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024u - (cuda::smem_addr(smem_raw) & 1023u)) & 1023u);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + SmemPlan::barriers());
+  uint64_t* empty = full + kStages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(&full[s], frag::kWarpgroupThreads);  // every producer thread arrives
+      ptx::mbarrier_init(&empty[s], kConsumerWarps);          // one arrival per consumer warp
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  const int wg = threadIdx.x / frag::kWarpgroupThreads;
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    produce(p, smem, full, empty);
+  } else {
+    ptx::setmaxnreg_inc<kConsumerRegs>();
+    consume<Tag>(p, smem, full, empty, wg - 1);
+  }
+#endif
+}
+
+// Launches `ctas` persistent CTAs (at most one per SM); returns the cudaError_t as an int.
+template <class Tag, int HeadDimQK, int HeadDimVO>
+int launch_prefill(const PrefillParams& p, int ctas, void* stream) {
+  static_assert(HeadDimQK == kHeadDim && HeadDimVO == kHeadDim,
+                "fa3's prefill kernel exists for head dim 128 only");
+  const auto kernel = prefill_kernel<Tag>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(SmemPlan::total()));
+  if (err != cudaSuccess) return int(err);
+  kernel<<<ctas, kThreads, SmemPlan::total(), static_cast<cudaStream_t>(stream)>>>(p);
+  return int(cudaGetLastError());
+}
+
+}  // namespace kvattn::fa3

@@ -1,0 +1,166 @@
+// fa3's prefill on the host side of CUDA: finds the kernel in the generated table, checks what
+// the kernel's copies need (a dense head dim, 16-byte aligned rows), builds the parameters and the
+// longest-first tile list, copies them to the device and launches one persistent CTA per SM (at
+// most one per tile).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "cuda/common/device_buffer.h"
+#include "cuda/fa2/schedule.h"
+#include "cuda/fa3/kernel_table.h"
+#include "cuda/fa3/launch.h"
+#include "cuda/fa3/tile_order.h"
+
+namespace kvattn::fa3 {
+namespace {
+
+const KernelEntry* find_kernel(const KernelKey& key) {
+  for (const KernelEntry& e : kKernelTable) {
+    if (e.launch && e.key == key) return &e;
+  }
+  return nullptr;
+}
+
+Status expect_memory(const TensorView& t, MemoryKind kind, const char* name) {
+  if (t.empty() || t.memory == kind) return Status::Ok();
+  return make_error(ErrorCode::kInvalidArgument, "fa3: ", name, " must be in ",
+                    kind == MemoryKind::kCuda ? "CUDA device" : "host", " memory");
+}
+
+Status check_memory(const Problem& p, const AttentionArgs& a) {
+  const MemoryKind dev = MemoryKind::kCuda, host = MemoryKind::kHost;
+  KVATTN_RETURN_IF_ERROR(expect_memory(a.q, dev, "q"));
+  KVATTN_RETURN_IF_ERROR(expect_memory(a.out, dev, "out"));
+  KVATTN_RETURN_IF_ERROR(expect_memory(a.lse, dev, "lse"));
+  if (is_paged(p.op)) {
+    KVATTN_RETURN_IF_ERROR(expect_memory(a.paged_k_cache, dev, "paged_k_cache"));
+    KVATTN_RETURN_IF_ERROR(expect_memory(a.paged_v_cache, dev, "paged_v_cache"));
+  } else {
+    KVATTN_RETURN_IF_ERROR(expect_memory(a.k, dev, "k"));
+    KVATTN_RETURN_IF_ERROR(expect_memory(a.v, dev, "v"));
+  }
+  KVATTN_RETURN_IF_ERROR(expect_memory(a.qo_indptr, host, "qo_indptr"));
+  KVATTN_RETURN_IF_ERROR(expect_memory(a.kv_indptr, host, "kv_indptr"));
+  KVATTN_RETURN_IF_ERROR(expect_memory(a.kv_indices, host, "kv_indices"));
+  return expect_memory(a.kv_last_page_len, host, "kv_last_page_len");
+}
+
+// K / V strides by meaning, for every operation's layout.
+paged::CacheStrides kv_strides(const Problem& p, const TensorView& t) {
+  if (is_paged(p.op)) return paged::cache_strides(t.strides.data(), p.kv_layout == KVLayout::kHND);
+  paged::CacheStrides s;
+  const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
+  s.slot = hnd ? t.strides[1] : t.strides[0];
+  s.head = hnd ? t.strides[0] : t.strides[1];
+  s.dim = t.strides[2];
+  return s;
+}
+
+// The kernel copies rows 16 bytes at a time: the dim must be dense and every row start aligned.
+Status check_rows(const char* name, const TensorView& t, std::initializer_list<int64_t> strides,
+                  int64_t dim_stride) {
+  bool ok = dim_stride == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+  for (int64_t s : strides) ok = ok && (s * 2) % 16 == 0;
+  if (ok) return Status::Ok();
+  return make_error(ErrorCode::kNotSupported, "fa3: ", name,
+                    " needs a dense head dim and 16-byte aligned rows (strides multiple of 8 "
+                    "elements); fa2 runs any strides");
+}
+
+std::vector<int32_t> read_indices(const TensorView& t) {
+  std::vector<int32_t> v(t.rank == 1 ? size_t(t.shape[0]) : 0);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<const int32_t*>(t.data)[i * t.strides[0]];
+  return v;
+}
+
+int sm_count(int index) {
+  int count = 0;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+OutKind out_kind(DType d) {
+  return d == DType::kF32 ? OutKind::kF32 : d == DType::kF16 ? OutKind::kF16 : OutKind::kBF16;
+}
+
+}  // namespace
+
+Status run_prefill(const Plan& plan, const AttentionArgs& args) {
+  const Problem& p = plan.problem;
+  const KernelEntry* kernel = find_kernel(kernel_key(p));
+  if (!kernel) {
+    return make_error(ErrorCode::kUnavailable, "fa3: no kernel built for ",
+                      kernel_key_string(kernel_key(p)));
+  }
+  KVATTN_RETURN_IF_ERROR(check_memory(p, args));
+  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(plan.device.index)));
+
+  const TensorView& kt = is_paged(p.op) ? args.paged_k_cache : args.k;
+  const TensorView& vt = is_paged(p.op) ? args.paged_v_cache : args.v;
+  PrefillParams k;
+  k.q = args.q.data;
+  k.q_stride_row = args.q.strides[0];
+  k.q_stride_head = args.q.strides[1];
+  KVATTN_RETURN_IF_ERROR(
+      check_rows("q", args.q, {k.q_stride_row, k.q_stride_head}, args.q.strides[2]));
+  k.k = kt.data;
+  k.v = vt.data;
+  k.k_strides = kv_strides(p, kt);
+  k.v_strides = kv_strides(p, vt);
+  KVATTN_RETURN_IF_ERROR(check_rows("k", kt, {k.k_strides.page, k.k_strides.slot, k.k_strides.head},
+                                    k.k_strides.dim));
+  KVATTN_RETURN_IF_ERROR(check_rows("v", vt, {k.v_strides.page, k.v_strides.slot, k.v_strides.head},
+                                    k.v_strides.dim));
+  k.paged = is_paged(p.op);
+  k.page_size = p.page_size;
+  k.out = args.out.data;
+  k.o_stride_row = args.out.strides[0];
+  k.o_stride_head = args.out.strides[1];
+  if (args.out.strides[2] != 1) {
+    return make_error(ErrorCode::kNotSupported, "fa3: out needs a dense head dim; fa2 runs any "
+                                                "strides");
+  }
+  k.out_kind = out_kind(p.o_dtype);
+  if (p.return_lse && !args.lse.empty()) {
+    k.lse = static_cast<float*>(args.lse.data);
+    k.lse_stride_row = args.lse.strides[0];
+    k.lse_stride_head = args.lse.strides[1];
+  }
+  k.group = p.group_size();
+  k.score_scale_log2 = float(double(p.effective_sm_scale()) * p.q_scale * p.k_scale * M_LOG2E);
+  k.v_scale = p.v_scale;
+  k.causal = p.mask_mode == MaskMode::kCausal;
+
+  const fa2::RequestStarts starts = fa2::request_starts(p, args);
+  std::vector<RequestInfo> requests(plan.qo_len.size());
+  for (size_t b = 0; b < requests.size(); ++b) {
+    requests[b] = RequestInfo{starts.q_row[b], plan.qo_len[b], plan.kv_len[b], starts.kv_first[b]};
+  }
+  const std::vector<sched::Tile> tiles =
+      sched::ordered_tiles(plan.qo_len, plan.kv_len, p.num_qo_heads, k.causal);
+  if (tiles.empty()) return Status::Ok();
+
+  cuda::DeviceBuffer requests_dev, tiles_dev, indices_dev;
+  KVATTN_RETURN_IF_ERROR(requests_dev.upload(requests));
+  KVATTN_RETURN_IF_ERROR(tiles_dev.upload(tiles));
+  if (k.paged) {
+    KVATTN_RETURN_IF_ERROR(indices_dev.upload(read_indices(args.kv_indices)));
+    k.kv_indices = indices_dev.as<int32_t>();
+  }
+  k.requests = requests_dev.as<RequestInfo>();
+  k.tiles = tiles_dev.as<sched::Tile>();
+  k.num_tiles = int(tiles.size());
+  const int sms = std::max(1, sm_count(plan.device.index));
+  const int err = kernel->launch(k, std::min(sms, k.num_tiles), nullptr);
+  return cuda::cuda_status("fa3 prefill kernel", cudaError_t(err));
+}
+
+}  // namespace kvattn::fa3
