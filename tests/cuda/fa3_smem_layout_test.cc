@@ -49,6 +49,23 @@ TEST(Fa3SmemLayout, TileOffsetIsABijectionAndSwizzleStaysInItsAtom) {
   }
 }
 
+TEST(Fa3SmemLayout, TmaBoxesLandWhereTheTileLayoutSays) {
+  // A TMA box with the 128-byte swizzle: 64 columns x rows, row r at 128 r, swizzled from its
+  // 1024-byte aligned destination.
+  for (int rows : {64, 128}) {
+    for (int panel = 0; panel < kD / smem::kPanelCols16; ++panel) {
+      const uint32_t dst = smem::tma_panel_offset(panel, rows);
+      ASSERT_EQ(dst % smem::kAtomBytes, 0u);
+      for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < smem::kPanelCols16; ++c) {
+          ASSERT_EQ(dst + smem::swizzle128(uint32_t(r) * 128u + uint32_t(c) * 2u),
+                    smem::tile_offset(r, panel * smem::kPanelCols16 + c, rows));
+        }
+      }
+    }
+  }
+}
+
 TEST(Fa3SmemLayout, DescriptorEncodingRoundTrips) {
   for (uint32_t start : {0u, 1024u, 65536u, 200704u}) {
     const smem::Desc d = smem::mn_major(start, kN, 3);

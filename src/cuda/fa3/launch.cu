@@ -1,6 +1,6 @@
 // fa3's prefill on the host side of CUDA: finds the kernel in the generated table, checks what
-// the kernel's copies need (a dense head dim, 16-byte aligned rows), builds the parameters and the
-// longest-first tile list, copies them to the device and launches one persistent CTA per SM (at
+// the kernel's copies need (a dense head dim, 16-byte aligned rows), builds the parameters (with
+// TMA maps for dense and ragged K/V) and the longest-first tile list, copies them to the device and launches one persistent CTA per SM (at
 // most one per tile).
 #include <cuda_runtime.h>
 
@@ -12,6 +12,7 @@
 #include "cuda/common/device_buffer.h"
 #include "cuda/fa2/schedule.h"
 #include "cuda/fa3/kernel_table.h"
+#include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/launch.h"
 #include "cuda/fa3/tile_order.h"
 
@@ -87,6 +88,46 @@ int sm_count(int index) {
   return count;
 }
 
+// The driver's tensor-map encoder, reached through the runtime (no link against libcuda); null
+// when the driver does not give it.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encoder() {
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiled(nullptr);
+    }
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// A TMA map over dense K or V [tokens, H_kv, D] with strides `s` (elements): dims D, H_kv, tokens
+// (innermost first), box 64 x 1 x kBlockN, 128-byte swizzle; out-of-range elements read as zero.
+bool encode_kv_map(CUtensorMap* map, DType dtype, const void* data, int64_t tokens, int heads,
+                   int head_dim, const paged::CacheStrides& s) {
+  const EncodeTiled encode = encoder();
+  if (!encode || tokens <= 0) return false;
+  const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(tokens)};
+  const cuuint64_t strides[2] = {cuuint64_t(s.head * 2), cuuint64_t(s.slot * 2)};
+  const cuuint32_t box[3] = {cuuint32_t(smem::kPanelCols16), 1, cuuint32_t(sched::kBlockN)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  return encode(map,
+                dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                3, const_cast<void*>(data), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 OutKind out_kind(DType d) {
   return d == DType::kF32 ? OutKind::kF32 : d == DType::kF16 ? OutKind::kF16 : OutKind::kBF16;
 }
@@ -121,6 +162,15 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
                                     k.v_strides.dim));
   k.paged = is_paged(p.op);
   k.page_size = p.page_size;
+  if (!k.paged) {
+    // Dense and ragged K/V go through TMA; the token dim is the one with the slot stride.
+    const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
+    const int64_t tokens = hnd ? kt.shape[1] : kt.shape[0];
+    k.tma = encode_kv_map(&k.tma_k, p.kv_dtype, kt.data, tokens, p.num_kv_heads, p.head_dim_qk,
+                          k.k_strides) &&
+            encode_kv_map(&k.tma_v, p.kv_dtype, vt.data, tokens, p.num_kv_heads, p.head_dim_vo,
+                          k.v_strides);
+  }
   k.out = args.out.data;
   k.o_stride_row = args.out.strides[0];
   k.o_stride_head = args.out.strides[1];

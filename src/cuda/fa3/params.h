@@ -3,6 +3,8 @@
 // here owns memory.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (a type only: the driver is reached through the runtime)
+
 #include <cstdint>
 
 #include "core/paged_kv.h"
@@ -32,6 +34,11 @@ struct PrefillParams {
   bool paged = false;
   int page_size = 1;
   const int32_t* kv_indices = nullptr;  // device copy
+  // Dense and ragged K/V: TMA tensor maps over [tokens, H_kv, D] (dims innermost first: D, H_kv,
+  // tokens), box 64 x 1 x kBlockN with the 128-byte swizzle: one box is one panel of a K/V tile
+  // (smem_layout.h). false: the producer copies with cp.async (pages; or no encoder found).
+  bool tma = false;
+  CUtensorMap tma_k{}, tma_v{};
 
   void* out = nullptr;
   int64_t o_stride_row = 0, o_stride_head = 0;

@@ -1,15 +1,18 @@
 // fa3's prefill kernel (SM90a, 16-bit Q = K = V, head dim 128): FlashAttention-3's structure.
 // A persistent CTA of three warpgroups walks the longest-first tile list (tile_scheduler.h).
-// Warpgroup 0 is the producer: it copies each K/V block into a kStages-slot shared-memory ring
-// (cp.async with zero fill; pages and strided rows alike) and signals the slot's `full`
-// mbarrier; warpgroups 1 and 2 are consumers of 64 query rows each: S = Q K^T by wgmma from
+// Warpgroup 0 is the producer: it loads each K/V block into a kStages-slot shared-memory ring
+// (TMA for dense and ragged K/V, one thread issuing the loads and the expected bytes; cp.async
+// with zero fill for pages) and signals the slot's `full` mbarrier; warpgroups 1 and 2 are consumers of 64 query rows each: S = Q K^T by wgmma from
 // shared memory, masking of the edge blocks only, online softmax in registers, O += P V by wgmma
 // with P taken straight from S's accumulators as the register operand, then release of the slot
 // through its `empty` mbarrier (pipeline_state.h). The epilogue writes O (and the natural-log
 // LSE) from the accumulators. Index math lives in the replayed headers (smem_layout.h,
 // wgmma_fragment.h, tile_scheduler.h, pipeline_state.h).
 //
-// Not here yet (see docs/cuda.md): TMA for dense K/V, the softmax of one block overlapped with
+// Keys past a request's end that a TMA box brings in (the next request's, or zeros past the
+// tensor) are masked in S, so their V rows are multiplied by exactly 0.
+//
+// Not here yet (see docs/cuda.md): the softmax of one block overlapped with
 // the GEMM of the next (and the two consumer warpgroups' ping-pong), FP8, head dims other than
 // 128, sliding window, soft cap, decode, split-KV.
 #pragma once
@@ -81,6 +84,32 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
                                        uint64_t* empty) {
   const int tid = threadIdx.x;  // 0..127
   pipe::PipelineState<kStages> st = pipe::producer_start<kStages>();
+  if (p.tma) {
+    // One thread issues every load: the expected bytes, then two panels of K and two of V.
+    if (tid != 0) return;
+    for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles;
+         t = sched::next_tile(t, gridDim.x)) {
+      const sched::Tile tile = p.tiles[t];
+      const RequestInfo r = p.requests[tile.request];
+      const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal);
+      const int kv_head = tile.head / p.group;
+      for (int n = 0; n < kr.end; ++n) {
+        ptx::mbarrier_wait(&empty[st.index], st.phase);
+        ptx::mbarrier_arrive_expect_tx(&full[st.index], 2 * SmemPlan::kKVBytes);
+        const int token = int(r.kv_first) + n * sched::kBlockN;
+#pragma unroll
+        for (int panel = 0; panel < kHeadDim / smem::kPanelCols16; ++panel) {
+          const uint32_t off = smem::tma_panel_offset(panel, sched::kBlockN);
+          ptx::tma_load_3d(smem + SmemPlan::k(st.index) + off, &p.tma_k,
+                           panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
+          ptx::tma_load_3d(smem + SmemPlan::v(st.index) + off, &p.tma_v,
+                           panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
+        }
+        st.advance();
+      }
+    }
+    return;
+  }
   constexpr int kChunks = sched::kBlockN * kHeadDim / 8;
   for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
     const sched::Tile tile = p.tiles[t];
@@ -275,7 +304,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   uint64_t* empty = full + kStages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&full[s], frag::kWarpgroupThreads);  // every producer thread arrives
+      // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives.
+      ptx::mbarrier_init(&full[s], p.tma ? 1 : frag::kWarpgroupThreads);
       ptx::mbarrier_init(&empty[s], kConsumerWarps);          // one arrival per consumer warp
     }
     ptx::fence_barrier_init();

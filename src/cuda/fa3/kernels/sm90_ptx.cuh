@@ -1,5 +1,5 @@
 // The SM90a instructions fa3's kernels are built from, as inline PTX (PTX ISA 8.x): mbarrier
-// (init, arrive, parity wait), cp.async with zero fill, the async-proxy fence, named barriers,
+// (init, arrive, expect_tx, parity wait), TMA tensor loads, cp.async with zero fill, the async-proxy fence, named barriers,
 // setmaxnreg, and wgmma m64n128k16 (f32 accumulators; A and B from shared memory through
 // descriptors, or A from registers and B "transposed", i.e. MN-major). Compiled only for
 // compute_90a (wgmma and setmaxnreg do not exist elsewhere); the descriptors and fragment maps
@@ -39,6 +39,24 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
   } while (!done);
+}
+
+// Arrives on `bar` and adds `bytes` to the transaction count its phase waits for (TMA).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+// TMA: the box of a 3-d tensor map at coordinates (c0 innermost, c1, c2) into shared memory;
+// completion is counted in bytes on `bar`.
+__device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tensor_map, int c0, int c1,
+                                            int c2, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_addr(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(c2),
+      "r"(smem_addr(bar))
+      : "memory");
 }
 
 // 16 bytes global -> shared; src_bytes 0 writes zeros (keys past the end of a request).

@@ -38,6 +38,13 @@ KVATTN_HD constexpr uint32_t tile_offset(int row, int col, int rows) {
 }
 KVATTN_HD constexpr uint32_t tile_bytes(int rows, int cols) { return uint32_t(rows) * uint32_t(cols) * 2u; }
 
+// Where the TMA box of panel `panel` (64 columns x `rows` rows, 128-byte swizzle) goes: TMA
+// writes box row r, column c at swizzle128(r * 128 + 2 c) from a 1024-byte aligned destination,
+// which is tile_offset's pattern (tested).
+KVATTN_HD constexpr uint32_t tma_panel_offset(int panel, int rows) {
+  return uint32_t(panel) * uint32_t(rows) * kRowBytes;
+}
+
 // A wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"): start address,
 // leading- and stride-dimension byte offsets (all >> 4), base offset 0 (tiles are 1024-byte
 // aligned) and the layout type in bits 62-63 (1: 128-byte swizzle).
