@@ -1,7 +1,8 @@
 // fa3's persistent tile scheduler (src/cuda/fa3/kernels/tile_scheduler.h, tile_order.h) replayed
 // on the CPU: every (request, head, query tile) is visited exactly once over the persistent CTAs,
-// the order is longest first, every key a row may see lies in its tile's K/V range, and the
-// blocks the kernel runs without a mask test are fully visible to every row of the tile.
+// the order is longest first, every key a row may see lies in its tile's K/V range (causal,
+// sliding window), and the blocks the kernel runs without a mask test are fully visible to every
+// row of the tile.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -15,8 +16,9 @@
 namespace kvattn::fa3::sched {
 namespace {
 
-bool visible(int64_t qo_len, int64_t kv_len, int64_t i, int64_t j, bool causal) {
-  return j < kv_len && (!causal || j <= i + (kv_len - qo_len));
+bool visible(int64_t qo_len, int64_t kv_len, int64_t i, int64_t j, bool causal, int window) {
+  const int64_t offset = kv_len - qo_len;
+  return j < kv_len && (!causal || j <= i + offset) && (window < 0 || j >= i + offset - window);
 }
 
 struct Batch {
@@ -41,7 +43,8 @@ TEST(Fa3TileScheduler, EveryTileOnceOverPersistentCtasLongestFirst) {
     const Batch b = random_batch(rng);
     const int heads = 1 + int(rng() % 4);
     const bool causal = rng() % 2;
-    const std::vector<Tile> tiles = ordered_tiles(b.qo, b.kv, heads, causal);
+    const int window = rng() % 3 == 0 ? int(rng() % 300) : -1;
+    const std::vector<Tile> tiles = ordered_tiles(b.qo, b.kv, heads, causal, window);
     std::map<std::tuple<int, int, int>, int> seen;
     const int ctas = 1 + int(rng() % 9);
     for (int cta = 0; cta < ctas; ++cta) {
@@ -75,31 +78,35 @@ TEST(Fa3TileScheduler, KvRangeCoversEveryVisibleKeyAndUnmaskedBlocksNeedNoMask) 
   for (int64_t qo : {1, 63, 64, 127, 128, 129, 255, 256, 300}) {
     for (int64_t kv : {0, 1, 5, 127, 128, 129, 256, 300, 511, 600}) {
       for (bool causal : {false, true}) {
-        for (int t = 0; t < ceil_div(qo, kBlockM); ++t) {
-          const KvRange r = kv_range(qo, kv, t, causal);
-          ASSERT_LE(r.unmasked_end, r.end);
-          const int64_t row_end = std::min<int64_t>(qo, int64_t(t + 1) * kBlockM);
-          for (int64_t i = int64_t(t) * kBlockM; i < row_end; ++i) {
-            for (int64_t j = 0; j < kv + kBlockN; ++j) {
-              const bool v = visible(qo, kv, i, j, causal);
-              if (v) {
-                ASSERT_LT(j / kBlockN, r.end) << "qo " << qo << " kv " << kv << " row " << i;
-              }
-              if (j / kBlockN < r.unmasked_end) {
-                ASSERT_TRUE(v) << "unmasked block hides key " << j << " from row " << i
-                               << " (qo " << qo << ", kv " << kv << ", causal " << causal << ")";
+        for (int window : {-1, 0, 9, 127, 128, 200, 1000}) {
+          for (int t = 0; t < ceil_div(qo, kBlockM); ++t) {
+            const KvRange r = kv_range(qo, kv, t, causal, window);
+            ASSERT_LE(r.begin, r.unmasked_begin);
+            ASSERT_LE(r.unmasked_begin, r.unmasked_end);
+            ASSERT_LE(r.unmasked_end, r.end);
+            const int64_t row_end = std::min<int64_t>(qo, int64_t(t + 1) * kBlockM);
+            bool first_used = r.blocks() == 0, last_used = r.blocks() == 0;
+            for (int64_t i = int64_t(t) * kBlockM; i < row_end; ++i) {
+              for (int64_t j = 0; j < kv + kBlockN; ++j) {
+                const bool v = visible(qo, kv, i, j, causal, window);
+                const int block = int(j / kBlockN);
+                if (v) {
+                  ASSERT_TRUE(block >= r.begin && block < r.end)
+                      << "qo " << qo << " kv " << kv << " window " << window << " row " << i
+                      << " key " << j;
+                  first_used = first_used || block == r.begin;
+                  last_used = last_used || block == r.end - 1;
+                }
+                if (block < r.end && !r.masked(block)) {
+                  ASSERT_TRUE(v) << "unmasked block hides key " << j << " from row " << i
+                                 << " (qo " << qo << ", kv " << kv << ", causal " << causal
+                                 << ", window " << window << ")";
+                }
               }
             }
-          }
-          // The range is tight: its last block holds a key some row sees.
-          if (r.end > 0) {
-            bool any = false;
-            for (int64_t i = int64_t(t) * kBlockM; i < row_end && !any; ++i) {
-              for (int64_t j = int64_t(r.end - 1) * kBlockN; j < int64_t(r.end) * kBlockN; ++j) {
-                any = any || visible(qo, kv, i, j, causal);
-              }
-            }
-            EXPECT_TRUE(any) << "qo " << qo << " kv " << kv << " tile " << t;
+            // The range is tight: its first and last blocks hold a key some row sees.
+            EXPECT_TRUE(first_used && last_used)
+                << "qo " << qo << " kv " << kv << " window " << window << " tile " << t;
           }
         }
       }

@@ -80,8 +80,8 @@ class Fa3Backend final : public Backend {
                       devices.empty() ? why : "no sm" + std::to_string(device.sm) + " GPU", ")");
   }
   // What the built kernels cover: the (q, kv, head dims) of the table, prefill (single, paged,
-  // ragged), no mask or causal, LSE, any o dtype. Decode, sliding window and soft cap are
-  // declared by fa3 (the target) but have no kernel yet, so such problems go to fa2 under auto.
+  // ragged), no mask or causal, sliding window, soft cap, LSE, any o dtype. Decode is declared
+  // by fa3 (the target) but has no kernel yet, so it goes to fa2 under auto.
   Status kernel_built(const Problem& problem, const Device&) const override {
     const fa3::KernelKey key = fa3::kernel_key(problem);
     if (!in(key, fa3::kBuiltKernelKeysStorage, fa3::kBuiltKernelCount)) {
@@ -98,14 +98,6 @@ class Fa3Backend final : public Backend {
     }
     if (problem.op == Op::kSingleDecode || problem.op == Op::kBatchDecode) {
       return make_error(ErrorCode::kUnavailable, "fa3: no decode kernel exists yet (fa2 runs it)");
-    }
-    if (problem.window_left >= 0) {
-      return make_error(ErrorCode::kUnavailable, "fa3: window_left ", problem.window_left,
-                        ": no sliding-window kernel exists yet (fa2 runs it)");
-    }
-    if (problem.logits_soft_cap > 0) {
-      return make_error(ErrorCode::kUnavailable, "fa3: logits_soft_cap ",
-                        problem.logits_soft_cap, ": no soft-cap kernel exists yet (fa2 runs it)");
     }
     return Status::Ok();
   }

@@ -185,9 +185,16 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
     k.lse_stride_head = args.lse.strides[1];
   }
   k.group = p.group_size();
-  k.score_scale_log2 = float(double(p.effective_sm_scale()) * p.q_scale * p.k_scale * M_LOG2E);
+  const double score_scale = double(p.effective_sm_scale()) * p.q_scale * p.k_scale;
+  k.score_scale_log2 = float(score_scale * M_LOG2E);
+  if (p.logits_soft_cap > 0) {
+    k.soft_cap = p.logits_soft_cap;
+    k.cap_log2 = float(double(p.logits_soft_cap) * M_LOG2E);
+    k.score_scale_over_cap = float(score_scale / p.logits_soft_cap);
+  }
   k.v_scale = p.v_scale;
   k.causal = p.mask_mode == MaskMode::kCausal;
+  k.window_left = p.window_left;
 
   const fa2::RequestStarts starts = fa2::request_starts(p, args);
   std::vector<RequestInfo> requests(plan.qo_len.size());
@@ -195,7 +202,7 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
     requests[b] = RequestInfo{starts.q_row[b], plan.qo_len[b], plan.kv_len[b], starts.kv_first[b]};
   }
   const std::vector<sched::Tile> tiles =
-      sched::ordered_tiles(plan.qo_len, plan.kv_len, p.num_qo_heads, k.causal);
+      sched::ordered_tiles(plan.qo_len, plan.kv_len, p.num_qo_heads, k.causal, k.window_left);
   if (tiles.empty()) return Status::Ok();
 
   cuda::DeviceBuffer requests_dev, tiles_dev, indices_dev;

@@ -51,9 +51,15 @@ struct PrefillParams {
   int num_tiles = 0;
   int group = 1;  // H_qo / H_kv
 
+  // The score in the log2 domain: s * score_scale_log2, or with a soft cap c
+  // (c * log2 e) * tanh(s * score_scale / c), i.e. cap_log2 * tanh(s * score_scale_over_cap).
   float score_scale_log2 = 1.0f;  // sm_scale * q_scale * k_scale * log2(e)
-  float v_scale = 1.0f;           // folded into the output
+  float soft_cap = 0.0f;          // <= 0: none
+  float cap_log2 = 0.0f;
+  float score_scale_over_cap = 0.0f;
+  float v_scale = 1.0f;  // folded into the output
   bool causal = false;
+  int window_left = -1;  // < 0: no sliding window
 };
 
 }  // namespace kvattn::fa3

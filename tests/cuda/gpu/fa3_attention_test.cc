@@ -1,6 +1,7 @@
 // fa3 on an SM90 GPU against the fp64 reference, with the precision-following tolerance of
 // testing/tolerance.h, on the grids fa2's GPU tests use for what fa3's kernels cover: batch
-// prefill over paged and ragged KV and single prefill, no mask and causal, LSE, lengths around
+// prefill over paged and ragged KV and single prefill, no mask and causal, sliding window, soft
+// cap, LSE, lengths around
 // the 128-row / 128-key tiles, GQA groups, layouts and page sizes, output dtypes and rows that
 // see no key. Only the kernel keys this build compiled are run; every test skips with the reason
 // when there is no SM90 device (never passes empty).
@@ -81,6 +82,30 @@ TEST_F(Fa3Gpu, EveryPrefillOperationMaskAndLse) {
                                 (lse ? "/lse" : "") + "/" + kernel_key_string(key));
         }
       }
+    }
+  }
+}
+
+TEST_F(Fa3Gpu, SlidingWindowAndSoftCap) {
+  for (const KernelKey& key : built_keys()) {
+    for (Op op : {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged}) {
+      for (int window : {0, 9, 127, 200}) {
+        for (bool causal : {false, true}) {
+          testing::CaseSpec s = spec_for(key, op, {1, 17, 300, 129}, {40, 17, 300, 700});
+          s.problem.window_left = window;
+          s.problem.mask_mode = causal ? MaskMode::kCausal : MaskMode::kNone;
+          s.problem.return_lse = true;
+          expect_matches(s, std::string(op_name(op)) + " window " + std::to_string(window) +
+                                (causal ? " causal" : ""));
+        }
+      }
+      testing::CaseSpec s = spec_for(key, op, {5, 260}, {300, 260});
+      s.problem.logits_soft_cap = 0.5f;
+      s.value_range = 2.0f;
+      s.problem.mask_mode = MaskMode::kCausal;
+      s.problem.window_left = 30;
+      s.problem.return_lse = true;
+      expect_matches(s, std::string(op_name(op)) + " soft cap + window");
     }
   }
 }

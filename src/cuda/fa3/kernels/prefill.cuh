@@ -12,9 +12,8 @@
 // Keys past a request's end that a TMA box brings in (the next request's, or zeros past the
 // tensor) are masked in S, so their V rows are multiplied by exactly 0.
 //
-// Not here yet (see docs/cuda.md): the softmax of one block overlapped with
-// the GEMM of the next (and the two consumer warpgroups' ping-pong), FP8, head dims other than
-// 128, sliding window, soft cap, decode, split-KV.
+// Not here yet (see docs/cuda.md): the softmax of one block overlapped with the GEMM of the next
+// (and the two consumer warpgroups' ping-pong), FP8, head dims other than 128, decode, split-KV.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -91,9 +90,10 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
          t = sched::next_tile(t, gridDim.x)) {
       const sched::Tile tile = p.tiles[t];
       const RequestInfo r = p.requests[tile.request];
-      const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal);
+      const sched::KvRange kr =
+          sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal, p.window_left);
       const int kv_head = tile.head / p.group;
-      for (int n = 0; n < kr.end; ++n) {
+      for (int n = kr.begin; n < kr.end; ++n) {
         ptx::mbarrier_wait(&empty[st.index], st.phase);
         ptx::mbarrier_arrive_expect_tx(&full[st.index], 2 * SmemPlan::kKVBytes);
         const int token = int(r.kv_first) + n * sched::kBlockN;
@@ -114,9 +114,10 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
   for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
-    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal);
+    const sched::KvRange kr =
+          sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal, p.window_left);
     const int kv_head = tile.head / p.group;
-    for (int n = 0; n < kr.end; ++n) {
+    for (int n = kr.begin; n < kr.end; ++n) {
       ptx::mbarrier_wait(&empty[st.index], st.phase);
       uint8_t* k_smem = smem + SmemPlan::k(st.index);
       uint8_t* v_smem = smem + SmemPlan::v(st.index);
@@ -155,7 +156,8 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
   for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
-    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal);
+    const sched::KvRange kr =
+          sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal, p.window_left);
     const int64_t row0 = int64_t(tile.q_tile) * sched::kBlockM + wg * frag::kWarpgroupRows;
     const int64_t causal_offset = r.kv_len - r.qo_len;
 
@@ -183,7 +185,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
     float m[2] = {-INFINITY, -INFINITY};
     float l[2] = {0.0f, 0.0f};
 
-    for (int n = 0; n < kr.end; ++n) {
+    for (int n = kr.begin; n < kr.end; ++n) {
       ptx::mbarrier_wait(&full[st.index], st.phase);
       const uint32_t k_addr = cuda::smem_addr(smem + SmemPlan::k(st.index));
       const uint32_t v_addr = cuda::smem_addr(smem + SmemPlan::v(st.index));
@@ -200,13 +202,22 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       ptx::wgmma_wait<0>();
       ptx::fence_registers(s);
 
-      if (n >= kr.unmasked_end) {  // the masked edge: keys past kv_len, causal diagonal
+      // Scores in the log2 domain (soft cap first: DESIGN.md §2 caps after sm_scale).
+      if (p.soft_cap > 0.0f) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] = p.cap_log2 * tanhf(s[i] * p.score_scale_over_cap);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] *= p.score_scale_log2;
+      }
+      if (kr.masked(n)) {  // the edges: keys past kv_len, the causal diagonal, the window
 #pragma unroll
         for (int i = 0; i < 64; ++i) {
           const frag::RowCol rc = frag::acc_element(ctid, i);
           const int64_t key = int64_t(n) * sched::kBlockN + rc.col;
-          const bool visible =
-              key < r.kv_len && (!p.causal || key <= row0 + rc.row + causal_offset);
+          const int64_t diag = row0 + rc.row + causal_offset;
+          const bool visible = key < r.kv_len && (!p.causal || key <= diag) &&
+                               (p.window_left < 0 || key >= diag - p.window_left);
           if (!visible) s[i] = -INFINITY;
         }
       }
@@ -218,7 +229,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
         float mx = -INFINITY;
 #pragma unroll
         for (int i = 0; i < 64; ++i) {
-          if (frag::acc_row_half(i) == h) mx = fmaxf(mx, s[i] * p.score_scale_log2);
+          if (frag::acc_row_half(i) == h) mx = fmaxf(mx, s[i]);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -229,7 +240,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
 #pragma unroll
         for (int i = 0; i < 64; ++i) {
           if (frag::acc_row_half(i) == h) {
-            s[i] = exp2f(s[i] * p.score_scale_log2 - m_use);
+            s[i] = exp2f(s[i] - m_use);
             sum += s[i];
             o[i] *= alpha;
           }

@@ -1,6 +1,6 @@
 // fa3's persistent tile scheduler: which (request, query head, query tile) each CTA computes, in
 // which order, and which K/V blocks a tile visits (split into the fully visible blocks, which need
-// no mask test, and the masked edge). Plain host/device code: the planner builds the ordered tile
+// no mask test, and the masked edges of the causal diagonal and the sliding window). Plain host/device code: the planner builds the ordered tile
 // list with it, the kernel reads the same functions, and tests/cuda/fa3_tile_scheduler_test.cc
 // replays it on the CPU (every tile once, longest first, every visible key in range, no mask
 // needed where none is tested).
@@ -28,41 +28,47 @@ struct Tile {
   int32_t kv_blocks = 0;  // the cost the order uses: K/V blocks this tile visits
 };
 
-// The K/V blocks tile `q_tile` visits: [0, end), of which [0, unmasked_end) are visible to every
-// row of the tile (and hold no key past kv_len), so the loop over them carries no mask test;
-// [unmasked_end, end) are the masked edge. Causal is bottom-right aligned (DESIGN.md §2): row i
-// sees key j iff j <= i + (kv_len - qo_len).
+// The K/V blocks tile `q_tile` visits: [begin, end), of which [unmasked_begin, unmasked_end) are
+// visible to every row of the tile (and hold no key past kv_len), so the loop over them carries
+// no mask test; the rest are the masked edges. DESIGN.md §2, with offset = kv_len - qo_len: row i
+// sees key j < kv_len iff (not causal or j <= i + offset) and (window_left w < 0 or
+// j >= i + offset - w).
 struct KvRange {
+  int begin = 0;
   int end = 0;
+  int unmasked_begin = 0;
   int unmasked_end = 0;
+  KVATTN_HD bool masked(int block) const { return block < unmasked_begin || block >= unmasked_end; }
+  KVATTN_HD int blocks() const { return end - begin; }
 };
 
+KVATTN_HD int64_t clamp64(int64_t x, int64_t lo, int64_t hi) {
+  return x < lo ? lo : x > hi ? hi : x;
+}
+
 KVATTN_HD KvRange kv_range(int64_t qo_len, int64_t kv_len, int q_tile, bool causal,
-                           int block_m = kBlockM, int block_n = kBlockN) {
+                           int window_left = -1, int block_m = kBlockM, int block_n = kBlockN) {
   KvRange r;
   const int64_t row_begin = int64_t(q_tile) * block_m;
   int64_t row_end = row_begin + block_m;
   if (row_end > qo_len) row_end = qo_len;
   if (row_begin >= row_end || kv_len <= 0) return r;
   const int64_t offset = kv_len - qo_len;
-  // Keys visible to some row: [0, last_row + offset + 1) when causal, else [0, kv_len).
-  int64_t visible_end = kv_len;
-  if (causal) {
-    visible_end = row_end - 1 + offset + 1;
-    if (visible_end > kv_len) visible_end = kv_len;
-    if (visible_end < 0) visible_end = 0;
-  }
-  r.end = ceil_div(visible_end, block_n);
-  // Keys visible to every row: [0, first_row + offset + 1) when causal; whole blocks only, and
-  // never a block reaching past kv_len.
-  int64_t all_visible = kv_len;
-  if (causal) {
-    all_visible = row_begin + offset + 1;
-    if (all_visible > kv_len) all_visible = kv_len;
-    if (all_visible < 0) all_visible = 0;
-  }
-  r.unmasked_end = int(all_visible / block_n);
+  const int64_t last_row = row_end - 1;
+  // Keys some row sees: [first row's lower bound, last row's upper bound].
+  const int64_t lo_any = window_left >= 0 ? clamp64(row_begin + offset - window_left, 0, kv_len) : 0;
+  const int64_t hi_any = causal ? clamp64(last_row + offset + 1, 0, kv_len) : kv_len;
+  if (lo_any >= hi_any) return r;
+  r.begin = int(lo_any / block_n);
+  r.end = ceil_div(hi_any, block_n);
+  // Keys every row sees: [last row's lower bound, first row's upper bound]; whole blocks only.
+  const int64_t lo_all = window_left >= 0 ? clamp64(last_row + offset - window_left, 0, kv_len) : 0;
+  const int64_t hi_all = causal ? clamp64(row_begin + offset + 1, 0, kv_len) : kv_len;
+  r.unmasked_begin = ceil_div(lo_all, block_n);
+  r.unmasked_end = int(hi_all / block_n);
+  if (r.unmasked_begin < r.begin) r.unmasked_begin = r.begin;
   if (r.unmasked_end > r.end) r.unmasked_end = r.end;
+  if (r.unmasked_begin > r.unmasked_end) r.unmasked_begin = r.unmasked_end;
   return r;
 }
 
