@@ -88,8 +88,7 @@ Outcome replay(int blocks, int consumers, uint32_t producer_parity, uint32_t con
         if (slot_block[c.index] != c.count) {
           out.ok = false;
           out.error = "consumer " + std::to_string(who) + " read block " +
-                      std::to_string(slot_block[c.index]) + " for block " +
-                      std::to_string(c.count);
+                      std::to_string(slot_block[c.index]) + " for block " + std::to_string(c.count);
           return out;
         }
         holding[who] = true;

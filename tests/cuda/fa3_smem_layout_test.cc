@@ -150,7 +150,8 @@ TEST(Fa3SmemLayout, EmulatedWgmmaOverProducerTilesGivesQKtAndPV) {
     std::vector<double> sref(64 * kN, 0.0);  // the plain product for this warpgroup's rows
     for (int r = 0; r < 64; ++r)
       for (int j = 0; j < kN; ++j)
-        for (int d = 0; d < kD; ++d) sref[r * kN + j] += double(q[(wg * 64 + r) * kD + d]) * k[j * kD + d];
+        for (int d = 0; d < kD; ++d)
+          sref[r * kN + j] += double(q[(wg * 64 + r) * kD + d]) * k[j * kD + d];
     for (int tid = 0; tid < 128; ++tid) {
       for (int i = 0; i < kN / 2; ++i) {
         const frag::RowCol rc = frag::acc_element(tid, i);

@@ -29,7 +29,7 @@ Batch random_batch(std::mt19937& rng) {
   Batch b;
   const int n = 1 + int(rng() % 5);
   for (int r = 0; r < n; ++r) {
-    const int64_t q = int64_t(rng() % 400);                 // 0 .. 399: below, at, above tiles
+    const int64_t q = int64_t(rng() % 400);                  // 0 .. 399: below, at, above tiles
     const int64_t extra = rng() % 3 == 0 ? 0 : rng() % 300;  // prefix (cached) keys
     b.qo.push_back(q);
     b.kv.push_back(rng() % 7 == 0 ? int64_t(rng() % 50) : q + extra);  // some kv < qo
@@ -98,9 +98,9 @@ TEST(Fa3TileScheduler, KvRangeCoversEveryVisibleKeyAndUnmaskedBlocksNeedNoMask) 
                   last_used = last_used || block == r.end - 1;
                 }
                 if (block < r.end && !r.masked(block)) {
-                  ASSERT_TRUE(v) << "unmasked block hides key " << j << " from row " << i
-                                 << " (qo " << qo << ", kv " << kv << ", causal " << causal
-                                 << ", window " << window << ")";
+                  ASSERT_TRUE(v) << "unmasked block hides key " << j << " from row " << i << " (qo "
+                                 << qo << ", kv " << kv << ", causal " << causal << ", window "
+                                 << window << ")";
                 }
               }
             }

@@ -85,15 +85,12 @@ class Fa3Backend final : public Backend {
   Status kernel_built(const Problem& problem, const Device&) const override {
     const fa3::KernelKey key = fa3::kernel_key(problem);
     if (!in(key, fa3::kBuiltKernelKeysStorage, fa3::kBuiltKernelCount)) {
-      const int implemented =
-          int(sizeof(fa3::kImplementedKernelKeys) / sizeof(fa3::KernelKey));
+      const int implemented = int(sizeof(fa3::kImplementedKernelKeys) / sizeof(fa3::KernelKey));
       if (in(key, fa3::kImplementedKernelKeys, implemented)) {
-        return make_error(ErrorCode::kUnavailable, "fa3: kernel for ",
-                          fa3::kernel_key_string(key),
+        return make_error(ErrorCode::kUnavailable, "fa3: kernel for ", fa3::kernel_key_string(key),
                           " is not in this build (configure with -DKVATTN_CUDA_FULL_KERNELS=ON)");
       }
-      return make_error(ErrorCode::kUnavailable, "fa3: no kernel for ",
-                        fa3::kernel_key_string(key),
+      return make_error(ErrorCode::kUnavailable, "fa3: no kernel for ", fa3::kernel_key_string(key),
                         " exists yet (fa3's kernels: 16-bit q = kv at head dims (128, 128))");
     }
     if (problem.op == Op::kSingleDecode || problem.op == Op::kBatchDecode) {

@@ -7,8 +7,8 @@
 
 namespace kvattn::fa3 {
 
-using fa2::KernelKey;
 using fa2::kernel_key;
 using fa2::kernel_key_string;
+using fa2::KernelKey;
 
 }  // namespace kvattn::fa3

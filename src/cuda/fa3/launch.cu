@@ -1,7 +1,7 @@
 // fa3's prefill on the host side of CUDA: finds the kernel in the generated table, checks what
 // the kernel's copies need (a dense head dim, 16-byte aligned rows), builds the parameters (with
-// TMA maps for dense and ragged K/V) and the longest-first tile list, copies them to the device and launches one persistent CTA per SM (at
-// most one per tile).
+// TMA maps for dense and ragged K/V) and the longest-first tile list, copies them to the device and
+// launches one persistent CTA per SM (at most one per tile).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -156,10 +156,10 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
   k.v = vt.data;
   k.k_strides = kv_strides(p, kt);
   k.v_strides = kv_strides(p, vt);
-  KVATTN_RETURN_IF_ERROR(check_rows("k", kt, {k.k_strides.page, k.k_strides.slot, k.k_strides.head},
-                                    k.k_strides.dim));
-  KVATTN_RETURN_IF_ERROR(check_rows("v", vt, {k.v_strides.page, k.v_strides.slot, k.v_strides.head},
-                                    k.v_strides.dim));
+  KVATTN_RETURN_IF_ERROR(
+      check_rows("k", kt, {k.k_strides.page, k.k_strides.slot, k.k_strides.head}, k.k_strides.dim));
+  KVATTN_RETURN_IF_ERROR(
+      check_rows("v", vt, {k.v_strides.page, k.v_strides.slot, k.v_strides.head}, k.v_strides.dim));
   k.paged = is_paged(p.op);
   k.page_size = p.page_size;
   if (!k.paged) {
@@ -175,8 +175,9 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
   k.o_stride_row = args.out.strides[0];
   k.o_stride_head = args.out.strides[1];
   if (args.out.strides[2] != 1) {
-    return make_error(ErrorCode::kNotSupported, "fa3: out needs a dense head dim; fa2 runs any "
-                                                "strides");
+    return make_error(ErrorCode::kNotSupported,
+                      "fa3: out needs a dense head dim; fa2 runs any "
+                      "strides");
   }
   k.out_kind = out_kind(p.o_dtype);
   if (p.return_lse && !args.lse.empty()) {

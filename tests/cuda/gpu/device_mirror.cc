@@ -18,8 +18,7 @@ std::optional<Device> gpu_or_reason(std::string* why, int min_sm, int max_sm) {
     }
   }
   if (!devices.empty()) {
-    *why = "no CUDA device of SM" + std::to_string(min_sm) +
-           (max_sm == min_sm ? "" : " or newer");
+    *why = "no CUDA device of SM" + std::to_string(min_sm) + (max_sm == min_sm ? "" : " or newer");
   }
   return std::nullopt;
 }
@@ -67,8 +66,7 @@ testing::RunBackend run_fa2(const Device& device, int64_t kv_chunk_size) {
   return run_backend("fa2", device, kv_chunk_size);
 }
 
-testing::RunBackend run_backend(std::string backend, const Device& device,
-                                int64_t kv_chunk_size) {
+testing::RunBackend run_backend(std::string backend, const Device& device, int64_t kv_chunk_size) {
   return [backend, device, kv_chunk_size](const Problem& problem,
                                           const AttentionArgs& host) -> Status {
     DeviceMirror mirror;

@@ -1,6 +1,6 @@
 // Test support for the GPU tests: copies of host tensors in CUDA device memory, and a RunBackend
-// that runs fa2 (or fa3) on the device copies of a case's tensors and copies the outputs back, so the
-// host-side comparison with the reference (testing/tolerance.h) works unchanged.
+// that runs fa2 (or fa3) on the device copies of a case's tensors and copies the outputs back, so
+// the host-side comparison with the reference (testing/tolerance.h) works unchanged.
 #pragma once
 
 #include <cstdint>

@@ -78,8 +78,9 @@ TEST_F(Fa3Gpu, EveryPrefillOperationMaskAndLse) {
           s.problem.mask_mode = mask;
           s.problem.return_lse = lse;
           if (lse) s.problem.sm_scale = 0.3f;
-          expect_matches(s, std::string(op_name(op)) + (mask == MaskMode::kCausal ? "/causal" : "") +
-                                (lse ? "/lse" : "") + "/" + kernel_key_string(key));
+          expect_matches(s, std::string(op_name(op)) +
+                                (mask == MaskMode::kCausal ? "/causal" : "") + (lse ? "/lse" : "") +
+                                "/" + kernel_key_string(key));
         }
       }
     }
@@ -167,8 +168,8 @@ TEST_F(Fa3Gpu, OutputDTypesEmptyRowsAndManyTiles) {
     s.problem.return_lse = true;
     expect_matches(s, "a request without keys");
     // More tiles than SMs: every persistent CTA walks several tiles of the longest-first list.
-    testing::CaseSpec big = spec_for(key, Op::kBatchPrefillRagged, {2048, 700, 1}, {2048, 900, 5},
-                                     32, 8);
+    testing::CaseSpec big =
+        spec_for(key, Op::kBatchPrefillRagged, {2048, 700, 1}, {2048, 900, 5}, 32, 8);
     big.problem.mask_mode = MaskMode::kCausal;
     big.problem.return_lse = true;
     expect_matches(big, "many tiles");

@@ -2,12 +2,13 @@
 // A persistent CTA of three warpgroups walks the longest-first tile list (tile_scheduler.h).
 // Warpgroup 0 is the producer: it loads each K/V block into a kStages-slot shared-memory ring
 // (TMA for dense and ragged K/V, one thread issuing the loads and the expected bytes; cp.async
-// with zero fill for pages) and signals the slot's `full` mbarrier; warpgroups 1 and 2 are consumers of 64 query rows each: S = Q K^T by wgmma from
-// shared memory, masking of the edge blocks only, online softmax in registers, O += P V by wgmma
-// with P taken straight from S's accumulators as the register operand, then release of the slot
-// through its `empty` mbarrier (pipeline_state.h). The epilogue writes O (and the natural-log
-// LSE) from the accumulators. Index math lives in the replayed headers (smem_layout.h,
-// wgmma_fragment.h, tile_scheduler.h, pipeline_state.h).
+// with zero fill for pages) and signals the slot's `full` mbarrier; warpgroups 1 and 2 are
+// consumers of 64 query rows each: S = Q K^T by wgmma from shared memory, masking of the edge
+// blocks only, online softmax in registers, O += P V by wgmma with P taken straight from S's
+// accumulators as the register operand, then release of the slot through its `empty` mbarrier
+// (pipeline_state.h). The epilogue writes O (and the natural-log LSE) from the accumulators. Index
+// math lives in the replayed headers (smem_layout.h, wgmma_fragment.h, tile_scheduler.h,
+// pipeline_state.h).
 //
 // Keys past a request's end that a TMA box brings in (the next request's, or zeros past the
 // tensor) are masked in S, so their V rows are multiplied by exactly 0.
@@ -51,9 +52,8 @@ struct SmemPlan {
 };
 
 __device__ __forceinline__ const uint8_t* kv_row(const PrefillParams& p, const RequestInfo& r,
-                                                 const void* base,
-                                                 const paged::CacheStrides& s, int64_t key,
-                                                 int kv_head) {
+                                                 const void* base, const paged::CacheStrides& s,
+                                                 int64_t key, int kv_head) {
   int64_t off;
   if (p.paged) {
     const int32_t page = p.kv_indices[r.kv_first + key / p.page_size];
@@ -80,7 +80,7 @@ __device__ __forceinline__ void store_out(const PrefillParams& p, int64_t offset
 
 // Warpgroup 0: K/V blocks of every tile of this CTA into the ring, in the consumers' order.
 __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, uint64_t* full,
-                                       uint64_t* empty) {
+                                        uint64_t* empty) {
   const int tid = threadIdx.x;  // 0..127
   pipe::PipelineState<kStages> st = pipe::producer_start<kStages>();
   if (p.tma) {
@@ -100,10 +100,10 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
 #pragma unroll
         for (int panel = 0; panel < kHeadDim / smem::kPanelCols16; ++panel) {
           const uint32_t off = smem::tma_panel_offset(panel, sched::kBlockN);
-          ptx::tma_load_3d(smem + SmemPlan::k(st.index) + off, &p.tma_k,
-                           panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
-          ptx::tma_load_3d(smem + SmemPlan::v(st.index) + off, &p.tma_v,
-                           panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
+          ptx::tma_load_3d(smem + SmemPlan::k(st.index) + off, &p.tma_k, panel * smem::kPanelCols16,
+                           kv_head, token, &full[st.index]);
+          ptx::tma_load_3d(smem + SmemPlan::v(st.index) + off, &p.tma_v, panel * smem::kPanelCols16,
+                           kv_head, token, &full[st.index]);
         }
         st.advance();
       }
@@ -115,7 +115,7 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
     const sched::KvRange kr =
-          sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal, p.window_left);
+        sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal, p.window_left);
     const int kv_head = tile.head / p.group;
     for (int n = kr.begin; n < kr.end; ++n) {
       ptx::mbarrier_wait(&empty[st.index], st.phase);
@@ -157,7 +157,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
     const sched::KvRange kr =
-          sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal, p.window_left);
+        sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal, p.window_left);
     const int64_t row0 = int64_t(tile.q_tile) * sched::kBlockM + wg * frag::kWarpgroupRows;
     const int64_t causal_offset = r.kv_len - r.qo_len;
 
@@ -173,8 +173,8 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
             static_cast<const uint8_t*>(p.q) +
             ((r.q_row + row) * p.q_stride_row + tile.head * p.q_stride_head + ch.col) * 2);
       }
-      *reinterpret_cast<uint4*>(q_smem +
-                                smem::tile_offset(ch.row, ch.col, frag::kWarpgroupRows)) = val;
+      *reinterpret_cast<uint4*>(q_smem + smem::tile_offset(ch.row, ch.col, frag::kWarpgroupRows)) =
+          val;
     }
     ptx::fence_proxy_async();
     ptx::named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
@@ -264,8 +264,8 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < sched::kBlockN / 16; ++kk) {
-        ptx::wgmma_rs_m64n128k16_tb<Tag>(
-            o, a[kk], smem::encode(smem::mn_major(v_addr, sched::kBlockN, kk)));
+        ptx::wgmma_rs_m64n128k16_tb<Tag>(o, a[kk],
+                                         smem::encode(smem::mn_major(v_addr, sched::kBlockN, kk)));
       }
       ptx::wgmma_commit();
       ptx::wgmma_wait<0>();
@@ -307,7 +307,8 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
 }
 
 template <class Tag>
-__global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_constant__ PrefillParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_kernel(const __grid_constant__ PrefillParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (cuda::smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -317,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
     for (int s = 0; s < kStages; ++s) {
       // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives.
       ptx::mbarrier_init(&full[s], p.tma ? 1 : frag::kWarpgroupThreads);
-      ptx::mbarrier_init(&empty[s], kConsumerWarps);          // one arrival per consumer warp
+      ptx::mbarrier_init(&empty[s], kConsumerWarps);  // one arrival per consumer warp
     }
     ptx::fence_barrier_init();
   }

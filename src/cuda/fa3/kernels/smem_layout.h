@@ -20,9 +20,9 @@
 
 namespace kvattn::fa3::smem {
 
-inline constexpr int kRowBytes = 128;          // one swizzled row of a panel
+inline constexpr int kRowBytes = 128;             // one swizzled row of a panel
 inline constexpr int kAtomBytes = 8 * kRowBytes;  // 8 rows: the swizzle's period, and its alignment
-inline constexpr int kPanelCols16 = 64;        // 16-bit columns per panel
+inline constexpr int kPanelCols16 = 64;           // 16-bit columns per panel
 
 // The 128-byte swizzle on a byte offset from a 1024-byte aligned base.
 KVATTN_HD constexpr uint32_t swizzle128(uint32_t byte_offset) {
@@ -36,7 +36,9 @@ KVATTN_HD constexpr uint32_t tile_offset(int row, int col, int rows) {
                            uint32_t(row) * kRowBytes + uint32_t(col % kPanelCols16) * 2u;
   return swizzle128(logical);
 }
-KVATTN_HD constexpr uint32_t tile_bytes(int rows, int cols) { return uint32_t(rows) * uint32_t(cols) * 2u; }
+KVATTN_HD constexpr uint32_t tile_bytes(int rows, int cols) {
+  return uint32_t(rows) * uint32_t(cols) * 2u;
+}
 
 // Where the TMA box of panel `panel` (64 columns x `rows` rows, 128-byte swizzle) goes: TMA
 // writes box row r, column c at swizzle128(r * 128 + 2 c) from a 1024-byte aligned destination,

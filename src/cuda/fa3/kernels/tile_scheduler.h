@@ -1,9 +1,9 @@
 // fa3's persistent tile scheduler: which (request, query head, query tile) each CTA computes, in
 // which order, and which K/V blocks a tile visits (split into the fully visible blocks, which need
-// no mask test, and the masked edges of the causal diagonal and the sliding window). Plain host/device code: the planner builds the ordered tile
-// list with it, the kernel reads the same functions, and tests/cuda/fa3_tile_scheduler_test.cc
-// replays it on the CPU (every tile once, longest first, every visible key in range, no mask
-// needed where none is tested).
+// no mask test, and the masked edges of the causal diagonal and the sliding window). Plain
+// host/device code: the planner builds the ordered tile list with it, the kernel reads the same
+// functions, and tests/cuda/fa3_tile_scheduler_test.cc replays it on the CPU (every tile once,
+// longest first, every visible key in range, no mask needed where none is tested).
 #pragma once
 
 #include <cstdint>
@@ -56,7 +56,8 @@ KVATTN_HD KvRange kv_range(int64_t qo_len, int64_t kv_len, int q_tile, bool caus
   const int64_t offset = kv_len - qo_len;
   const int64_t last_row = row_end - 1;
   // Keys some row sees: [first row's lower bound, last row's upper bound].
-  const int64_t lo_any = window_left >= 0 ? clamp64(row_begin + offset - window_left, 0, kv_len) : 0;
+  const int64_t lo_any =
+      window_left >= 0 ? clamp64(row_begin + offset - window_left, 0, kv_len) : 0;
   const int64_t hi_any = causal ? clamp64(last_row + offset + 1, 0, kv_len) : kv_len;
   if (lo_any >= hi_any) return r;
   r.begin = int(lo_any / block_n);

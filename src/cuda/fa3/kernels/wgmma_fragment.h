@@ -37,7 +37,9 @@ KVATTN_HD constexpr RowCol a_element(int tid, int r, int h) {
 
 // The accumulator register of S (one K/V block, N = keys) that becomes element h of A register r
 // of P's k-step kk: same thread, same row, key 16 kk + (A's column).
-KVATTN_HD constexpr int p_a_register(int kk, int r, int h) { return 8 * kk + 4 * (r / 2) + 2 * (r % 2) + h; }
+KVATTN_HD constexpr int p_a_register(int kk, int r, int h) {
+  return 8 * kk + 4 * (r / 2) + 2 * (r % 2) + h;
+}
 
 // The row statistics of online softmax: a thread's accumulator registers cover two rows (the
 // "half" (i / 2) % 2), shared with the three other threads of its quad (same g), which a row
