@@ -81,5 +81,7 @@ if grep -q "SKIPPED" "$OUTDIR/fa3-gpu-tests.log"; then
 fi
 run_step gpu-bench 180 "$BUILD/tests/cuda/kvattn_fa2_gpu_bench"
 cat "$OUTDIR/gpu-bench.log" >>"$OUTDIR/summary.log"
+run_step fa3-gpu-bench 120 "$BUILD/tests/cuda/kvattn_fa2_gpu_bench" --backend fa3
+cat "$OUTDIR/fa3-gpu-bench.log" >>"$OUTDIR/summary.log"
 log "done in $((SECONDS - START)) s, status $STATUS"
 exit $STATUS
