@@ -179,6 +179,94 @@ TEST(Fa3SmemLayout, EmulatedWgmmaOverProducerTilesGivesQKtAndPV) {
   }
 }
 
+// The FP8 (k32) path: Q, K and V^T as 8-bit tiles (one slot per byte), S = Q K^T through the
+// same descriptors with 32-byte k-steps, P from S's accumulators into the 8-bit A fragment, and
+// V^T's columns renumbered as wgmma_fragment.h says: O must be exactly P V.
+TEST(Fa3SmemLayout, EmulatedFp8WgmmaWithRenumberedKeysGivesQKtAndPV) {
+  std::mt19937 rng(9);
+  auto val = [&] { return float(int(rng() % 5) - 2); };
+  std::vector<float> q(kM * kD), k(kN * kD), v(kN * kD);
+  for (float& x : q) x = val();
+  for (float& x : k) x = val();
+  for (float& x : v) x = val();
+  const uint32_t q_base = 0, k_base = uint32_t(kM * kD), vt_base = k_base + uint32_t(kN * kD);
+  std::vector<float> mem(vt_base + kD * kN, -1e30f);  // one slot per byte
+  for (int r = 0; r < kM; ++r)
+    for (int c = 0; c < kD; ++c) mem[q_base + smem::tile_offset8(r, c, kM)] = q[r * kD + c];
+  for (int j = 0; j < kN; ++j) {
+    for (int c = 0; c < kD; ++c) {
+      mem[k_base + smem::tile_offset8(j, c, kN)] = k[j * kD + c];
+      // V^T: row = dim, column = the k-step column that stands for key j.
+      const int col = (j / 32) * 32 + frag::fp8_column_of_key(j % 32);
+      mem[vt_base + smem::tile_offset8(c, col, kD)] = v[j * kD + c];
+    }
+  }
+  for (int c = 0; c < 32; ++c) {
+    ASSERT_EQ(frag::fp8_column_of_key(frag::fp8_key_of_column(c)), c);
+  }
+  for (int wg = 0; wg < 2; ++wg) {
+    std::vector<std::vector<float>> sacc(128, std::vector<float>(kN / 2, 0.0f));
+    for (int ks = 0; ks < kD / 32; ++ks) {
+      const smem::Desc a = smem::decode(smem::encode(smem::k_major(q_base, kM, wg * 64, ks)));
+      const smem::Desc b = smem::decode(smem::encode(smem::k_major(k_base, kN, 0, ks)));
+      for (int tid = 0; tid < 128; ++tid) {
+        for (int i = 0; i < kN / 2; ++i) {
+          const frag::RowCol rc = frag::acc_element(tid, i);
+          double sum = 0;
+          for (int kq = 0; kq < 32; ++kq) {
+            sum += double(mem[smem::k_major_address(a, rc.row, kq, 1)]) *
+                   mem[smem::k_major_address(b, rc.col, kq, 1)];
+          }
+          sacc[tid][i] += float(sum);
+        }
+      }
+    }
+    std::vector<double> sref(64 * kN, 0.0);
+    for (int r = 0; r < 64; ++r)
+      for (int j = 0; j < kN; ++j)
+        for (int d = 0; d < kD; ++d)
+          sref[r * kN + j] += double(q[(wg * 64 + r) * kD + d]) * k[j * kD + d];
+    for (int tid = 0; tid < 128; ++tid) {
+      for (int i = 0; i < kN / 2; ++i) {
+        const frag::RowCol rc = frag::acc_element(tid, i);
+        ASSERT_EQ(sacc[tid][i], float(sref[rc.row * kN + rc.col])) << "S tid " << tid;
+      }
+    }
+    // O = P V: k32 steps over keys, A (P) from registers, B = V^T K-major.
+    std::vector<std::vector<float>> oacc(128, std::vector<float>(kD / 2, 0.0f));
+    for (int kk = 0; kk < kN / 32; ++kk) {
+      float A[64][32];
+      for (int tid = 0; tid < 128; ++tid) {
+        for (int r = 0; r < 4; ++r) {
+          for (int b = 0; b < 4; ++b) {
+            const frag::RowCol rc = frag::a_element8(tid, r, b);
+            A[rc.row][rc.col] = sacc[tid][frag::p_a_register8(kk, r, b)];
+          }
+        }
+      }
+      const smem::Desc bd = smem::decode(smem::encode(smem::k_major(vt_base, kD, 0, kk)));
+      for (int tid = 0; tid < 128; ++tid) {
+        for (int i = 0; i < kD / 2; ++i) {
+          const frag::RowCol rc = frag::acc_element(tid, i);
+          double sum = 0;
+          for (int c = 0; c < 32; ++c) {
+            sum += double(A[rc.row][c]) * mem[smem::k_major_address(bd, rc.col, c, 1)];
+          }
+          oacc[tid][i] += float(sum);
+        }
+      }
+    }
+    for (int tid = 0; tid < 128; ++tid) {
+      for (int i = 0; i < kD / 2; ++i) {
+        const frag::RowCol rc = frag::acc_element(tid, i);
+        double want = 0;
+        for (int j = 0; j < kN; ++j) want += sref[rc.row * kN + j] * v[j * kD + rc.col];
+        ASSERT_EQ(oacc[tid][i], float(want)) << "O wg " << wg << " tid " << tid << " reg " << i;
+      }
+    }
+  }
+}
+
 TEST(Fa3WgmmaFragment, AccumulatorAndAOperandMapsAreBijections) {
   for (int n : {64, 128, 256}) {
     std::set<std::pair<int, int>> seen;
@@ -201,6 +289,18 @@ TEST(Fa3WgmmaFragment, AccumulatorAndAOperandMapsAreBijections) {
         ASSERT_TRUE(a_seen.insert({rc.row, rc.col}).second);
       }
   EXPECT_EQ(a_seen.size(), 64u * 16u);
+  std::set<std::pair<int, int>> a8_seen;
+  for (int tid = 0; tid < 128; ++tid)
+    for (int r = 0; r < 4; ++r)
+      for (int b = 0; b < 4; ++b) {
+        const frag::RowCol rc = frag::a_element8(tid, r, b);
+        ASSERT_TRUE(a8_seen.insert({rc.row, rc.col}).second);
+        // The accumulator it comes from holds the same row, and the key its column stands for.
+        const frag::RowCol from = frag::acc_element(tid, frag::p_a_register8(1, r, b));
+        ASSERT_EQ(from.row, rc.row);
+        ASSERT_EQ(from.col, 32 + frag::fp8_key_of_column(rc.col));
+      }
+  EXPECT_EQ(a8_seen.size(), 64u * 32u);
 }
 
 // 16-byte shared stores and loads are served 8 threads (128 bytes) per phase; a phase is free of

@@ -36,6 +36,11 @@ KVATTN_HD constexpr uint32_t tile_offset(int row, int col, int rows) {
                            uint32_t(row) * kRowBytes + uint32_t(col % kPanelCols16) * 2u;
   return swizzle128(logical);
 }
+// The same for 8-bit (FP8) tiles: 128 columns per panel.
+KVATTN_HD constexpr uint32_t tile_offset8(int row, int col, int rows) {
+  return swizzle128(uint32_t(col / kRowBytes) * uint32_t(rows) * kRowBytes +
+                    uint32_t(row) * kRowBytes + uint32_t(col % kRowBytes));
+}
 KVATTN_HD constexpr uint32_t tile_bytes(int rows, int cols) {
   return uint32_t(rows) * uint32_t(cols) * 2u;
 }
@@ -89,9 +94,11 @@ KVATTN_HD constexpr Desc mn_major(uint32_t base, int rows, int kk) {
 //   MN-major ((T, 8, m), (8, 2)) : ((1, T, LBO), (8T, SBO))
 // The swizzle applies to the address bits, which is why the tiles are 1024-byte aligned and a
 // k-step inside an atom moves the start address by whole 16-byte chunks.
-KVATTN_HD constexpr uint32_t k_major_address(const Desc& d, int mn, int k) {
+// elem_bytes 1: the FP8 (k32) form, T = 16 elements; a k-step is 32 bytes either way, so the
+// descriptors k_major() builds serve 8-bit tiles too (k-step ks = columns [32 ks, 32 ks + 32)).
+KVATTN_HD constexpr uint32_t k_major_address(const Desc& d, int mn, int k, int elem_bytes = 2) {
   return swizzle128(d.start + uint32_t(mn % 8) * kRowBytes + uint32_t(mn / 8) * d.sbo +
-                    uint32_t(k) * 2u);
+                    uint32_t(k) * uint32_t(elem_bytes));
 }
 KVATTN_HD constexpr uint32_t mn_major_address(const Desc& d, int mn, int k) {
   return swizzle128(d.start + uint32_t(mn % 64) * 2u + uint32_t(mn / 64) * d.lbo +
