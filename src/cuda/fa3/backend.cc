@@ -90,8 +90,10 @@ class Fa3Backend final : public Backend {
         return make_error(ErrorCode::kUnavailable, "fa3: kernel for ", fa3::kernel_key_string(key),
                           " is not in this build (configure with -DKVATTN_CUDA_FULL_KERNELS=ON)");
       }
-      return make_error(ErrorCode::kUnavailable, "fa3: no kernel for ", fa3::kernel_key_string(key),
-                        " exists yet (fa3's kernels: 16-bit q = kv at head dims (128, 128))");
+      return make_error(
+          ErrorCode::kUnavailable, "fa3: no kernel for ", fa3::kernel_key_string(key),
+          " exists yet (fa3's kernels: q = kv in bf16, f16, e4m3 or e5m2 at head dims (128, "
+          "128))");
     }
     if (problem.op == Op::kSingleDecode || problem.op == Op::kBatchDecode) {
       return make_error(ErrorCode::kUnavailable, "fa3: no decode kernel exists yet (fa2 runs it)");

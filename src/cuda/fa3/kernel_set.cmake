@@ -6,8 +6,9 @@
 # the CI set is the subset CI compiles. Kernels are compiled for 90a only (wgmma).
 set(KVATTN_FA3_DTYPE_PAIRS f16_f16 bf16_bf16 e4m3_e4m3 e4m3_e5m2 e5m2_e4m3 e5m2_e5m2)
 set(KVATTN_FA3_HEAD_DIMS 64_64 128_128 256_256 192_128)
-set(KVATTN_FA3_IMPLEMENTED_KERNELS bf16_bf16_128_128 f16_f16_128_128)
-set(KVATTN_FA3_CI_KERNELS bf16_bf16_128_128)
+set(KVATTN_FA3_IMPLEMENTED_KERNELS bf16_bf16_128_128 f16_f16_128_128 e4m3_e4m3_128_128
+    e5m2_e5m2_128_128)
+set(KVATTN_FA3_CI_KERNELS bf16_bf16_128_128 e4m3_e4m3_128_128)
 
 function(_kvattn_fa3_dtype_enum out name)
   set(_map_f16 kF16)
@@ -60,11 +61,11 @@ function(kvattn_fa3_kernel_set sources_var keys_var)
         set(KVATTN_FA3_KV ${kv})
         set(KVATTN_FA3_QK ${qk})
         set(KVATTN_FA3_VO ${vo})
-        if(q STREQUAL "bf16")
-          set(KVATTN_FA3_TAG Bf16Tag)
-        else()
-          set(KVATTN_FA3_TAG F16Tag)
-        endif()
+        set(_tag_bf16 cuda::Bf16Tag)
+        set(_tag_f16 cuda::F16Tag)
+        set(_tag_e4m3 E4m3Tag)
+        set(_tag_e5m2 E5m2Tag)
+        set(KVATTN_FA3_TAG ${_tag_${q}})
         configure_file(${CMAKE_CURRENT_FUNCTION_LIST_DIR}/kernels/prefill_instance.cu.in
                        ${_gen_dir}/prefill_${_name}.cu @ONLY)
         list(APPEND _sources ${_gen_dir}/prefill_${_name}.cu)

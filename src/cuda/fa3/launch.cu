@@ -64,12 +64,13 @@ paged::CacheStrides kv_strides(const Problem& p, const TensorView& t) {
 // The kernel copies rows 16 bytes at a time: the dim must be dense and every row start aligned.
 Status check_rows(const char* name, const TensorView& t, std::initializer_list<int64_t> strides,
                   int64_t dim_stride) {
+  const int64_t elem = int64_t(dtype_size(t.dtype));
   bool ok = dim_stride == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
-  for (int64_t s : strides) ok = ok && (s * 2) % 16 == 0;
+  for (int64_t s : strides) ok = ok && (s * elem) % 16 == 0;
   if (ok) return Status::Ok();
   return make_error(ErrorCode::kNotSupported, "fa3: ", name,
-                    " needs a dense head dim and 16-byte aligned rows (strides multiple of 8 "
-                    "elements); fa2 runs any strides");
+                    " needs a dense head dim and 16-byte aligned rows (strides multiples of 16 "
+                    "bytes)");
 }
 
 std::vector<int32_t> read_indices(const TensorView& t) {
@@ -162,8 +163,9 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
       check_rows("v", vt, {k.v_strides.page, k.v_strides.slot, k.v_strides.head}, k.v_strides.dim));
   k.paged = is_paged(p.op);
   k.page_size = p.page_size;
-  if (!k.paged) {
-    // Dense and ragged K/V go through TMA; the token dim is the one with the slot stride.
+  if (!k.paged && is_16bit_float(p.kv_dtype)) {
+    // Dense and ragged 16-bit K/V go through TMA (FP8 V is transposed by the producer's
+    // threads); the token dim is the one with the slot stride.
     const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
     const int64_t tokens = hnd ? kt.shape[1] : kt.shape[0];
     k.tma = encode_kv_map(&k.tma_k, p.kv_dtype, kt.data, tokens, p.num_kv_heads, p.head_dim_qk,

@@ -64,6 +64,13 @@ testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
   s.problem.page_size = 16;
   s.qo_lens = std::move(qo);
   s.kv_lens = std::move(kv);
+  if (is_fp8(key.kv)) {
+    // A scaled FP8 query and cache, as an engine keeps them: the scales fold into the kernel.
+    s.problem.o_dtype = DType::kBF16;
+    s.problem.q_scale = 0.25f;
+    s.problem.k_scale = 0.5f;
+    s.problem.v_scale = 2.0f;
+  }
   return s;
 }
 
@@ -100,6 +107,7 @@ TEST_F(Fa3Gpu, SlidingWindowAndSoftCap) {
                                 (causal ? " causal" : ""));
         }
       }
+      if (is_fp8(key.q)) continue;  // no soft cap with FP8 (fa3's declaration)
       testing::CaseSpec s = spec_for(key, op, {5, 260}, {300, 260});
       s.problem.logits_soft_cap = 0.5f;
       s.value_range = 2.0f;

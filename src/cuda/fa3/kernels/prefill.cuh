@@ -36,13 +36,34 @@ inline constexpr int kThreads = 3 * frag::kWarpgroupThreads;
 inline constexpr int kHeadDim = 128;
 inline constexpr int kConsumerWarps = 8;
 // Register split between the producer and the consumers (setmaxnreg): 128 x 40 + 256 x 232 fits
-// the 64 K registers of an SM with one CTA resident.
+// the 64 K registers of an SM with one CTA resident. (The producer's copy loop is unrolled by 2,
+// by 1 for FP8, whose producer transposes V through registers: more spills at 40 otherwise.)
 inline constexpr int kProducerRegs = 40;
 inline constexpr int kConsumerRegs = 232;
 
+// What differs between the 16-bit and the FP8 kernel: element size, and with it the k-step of
+// wgmma (k16 / k32), the tile layout (64 / 128 columns per panel) and how V is stored (as is,
+// read MN-major / transposed with renumbered keys, read K-major: FP8 wgmma has no transpose).
+template <class Tag>
+struct Elem {
+  static constexpr int kBytes = 2;
+  static constexpr bool kFp8 = false;
+};
+template <>
+struct Elem<E4m3Tag> {
+  static constexpr int kBytes = 1;
+  static constexpr bool kFp8 = true;
+};
+template <>
+struct Elem<E5m2Tag> {
+  static constexpr int kBytes = 1;
+  static constexpr bool kFp8 = true;
+};
+
+template <int EB>
 struct SmemPlan {
-  static constexpr uint32_t kQBytes = smem::tile_bytes(frag::kWarpgroupRows, kHeadDim);  // per WG
-  static constexpr uint32_t kKVBytes = smem::tile_bytes(sched::kBlockN, kHeadDim);
+  static constexpr uint32_t kQBytes = frag::kWarpgroupRows * kHeadDim * EB;  // per warpgroup
+  static constexpr uint32_t kKVBytes = sched::kBlockN * kHeadDim * EB;
   static constexpr uint32_t q(int wg) { return uint32_t(wg) * kQBytes; }
   static constexpr uint32_t k(int stage) { return 2 * kQBytes + uint32_t(stage) * 2 * kKVBytes; }
   static constexpr uint32_t v(int stage) { return k(stage) + kKVBytes; }
@@ -51,6 +72,7 @@ struct SmemPlan {
   static constexpr uint32_t total() { return barriers() + 2 * kStages * 8 + 1024; }
 };
 
+template <int EB>
 __device__ __forceinline__ const uint8_t* kv_row(const PrefillParams& p, const RequestInfo& r,
                                                  const void* base, const paged::CacheStrides& s,
                                                  int64_t key, int kv_head) {
@@ -61,7 +83,7 @@ __device__ __forceinline__ const uint8_t* kv_row(const PrefillParams& p, const R
   } else {
     off = s.offset(0, r.kv_first + key, kv_head, 0);
   }
-  return static_cast<const uint8_t*>(base) + off * 2;
+  return static_cast<const uint8_t*>(base) + off * EB;
 }
 
 __device__ __forceinline__ void store_out(const PrefillParams& p, int64_t offset, float x) {
@@ -79,11 +101,14 @@ __device__ __forceinline__ void store_out(const PrefillParams& p, int64_t offset
 }
 
 // Warpgroup 0: K/V blocks of every tile of this CTA into the ring, in the consumers' order.
+template <class Tag>
 __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, uint64_t* full,
                                         uint64_t* empty) {
+  constexpr int EB = Elem<Tag>::kBytes;
+  using Plan = SmemPlan<EB>;
   const int tid = threadIdx.x;  // 0..127
   pipe::PipelineState<kStages> st = pipe::producer_start<kStages>();
-  if (p.tma) {
+  if (!Elem<Tag>::kFp8 && p.tma) {
     // One thread issues every load: the expected bytes, then two panels of K and two of V.
     if (tid != 0) return;
     for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles;
@@ -95,14 +120,14 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
       const int kv_head = tile.head / p.group;
       for (int n = kr.begin; n < kr.end; ++n) {
         ptx::mbarrier_wait(&empty[st.index], st.phase);
-        ptx::mbarrier_arrive_expect_tx(&full[st.index], 2 * SmemPlan::kKVBytes);
+        ptx::mbarrier_arrive_expect_tx(&full[st.index], 2 * Plan::kKVBytes);
         const int token = int(r.kv_first) + n * sched::kBlockN;
 #pragma unroll
         for (int panel = 0; panel < kHeadDim / smem::kPanelCols16; ++panel) {
           const uint32_t off = smem::tma_panel_offset(panel, sched::kBlockN);
-          ptx::tma_load_3d(smem + SmemPlan::k(st.index) + off, &p.tma_k, panel * smem::kPanelCols16,
+          ptx::tma_load_3d(smem + Plan::k(st.index) + off, &p.tma_k, panel * smem::kPanelCols16,
                            kv_head, token, &full[st.index]);
-          ptx::tma_load_3d(smem + SmemPlan::v(st.index) + off, &p.tma_v, panel * smem::kPanelCols16,
+          ptx::tma_load_3d(smem + Plan::v(st.index) + off, &p.tma_v, panel * smem::kPanelCols16,
                            kv_head, token, &full[st.index]);
         }
         st.advance();
@@ -110,7 +135,8 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
     }
     return;
   }
-  constexpr int kChunks = sched::kBlockN * kHeadDim / 8;
+  constexpr int kRowChunks = kHeadDim * EB / 16;  // 16-byte chunks per K/V row
+  constexpr int kChunks = sched::kBlockN * kRowChunks;
   for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
@@ -119,21 +145,33 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
     const int kv_head = tile.head / p.group;
     for (int n = kr.begin; n < kr.end; ++n) {
       ptx::mbarrier_wait(&empty[st.index], st.phase);
-      uint8_t* k_smem = smem + SmemPlan::k(st.index);
-      uint8_t* v_smem = smem + SmemPlan::v(st.index);
-#pragma unroll 4
+      uint8_t* k_smem = smem + Plan::k(st.index);
+      uint8_t* v_smem = smem + Plan::v(st.index);
+#pragma unroll(Elem <Tag>::kFp8 ? 1 : 2)
       for (int c = tid; c < kChunks; c += frag::kWarpgroupThreads) {
-        const smem::Chunk ch = smem::copy_chunk(c, kHeadDim);
-        const int64_t key = int64_t(n) * sched::kBlockN + ch.row;
+        const int row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
+        const int64_t key = int64_t(n) * sched::kBlockN + row;
         const bool in = key < r.kv_len;
         const int64_t src_key = in ? key : 0;  // a valid address; zero bytes are read
-        const uint32_t dst = smem::tile_offset(ch.row, ch.col, sched::kBlockN);
-        ptx::cp_async_16_zfill(k_smem + dst,
-                               kv_row(p, r, p.k, p.k_strides, src_key, kv_head) + ch.col * 2,
-                               in ? 16 : 0);
-        ptx::cp_async_16_zfill(v_smem + dst,
-                               kv_row(p, r, p.v, p.v_strides, src_key, kv_head) + ch.col * 2,
-                               in ? 16 : 0);
+        const uint8_t* k_src = kv_row<EB>(p, r, p.k, p.k_strides, src_key, kv_head) + byte_col;
+        const uint8_t* v_src = kv_row<EB>(p, r, p.v, p.v_strides, src_key, kv_head) + byte_col;
+        if constexpr (!Elem<Tag>::kFp8) {
+          const uint32_t dst = smem::tile_offset(row, byte_col / 2, sched::kBlockN);
+          ptx::cp_async_16_zfill(k_smem + dst, k_src, in ? 16 : 0);
+          ptx::cp_async_16_zfill(v_smem + dst, v_src, in ? 16 : 0);
+        } else {
+          ptx::cp_async_16_zfill(k_smem + smem::tile_offset8(row, byte_col, sched::kBlockN), k_src,
+                                 in ? 16 : 0);
+          // V^T [dim][key], its columns renumbered as P's A fragment needs (wgmma_fragment.h).
+          uint4 vals = make_uint4(0, 0, 0, 0);
+          if (in) vals = *reinterpret_cast<const uint4*>(v_src);
+          const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&vals);
+          const int col = (row / 32) * 32 + frag::fp8_column_of_key(row % 32);
+#pragma unroll
+          for (int e = 0; e < 16; ++e) {
+            v_smem[smem::tile_offset8(byte_col + e, col, kHeadDim)] = bytes[e];
+          }
+        }
       }
       ptx::cp_async_wait_all();
       ptx::fence_proxy_async();
@@ -146,10 +184,12 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
 template <class Tag>
 __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, uint64_t* full,
                                         uint64_t* empty, int wg) {
-  using C16 = cuda::Compute16<Tag>;
+  constexpr int EB = Elem<Tag>::kBytes;
+  constexpr bool kFp8 = Elem<Tag>::kFp8;
+  using Plan = SmemPlan<EB>;
   const int ctid = threadIdx.x % frag::kWarpgroupThreads;
   const int lane = threadIdx.x % 32;
-  uint8_t* q_smem = smem + SmemPlan::q(wg);
+  uint8_t* q_smem = smem + Plan::q(wg);
   const uint32_t q_addr = cuda::smem_addr(q_smem);
   pipe::PipelineState<kStages> st = pipe::consumer_start<kStages>();
 
@@ -164,17 +204,19 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
     // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
     // the warpgroup is past the previous tile's wgmmas, which read it.
     ptx::named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
-    for (int c = ctid; c < frag::kWarpgroupRows * kHeadDim / 8; c += frag::kWarpgroupThreads) {
-      const smem::Chunk ch = smem::copy_chunk(c, kHeadDim);
-      const int64_t row = row0 + ch.row;
+    constexpr int kRowChunks = kHeadDim * EB / 16;
+    for (int c = ctid; c < frag::kWarpgroupRows * kRowChunks; c += frag::kWarpgroupThreads) {
+      const int tile_row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
+      const int64_t row = row0 + tile_row;
       uint4 val = make_uint4(0, 0, 0, 0);
       if (row < r.qo_len) {
         val = *reinterpret_cast<const uint4*>(
             static_cast<const uint8_t*>(p.q) +
-            ((r.q_row + row) * p.q_stride_row + tile.head * p.q_stride_head + ch.col) * 2);
+            ((r.q_row + row) * p.q_stride_row + tile.head * p.q_stride_head) * EB + byte_col);
       }
-      *reinterpret_cast<uint4*>(q_smem + smem::tile_offset(ch.row, ch.col, frag::kWarpgroupRows)) =
-          val;
+      const uint32_t dst = kFp8 ? smem::tile_offset8(tile_row, byte_col, frag::kWarpgroupRows)
+                                : smem::tile_offset(tile_row, byte_col / 2, frag::kWarpgroupRows);
+      *reinterpret_cast<uint4*>(q_smem + dst) = val;
     }
     ptx::fence_proxy_async();
     ptx::named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
@@ -187,14 +229,15 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
 
     for (int n = kr.begin; n < kr.end; ++n) {
       ptx::mbarrier_wait(&full[st.index], st.phase);
-      const uint32_t k_addr = cuda::smem_addr(smem + SmemPlan::k(st.index));
-      const uint32_t v_addr = cuda::smem_addr(smem + SmemPlan::v(st.index));
+      const uint32_t k_addr = cuda::smem_addr(smem + Plan::k(st.index));
+      const uint32_t v_addr = cuda::smem_addr(smem + Plan::v(st.index));
 
+      // A k-step is 32 bytes: k16 for 16-bit, k32 for FP8; the descriptors are the same.
       float s[64];
       ptx::wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-        ptx::wgmma_ss_m64n128k16<Tag>(
+      for (int ks = 0; ks < kHeadDim * EB / 32; ++ks) {
+        ptx::wgmma_ss_m64n128<Tag>(
             s, smem::encode(smem::k_major(q_addr, frag::kWarpgroupRows, 0, ks)),
             smem::encode(smem::k_major(k_addr, sched::kBlockN, 0, ks)), ks > 0);
       }
@@ -249,23 +292,38 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
         m[h] = m_new;
       }
 
-      uint32_t a[sched::kBlockN / 16][4];
+      // P as the register A operand: 16-bit pairs (k16 steps) or FP8 quads (k32 steps, keys
+      // renumbered as V^T's columns are).
+      constexpr int kPSteps = sched::kBlockN * EB / 32;
+      uint32_t a[kPSteps][4];
 #pragma unroll
-      for (int kk = 0; kk < sched::kBlockN / 16; ++kk) {
+      for (int kk = 0; kk < kPSteps; ++kk) {
 #pragma unroll
         for (int rr = 0; rr < 4; ++rr) {
-          a[kk][rr] = C16::pack(s[frag::p_a_register(kk, rr, 0)], s[frag::p_a_register(kk, rr, 1)]);
+          if constexpr (kFp8) {
+            a[kk][rr] = ptx::pack_e4m3x4(
+                s[frag::p_a_register8(kk, rr, 0)], s[frag::p_a_register8(kk, rr, 1)],
+                s[frag::p_a_register8(kk, rr, 2)], s[frag::p_a_register8(kk, rr, 3)]);
+          } else {
+            a[kk][rr] = cuda::Compute16<Tag>::pack(s[frag::p_a_register(kk, rr, 0)],
+                                                   s[frag::p_a_register(kk, rr, 1)]);
+          }
         }
       }
       // The rescaled O and the packed P must be in their registers before wgmma.fence.
       ptx::fence_registers(o);
 #pragma unroll
-      for (int kk = 0; kk < sched::kBlockN / 16; ++kk) ptx::fence_registers(a[kk]);
+      for (int kk = 0; kk < kPSteps; ++kk) ptx::fence_registers(a[kk]);
       ptx::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < sched::kBlockN / 16; ++kk) {
-        ptx::wgmma_rs_m64n128k16_tb<Tag>(o, a[kk],
-                                         smem::encode(smem::mn_major(v_addr, sched::kBlockN, kk)));
+      for (int kk = 0; kk < kPSteps; ++kk) {
+        if constexpr (kFp8) {
+          ptx::wgmma_rs_m64n128<Tag>(o, a[kk],
+                                     smem::encode(smem::k_major(v_addr, kHeadDim, 0, kk)));
+        } else {
+          ptx::wgmma_rs_m64n128<Tag>(o, a[kk],
+                                     smem::encode(smem::mn_major(v_addr, sched::kBlockN, kk)));
+        }
       }
       ptx::wgmma_commit();
       ptx::wgmma_wait<0>();
@@ -312,12 +370,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (cuda::smem_addr(smem_raw) & 1023u)) & 1023u);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + SmemPlan::barriers());
+  using Plan = SmemPlan<Elem<Tag>::kBytes>;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Plan::barriers());
   uint64_t* empty = full + kStages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives.
-      ptx::mbarrier_init(&full[s], p.tma ? 1 : frag::kWarpgroupThreads);
+      ptx::mbarrier_init(&full[s], !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads);
       ptx::mbarrier_init(&empty[s], kConsumerWarps);  // one arrival per consumer warp
     }
     ptx::fence_barrier_init();
@@ -326,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / frag::kWarpgroupThreads;
   if (wg == 0) {
     ptx::setmaxnreg_dec<kProducerRegs>();
-    produce(p, smem, full, empty);
+    produce<Tag>(p, smem, full, empty);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
     consume<Tag>(p, smem, full, empty, wg - 1);
@@ -341,9 +400,10 @@ int launch_prefill(const PrefillParams& p, int ctas, void* stream) {
                 "fa3's prefill kernel exists for head dim 128 only");
   const auto kernel = prefill_kernel<Tag>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(SmemPlan::total()));
+                                         int(SmemPlan<Elem<Tag>::kBytes>::total()));
   if (err != cudaSuccess) return int(err);
-  kernel<<<ctas, kThreads, SmemPlan::total(), static_cast<cudaStream_t>(stream)>>>(p);
+  kernel<<<ctas, kThreads, SmemPlan<Elem<Tag>::kBytes>::total(),
+           static_cast<cudaStream_t>(stream)>>>(p);
   return int(cudaGetLastError());
 }
 

@@ -10,6 +10,14 @@
 
 #include "cuda/common/ptx.cuh"
 
+namespace kvattn::fa3 {
+
+// FP8 element tags (q = kv e4m3 or e5m2); the 16-bit ones are cuda::Bf16Tag and cuda::F16Tag.
+struct E4m3Tag {};
+struct E5m2Tag {};
+
+}  // namespace kvattn::fa3
+
 namespace kvattn::fa3::ptx {
 
 using cuda::Bf16Tag;
@@ -119,20 +127,20 @@ __device__ __forceinline__ void fence_registers(uint32_t (&a)[4]) {
       "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
       "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
-// d (+)= A B, m64n128k16, A [64 x 16] and B [16 x 128] K-major in shared memory; accumulate 0
-// overwrites d.
+// d (+)= A B, m64n128 with one 32-byte k-step (k16 for 16-bit, k32 for FP8), A [64 x k] and
+// B [k x 128] K-major in shared memory; accumulate 0 overwrites d.
 template <class Tag>
-__device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t a_desc,
-                                                    uint64_t b_desc, int accumulate);
-// d += A B, m64n128k16, A from registers (wgmma_fragment.h's a_element), B MN-major in shared
-// memory.
+__device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[64], uint64_t a_desc, uint64_t b_desc,
+                                                 int accumulate);
+// d += A B, m64n128 with one 32-byte k-step, A from registers (wgmma_fragment.h's a_element /
+// a_element8); B MN-major for 16-bit ("transposed"), K-major for FP8 (which has no transpose).
 template <class Tag>
-__device__ __forceinline__ void wgmma_rs_m64n128k16_tb(float (&d)[64], const uint32_t (&a)[4],
-                                                       uint64_t b_desc);
+__device__ __forceinline__ void wgmma_rs_m64n128(float (&d)[64], const uint32_t (&a)[4],
+                                                 uint64_t b_desc);
 
 template <>
-__device__ __forceinline__ void wgmma_ss_m64n128k16<Bf16Tag>(float (&d)[64], uint64_t a_desc,
-                                                             uint64_t b_desc, int accumulate) {
+__device__ __forceinline__ void wgmma_ss_m64n128<Bf16Tag>(float (&d)[64], uint64_t a_desc,
+                                                          uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
@@ -146,9 +154,8 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16<Bf16Tag>(float (&d)[64], uin
 }
 
 template <>
-__device__ __forceinline__ void wgmma_rs_m64n128k16_tb<Bf16Tag>(float (&d)[64],
-                                                                const uint32_t (&a)[4],
-                                                                uint64_t b_desc) {
+__device__ __forceinline__ void wgmma_rs_m64n128<Bf16Tag>(float (&d)[64], const uint32_t (&a)[4],
+                                                          uint64_t b_desc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
@@ -162,8 +169,8 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16_tb<Bf16Tag>(float (&d)[64],
 }
 
 template <>
-__device__ __forceinline__ void wgmma_ss_m64n128k16<F16Tag>(float (&d)[64], uint64_t a_desc,
-                                                            uint64_t b_desc, int accumulate) {
+__device__ __forceinline__ void wgmma_ss_m64n128<F16Tag>(float (&d)[64], uint64_t a_desc,
+                                                         uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16\n"
@@ -177,9 +184,8 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16<F16Tag>(float (&d)[64], uint
 }
 
 template <>
-__device__ __forceinline__ void wgmma_rs_m64n128k16_tb<F16Tag>(float (&d)[64],
-                                                               const uint32_t (&a)[4],
-                                                               uint64_t b_desc) {
+__device__ __forceinline__ void wgmma_rs_m64n128<F16Tag>(float (&d)[64], const uint32_t (&a)[4],
+                                                         uint64_t b_desc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16\n"
@@ -190,6 +196,76 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16_tb<F16Tag>(float (&d)[64],
       "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
       : KVATTN_WGMMA_D64(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_ss_m64n128<E4m3Tag>(float (&d)[64], uint64_t a_desc,
+                                                          uint64_t b_desc, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63},\n"
+      "%64, %65, p, 1, 1;\n}\n"
+      : KVATTN_WGMMA_D64(d)
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs_m64n128<E4m3Tag>(float (&d)[64], const uint32_t (&a)[4],
+                                                          uint64_t b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63},\n"
+      "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : KVATTN_WGMMA_D64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_ss_m64n128<E5m2Tag>(float (&d)[64], uint64_t a_desc,
+                                                          uint64_t b_desc, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e5m2\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63},\n"
+      "%64, %65, p, 1, 1;\n}\n"
+      : KVATTN_WGMMA_D64(d)
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+}
+
+// P stays e4m3 (one more mantissa bit than e5m2; P is in [0, 1]) against an e5m2 V.
+template <>
+__device__ __forceinline__ void wgmma_rs_m64n128<E5m2Tag>(float (&d)[64], const uint32_t (&a)[4],
+                                                          uint64_t b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63},\n"
+      "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : KVATTN_WGMMA_D64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+// Four floats to e4m3 (round to nearest even, saturating), x0 in the lowest byte: one b32 of
+// an FP8 A fragment (P, for an e4m3 or an e5m2 cache).
+__device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
+  uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(x1), "f"(x0));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(x3), "f"(x2));
+  return uint32_t(lo) | (uint32_t(hi) << 16);
 }
 
 #undef KVATTN_WGMMA_D64
