@@ -1,4 +1,5 @@
-// fa3's prefill kernel (SM90a, 16-bit Q = K = V, head dim 128): FlashAttention-3's structure.
+// fa3's prefill kernel (SM90a; q = kv bf16, f16, e4m3 or e5m2; head dim 128, and 64 for 16-bit
+// types): FlashAttention-3's structure.
 // A persistent CTA of three warpgroups walks the longest-first tile list (tile_scheduler.h).
 // Warpgroup 0 is the producer: it loads each K/V block into a kStages-slot shared-memory ring
 // (TMA for dense and ragged K/V, one thread issuing the loads and the expected bytes; cp.async
@@ -33,7 +34,6 @@ namespace kvattn::fa3 {
 
 inline constexpr int kStages = 2;
 inline constexpr int kThreads = 3 * frag::kWarpgroupThreads;
-inline constexpr int kHeadDim = 128;
 inline constexpr int kConsumerWarps = 8;
 // Register split between the producer and the consumers (setmaxnreg): 128 x 40 + 256 x 232 fits
 // the 64 K registers of an SM with one CTA resident. (The producer's copy loop is unrolled by 2,
@@ -60,7 +60,7 @@ struct Elem<E5m2Tag> {
   static constexpr bool kFp8 = true;
 };
 
-template <int EB>
+template <int EB, int kHeadDim>
 struct SmemPlan {
   static constexpr uint32_t kQBytes = frag::kWarpgroupRows * kHeadDim * EB;  // per warpgroup
   static constexpr uint32_t kKVBytes = sched::kBlockN * kHeadDim * EB;
@@ -101,11 +101,11 @@ __device__ __forceinline__ void store_out(const PrefillParams& p, int64_t offset
 }
 
 // Warpgroup 0: K/V blocks of every tile of this CTA into the ring, in the consumers' order.
-template <class Tag>
+template <class Tag, int kHeadDim>
 __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, uint64_t* full,
                                         uint64_t* empty) {
   constexpr int EB = Elem<Tag>::kBytes;
-  using Plan = SmemPlan<EB>;
+  using Plan = SmemPlan<EB, kHeadDim>;
   const int tid = threadIdx.x;  // 0..127
   pipe::PipelineState<kStages> st = pipe::producer_start<kStages>();
   if (!Elem<Tag>::kFp8 && p.tma) {
@@ -181,12 +181,13 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
   }
 }
 
-template <class Tag>
+template <class Tag, int kHeadDim>
 __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, uint64_t* full,
                                         uint64_t* empty, int wg) {
   constexpr int EB = Elem<Tag>::kBytes;
   constexpr bool kFp8 = Elem<Tag>::kFp8;
-  using Plan = SmemPlan<EB>;
+  using Plan = SmemPlan<EB, kHeadDim>;
+  constexpr int kORegs = kHeadDim / 2;  // O accumulators per thread (N = head dim)
   const int ctid = threadIdx.x % frag::kWarpgroupThreads;
   const int lane = threadIdx.x % 32;
   uint8_t* q_smem = smem + Plan::q(wg);
@@ -221,9 +222,9 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
     ptx::fence_proxy_async();
     ptx::named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
 
-    float o[64];
+    float o[kORegs];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+    for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY};
     float l[2] = {0.0f, 0.0f};
 
@@ -285,8 +286,11 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
           if (frag::acc_row_half(i) == h) {
             s[i] = exp2f(s[i] - m_use);
             sum += s[i];
-            o[i] *= alpha;
           }
+        }
+#pragma unroll
+        for (int i = 0; i < kORegs; ++i) {
+          if (frag::acc_row_half(i) == h) o[i] *= alpha;
         }
         l[h] = l[h] * alpha + sum;
         m[h] = m_new;
@@ -318,11 +322,11 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk) {
         if constexpr (kFp8) {
-          ptx::wgmma_rs_m64n128<Tag>(o, a[kk],
-                                     smem::encode(smem::k_major(v_addr, kHeadDim, 0, kk)));
+          ptx::wgmma_rs<Tag, kHeadDim>(o, a[kk],
+                                       smem::encode(smem::k_major(v_addr, kHeadDim, 0, kk)));
         } else {
-          ptx::wgmma_rs_m64n128<Tag>(o, a[kk],
-                                     smem::encode(smem::mn_major(v_addr, sched::kBlockN, kk)));
+          ptx::wgmma_rs<Tag, kHeadDim>(o, a[kk],
+                                       smem::encode(smem::mn_major(v_addr, sched::kBlockN, kk)));
         }
       }
       ptx::wgmma_commit();
@@ -342,7 +346,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
     }
     constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < kORegs; ++i) {
       const frag::RowCol rc = frag::acc_element(ctid, i);
       const int64_t row = row0 + rc.row;
       if (row >= r.qo_len) continue;
@@ -364,13 +368,13 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
   }
 }
 
-template <class Tag>
+template <class Tag, int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (cuda::smem_addr(smem_raw) & 1023u)) & 1023u);
-  using Plan = SmemPlan<Elem<Tag>::kBytes>;
+  using Plan = SmemPlan<Elem<Tag>::kBytes, kHeadDim>;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Plan::barriers());
   uint64_t* empty = full + kStages;
   if (threadIdx.x == 0) {
@@ -385,10 +389,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / frag::kWarpgroupThreads;
   if (wg == 0) {
     ptx::setmaxnreg_dec<kProducerRegs>();
-    produce<Tag>(p, smem, full, empty);
+    produce<Tag, kHeadDim>(p, smem, full, empty);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
-    consume<Tag>(p, smem, full, empty, wg - 1);
+    consume<Tag, kHeadDim>(p, smem, full, empty, wg - 1);
   }
 #endif
 }
@@ -396,14 +400,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Launches `ctas` persistent CTAs (at most one per SM); returns the cudaError_t as an int.
 template <class Tag, int HeadDimQK, int HeadDimVO>
 int launch_prefill(const PrefillParams& p, int ctas, void* stream) {
-  static_assert(HeadDimQK == kHeadDim && HeadDimVO == kHeadDim,
-                "fa3's prefill kernel exists for head dim 128 only");
-  const auto kernel = prefill_kernel<Tag>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(SmemPlan<Elem<Tag>::kBytes>::total()));
+  // Rows of 128 bytes (the swizzle's width, one panel) or multiples: d128 for every type, d64
+  // for 16-bit ones.
+  static_assert(
+      HeadDimQK == HeadDimVO && (HeadDimQK == 128 || (HeadDimQK == 64 && !Elem<Tag>::kFp8)),
+      "fa3's prefill kernel exists for head dim 128, and 64 with 16-bit types");
+  using Plan = SmemPlan<Elem<Tag>::kBytes, HeadDimQK>;
+  const auto kernel = prefill_kernel<Tag, HeadDimQK>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Plan::total()));
   if (err != cudaSuccess) return int(err);
-  kernel<<<ctas, kThreads, SmemPlan<Elem<Tag>::kBytes>::total(),
-           static_cast<cudaStream_t>(stream)>>>(p);
+  kernel<<<ctas, kThreads, Plan::total(), static_cast<cudaStream_t>(stream)>>>(p);
   return int(cudaGetLastError());
 }
 

@@ -107,9 +107,10 @@ __device__ __forceinline__ void wgmma_wait() {
 // Keeps the compiler from moving accesses to wgmma's registers (accumulators, the A fragment)
 // across the wgmma.fence before it or the wait after it: the asynchronous instruction reads and
 // writes them behind the compiler's back.
-__device__ __forceinline__ void fence_registers(float (&d)[64]) {
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&d)[N]) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 __device__ __forceinline__ void fence_registers(uint32_t (&a)[4]) {
 #pragma unroll
@@ -268,6 +269,57 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, fl
   return uint32_t(lo) | (uint32_t(hi) << 16);
 }
 
+#define KVATTN_WGMMA_D32(d)                                                                       \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+// d += A B, m64n64k16, A from registers, B MN-major (16-bit types; the PV GEMM at d64).
+template <class Tag>
+__device__ __forceinline__ void wgmma_rs_m64n64(float (&d)[32], const uint32_t (&a)[4],
+                                                uint64_t b_desc);
+
+template <>
+__device__ __forceinline__ void wgmma_rs_m64n64<Bf16Tag>(float (&d)[32], const uint32_t (&a)[4],
+                                                         uint64_t b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : KVATTN_WGMMA_D32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs_m64n64<F16Tag>(float (&d)[32], const uint32_t (&a)[4],
+                                                        uint64_t b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : KVATTN_WGMMA_D32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+// O += P V for any N (head dim): the m64n128 form above, and m64n64 for 16-bit types at d64.
+template <class Tag, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
+                                         uint64_t b_desc) {
+  if constexpr (N == 128) {
+    wgmma_rs_m64n128<Tag>(d, a, b_desc);
+  } else {
+    static_assert(N == 64, "m64n64 or m64n128");
+    wgmma_rs_m64n64<Tag>(d, a, b_desc);
+  }
+}
+
+#undef KVATTN_WGMMA_D32
 #undef KVATTN_WGMMA_D64
 
 }  // namespace kvattn::fa3::ptx
