@@ -1,5 +1,5 @@
-// fa3's prefill kernel (SM90a; q = kv bf16, f16, e4m3 or e5m2; head dim 128, and 64 for 16-bit
-// types): FlashAttention-3's structure.
+// fa3's prefill kernel (SM90a; q = kv bf16, f16, e4m3 or e5m2; head dims 128, and 64 and
+// (192, 128) for 16-bit types): FlashAttention-3's structure.
 // A persistent CTA of three warpgroups walks the longest-first tile list (tile_scheduler.h).
 // Warpgroup 0 is the producer: it loads each K/V block into a kStages-slot shared-memory ring
 // (TMA for dense and ragged K/V, one thread issuing the loads and the expected bytes; cp.async
@@ -60,13 +60,16 @@ struct Elem<E5m2Tag> {
   static constexpr bool kFp8 = true;
 };
 
-template <int EB, int kHeadDim>
+template <int EB, int QK, int VO>
 struct SmemPlan {
-  static constexpr uint32_t kQBytes = frag::kWarpgroupRows * kHeadDim * EB;  // per warpgroup
-  static constexpr uint32_t kKVBytes = sched::kBlockN * kHeadDim * EB;
+  static constexpr uint32_t kQBytes = frag::kWarpgroupRows * QK * EB;  // per warpgroup
+  static constexpr uint32_t kKBytes = sched::kBlockN * QK * EB;
+  static constexpr uint32_t kVBytes = sched::kBlockN * VO * EB;
   static constexpr uint32_t q(int wg) { return uint32_t(wg) * kQBytes; }
-  static constexpr uint32_t k(int stage) { return 2 * kQBytes + uint32_t(stage) * 2 * kKVBytes; }
-  static constexpr uint32_t v(int stage) { return k(stage) + kKVBytes; }
+  static constexpr uint32_t k(int stage) {
+    return 2 * kQBytes + uint32_t(stage) * (kKBytes + kVBytes);
+  }
+  static constexpr uint32_t v(int stage) { return k(stage) + kKBytes; }
   static constexpr uint32_t barriers() { return k(kStages); }
   // + 1024: the dynamic shared memory base is rounded up to the swizzle's alignment.
   static constexpr uint32_t total() { return barriers() + 2 * kStages * 8 + 1024; }
@@ -101,15 +104,15 @@ __device__ __forceinline__ void store_out(const PrefillParams& p, int64_t offset
 }
 
 // Warpgroup 0: K/V blocks of every tile of this CTA into the ring, in the consumers' order.
-template <class Tag, int kHeadDim>
+template <class Tag, int QK, int VO>
 __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, uint64_t* full,
                                         uint64_t* empty) {
   constexpr int EB = Elem<Tag>::kBytes;
-  using Plan = SmemPlan<EB, kHeadDim>;
+  using Plan = SmemPlan<EB, QK, VO>;
   const int tid = threadIdx.x;  // 0..127
   pipe::PipelineState<kStages> st = pipe::producer_start<kStages>();
   if (!Elem<Tag>::kFp8 && p.tma) {
-    // One thread issues every load: the expected bytes, then two panels of K and two of V.
+    // One thread issues every load: the expected bytes, then the panels of K and of V.
     if (tid != 0) return;
     for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles;
          t = sched::next_tile(t, gridDim.x)) {
@@ -120,23 +123,25 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
       const int kv_head = tile.head / p.group;
       for (int n = kr.begin; n < kr.end; ++n) {
         ptx::mbarrier_wait(&empty[st.index], st.phase);
-        ptx::mbarrier_arrive_expect_tx(&full[st.index], 2 * Plan::kKVBytes);
+        ptx::mbarrier_arrive_expect_tx(&full[st.index], Plan::kKBytes + Plan::kVBytes);
         const int token = int(r.kv_first) + n * sched::kBlockN;
 #pragma unroll
-        for (int panel = 0; panel < kHeadDim / smem::kPanelCols16; ++panel) {
-          const uint32_t off = smem::tma_panel_offset(panel, sched::kBlockN);
-          ptx::tma_load_3d(smem + Plan::k(st.index) + off, &p.tma_k, panel * smem::kPanelCols16,
-                           kv_head, token, &full[st.index]);
-          ptx::tma_load_3d(smem + Plan::v(st.index) + off, &p.tma_v, panel * smem::kPanelCols16,
-                           kv_head, token, &full[st.index]);
+        for (int panel = 0; panel < QK / smem::kPanelCols16; ++panel) {
+          ptx::tma_load_3d(smem + Plan::k(st.index) + smem::tma_panel_offset(panel, sched::kBlockN),
+                           &p.tma_k, panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
+        }
+#pragma unroll
+        for (int panel = 0; panel < VO / smem::kPanelCols16; ++panel) {
+          ptx::tma_load_3d(smem + Plan::v(st.index) + smem::tma_panel_offset(panel, sched::kBlockN),
+                           &p.tma_v, panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
         }
         st.advance();
       }
     }
     return;
   }
-  constexpr int kRowChunks = kHeadDim * EB / 16;  // 16-byte chunks per K/V row
-  constexpr int kChunks = sched::kBlockN * kRowChunks;
+  constexpr int kKRowChunks = QK * EB / 16;  // 16-byte chunks per K row
+  constexpr int kVRowChunks = VO * EB / 16;
   for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
@@ -147,29 +152,36 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
       ptx::mbarrier_wait(&empty[st.index], st.phase);
       uint8_t* k_smem = smem + Plan::k(st.index);
       uint8_t* v_smem = smem + Plan::v(st.index);
-#pragma unroll(Elem <Tag>::kFp8 ? 1 : 2)
-      for (int c = tid; c < kChunks; c += frag::kWarpgroupThreads) {
-        const int row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
+#pragma unroll 2
+      for (int c = tid; c < sched::kBlockN * kKRowChunks; c += frag::kWarpgroupThreads) {
+        const int row = c / kKRowChunks, byte_col = (c % kKRowChunks) * 16;
         const int64_t key = int64_t(n) * sched::kBlockN + row;
         const bool in = key < r.kv_len;
         const int64_t src_key = in ? key : 0;  // a valid address; zero bytes are read
-        const uint8_t* k_src = kv_row<EB>(p, r, p.k, p.k_strides, src_key, kv_head) + byte_col;
-        const uint8_t* v_src = kv_row<EB>(p, r, p.v, p.v_strides, src_key, kv_head) + byte_col;
+        const uint8_t* src = kv_row<EB>(p, r, p.k, p.k_strides, src_key, kv_head) + byte_col;
+        const uint32_t dst = Elem<Tag>::kFp8 ? smem::tile_offset8(row, byte_col, sched::kBlockN)
+                                             : smem::tile_offset(row, byte_col / 2, sched::kBlockN);
+        ptx::cp_async_16_zfill(k_smem + dst, src, in ? 16 : 0);
+      }
+#pragma unroll(Elem <Tag>::kFp8 ? 1 : 2)
+      for (int c = tid; c < sched::kBlockN * kVRowChunks; c += frag::kWarpgroupThreads) {
+        const int row = c / kVRowChunks, byte_col = (c % kVRowChunks) * 16;
+        const int64_t key = int64_t(n) * sched::kBlockN + row;
+        const bool in = key < r.kv_len;
+        const int64_t src_key = in ? key : 0;
+        const uint8_t* src = kv_row<EB>(p, r, p.v, p.v_strides, src_key, kv_head) + byte_col;
         if constexpr (!Elem<Tag>::kFp8) {
-          const uint32_t dst = smem::tile_offset(row, byte_col / 2, sched::kBlockN);
-          ptx::cp_async_16_zfill(k_smem + dst, k_src, in ? 16 : 0);
-          ptx::cp_async_16_zfill(v_smem + dst, v_src, in ? 16 : 0);
-        } else {
-          ptx::cp_async_16_zfill(k_smem + smem::tile_offset8(row, byte_col, sched::kBlockN), k_src,
+          ptx::cp_async_16_zfill(v_smem + smem::tile_offset(row, byte_col / 2, sched::kBlockN), src,
                                  in ? 16 : 0);
+        } else {
           // V^T [dim][key], its columns renumbered as P's A fragment needs (wgmma_fragment.h).
           uint4 vals = make_uint4(0, 0, 0, 0);
-          if (in) vals = *reinterpret_cast<const uint4*>(v_src);
+          if (in) vals = *reinterpret_cast<const uint4*>(src);
           const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&vals);
           const int col = (row / 32) * 32 + frag::fp8_column_of_key(row % 32);
 #pragma unroll
           for (int e = 0; e < 16; ++e) {
-            v_smem[smem::tile_offset8(byte_col + e, col, kHeadDim)] = bytes[e];
+            v_smem[smem::tile_offset8(byte_col + e, col, VO)] = bytes[e];
           }
         }
       }
@@ -181,13 +193,13 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
   }
 }
 
-template <class Tag, int kHeadDim>
+template <class Tag, int QK, int VO>
 __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, uint64_t* full,
                                         uint64_t* empty, int wg) {
   constexpr int EB = Elem<Tag>::kBytes;
   constexpr bool kFp8 = Elem<Tag>::kFp8;
-  using Plan = SmemPlan<EB, kHeadDim>;
-  constexpr int kORegs = kHeadDim / 2;  // O accumulators per thread (N = head dim)
+  using Plan = SmemPlan<EB, QK, VO>;
+  constexpr int kORegs = VO / 2;  // O accumulators per thread (N = the V head dim)
   const int ctid = threadIdx.x % frag::kWarpgroupThreads;
   const int lane = threadIdx.x % 32;
   uint8_t* q_smem = smem + Plan::q(wg);
@@ -205,7 +217,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
     // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
     // the warpgroup is past the previous tile's wgmmas, which read it.
     ptx::named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
-    constexpr int kRowChunks = kHeadDim * EB / 16;
+    constexpr int kRowChunks = QK * EB / 16;
     for (int c = ctid; c < frag::kWarpgroupRows * kRowChunks; c += frag::kWarpgroupThreads) {
       const int tile_row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
       const int64_t row = row0 + tile_row;
@@ -237,7 +249,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       float s[64];
       ptx::wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < kHeadDim * EB / 32; ++ks) {
+      for (int ks = 0; ks < QK * EB / 32; ++ks) {
         ptx::wgmma_ss_m64n128<Tag>(
             s, smem::encode(smem::k_major(q_addr, frag::kWarpgroupRows, 0, ks)),
             smem::encode(smem::k_major(k_addr, sched::kBlockN, 0, ks)), ks > 0);
@@ -322,11 +334,10 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk) {
         if constexpr (kFp8) {
-          ptx::wgmma_rs<Tag, kHeadDim>(o, a[kk],
-                                       smem::encode(smem::k_major(v_addr, kHeadDim, 0, kk)));
+          ptx::wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::k_major(v_addr, VO, 0, kk)));
         } else {
-          ptx::wgmma_rs<Tag, kHeadDim>(o, a[kk],
-                                       smem::encode(smem::mn_major(v_addr, sched::kBlockN, kk)));
+          ptx::wgmma_rs<Tag, VO>(o, a[kk],
+                                 smem::encode(smem::mn_major(v_addr, sched::kBlockN, kk)));
         }
       }
       ptx::wgmma_commit();
@@ -368,13 +379,13 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
   }
 }
 
-template <class Tag, int kHeadDim>
+template <class Tag, int QK, int VO>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (cuda::smem_addr(smem_raw) & 1023u)) & 1023u);
-  using Plan = SmemPlan<Elem<Tag>::kBytes, kHeadDim>;
+  using Plan = SmemPlan<Elem<Tag>::kBytes, QK, VO>;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Plan::barriers());
   uint64_t* empty = full + kStages;
   if (threadIdx.x == 0) {
@@ -389,10 +400,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / frag::kWarpgroupThreads;
   if (wg == 0) {
     ptx::setmaxnreg_dec<kProducerRegs>();
-    produce<Tag, kHeadDim>(p, smem, full, empty);
+    produce<Tag, QK, VO>(p, smem, full, empty);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
-    consume<Tag, kHeadDim>(p, smem, full, empty, wg - 1);
+    consume<Tag, QK, VO>(p, smem, full, empty, wg - 1);
   }
 #endif
 }
@@ -400,13 +411,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Launches `ctas` persistent CTAs (at most one per SM); returns the cudaError_t as an int.
 template <class Tag, int HeadDimQK, int HeadDimVO>
 int launch_prefill(const PrefillParams& p, int ctas, void* stream) {
-  // Rows of 128 bytes (the swizzle's width, one panel) or multiples: d128 for every type, d64
-  // for 16-bit ones.
-  static_assert(
-      HeadDimQK == HeadDimVO && (HeadDimQK == 128 || (HeadDimQK == 64 && !Elem<Tag>::kFp8)),
-      "fa3's prefill kernel exists for head dim 128, and 64 with 16-bit types");
-  using Plan = SmemPlan<Elem<Tag>::kBytes, HeadDimQK>;
-  const auto kernel = prefill_kernel<Tag, HeadDimQK>;
+  // Rows of whole 128-byte panels (the swizzle's width): every type at d128, 16-bit ones at d64
+  // and (192, 128).
+  constexpr bool kFp8 = Elem<Tag>::kFp8;
+  static_assert((HeadDimQK == 128 && HeadDimVO == 128) ||
+                    (!kFp8 && HeadDimQK == 64 && HeadDimVO == 64) ||
+                    (!kFp8 && HeadDimQK == 192 && HeadDimVO == 128),
+                "fa3's prefill kernel: d128, and d64 and (192, 128) with 16-bit types");
+  using Plan = SmemPlan<Elem<Tag>::kBytes, HeadDimQK, HeadDimVO>;
+  const auto kernel = prefill_kernel<Tag, HeadDimQK, HeadDimVO>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Plan::total()));
   if (err != cudaSuccess) return int(err);
