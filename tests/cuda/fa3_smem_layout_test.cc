@@ -123,56 +123,57 @@ void wgmma_rs_mnmajor(const Smem& s, const std::vector<std::array<std::array<flo
 // One pair of head dims' S = Q K^T and O = P V through the producer's tiles and the kernel's
 // descriptors (N of the PV GEMM = the V head dim).
 void check_16bit_wgmma(int qk, int vo) {
+  const int bn = sched::block_n_for(qk);  // keys per block, as the kernel uses
   std::mt19937 rng(5);
   auto val = [&] { return float(int(rng() % 7) - 3); };
-  std::vector<float> q(kM * qk), k(kN * qk), v(kN * vo);
+  std::vector<float> q(kM * qk), k(bn * qk), v(bn * vo);
   for (float& x : q) x = val();
   for (float& x : k) x = val();
   for (float& x : v) x = val();
   // Layout of the CTA's shared memory, every tile 1024-byte aligned.
   const uint32_t q_base = 0, k_base = smem::tile_bytes(kM, qk),
-                 v_base = k_base + smem::tile_bytes(kN, qk);
+                 v_base = k_base + smem::tile_bytes(bn, qk);
   ASSERT_EQ(k_base % smem::kAtomBytes, 0u);
-  Smem s(v_base + smem::tile_bytes(kN, vo));
+  Smem s(v_base + smem::tile_bytes(bn, vo));
   for (int r = 0; r < kM; ++r)
     for (int c = 0; c < qk; ++c) s.store(q_base + smem::tile_offset(r, c, kM), q[r * qk + c]);
-  for (int r = 0; r < kN; ++r) {
-    for (int c = 0; c < qk; ++c) s.store(k_base + smem::tile_offset(r, c, kN), k[r * qk + c]);
-    for (int c = 0; c < vo; ++c) s.store(v_base + smem::tile_offset(r, c, kN), v[r * vo + c]);
+  for (int r = 0; r < bn; ++r) {
+    for (int c = 0; c < qk; ++c) s.store(k_base + smem::tile_offset(r, c, bn), k[r * qk + c]);
+    for (int c = 0; c < vo; ++c) s.store(v_base + smem::tile_offset(r, c, bn), v[r * vo + c]);
   }
   for (int wg = 0; wg < kM / frag::kWarpgroupRows; ++wg) {
-    // S = Q K^T for this warpgroup's 64 rows: N = kN keys, D / 16 k-steps.
-    std::vector<std::vector<float>> sacc(128, std::vector<float>(kN / 2, 0.0f));
+    // S = Q K^T for this warpgroup's 64 rows: N = bn keys, D / 16 k-steps.
+    std::vector<std::vector<float>> sacc(128, std::vector<float>(bn / 2, 0.0f));
     for (int ks = 0; ks < qk / 16; ++ks) {
       wgmma_ss_kmajor(s, smem::encode(smem::k_major(q_base, kM, wg * frag::kWarpgroupRows, ks)),
-                      smem::encode(smem::k_major(k_base, kN, 0, ks)), kN, sacc);
+                      smem::encode(smem::k_major(k_base, bn, 0, ks)), bn, sacc);
     }
-    std::vector<double> sref(64 * kN, 0.0);  // the plain product for this warpgroup's rows
+    std::vector<double> sref(64 * bn, 0.0);  // the plain product for this warpgroup's rows
     for (int r = 0; r < 64; ++r)
-      for (int j = 0; j < kN; ++j)
+      for (int j = 0; j < bn; ++j)
         for (int d = 0; d < qk; ++d)
-          sref[r * kN + j] += double(q[(wg * 64 + r) * qk + d]) * k[j * qk + d];
+          sref[r * bn + j] += double(q[(wg * 64 + r) * qk + d]) * k[j * qk + d];
     for (int tid = 0; tid < 128; ++tid) {
-      for (int i = 0; i < kN / 2; ++i) {
+      for (int i = 0; i < bn / 2; ++i) {
         const frag::RowCol rc = frag::acc_element(tid, i);
-        ASSERT_EQ(sacc[tid][i], float(sref[rc.row * kN + rc.col]))
+        ASSERT_EQ(sacc[tid][i], float(sref[rc.row * bn + rc.col]))
             << "S wg " << wg << " tid " << tid << " reg " << i;
       }
     }
-    // O = P V with P = S (the accumulators reused as A registers): N = vo, kN / 16 k-steps.
+    // O = P V with P = S (the accumulators reused as A registers): N = vo, bn / 16 k-steps.
     std::vector<std::vector<float>> oacc(128, std::vector<float>(vo / 2, 0.0f));
-    for (int kk = 0; kk < kN / 16; ++kk) {
+    for (int kk = 0; kk < bn / 16; ++kk) {
       std::vector<std::array<std::array<float, 2>, 4>> a(128);
       for (int tid = 0; tid < 128; ++tid)
         for (int r = 0; r < 4; ++r)
           for (int h = 0; h < 2; ++h) a[tid][r][h] = sacc[tid][frag::p_a_register(kk, r, h)];
-      wgmma_rs_mnmajor(s, a, smem::encode(smem::mn_major(v_base, kN, kk)), vo, oacc);
+      wgmma_rs_mnmajor(s, a, smem::encode(smem::mn_major(v_base, bn, kk)), vo, oacc);
     }
     for (int tid = 0; tid < 128; ++tid) {
       for (int i = 0; i < vo / 2; ++i) {
         const frag::RowCol rc = frag::acc_element(tid, i);
         double want = 0;
-        for (int j = 0; j < kN; ++j) want += sref[rc.row * kN + j] * v[j * vo + rc.col];
+        for (int j = 0; j < bn; ++j) want += sref[rc.row * bn + j] * v[j * vo + rc.col];
         ASSERT_EQ(oacc[tid][i], float(want)) << "O wg " << wg << " tid " << tid << " reg " << i;
       }
     }
@@ -183,6 +184,7 @@ TEST(Fa3SmemLayout, EmulatedWgmmaOverProducerTilesGivesQKtAndPV) {
   check_16bit_wgmma(128, 128);
   check_16bit_wgmma(64, 64);
   check_16bit_wgmma(192, 128);
+  check_16bit_wgmma(256, 256);
 }
 
 // The FP8 (k32) path: Q, K and V^T as 8-bit tiles (one slot per byte), S = Q K^T through the

@@ -93,7 +93,7 @@ class Fa3Backend final : public Backend {
       return make_error(
           ErrorCode::kUnavailable, "fa3: no kernel for ", fa3::kernel_key_string(key),
           " exists yet (fa3's kernels: q = kv in bf16, f16, e4m3 or e5m2 at head dims "
-          "(128, 128); bf16 or f16 at (64, 64) and (192, 128))");
+          "(128, 128); bf16 or f16 at every declared head dims)");
     }
     if (problem.op == Op::kSingleDecode || problem.op == Op::kBatchDecode) {
       return make_error(ErrorCode::kUnavailable, "fa3: no decode kernel exists yet (fa2 runs it)");

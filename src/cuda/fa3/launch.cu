@@ -113,12 +113,13 @@ EncodeTiled encoder() {
 // A TMA map over dense K or V [tokens, H_kv, D] with strides `s` (elements): dims D, H_kv, tokens
 // (innermost first), box 64 x 1 x kBlockN, 128-byte swizzle; out-of-range elements read as zero.
 bool encode_kv_map(CUtensorMap* map, DType dtype, const void* data, int64_t tokens, int heads,
-                   int head_dim, const paged::CacheStrides& s) {
+                   int head_dim, int block_n_head_dim, const paged::CacheStrides& s) {
   const EncodeTiled encode = encoder();
   if (!encode || tokens <= 0) return false;
   const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(tokens)};
   const cuuint64_t strides[2] = {cuuint64_t(s.head * 2), cuuint64_t(s.slot * 2)};
-  const cuuint32_t box[3] = {cuuint32_t(smem::kPanelCols16), 1, cuuint32_t(sched::kBlockN)};
+  const cuuint32_t box[3] = {cuuint32_t(smem::kPanelCols16), 1,
+                             cuuint32_t(sched::block_n_for(block_n_head_dim))};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   return encode(map,
                 dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
@@ -169,9 +170,9 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
     const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
     const int64_t tokens = hnd ? kt.shape[1] : kt.shape[0];
     k.tma = encode_kv_map(&k.tma_k, p.kv_dtype, kt.data, tokens, p.num_kv_heads, p.head_dim_qk,
-                          k.k_strides) &&
+                          p.head_dim_qk, k.k_strides) &&
             encode_kv_map(&k.tma_v, p.kv_dtype, vt.data, tokens, p.num_kv_heads, p.head_dim_vo,
-                          k.v_strides);
+                          p.head_dim_qk, k.v_strides);
   }
   k.out = args.out.data;
   k.o_stride_row = args.out.strides[0];
@@ -205,7 +206,8 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
     requests[b] = RequestInfo{starts.q_row[b], plan.qo_len[b], plan.kv_len[b], starts.kv_first[b]};
   }
   const std::vector<sched::Tile> tiles =
-      sched::ordered_tiles(plan.qo_len, plan.kv_len, p.num_qo_heads, k.causal, k.window_left);
+      sched::ordered_tiles(plan.qo_len, plan.kv_len, p.num_qo_heads, k.causal, k.window_left,
+                           sched::block_n_for(p.head_dim_qk));
   if (tiles.empty()) return Status::Ok();
 
   cuda::DeviceBuffer requests_dev, tiles_dev, indices_dev;

@@ -2,9 +2,9 @@
 // testing/tolerance.h, on the grids fa2's GPU tests use for what fa3's kernels cover: batch
 // prefill over paged and ragged KV and single prefill, no mask and causal, sliding window, soft
 // cap, LSE, lengths around
-// the 128-row / 128-key tiles, GQA groups, layouts and page sizes, output dtypes and rows that
-// see no key. Only the kernel keys this build compiled are run; every test skips with the reason
-// when there is no SM90 device (never passes empty).
+// the 128-row / 128-key (64 at d256) tiles, GQA groups, layouts and page sizes, output dtypes and
+// rows that see no key. Only the kernel keys this build compiled are run; every test skips with the
+// reason when there is no SM90 device (never passes empty).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -123,8 +123,9 @@ TEST_F(Fa3Gpu, LengthsAroundTheTilesAndGroups) {
   struct Heads {
     int qo, kv;
   };
-  const int64_t m = sched::kBlockM, n = sched::kBlockN;
+  const int64_t m = sched::kBlockM;
   for (const KernelKey& key : built_keys()) {
+    const int64_t n = sched::block_n_for(key.head_dim_qk);
     for (Heads h : {Heads{4, 4}, Heads{8, 2}, Heads{32, 8}, Heads{20, 4}}) {
       for (int64_t qo : {int64_t(1), m - 1, m, m + 1, 2 * m + 5}) {
         for (int64_t kv : {n - 1, n, n + 1, 2 * n + 3}) {

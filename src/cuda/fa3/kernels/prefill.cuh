@@ -1,4 +1,4 @@
-// fa3's prefill kernel (SM90a; q = kv bf16, f16, e4m3 or e5m2; head dims 128, and 64 and
+// fa3's prefill kernel (SM90a; q = kv bf16, f16, e4m3 or e5m2; head dims 128, and 64, 256 and
 // (192, 128) for 16-bit types): FlashAttention-3's structure.
 // A persistent CTA of three warpgroups walks the longest-first tile list (tile_scheduler.h).
 // Warpgroup 0 is the producer: it loads each K/V block into a kStages-slot shared-memory ring
@@ -63,8 +63,9 @@ struct Elem<E5m2Tag> {
 template <int EB, int QK, int VO>
 struct SmemPlan {
   static constexpr uint32_t kQBytes = frag::kWarpgroupRows * QK * EB;  // per warpgroup
-  static constexpr uint32_t kKBytes = sched::kBlockN * QK * EB;
-  static constexpr uint32_t kVBytes = sched::kBlockN * VO * EB;
+  static constexpr int BN = sched::block_n_for(QK);
+  static constexpr uint32_t kKBytes = BN * QK * EB;
+  static constexpr uint32_t kVBytes = BN * VO * EB;
   static constexpr uint32_t q(int wg) { return uint32_t(wg) * kQBytes; }
   static constexpr uint32_t k(int stage) {
     return 2 * kQBytes + uint32_t(stage) * (kKBytes + kVBytes);
@@ -109,6 +110,7 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
                                         uint64_t* empty) {
   constexpr int EB = Elem<Tag>::kBytes;
   using Plan = SmemPlan<EB, QK, VO>;
+  constexpr int BN = Plan::BN;
   const int tid = threadIdx.x;  // 0..127
   pipe::PipelineState<kStages> st = pipe::producer_start<kStages>();
   if (!Elem<Tag>::kFp8 && p.tma) {
@@ -118,22 +120,22 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
          t = sched::next_tile(t, gridDim.x)) {
       const sched::Tile tile = p.tiles[t];
       const RequestInfo r = p.requests[tile.request];
-      const sched::KvRange kr =
-          sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal, p.window_left);
+      const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
+                                                p.window_left, sched::kBlockM, BN);
       const int kv_head = tile.head / p.group;
       for (int n = kr.begin; n < kr.end; ++n) {
         ptx::mbarrier_wait(&empty[st.index], st.phase);
         ptx::mbarrier_arrive_expect_tx(&full[st.index], Plan::kKBytes + Plan::kVBytes);
-        const int token = int(r.kv_first) + n * sched::kBlockN;
+        const int token = int(r.kv_first) + n * BN;
 #pragma unroll
         for (int panel = 0; panel < QK / smem::kPanelCols16; ++panel) {
-          ptx::tma_load_3d(smem + Plan::k(st.index) + smem::tma_panel_offset(panel, sched::kBlockN),
-                           &p.tma_k, panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
+          ptx::tma_load_3d(smem + Plan::k(st.index) + smem::tma_panel_offset(panel, BN), &p.tma_k,
+                           panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
         }
 #pragma unroll
         for (int panel = 0; panel < VO / smem::kPanelCols16; ++panel) {
-          ptx::tma_load_3d(smem + Plan::v(st.index) + smem::tma_panel_offset(panel, sched::kBlockN),
-                           &p.tma_v, panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
+          ptx::tma_load_3d(smem + Plan::v(st.index) + smem::tma_panel_offset(panel, BN), &p.tma_v,
+                           panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
         }
         st.advance();
       }
@@ -145,33 +147,33 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
   for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
-    const sched::KvRange kr =
-        sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal, p.window_left);
+    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
+                                              p.window_left, sched::kBlockM, BN);
     const int kv_head = tile.head / p.group;
     for (int n = kr.begin; n < kr.end; ++n) {
       ptx::mbarrier_wait(&empty[st.index], st.phase);
       uint8_t* k_smem = smem + Plan::k(st.index);
       uint8_t* v_smem = smem + Plan::v(st.index);
 #pragma unroll 2
-      for (int c = tid; c < sched::kBlockN * kKRowChunks; c += frag::kWarpgroupThreads) {
+      for (int c = tid; c < BN * kKRowChunks; c += frag::kWarpgroupThreads) {
         const int row = c / kKRowChunks, byte_col = (c % kKRowChunks) * 16;
-        const int64_t key = int64_t(n) * sched::kBlockN + row;
+        const int64_t key = int64_t(n) * BN + row;
         const bool in = key < r.kv_len;
         const int64_t src_key = in ? key : 0;  // a valid address; zero bytes are read
         const uint8_t* src = kv_row<EB>(p, r, p.k, p.k_strides, src_key, kv_head) + byte_col;
-        const uint32_t dst = Elem<Tag>::kFp8 ? smem::tile_offset8(row, byte_col, sched::kBlockN)
-                                             : smem::tile_offset(row, byte_col / 2, sched::kBlockN);
+        const uint32_t dst = Elem<Tag>::kFp8 ? smem::tile_offset8(row, byte_col, BN)
+                                             : smem::tile_offset(row, byte_col / 2, BN);
         ptx::cp_async_16_zfill(k_smem + dst, src, in ? 16 : 0);
       }
 #pragma unroll(Elem <Tag>::kFp8 ? 1 : 2)
-      for (int c = tid; c < sched::kBlockN * kVRowChunks; c += frag::kWarpgroupThreads) {
+      for (int c = tid; c < BN * kVRowChunks; c += frag::kWarpgroupThreads) {
         const int row = c / kVRowChunks, byte_col = (c % kVRowChunks) * 16;
-        const int64_t key = int64_t(n) * sched::kBlockN + row;
+        const int64_t key = int64_t(n) * BN + row;
         const bool in = key < r.kv_len;
         const int64_t src_key = in ? key : 0;
         const uint8_t* src = kv_row<EB>(p, r, p.v, p.v_strides, src_key, kv_head) + byte_col;
         if constexpr (!Elem<Tag>::kFp8) {
-          ptx::cp_async_16_zfill(v_smem + smem::tile_offset(row, byte_col / 2, sched::kBlockN), src,
+          ptx::cp_async_16_zfill(v_smem + smem::tile_offset(row, byte_col / 2, BN), src,
                                  in ? 16 : 0);
         } else {
           // V^T [dim][key], its columns renumbered as P's A fragment needs (wgmma_fragment.h).
@@ -199,6 +201,8 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
   constexpr int EB = Elem<Tag>::kBytes;
   constexpr bool kFp8 = Elem<Tag>::kFp8;
   using Plan = SmemPlan<EB, QK, VO>;
+  constexpr int BN = Plan::BN;
+  constexpr int kSRegs = BN / 2;  // S accumulators per thread (N = keys of a block)
   constexpr int kORegs = VO / 2;  // O accumulators per thread (N = the V head dim)
   const int ctid = threadIdx.x % frag::kWarpgroupThreads;
   const int lane = threadIdx.x % 32;
@@ -209,8 +213,8 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
   for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
-    const sched::KvRange kr =
-        sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal, p.window_left);
+    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
+                                              p.window_left, sched::kBlockM, BN);
     const int64_t row0 = int64_t(tile.q_tile) * sched::kBlockM + wg * frag::kWarpgroupRows;
     const int64_t causal_offset = r.kv_len - r.qo_len;
 
@@ -246,13 +250,12 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       const uint32_t v_addr = cuda::smem_addr(smem + Plan::v(st.index));
 
       // A k-step is 32 bytes: k16 for 16-bit, k32 for FP8; the descriptors are the same.
-      float s[64];
+      float s[kSRegs];
       ptx::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < QK * EB / 32; ++ks) {
-        ptx::wgmma_ss_m64n128<Tag>(
-            s, smem::encode(smem::k_major(q_addr, frag::kWarpgroupRows, 0, ks)),
-            smem::encode(smem::k_major(k_addr, sched::kBlockN, 0, ks)), ks > 0);
+        ptx::wgmma_ss<Tag, BN>(s, smem::encode(smem::k_major(q_addr, frag::kWarpgroupRows, 0, ks)),
+                               smem::encode(smem::k_major(k_addr, BN, 0, ks)), ks > 0);
       }
       ptx::wgmma_commit();
       ptx::wgmma_wait<0>();
@@ -261,16 +264,16 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       // Scores in the log2 domain (soft cap first: DESIGN.md §2 caps after sm_scale).
       if (p.soft_cap > 0.0f) {
 #pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = p.cap_log2 * tanhf(s[i] * p.score_scale_over_cap);
+        for (int i = 0; i < kSRegs; ++i) s[i] = p.cap_log2 * tanhf(s[i] * p.score_scale_over_cap);
       } else {
 #pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] *= p.score_scale_log2;
+        for (int i = 0; i < kSRegs; ++i) s[i] *= p.score_scale_log2;
       }
       if (kr.masked(n)) {  // the edges: keys past kv_len, the causal diagonal, the window
 #pragma unroll
-        for (int i = 0; i < 64; ++i) {
+        for (int i = 0; i < kSRegs; ++i) {
           const frag::RowCol rc = frag::acc_element(ctid, i);
-          const int64_t key = int64_t(n) * sched::kBlockN + rc.col;
+          const int64_t key = int64_t(n) * BN + rc.col;
           const int64_t diag = row0 + rc.row + causal_offset;
           const bool visible = key < r.kv_len && (!p.causal || key <= diag) &&
                                (p.window_left < 0 || key >= diag - p.window_left);
@@ -284,7 +287,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       for (int h = 0; h < 2; ++h) {
         float mx = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < 64; ++i) {
+        for (int i = 0; i < kSRegs; ++i) {
           if (frag::acc_row_half(i) == h) mx = fmaxf(mx, s[i]);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -294,7 +297,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
         const float alpha = exp2f(m[h] - m_use);
         float sum = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 64; ++i) {
+        for (int i = 0; i < kSRegs; ++i) {
           if (frag::acc_row_half(i) == h) {
             s[i] = exp2f(s[i] - m_use);
             sum += s[i];
@@ -310,7 +313,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
 
       // P as the register A operand: 16-bit pairs (k16 steps) or FP8 quads (k32 steps, keys
       // renumbered as V^T's columns are).
-      constexpr int kPSteps = sched::kBlockN * EB / 32;
+      constexpr int kPSteps = BN * EB / 32;
       uint32_t a[kPSteps][4];
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk) {
@@ -336,8 +339,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
         if constexpr (kFp8) {
           ptx::wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::k_major(v_addr, VO, 0, kk)));
         } else {
-          ptx::wgmma_rs<Tag, VO>(o, a[kk],
-                                 smem::encode(smem::mn_major(v_addr, sched::kBlockN, kk)));
+          ptx::wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::mn_major(v_addr, BN, kk)));
         }
       }
       ptx::wgmma_commit();
@@ -415,9 +417,9 @@ int launch_prefill(const PrefillParams& p, int ctas, void* stream) {
   // and (192, 128).
   constexpr bool kFp8 = Elem<Tag>::kFp8;
   static_assert((HeadDimQK == 128 && HeadDimVO == 128) ||
-                    (!kFp8 && HeadDimQK == 64 && HeadDimVO == 64) ||
+                    (!kFp8 && HeadDimQK == HeadDimVO && (HeadDimQK == 64 || HeadDimQK == 256)) ||
                     (!kFp8 && HeadDimQK == 192 && HeadDimVO == 128),
-                "fa3's prefill kernel: d128, and d64 and (192, 128) with 16-bit types");
+                "fa3's prefill kernel: d128, and d64, d256 and (192, 128) with 16-bit types");
   using Plan = SmemPlan<Elem<Tag>::kBytes, HeadDimQK, HeadDimVO>;
   const auto kernel = prefill_kernel<Tag, HeadDimQK, HeadDimVO>;
   cudaError_t err =

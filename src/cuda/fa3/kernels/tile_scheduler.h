@@ -18,6 +18,10 @@ namespace kvattn::fa3::sched {
 inline constexpr int kBlockM = 128;
 inline constexpr int kBlockN = 128;
 
+// Keys per K/V block for a QK head dim: 64 at d256, where a 128-key block's S accumulators and a
+// 256-wide O would not fit the consumers' registers together.
+KVATTN_HD constexpr int block_n_for(int head_dim_qk) { return head_dim_qk >= 256 ? 64 : kBlockN; }
+
 KVATTN_HD int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
 // One work item: query rows [q_tile * kBlockM, +kBlockM) of `request` at query head `head`.
