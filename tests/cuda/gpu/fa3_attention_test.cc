@@ -1,10 +1,9 @@
 // fa3 on an SM90 GPU against the fp64 reference, with the precision-following tolerance of
 // testing/tolerance.h, on the grids fa2's GPU tests use for what fa3's kernels cover: batch
 // prefill over paged and ragged KV and single prefill, no mask and causal, sliding window, soft
-// cap, LSE, lengths around
-// the 128-row / 128-key (64 at d256) tiles, GQA groups, layouts and page sizes, output dtypes and
-// rows that see no key. Only the kernel keys this build compiled are run; every test skips with the
-// reason when there is no SM90 device (never passes empty).
+// cap, LSE, lengths around the 128-row / 128-key (64 at d256) tiles, GQA groups, layouts and page
+// sizes, output dtypes and rows that see no key. Only the kernel keys this build compiled are run;
+// every test skips with the reason when there is no SM90 device (never passes empty).
 #include <gtest/gtest.h>
 
 #include <algorithm>
