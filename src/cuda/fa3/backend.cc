@@ -92,8 +92,8 @@ class Fa3Backend final : public Backend {
       }
       return make_error(
           ErrorCode::kUnavailable, "fa3: no kernel for ", fa3::kernel_key_string(key),
-          " exists yet (fa3's kernels: q = kv in bf16, f16, e4m3 or e5m2 at head dims "
-          "(128, 128); bf16 or f16 at every declared head dims)");
+          " exists yet (fa3's kernels: q = kv in bf16 or f16 at every declared head "
+          "dims; FP8 q over an FP8 cache at (128, 128))");
     }
     if (problem.op == Op::kSingleDecode || problem.op == Op::kBatchDecode) {
       return make_error(ErrorCode::kUnavailable, "fa3: no decode kernel exists yet (fa2 runs it)");

@@ -8,7 +8,7 @@ set(KVATTN_FA3_DTYPE_PAIRS f16_f16 bf16_bf16 e4m3_e4m3 e4m3_e5m2 e5m2_e4m3 e5m2_
 set(KVATTN_FA3_HEAD_DIMS 64_64 128_128 256_256 192_128)
 set(KVATTN_FA3_IMPLEMENTED_KERNELS bf16_bf16_128_128 f16_f16_128_128 e4m3_e4m3_128_128
     e5m2_e5m2_128_128 bf16_bf16_64_64 f16_f16_64_64 bf16_bf16_192_128 f16_f16_192_128
-    bf16_bf16_256_256 f16_f16_256_256)
+    bf16_bf16_256_256 f16_f16_256_256 e4m3_e5m2_128_128 e5m2_e4m3_128_128)
 set(KVATTN_FA3_CI_KERNELS bf16_bf16_128_128 e4m3_e4m3_128_128)
 
 function(_kvattn_fa3_dtype_enum out name)
@@ -66,7 +66,13 @@ function(kvattn_fa3_kernel_set sources_var keys_var)
         set(_tag_f16 cuda::F16Tag)
         set(_tag_e4m3 E4m3Tag)
         set(_tag_e5m2 E5m2Tag)
-        set(KVATTN_FA3_TAG ${_tag_${q}})
+        set(_tag_e4m3_e5m2 E4m3E5m2Tag)
+        set(_tag_e5m2_e4m3 E5m2E4m3Tag)
+        if(q STREQUAL kv)
+          set(KVATTN_FA3_TAG ${_tag_${q}})
+        else()
+          set(KVATTN_FA3_TAG ${_tag_${q}_${kv}})
+        endif()
         configure_file(${CMAKE_CURRENT_FUNCTION_LIST_DIR}/kernels/prefill_instance.cu.in
                        ${_gen_dir}/prefill_${_name}.cu @ONLY)
         list(APPEND _sources ${_gen_dir}/prefill_${_name}.cu)

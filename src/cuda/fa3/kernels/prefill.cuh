@@ -59,6 +59,10 @@ struct Elem<E5m2Tag> {
   static constexpr int kBytes = 1;
   static constexpr bool kFp8 = true;
 };
+template <>
+struct Elem<E4m3E5m2Tag> : Elem<E4m3Tag> {};
+template <>
+struct Elem<E5m2E4m3Tag> : Elem<E4m3Tag> {};
 
 template <int EB, int QK, int VO>
 struct SmemPlan {

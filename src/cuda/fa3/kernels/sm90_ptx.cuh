@@ -15,6 +15,9 @@ namespace kvattn::fa3 {
 // FP8 element tags (q = kv e4m3 or e5m2); the 16-bit ones are cuda::Bf16Tag and cuda::F16Tag.
 struct E4m3Tag {};
 struct E5m2Tag {};
+// Mixed FP8 pairs: q e4m3 over an e5m2 cache, and q e5m2 over an e4m3 cache.
+struct E4m3E5m2Tag {};
+struct E5m2E4m3Tag {};
 
 }  // namespace kvattn::fa3
 
@@ -258,6 +261,52 @@ __device__ __forceinline__ void wgmma_rs_m64n128<E5m2Tag>(float (&d)[64], const 
       "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
       : KVATTN_WGMMA_D64(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_ss_m64n128<E4m3E5m2Tag>(float (&d)[64], uint64_t a_desc,
+                                                              uint64_t b_desc, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63},\n"
+      "%64, %65, p, 1, 1;\n}\n"
+      : KVATTN_WGMMA_D64(d)
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+}
+
+// P (e4m3) against V (e5m2).
+template <>
+__device__ __forceinline__ void wgmma_rs_m64n128<E4m3E5m2Tag>(float (&d)[64],
+                                                              const uint32_t (&a)[4],
+                                                              uint64_t b_desc) {
+  wgmma_rs_m64n128<E5m2Tag>(d, a, b_desc);
+}
+
+template <>
+__device__ __forceinline__ void wgmma_ss_m64n128<E5m2E4m3Tag>(float (&d)[64], uint64_t a_desc,
+                                                              uint64_t b_desc, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63},\n"
+      "%64, %65, p, 1, 1;\n}\n"
+      : KVATTN_WGMMA_D64(d)
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+}
+
+// P (e4m3) against V (e4m3).
+template <>
+__device__ __forceinline__ void wgmma_rs_m64n128<E5m2E4m3Tag>(float (&d)[64],
+                                                              const uint32_t (&a)[4],
+                                                              uint64_t b_desc) {
+  wgmma_rs_m64n128<E4m3Tag>(d, a, b_desc);
 }
 
 // Four floats to e4m3 (round to nearest even, saturating), x0 in the lowest byte: one b32 of
