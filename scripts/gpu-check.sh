@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds what fa2's GPU tests need, runs them and the GPU benchmarks, and writes the logs to
-# OUTDIR (docs/cuda.md). Meant for a machine with an NVIDIA GPU (SM80 or newer); on an H200 with
-# 16 cores it takes a few minutes with the default kernel set.
+# Builds what fa2's and fa3's GPU tests need, runs them and the GPU benchmarks, and writes the
+# logs to OUTDIR (docs/cuda.md). Meant for a machine with an NVIDIA GPU (SM80 or newer; fa3's
+# tests need SM90); on an H200 with 16 cores it takes a few minutes with the default kernel set.
 #
 #   scripts/gpu-check.sh OUTDIR [--full]
 #
@@ -46,6 +46,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA=O
   "-DKVATTN_CUDA_ARCHS=$ARCHS" -DKVATTN_CUDA_FULL_KERNELS=$FULL -DKVATTN_BUILD_TESTS=ON \
   -DKVATTN_BUILD_TOOLS=OFF -DKVATTN_BUILD_BENCH=OFF >"$OUTDIR/configure.log" 2>&1
 ninja -C "$BUILD" -j "$JOBS" kvattn_cuda_host_tests kvattn_fa2_gpu_tests kvattn_fa2_gpu_bench \
+  kvattn_fa3_gpu_tests \
   >"$OUTDIR/build.log" 2>&1
 log "built in $((SECONDS - START)) s"
 
@@ -72,7 +73,15 @@ if grep -q "SKIPPED" "$OUTDIR/gpu-tests.log"; then
   grep -A1 "Skipped" "$OUTDIR/gpu-tests.log" | head -5 | tee -a "$OUTDIR/summary.log"
   STATUS=1
 fi
+# fa3 (SM90 only): its tests skip with the reason elsewhere, which is reported, not failed.
+run_step fa3-gpu-tests 240 "$BUILD/tests/cuda/kvattn_fa3_gpu_tests" \
+  "--gtest_output=xml:$OUTDIR/fa3-gpu-tests.xml"
+if grep -q "SKIPPED" "$OUTDIR/fa3-gpu-tests.log"; then
+  log "fa3-gpu-tests: skipped: $(grep -m1 -A1 'Skipped' "$OUTDIR/fa3-gpu-tests.log" | tail -1)"
+fi
 run_step gpu-bench 180 "$BUILD/tests/cuda/kvattn_fa2_gpu_bench"
 cat "$OUTDIR/gpu-bench.log" >>"$OUTDIR/summary.log"
+run_step fa3-gpu-bench 120 "$BUILD/tests/cuda/kvattn_fa2_gpu_bench" --backend fa3
+cat "$OUTDIR/fa3-gpu-bench.log" >>"$OUTDIR/summary.log"
 log "done in $((SECONDS - START)) s, status $STATUS"
 exit $STATUS

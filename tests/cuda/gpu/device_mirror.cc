@@ -6,16 +6,20 @@
 
 namespace kvattn::fa2::test {
 
-std::optional<Device> gpu_or_reason(std::string* why) {
+std::optional<Device> gpu_or_reason(std::string* why) { return gpu_or_reason(why, 80, 1000); }
+
+std::optional<Device> gpu_or_reason(std::string* why, int min_sm, int max_sm) {
   std::vector<CudaDeviceInfo> devices;
   detail::query_cuda_devices(&devices, why);
   for (const CudaDeviceInfo& d : devices) {
-    if (d.sm >= 80) {
+    if (d.sm >= min_sm && d.sm <= max_sm) {
       std::optional<Device> dev = Device::parse("cuda:" + std::to_string(d.index), why);
       if (dev) return dev;
     }
   }
-  if (!devices.empty()) *why = "no CUDA device of SM80 or newer";
+  if (!devices.empty()) {
+    *why = "no CUDA device of SM" + std::to_string(min_sm) + (max_sm == min_sm ? "" : " or newer");
+  }
   return std::nullopt;
 }
 
@@ -64,11 +68,16 @@ AttentionArgs mirror_args(const Problem&, const AttentionArgs& host, DeviceMirro
 }
 
 testing::RunBackend run_fa2(const Device& device, int64_t kv_chunk_size) {
-  return [device, kv_chunk_size](const Problem& problem, const AttentionArgs& host) -> Status {
+  return run_backend("fa2", device, kv_chunk_size);
+}
+
+testing::RunBackend run_backend(std::string backend, const Device& device, int64_t kv_chunk_size) {
+  return [backend, device, kv_chunk_size](const Problem& problem,
+                                          const AttentionArgs& host) -> Status {
     DeviceMirror mirror;
     AttentionArgs args = mirror_args(problem, host, &mirror);
     PlanOptions options;
-    options.backend = "fa2";
+    options.backend = backend;
     options.device = device;
     options.kv_chunk_size = kv_chunk_size;
     Plan plan;

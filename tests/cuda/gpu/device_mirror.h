@@ -1,6 +1,6 @@
 // Test support for the GPU tests: copies of host tensors in CUDA device memory, and a RunBackend
-// that runs fa2 on the device copies of a case's tensors and copies the outputs back, so the
-// host-side comparison with the reference (testing/tolerance.h) works unchanged.
+// that runs fa2 (or fa3) on the device copies of a case's tensors and copies the outputs back, so
+// the host-side comparison with the reference (testing/tolerance.h) works unchanged.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,8 @@ namespace kvattn::fa2::test {
 
 // The first CUDA device of SM80 or newer, or nullopt with why in `why`.
 std::optional<Device> gpu_or_reason(std::string* why);
+// The first CUDA device with min_sm <= sm <= max_sm (fa3: exactly 90), or nullopt with why.
+std::optional<Device> gpu_or_reason(std::string* why, int min_sm, int max_sm);
 
 // Device copies of host views; the copies live as long as the mirror.
 class DeviceMirror {
@@ -40,5 +42,8 @@ AttentionArgs mirror_args(const Problem& problem, const AttentionArgs& host, Dev
 // Runs fa2 on `device` through the public API (plan + run), synchronizes, copies out and lse
 // back. kv_chunk_size as PlanOptions::kv_chunk_size (0: fa2 decides).
 testing::RunBackend run_fa2(const Device& device, int64_t kv_chunk_size = 0);
+// The same for any backend by name (fa3's tests).
+testing::RunBackend run_backend(std::string backend, const Device& device,
+                                int64_t kv_chunk_size = 0);
 
 }  // namespace kvattn::fa2::test

@@ -1,7 +1,9 @@
 // fa2's GPU benchmarks (DESIGN.md §5): batch decode of the founding case (bf16 q over an e4m3
 // paged cache, d128, GQA 32/8) in GB/s next to the device-to-device copy bandwidth measured in
-// the same run, and causal batch prefill in TFLOP/s. Usage: kvattn_fa2_gpu_bench [--quick].
-// Without a CUDA device it says why and exits 0 (nothing measured).
+// the same run, and causal batch prefill in TFLOP/s. Usage: kvattn_fa2_gpu_bench [--quick]
+// [--backend fa3]: with fa3 (SM90 only), causal bf16 d128 prefill alone (fa3 has no decode
+// kernel, and bf16 q over an FP8 cache is not fa3's), up to 8k tokens. Without a suitable CUDA
+// device it says why and exits 0 (nothing measured).
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -124,9 +126,9 @@ PagedBatch make_batch(Op op, int batch, int64_t qo_len, int64_t kv_len, DType kv
   return b;
 }
 
-double run_ms(PagedBatch& b, const Device& device, int iters) {
+double run_ms(PagedBatch& b, const std::string& backend, const Device& device, int iters) {
   PlanOptions options;
-  options.backend = "fa2";
+  options.backend = backend;
   options.device = device;
   Plan plan;
   Status st = kvattn::plan(b.problem, b.args, options, &plan);
@@ -147,6 +149,25 @@ double run_ms(PagedBatch& b, const Device& device, int iters) {
   return ms;
 }
 
+int bench_fa3(bool quick) {
+  std::string why;
+  std::optional<Device> device = gpu_or_reason(&why, 90, 90);
+  if (!device) {
+    std::printf("fa3 GPU benchmarks skipped: %s\n", why.c_str());
+    return 0;
+  }
+  std::printf("device %s, backend fa3\n", device->to_string().c_str());
+  for (auto [batch, len] :
+       {std::pair{4, int64_t(4096)}, std::pair{1, int64_t(8192)}, std::pair{1, int64_t(16384)}}) {
+    PagedBatch b = make_batch(Op::kBatchPrefillPaged, batch, len, len, DType::kBF16);
+    const double flops = b.flops;
+    const double ms = run_ms(b, "fa3", *device, quick ? 2 : 5);
+    std::printf("fa3 prefill causal q bf16 kv bf16 B=%d len=%-6lld %8.3f ms %7.1f TFLOP/s\n", batch,
+                (long long)len, ms, flops / (ms * 1e-3) / 1e12);
+  }
+  return 0;
+}
+
 int bench_main(bool quick) {
   std::string why;
   std::optional<Device> device = gpu_or_reason(&why);
@@ -162,7 +183,7 @@ int bench_main(bool quick) {
     for (auto [batch, len] : {std::pair{64, int64_t(4096)}, std::pair{8, int64_t(32768)}}) {
       PagedBatch b = make_batch(Op::kBatchDecode, batch, 1, len, kv);
       const double bytes = double(b.bytes);
-      const double ms = run_ms(b, *device, iters);
+      const double ms = run_ms(b, "fa2", *device, iters);
       const double gbs = bytes / (ms * 1e-3) / 1e9;
       std::printf(
           "decode  q bf16 kv %-4s B=%-3d kv_len=%-6lld %8.3f ms %7.0f GB/s (%.0f%% of copy)\n",
@@ -173,7 +194,7 @@ int bench_main(bool quick) {
     for (auto [batch, len] : {std::pair{4, int64_t(4096)}, std::pair{1, int64_t(16384)}}) {
       PagedBatch b = make_batch(Op::kBatchPrefillPaged, batch, len, len, kv);
       const double flops = b.flops;
-      const double ms = run_ms(b, *device, quick ? 2 : 5);
+      const double ms = run_ms(b, "fa2", *device, quick ? 2 : 5);
       std::printf("prefill causal q bf16 kv %-4s B=%d len=%-6lld %8.3f ms %7.1f TFLOP/s\n",
                   std::string(dtype_name(kv)).c_str(), batch, (long long)len, ms,
                   flops / (ms * 1e-3) / 1e12);
@@ -186,6 +207,11 @@ int bench_main(bool quick) {
 }  // namespace kvattn::fa2::test
 
 int main(int argc, char** argv) {
-  bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  return kvattn::fa2::test::bench_main(quick);
+  bool quick = false, fa3 = false;
+  for (int i = 1; i < argc; ++i) {
+    quick = quick || std::strcmp(argv[i], "--quick") == 0;
+    fa3 = fa3 || (std::strcmp(argv[i], "--backend") == 0 && i + 1 < argc &&
+                  std::strcmp(argv[i + 1], "fa3") == 0);
+  }
+  return fa3 ? kvattn::fa2::test::bench_fa3(quick) : kvattn::fa2::test::bench_main(quick);
 }

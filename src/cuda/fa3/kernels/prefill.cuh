@@ -1,0 +1,436 @@
+// fa3's prefill kernel (SM90a; q = kv bf16, f16, e4m3 or e5m2; head dims 128, and 64, 256 and
+// (192, 128) for 16-bit types): FlashAttention-3's structure.
+// A persistent CTA of three warpgroups walks the longest-first tile list (tile_scheduler.h).
+// Warpgroup 0 is the producer: it loads each K/V block into a kStages-slot shared-memory ring
+// (TMA for dense and ragged K/V, one thread issuing the loads and the expected bytes; cp.async
+// with zero fill for pages) and signals the slot's `full` mbarrier; warpgroups 1 and 2 are
+// consumers of 64 query rows each: S = Q K^T by wgmma from shared memory, masking of the edge
+// blocks only, online softmax in registers, O += P V by wgmma with P taken straight from S's
+// accumulators as the register operand, then release of the slot through its `empty` mbarrier
+// (pipeline_state.h). The epilogue writes O (and the natural-log LSE) from the accumulators. Index
+// math lives in the replayed headers (smem_layout.h, wgmma_fragment.h, tile_scheduler.h,
+// pipeline_state.h).
+//
+// Keys past a request's end that a TMA box brings in (the next request's, or zeros past the
+// tensor) are masked in S, so their V rows are multiplied by exactly 0.
+//
+// Not here yet (see docs/cuda.md): the softmax of one block overlapped with the GEMM of the next
+// (and the two consumer warpgroups' ping-pong), FP8, head dims other than 128, decode, split-KV.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/fa3/kernels/pipeline_state.h"
+#include "cuda/fa3/kernels/sm90_ptx.cuh"
+#include "cuda/fa3/kernels/smem_layout.h"
+#include "cuda/fa3/kernels/tile_scheduler.h"
+#include "cuda/fa3/kernels/wgmma_fragment.h"
+#include "cuda/fa3/params.h"
+
+namespace kvattn::fa3 {
+
+inline constexpr int kStages = 2;
+inline constexpr int kThreads = 3 * frag::kWarpgroupThreads;
+inline constexpr int kConsumerWarps = 8;
+// Register split between the producer and the consumers (setmaxnreg): 128 x 40 + 256 x 232 fits
+// the 64 K registers of an SM with one CTA resident. (The producer's copy loop is unrolled by 2,
+// by 1 for FP8, whose producer transposes V through registers: more spills at 40 otherwise.)
+inline constexpr int kProducerRegs = 40;
+inline constexpr int kConsumerRegs = 232;
+
+// What differs between the 16-bit and the FP8 kernel: element size, and with it the k-step of
+// wgmma (k16 / k32), the tile layout (64 / 128 columns per panel) and how V is stored (as is,
+// read MN-major / transposed with renumbered keys, read K-major: FP8 wgmma has no transpose).
+template <class Tag>
+struct Elem {
+  static constexpr int kBytes = 2;
+  static constexpr bool kFp8 = false;
+};
+template <>
+struct Elem<E4m3Tag> {
+  static constexpr int kBytes = 1;
+  static constexpr bool kFp8 = true;
+};
+template <>
+struct Elem<E5m2Tag> {
+  static constexpr int kBytes = 1;
+  static constexpr bool kFp8 = true;
+};
+template <>
+struct Elem<E4m3E5m2Tag> : Elem<E4m3Tag> {};
+template <>
+struct Elem<E5m2E4m3Tag> : Elem<E4m3Tag> {};
+
+template <int EB, int QK, int VO>
+struct SmemPlan {
+  static constexpr uint32_t kQBytes = frag::kWarpgroupRows * QK * EB;  // per warpgroup
+  static constexpr int BN = sched::block_n_for(QK);
+  static constexpr uint32_t kKBytes = BN * QK * EB;
+  static constexpr uint32_t kVBytes = BN * VO * EB;
+  static constexpr uint32_t q(int wg) { return uint32_t(wg) * kQBytes; }
+  static constexpr uint32_t k(int stage) {
+    return 2 * kQBytes + uint32_t(stage) * (kKBytes + kVBytes);
+  }
+  static constexpr uint32_t v(int stage) { return k(stage) + kKBytes; }
+  static constexpr uint32_t barriers() { return k(kStages); }
+  // + 1024: the dynamic shared memory base is rounded up to the swizzle's alignment.
+  static constexpr uint32_t total() { return barriers() + 2 * kStages * 8 + 1024; }
+};
+
+template <int EB>
+__device__ __forceinline__ const uint8_t* kv_row(const PrefillParams& p, const RequestInfo& r,
+                                                 const void* base, const paged::CacheStrides& s,
+                                                 int64_t key, int kv_head) {
+  int64_t off;
+  if (p.paged) {
+    const int32_t page = p.kv_indices[r.kv_first + key / p.page_size];
+    off = s.offset(page, key % p.page_size, kv_head, 0);
+  } else {
+    off = s.offset(0, r.kv_first + key, kv_head, 0);
+  }
+  return static_cast<const uint8_t*>(base) + off * EB;
+}
+
+__device__ __forceinline__ void store_out(const PrefillParams& p, int64_t offset, float x) {
+  switch (p.out_kind) {
+    case OutKind::kF32:
+      static_cast<float*>(p.out)[offset] = x;
+      break;
+    case OutKind::kF16:
+      static_cast<__half*>(p.out)[offset] = __float2half_rn(x);
+      break;
+    case OutKind::kBF16:
+      static_cast<__nv_bfloat16*>(p.out)[offset] = __float2bfloat16_rn(x);
+      break;
+  }
+}
+
+// Warpgroup 0: K/V blocks of every tile of this CTA into the ring, in the consumers' order.
+template <class Tag, int QK, int VO>
+__device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, uint64_t* full,
+                                        uint64_t* empty) {
+  constexpr int EB = Elem<Tag>::kBytes;
+  using Plan = SmemPlan<EB, QK, VO>;
+  constexpr int BN = Plan::BN;
+  const int tid = threadIdx.x;  // 0..127
+  pipe::PipelineState<kStages> st = pipe::producer_start<kStages>();
+  if (!Elem<Tag>::kFp8 && p.tma) {
+    // One thread issues every load: the expected bytes, then the panels of K and of V.
+    if (tid != 0) return;
+    for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles;
+         t = sched::next_tile(t, gridDim.x)) {
+      const sched::Tile tile = p.tiles[t];
+      const RequestInfo r = p.requests[tile.request];
+      const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
+                                                p.window_left, sched::kBlockM, BN);
+      const int kv_head = tile.head / p.group;
+      for (int n = kr.begin; n < kr.end; ++n) {
+        ptx::mbarrier_wait(&empty[st.index], st.phase);
+        ptx::mbarrier_arrive_expect_tx(&full[st.index], Plan::kKBytes + Plan::kVBytes);
+        const int token = int(r.kv_first) + n * BN;
+#pragma unroll
+        for (int panel = 0; panel < QK / smem::kPanelCols16; ++panel) {
+          ptx::tma_load_3d(smem + Plan::k(st.index) + smem::tma_panel_offset(panel, BN), &p.tma_k,
+                           panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
+        }
+#pragma unroll
+        for (int panel = 0; panel < VO / smem::kPanelCols16; ++panel) {
+          ptx::tma_load_3d(smem + Plan::v(st.index) + smem::tma_panel_offset(panel, BN), &p.tma_v,
+                           panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
+        }
+        st.advance();
+      }
+    }
+    return;
+  }
+  constexpr int kKRowChunks = QK * EB / 16;  // 16-byte chunks per K row
+  constexpr int kVRowChunks = VO * EB / 16;
+  for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
+    const sched::Tile tile = p.tiles[t];
+    const RequestInfo r = p.requests[tile.request];
+    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
+                                              p.window_left, sched::kBlockM, BN);
+    const int kv_head = tile.head / p.group;
+    for (int n = kr.begin; n < kr.end; ++n) {
+      ptx::mbarrier_wait(&empty[st.index], st.phase);
+      uint8_t* k_smem = smem + Plan::k(st.index);
+      uint8_t* v_smem = smem + Plan::v(st.index);
+#pragma unroll 2
+      for (int c = tid; c < BN * kKRowChunks; c += frag::kWarpgroupThreads) {
+        const int row = c / kKRowChunks, byte_col = (c % kKRowChunks) * 16;
+        const int64_t key = int64_t(n) * BN + row;
+        const bool in = key < r.kv_len;
+        const int64_t src_key = in ? key : 0;  // a valid address; zero bytes are read
+        const uint8_t* src = kv_row<EB>(p, r, p.k, p.k_strides, src_key, kv_head) + byte_col;
+        const uint32_t dst = Elem<Tag>::kFp8 ? smem::tile_offset8(row, byte_col, BN)
+                                             : smem::tile_offset(row, byte_col / 2, BN);
+        ptx::cp_async_16_zfill(k_smem + dst, src, in ? 16 : 0);
+      }
+#pragma unroll(Elem <Tag>::kFp8 ? 1 : 2)
+      for (int c = tid; c < BN * kVRowChunks; c += frag::kWarpgroupThreads) {
+        const int row = c / kVRowChunks, byte_col = (c % kVRowChunks) * 16;
+        const int64_t key = int64_t(n) * BN + row;
+        const bool in = key < r.kv_len;
+        const int64_t src_key = in ? key : 0;
+        const uint8_t* src = kv_row<EB>(p, r, p.v, p.v_strides, src_key, kv_head) + byte_col;
+        if constexpr (!Elem<Tag>::kFp8) {
+          ptx::cp_async_16_zfill(v_smem + smem::tile_offset(row, byte_col / 2, BN), src,
+                                 in ? 16 : 0);
+        } else {
+          // V^T [dim][key], its columns renumbered as P's A fragment needs (wgmma_fragment.h).
+          uint4 vals = make_uint4(0, 0, 0, 0);
+          if (in) vals = *reinterpret_cast<const uint4*>(src);
+          const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&vals);
+          const int col = (row / 32) * 32 + frag::fp8_column_of_key(row % 32);
+#pragma unroll
+          for (int e = 0; e < 16; ++e) {
+            v_smem[smem::tile_offset8(byte_col + e, col, VO)] = bytes[e];
+          }
+        }
+      }
+      ptx::cp_async_wait_all();
+      ptx::fence_proxy_async();
+      ptx::mbarrier_arrive(&full[st.index]);
+      st.advance();
+    }
+  }
+}
+
+template <class Tag, int QK, int VO>
+__device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, uint64_t* full,
+                                        uint64_t* empty, int wg) {
+  constexpr int EB = Elem<Tag>::kBytes;
+  constexpr bool kFp8 = Elem<Tag>::kFp8;
+  using Plan = SmemPlan<EB, QK, VO>;
+  constexpr int BN = Plan::BN;
+  constexpr int kSRegs = BN / 2;  // S accumulators per thread (N = keys of a block)
+  constexpr int kORegs = VO / 2;  // O accumulators per thread (N = the V head dim)
+  const int ctid = threadIdx.x % frag::kWarpgroupThreads;
+  const int lane = threadIdx.x % 32;
+  uint8_t* q_smem = smem + Plan::q(wg);
+  const uint32_t q_addr = cuda::smem_addr(q_smem);
+  pipe::PipelineState<kStages> st = pipe::consumer_start<kStages>();
+
+  for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
+    const sched::Tile tile = p.tiles[t];
+    const RequestInfo r = p.requests[tile.request];
+    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
+                                              p.window_left, sched::kBlockM, BN);
+    const int64_t row0 = int64_t(tile.q_tile) * sched::kBlockM + wg * frag::kWarpgroupRows;
+    const int64_t causal_offset = r.kv_len - r.qo_len;
+
+    // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
+    // the warpgroup is past the previous tile's wgmmas, which read it.
+    ptx::named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
+    constexpr int kRowChunks = QK * EB / 16;
+    for (int c = ctid; c < frag::kWarpgroupRows * kRowChunks; c += frag::kWarpgroupThreads) {
+      const int tile_row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
+      const int64_t row = row0 + tile_row;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (row < r.qo_len) {
+        val = *reinterpret_cast<const uint4*>(
+            static_cast<const uint8_t*>(p.q) +
+            ((r.q_row + row) * p.q_stride_row + tile.head * p.q_stride_head) * EB + byte_col);
+      }
+      const uint32_t dst = kFp8 ? smem::tile_offset8(tile_row, byte_col, frag::kWarpgroupRows)
+                                : smem::tile_offset(tile_row, byte_col / 2, frag::kWarpgroupRows);
+      *reinterpret_cast<uint4*>(q_smem + dst) = val;
+    }
+    ptx::fence_proxy_async();
+    ptx::named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
+
+    float o[kORegs];
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY};
+    float l[2] = {0.0f, 0.0f};
+
+    for (int n = kr.begin; n < kr.end; ++n) {
+      ptx::mbarrier_wait(&full[st.index], st.phase);
+      const uint32_t k_addr = cuda::smem_addr(smem + Plan::k(st.index));
+      const uint32_t v_addr = cuda::smem_addr(smem + Plan::v(st.index));
+
+      // A k-step is 32 bytes: k16 for 16-bit, k32 for FP8; the descriptors are the same.
+      float s[kSRegs];
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < QK * EB / 32; ++ks) {
+        ptx::wgmma_ss<Tag, BN>(s, smem::encode(smem::k_major(q_addr, frag::kWarpgroupRows, 0, ks)),
+                               smem::encode(smem::k_major(k_addr, BN, 0, ks)), ks > 0);
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(s);
+
+      // Scores in the log2 domain (soft cap first: DESIGN.md §2 caps after sm_scale).
+      if (p.soft_cap > 0.0f) {
+#pragma unroll
+        for (int i = 0; i < kSRegs; ++i) s[i] = p.cap_log2 * tanhf(s[i] * p.score_scale_over_cap);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kSRegs; ++i) s[i] *= p.score_scale_log2;
+      }
+      if (kr.masked(n)) {  // the edges: keys past kv_len, the causal diagonal, the window
+#pragma unroll
+        for (int i = 0; i < kSRegs; ++i) {
+          const frag::RowCol rc = frag::acc_element(ctid, i);
+          const int64_t key = int64_t(n) * BN + rc.col;
+          const int64_t diag = row0 + rc.row + causal_offset;
+          const bool visible = key < r.kv_len && (!p.causal || key <= diag) &&
+                               (p.window_left < 0 || key >= diag - p.window_left);
+          if (!visible) s[i] = -INFINITY;
+        }
+      }
+
+      // Online softmax in the log2 domain; each thread holds 32 keys of two rows, its quad the
+      // rest of each row.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < kSRegs; ++i) {
+          if (frag::acc_row_half(i) == h) mx = fmaxf(mx, s[i]);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[h], mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row that sees nothing yet
+        const float alpha = exp2f(m[h] - m_use);
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kSRegs; ++i) {
+          if (frag::acc_row_half(i) == h) {
+            s[i] = exp2f(s[i] - m_use);
+            sum += s[i];
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kORegs; ++i) {
+          if (frag::acc_row_half(i) == h) o[i] *= alpha;
+        }
+        l[h] = l[h] * alpha + sum;
+        m[h] = m_new;
+      }
+
+      // P as the register A operand: 16-bit pairs (k16 steps) or FP8 quads (k32 steps, keys
+      // renumbered as V^T's columns are).
+      constexpr int kPSteps = BN * EB / 32;
+      uint32_t a[kPSteps][4];
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk) {
+#pragma unroll
+        for (int rr = 0; rr < 4; ++rr) {
+          if constexpr (kFp8) {
+            a[kk][rr] = ptx::pack_e4m3x4(
+                s[frag::p_a_register8(kk, rr, 0)], s[frag::p_a_register8(kk, rr, 1)],
+                s[frag::p_a_register8(kk, rr, 2)], s[frag::p_a_register8(kk, rr, 3)]);
+          } else {
+            a[kk][rr] = cuda::Compute16<Tag>::pack(s[frag::p_a_register(kk, rr, 0)],
+                                                   s[frag::p_a_register(kk, rr, 1)]);
+          }
+        }
+      }
+      // The rescaled O and the packed P must be in their registers before wgmma.fence.
+      ptx::fence_registers(o);
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk) ptx::fence_registers(a[kk]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk) {
+        if constexpr (kFp8) {
+          ptx::wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::k_major(v_addr, VO, 0, kk)));
+        } else {
+          ptx::wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::mn_major(v_addr, BN, kk)));
+        }
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(o);
+
+      __syncwarp();
+      if (lane == 0) ptx::mbarrier_arrive(&empty[st.index]);
+      st.advance();
+    }
+
+    // Epilogue: normalize, write O and the natural-log LSE of the rows this request has.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+    constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i) {
+      const frag::RowCol rc = frag::acc_element(ctid, i);
+      const int64_t row = row0 + rc.row;
+      if (row >= r.qo_len) continue;
+      const int h = frag::acc_row_half(i);
+      const float inv = l[h] > 0.0f ? p.v_scale / l[h] : 0.0f;
+      store_out(p, (r.q_row + row) * p.o_stride_row + tile.head * p.o_stride_head + rc.col,
+                o[i] * inv);
+    }
+    if (p.lse && lane % 4 == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
+        if (row < r.qo_len) {
+          p.lse[(r.q_row + row) * p.lse_stride_row + tile.head * p.lse_stride_head] =
+              l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+        }
+      }
+    }
+  }
+}
+
+template <class Tag, int QK, int VO>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_kernel(const __grid_constant__ PrefillParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024u - (cuda::smem_addr(smem_raw) & 1023u)) & 1023u);
+  using Plan = SmemPlan<Elem<Tag>::kBytes, QK, VO>;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Plan::barriers());
+  uint64_t* empty = full + kStages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives.
+      ptx::mbarrier_init(&full[s], !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads);
+      ptx::mbarrier_init(&empty[s], kConsumerWarps);  // one arrival per consumer warp
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  const int wg = threadIdx.x / frag::kWarpgroupThreads;
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    produce<Tag, QK, VO>(p, smem, full, empty);
+  } else {
+    ptx::setmaxnreg_inc<kConsumerRegs>();
+    consume<Tag, QK, VO>(p, smem, full, empty, wg - 1);
+  }
+#endif
+}
+
+// Launches `ctas` persistent CTAs (at most one per SM); returns the cudaError_t as an int.
+template <class Tag, int HeadDimQK, int HeadDimVO>
+int launch_prefill(const PrefillParams& p, int ctas, void* stream) {
+  // Rows of whole 128-byte panels (the swizzle's width): every type at d128, 16-bit ones at d64
+  // and (192, 128).
+  constexpr bool kFp8 = Elem<Tag>::kFp8;
+  static_assert((HeadDimQK == 128 && HeadDimVO == 128) ||
+                    (!kFp8 && HeadDimQK == HeadDimVO && (HeadDimQK == 64 || HeadDimQK == 256)) ||
+                    (!kFp8 && HeadDimQK == 192 && HeadDimVO == 128),
+                "fa3's prefill kernel: d128, and d64, d256 and (192, 128) with 16-bit types");
+  using Plan = SmemPlan<Elem<Tag>::kBytes, HeadDimQK, HeadDimVO>;
+  const auto kernel = prefill_kernel<Tag, HeadDimQK, HeadDimVO>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Plan::total()));
+  if (err != cudaSuccess) return int(err);
+  kernel<<<ctas, kThreads, Plan::total(), static_cast<cudaStream_t>(stream)>>>(p);
+  return int(cudaGetLastError());
+}
+
+}  // namespace kvattn::fa3

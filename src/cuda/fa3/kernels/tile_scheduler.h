@@ -1,0 +1,96 @@
+// fa3's persistent tile scheduler: which (request, query head, query tile) each CTA computes, in
+// which order, and which K/V blocks a tile visits (split into the fully visible blocks, which need
+// no mask test, and the masked edges of the causal diagonal and the sliding window). Plain
+// host/device code: the planner builds the ordered tile list with it, the kernel reads the same
+// functions, and tests/cuda/fa3_tile_scheduler_test.cc replays it on the CPU (every tile once,
+// longest first, every visible key in range, no mask needed where none is tested).
+#pragma once
+
+#include <cstdint>
+
+#include "core/hd.h"
+
+namespace kvattn::fa3::sched {
+
+// Tile sizes, one source for planner and kernel (STYLE.md "One source of truth"): a CTA's query
+// tile is kBlockM rows (two consumer warpgroups of 64 rows, the M of one wgmma each), a K/V
+// block is kBlockN keys (the N of the S = Q K^T wgmma).
+inline constexpr int kBlockM = 128;
+inline constexpr int kBlockN = 128;
+
+// Keys per K/V block for a QK head dim: 64 at d256, where a 128-key block's S accumulators and a
+// 256-wide O would not fit the consumers' registers together.
+KVATTN_HD constexpr int block_n_for(int head_dim_qk) { return head_dim_qk >= 256 ? 64 : kBlockN; }
+
+KVATTN_HD int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+
+// One work item: query rows [q_tile * kBlockM, +kBlockM) of `request` at query head `head`.
+struct Tile {
+  int32_t request = 0;
+  int32_t head = 0;
+  int32_t q_tile = 0;
+  int32_t kv_blocks = 0;  // the cost the order uses: K/V blocks this tile visits
+};
+
+// The K/V blocks tile `q_tile` visits: [begin, end), of which [unmasked_begin, unmasked_end) are
+// visible to every row of the tile (and hold no key past kv_len), so the loop over them carries
+// no mask test; the rest are the masked edges. DESIGN.md §2, with offset = kv_len - qo_len: row i
+// sees key j < kv_len iff (not causal or j <= i + offset) and (window_left w < 0 or
+// j >= i + offset - w).
+struct KvRange {
+  int begin = 0;
+  int end = 0;
+  int unmasked_begin = 0;
+  int unmasked_end = 0;
+  KVATTN_HD bool masked(int block) const { return block < unmasked_begin || block >= unmasked_end; }
+  KVATTN_HD int blocks() const { return end - begin; }
+};
+
+KVATTN_HD int64_t clamp64(int64_t x, int64_t lo, int64_t hi) {
+  return x < lo ? lo : x > hi ? hi : x;
+}
+
+KVATTN_HD KvRange kv_range(int64_t qo_len, int64_t kv_len, int q_tile, bool causal,
+                           int window_left = -1, int block_m = kBlockM, int block_n = kBlockN) {
+  KvRange r;
+  const int64_t row_begin = int64_t(q_tile) * block_m;
+  int64_t row_end = row_begin + block_m;
+  if (row_end > qo_len) row_end = qo_len;
+  if (row_begin >= row_end || kv_len <= 0) return r;
+  const int64_t offset = kv_len - qo_len;
+  const int64_t last_row = row_end - 1;
+  // Keys some row sees: [first row's lower bound, last row's upper bound].
+  const int64_t lo_any =
+      window_left >= 0 ? clamp64(row_begin + offset - window_left, 0, kv_len) : 0;
+  const int64_t hi_any = causal ? clamp64(last_row + offset + 1, 0, kv_len) : kv_len;
+  if (lo_any >= hi_any) return r;
+  r.begin = int(lo_any / block_n);
+  r.end = ceil_div(hi_any, block_n);
+  // Keys every row sees: [last row's lower bound, first row's upper bound]; whole blocks only.
+  const int64_t lo_all = window_left >= 0 ? clamp64(last_row + offset - window_left, 0, kv_len) : 0;
+  const int64_t hi_all = causal ? clamp64(row_begin + offset + 1, 0, kv_len) : kv_len;
+  r.unmasked_begin = ceil_div(lo_all, block_n);
+  r.unmasked_end = int(hi_all / block_n);
+  if (r.unmasked_begin < r.begin) r.unmasked_begin = r.begin;
+  if (r.unmasked_end > r.end) r.unmasked_end = r.end;
+  if (r.unmasked_begin > r.unmasked_end) r.unmasked_begin = r.unmasked_end;
+  return r;
+}
+
+// "Longest first": a tile with more K/V blocks comes before one with fewer; ties keep (request,
+// head, q_tile) order so the order is deterministic. Under a causal mask the last query tiles of
+// a request are the longest, so they start first and the short ones fill the tail (FA3's LPT
+// order), instead of the CTAs that drew the long tiles finishing last.
+KVATTN_HD bool runs_before(const Tile& a, const Tile& b) {
+  if (a.kv_blocks != b.kv_blocks) return a.kv_blocks > b.kv_blocks;
+  if (a.request != b.request) return a.request < b.request;
+  if (a.head != b.head) return a.head < b.head;
+  return a.q_tile < b.q_tile;
+}
+
+// Persistent CTAs: CTA c of `ctas` takes tiles c, c + ctas, c + 2 ctas, ... of the ordered list,
+// so the first wave holds the longest tiles, one each.
+KVATTN_HD int first_tile(int cta) { return cta; }
+KVATTN_HD int next_tile(int tile, int ctas) { return tile + ctas; }
+
+}  // namespace kvattn::fa3::sched

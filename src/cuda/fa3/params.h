@@ -1,0 +1,65 @@
+// The plain data fa3's prefill kernel reads: per-request facts, the ordered tile list (made by
+// tile_order.h's ordered_tiles) and the kernel parameters. Made on the host by launch.cu; nothing
+// here owns memory.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a type only: the driver is reached through the runtime)
+
+#include <cstdint>
+
+#include "core/paged_kv.h"
+#include "cuda/fa3/kernels/tile_scheduler.h"
+
+namespace kvattn::fa3 {
+
+// Output element types the epilogue writes.
+enum class OutKind : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+struct RequestInfo {
+  int64_t q_row = 0;  // first row of this request in q / out / lse
+  int64_t qo_len = 0;
+  int64_t kv_len = 0;
+  int64_t kv_first = 0;  // paged: first entry in kv_indices; ragged: first key row; single: 0
+};
+
+struct PrefillParams {
+  // q [rows, H_qo, D] (16-bit), strides in elements; the dim is dense (stride 1).
+  const void* q = nullptr;
+  int64_t q_stride_row = 0, q_stride_head = 0;
+  // K and V: paged caches, or contiguous [tokens, H_kv, D] (page stride 0, slot = token); the
+  // dim is dense and every row 16-byte aligned (launch.cu checks).
+  const void* k = nullptr;
+  const void* v = nullptr;
+  paged::CacheStrides k_strides, v_strides;
+  bool paged = false;
+  int page_size = 1;
+  const int32_t* kv_indices = nullptr;  // device copy
+  // Dense and ragged K/V: TMA tensor maps over [tokens, H_kv, D] (dims innermost first: D, H_kv,
+  // tokens), box 64 x 1 x kBlockN with the 128-byte swizzle: one box is one panel of a K/V tile
+  // (smem_layout.h). false: the producer copies with cp.async (pages; or no encoder found).
+  bool tma = false;
+  CUtensorMap tma_k{}, tma_v{};
+
+  void* out = nullptr;
+  int64_t o_stride_row = 0, o_stride_head = 0;
+  OutKind out_kind = OutKind::kBF16;
+  float* lse = nullptr;  // may be null
+  int64_t lse_stride_row = 0, lse_stride_head = 1;
+
+  const RequestInfo* requests = nullptr;
+  const sched::Tile* tiles = nullptr;  // longest first
+  int num_tiles = 0;
+  int group = 1;  // H_qo / H_kv
+
+  // The score in the log2 domain: s * score_scale_log2, or with a soft cap c
+  // (c * log2 e) * tanh(s * score_scale / c), i.e. cap_log2 * tanh(s * score_scale_over_cap).
+  float score_scale_log2 = 1.0f;  // sm_scale * q_scale * k_scale * log2(e)
+  float soft_cap = 0.0f;          // <= 0: none
+  float cap_log2 = 0.0f;
+  float score_scale_over_cap = 0.0f;
+  float v_scale = 1.0f;  // folded into the output
+  bool causal = false;
+  int window_left = -1;  // < 0: no sliding window
+};
+
+}  // namespace kvattn::fa3
