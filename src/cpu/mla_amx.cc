@@ -6,6 +6,7 @@
 //     (A: the probabilities, transposed from S^T; B: the value pairs of the AVX-512 kernel).
 // One TDPBF16PS does 16 x 16 x 32 multiply-adds: at 16 heads the latent tile no longer waits
 // on the dot products (vdpbf16ps needs 32 instructions for the same work).
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -36,7 +37,11 @@ std::atomic<int> g_amx_override{-1};  // -1: detect; 0/1: forced (tests)
 // Linux hands out AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM).
 bool amx_permitted() {
   static const bool permitted = [] {
-    if (!__builtin_cpu_supports("amx-bf16") || !__builtin_cpu_supports("amx-tile")) return false;
+    // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE (clang 14's __builtin_cpu_supports does
+    // not know the AMX names).
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if (((edx >> 22) & 1) == 0 || ((edx >> 24) & 1) == 0) return false;
     constexpr long kArchReqXcompPerm = 0x1023;
     constexpr long kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
