@@ -2,9 +2,8 @@
 // holds argument handling and conventions; validation, selection and kernels stay in C++, so there
 // is one set of rules and one set of messages (STYLE.md, "Python: a thin, familiar layer").
 //
-// Tensors arrive as DLPack arrays (torch, numpy, anything with __dlpack__) and are read where they
-// lie: a TensorView is made of the array's pointer, shape and strides. The GIL is released while
-// kernels run.
+// Tensors are read where they lie (tensor_views.h: torch by its metadata, anything else through
+// DLPack). The GIL is released while kernels run.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -24,6 +23,7 @@
 #include <string_view>
 
 #include "kvattn/kvattn.h"
+#include "tensor_views.h"
 #include "tools/problem_fields.h"
 
 namespace nb = nanobind;
@@ -31,198 +31,6 @@ using namespace nb::literals;
 
 namespace kvattn::python {
 namespace {
-
-using Array = nb::ndarray<nb::ro>;
-
-// Python exception classes by error-code name, registered by kvattn/_errors.py at import.
-nb::dict& error_classes() {
-  static nb::dict* classes = new nb::dict();  // never destroyed: outlives the interpreter's exit
-  return *classes;
-}
-
-[[noreturn]] void raise(const Status& status) {
-  std::string name(error_code_name(status.code()));
-  nb::handle cls = PyExc_RuntimeError;
-  if (error_classes().contains(name.c_str())) cls = error_classes()[name.c_str()];
-  PyErr_SetString(cls.ptr(), status.message().c_str());
-  throw nb::python_error();
-}
-
-void check(const Status& status) {
-  if (!status.ok()) raise(status);
-}
-
-[[noreturn]] void raise_invalid(const std::string& message) {
-  raise(Status(ErrorCode::kInvalidArgument, message));
-}
-
-// DLPack type codes for the fp8 formats (DLPack >= 1.0).
-constexpr uint8_t kDLFloat8E4M3FN = 10;
-constexpr uint8_t kDLFloat8E5M2 = 12;
-
-// The kvattn dtype of a DLPack array. Frameworks without fp8 or bf16 (numpy) pass the bytes as
-// uint8 / uint16 and name the real dtype in `expected`: a storage-compatible array takes it.
-std::optional<DType> array_dtype(const Array& a, std::optional<DType> expected) {
-  const nb::dlpack::dtype t = a.dtype();
-  if (t.lanes != 1) return std::nullopt;
-  const auto code = static_cast<uint8_t>(t.code);
-  using Code = nb::dlpack::dtype_code;
-  if (code == static_cast<uint8_t>(Code::Float) && t.bits == 32) return DType::kF32;
-  if (code == static_cast<uint8_t>(Code::Float) && t.bits == 16) return DType::kF16;
-  if (code == static_cast<uint8_t>(Code::Bfloat) && t.bits == 16) return DType::kBF16;
-  if (code == kDLFloat8E4M3FN && t.bits == 8) return DType::kE4M3;
-  if (code == kDLFloat8E5M2 && t.bits == 8) return DType::kE5M2;
-  if (code == static_cast<uint8_t>(Code::Int) && t.bits == 32) return DType::kI32;
-  const bool integer =
-      code == static_cast<uint8_t>(Code::UInt) || code == static_cast<uint8_t>(Code::Int);
-  if (integer && t.bits == 8) {
-    if (expected && is_fp8(*expected)) return expected;
-    if (code == static_cast<uint8_t>(Code::UInt)) return DType::kU8;
-  }
-  if (integer && t.bits == 16 && expected && is_16bit_float(*expected)) return expected;
-  if (code == static_cast<uint8_t>(Code::Bool) && t.bits == 8) return DType::kU8;
-  return std::nullopt;
-}
-
-std::string describe_dtype(const Array& a) {
-  const nb::dlpack::dtype t = a.dtype();
-  return "DLPack type code " + std::to_string(static_cast<int>(t.code)) + ", " +
-         std::to_string(t.bits) + " bits";
-}
-
-// A view of `a` as it lies in memory. `name` is the argument, for messages.
-TensorView to_view(const Array& a, std::string_view name, std::optional<DType> expected = {}) {
-  std::optional<DType> dtype = array_dtype(a, expected);
-  if (!dtype) {
-    raise(Status(ErrorCode::kInvalidDType, std::string(name) + ": " + describe_dtype(a) +
-                                               " is not a type kvattn reads (float32, float16, "
-                                               "bfloat16, float8_e4m3fn, float8_e5m2, int32, "
-                                               "uint8)"));
-  }
-  if (a.ndim() > static_cast<size_t>(kMaxRank)) {
-    raise(Status(ErrorCode::kInvalidShape, std::string(name) + ": rank " +
-                                               std::to_string(a.ndim()) + " exceeds " +
-                                               std::to_string(kMaxRank)));
-  }
-  int64_t shape[kMaxRank], strides[kMaxRank];
-  const int rank = static_cast<int>(a.ndim());
-  for (int i = 0; i < rank; ++i) {
-    shape[i] = static_cast<int64_t>(a.shape(i));
-    strides[i] = static_cast<int64_t>(a.stride(i));
-    if (strides[i] < 0) {
-      raise(Status(ErrorCode::kOutOfBounds, std::string(name) + ": stride " +
-                                                std::to_string(strides[i]) + " of dim " +
-                                                std::to_string(i) +
-                                                " is negative (kvattn reads strides >= 0)"));
-    }
-  }
-  TensorView v = TensorView::strided(const_cast<void*>(a.data()), *dtype, shape, strides, rank);
-  const int device_type = a.device_type();
-  if (device_type == nb::device::cuda::value) {
-    v.memory = MemoryKind::kCuda;
-    v.device_index = a.device_id();
-  } else if (device_type != nb::device::cpu::value &&
-             device_type != nb::device::cuda_host::value) {
-    raise(Status(ErrorCode::kInvalidArgument,
-                 std::string(name) + ": DLPack device type " + std::to_string(device_type) +
-                     " is not one kvattn runs on (CPU, CUDA, CUDA host)"));
-  }
-  return v;
-}
-
-// torch tensors, read by their own metadata: pointer, shape, strides, dtype and device, the fields
-// DLPack would carry, without __dlpack__'s cost (~3.5 us a tensor in torch 2.15, which alone
-// would break the per-call overhead budget). Everything else goes through DLPack.
-struct TorchTypes {
-  nb::handle tensor, strided;
-  std::vector<std::pair<nb::handle, DType>> dtypes;
-  nb::handle uint8, int32, int16, boolean;
-};
-
-// torch's types once torch is imported (numpy-only callers never import it); under the GIL.
-const TorchTypes* torch_types() {
-  static TorchTypes* types = nullptr;
-  if (types) return types;
-  types = [] () -> TorchTypes* {
-    nb::module_ sys = nb::module_::import_("sys");
-    nb::dict modules = nb::borrow<nb::dict>(sys.attr("modules"));
-    if (!modules.contains("torch")) return nullptr;
-    nb::object torch = modules["torch"];
-    auto* t = new TorchTypes();  // never destroyed: torch outlives every call
-    t->tensor = nb::object(torch.attr("Tensor")).release();
-    t->strided = nb::object(torch.attr("strided")).release();
-    const std::pair<const char*, DType> names[] = {{"float32", DType::kF32},
-                                                   {"float16", DType::kF16},
-                                                   {"bfloat16", DType::kBF16},
-                                                   {"float8_e4m3fn", DType::kE4M3},
-                                                   {"float8_e5m2", DType::kE5M2}};
-    for (const auto& [name, dtype] : names) {
-      if (nb::hasattr(torch, name)) t->dtypes.emplace_back(nb::object(torch.attr(name)).release(), dtype);
-    }
-    t->uint8 = nb::object(torch.attr("uint8")).release();
-    t->int32 = nb::object(torch.attr("int32")).release();
-    t->int16 = nb::object(torch.attr("int16")).release();
-    t->boolean = nb::object(torch.attr("bool")).release();
-    return t;
-  }();
-  return types;
-}
-
-std::optional<TensorView> torch_view(nb::handle obj, std::string_view name,
-                                     std::optional<DType> expected) {
-  const TorchTypes* t = torch_types();
-  if (!t || !PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(t->tensor.ptr()))) {
-    return std::nullopt;
-  }
-  if (!obj.attr("layout").is(t->strided)) return std::nullopt;  // sparse: DLPack says why
-  nb::handle dt = obj.attr("dtype");
-  std::optional<DType> dtype;
-  for (const auto& [h, d] : t->dtypes) {
-    if (dt.is(h)) dtype = d;
-  }
-  if (dt.is(t->int32)) dtype = DType::kI32;
-  if (dt.is(t->uint8) || dt.is(t->boolean)) {
-    dtype = expected && is_fp8(*expected) && dt.is(t->uint8) ? *expected : DType::kU8;
-  }
-  if (dt.is(t->int16) && expected && is_16bit_float(*expected)) dtype = expected;
-  if (!dtype) return std::nullopt;  // DLPack's path names the type in its error
-  nb::tuple shape = nb::borrow<nb::tuple>(obj.attr("shape"));
-  nb::tuple stride = nb::borrow<nb::tuple>(obj.attr("stride")());
-  const int rank = static_cast<int>(shape.size());
-  if (rank > kMaxRank) {
-    raise(Status(ErrorCode::kInvalidShape, std::string(name) + ": rank " + std::to_string(rank) +
-                                               " exceeds " + std::to_string(kMaxRank)));
-  }
-  int64_t sh[kMaxRank], st[kMaxRank];
-  for (int i = 0; i < rank; ++i) {
-    sh[i] = nb::cast<int64_t>(shape[i]);
-    st[i] = nb::cast<int64_t>(stride[i]);
-  }
-  const auto ptr = nb::cast<uintptr_t>(obj.attr("data_ptr")());
-  TensorView v = TensorView::strided(reinterpret_cast<void*>(ptr), *dtype, sh, st, rank);
-  const int device = nb::cast<int>(obj.attr("get_device")());  // -1: CPU
-  if (device >= 0) {
-    v.memory = MemoryKind::kCuda;
-    v.device_index = device;
-  }
-  return v;
-}
-
-// Any tensor argument: torch by its metadata, anything else through DLPack.
-TensorView object_view(nb::handle obj, std::string_view name, std::optional<DType> expected) {
-  if (std::optional<TensorView> v = torch_view(obj, name, expected)) return *v;
-  Array a;
-  if (!nb::try_cast(obj, a)) {
-    raise_invalid(std::string(name) + ": expected a tensor or array (DLPack), got " +
-                  nb::cast<std::string>(nb::str(obj.type())));
-  }
-  return to_view(a, name, expected);
-}
-
-TensorView optional_view(const std::optional<Array>& a, std::string_view name,
-                         std::optional<DType> expected = {}) {
-  return a ? to_view(*a, name, expected) : TensorView{};
-}
 
 Device parse_device(const std::string& text) {
   std::string why;
@@ -290,10 +98,14 @@ constexpr ArgField kArgFields[] = {
 
 std::optional<DType> expected_dtype(const Problem& p, Expect e) {
   switch (e) {
-    case Expect::kQ: return p.q_dtype;
-    case Expect::kKV: return p.kv_dtype;
-    case Expect::kO: return p.o_dtype;
-    case Expect::kNone: break;
+    case Expect::kQ:
+      return p.q_dtype;
+    case Expect::kKV:
+      return p.kv_dtype;
+    case Expect::kO:
+      return p.o_dtype;
+    case Expect::kNone:
+      break;
   }
   return std::nullopt;
 }
@@ -344,8 +156,9 @@ AttentionArgs args_from_dict(const Problem& problem, const nb::dict& tensors,
 
 // A plan and the variants of it that FlashInfer's API decides at run time rather than at plan
 // time: whether the LSE is written, the q/k/v scales, whether sinks are given. Those fields are
-// read by run, never by planning, so a variant is the same plan with them changed; variants are made once and kept
-// (per-layer scales give one variant per layer), so a run in steady state copies nothing.
+// read by run, never by planning, so a variant is the same plan with them changed; variants are
+// made once and kept (per-layer scales give one variant per layer), so a run in steady state
+// copies nothing.
 struct RunFields {
   bool return_lse;
   float q_scale, k_scale, v_scale;
@@ -425,9 +238,9 @@ void run_plan(PyPlan& p, const nb::dict& tensors, const std::optional<Array>& wo
               std::optional<float> v_scale) {
   const Problem& base = p.plan.problem;
   const bool use_sinks = base.use_sinks || tensors.contains("sinks");
-  const Plan& plan = p.variant({return_lse, q_scale.value_or(base.q_scale),
-                                k_scale.value_or(base.k_scale), v_scale.value_or(base.v_scale),
-                                use_sinks});
+  const Plan& plan =
+      p.variant({return_lse, q_scale.value_or(base.q_scale), k_scale.value_or(base.k_scale),
+                 v_scale.value_or(base.v_scale), use_sinks});
   AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
   // The caller's workspace when it is on the plan's device and large enough; else run allocates.
   void* ws = nullptr;
@@ -447,8 +260,7 @@ void run_plan(PyPlan& p, const nb::dict& tensors, const std::optional<Array>& wo
 
 // Seconds of each of `repeats` C++ run() calls on the same arguments (the GIL released): the
 // figure the Python overhead benchmark (bench/python_overhead.py) subtracts.
-std::vector<double> time_cpp_run(PyPlan& p, const nb::dict& tensors, bool return_lse,
-                                 int repeats) {
+std::vector<double> time_cpp_run(PyPlan& p, const nb::dict& tensors, bool return_lse, int repeats) {
   const Plan& plan = p.variant({return_lse, p.plan.problem.q_scale, p.plan.problem.k_scale,
                                 p.plan.problem.v_scale, p.plan.problem.use_sinks});
   AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
@@ -600,12 +412,12 @@ NB_MODULE(_kvattn, m) {
       "v"_a, "s"_a, "v_out"_a, "s_out"_a.none(), "backend"_a, "device"_a, "num_threads"_a);
   m.def(
       "append_paged_kv_cache",
-      [](Array append_key, Array append_value, Array batch_indices, Array positions,
-         Array k_cache, Array v_cache, Array kv_indices, Array kv_indptr, Array kv_last_page_len,
-         const std::string& kv_layout, const std::string& cache_dtype, float k_scale,
-         float v_scale, const std::string& scale_granularity, std::optional<Array> k_scale_cache,
-         std::optional<Array> v_scale_cache, const std::string& backend,
-         const std::string& device, int num_threads) {
+      [](Array append_key, Array append_value, Array batch_indices, Array positions, Array k_cache,
+         Array v_cache, Array kv_indices, Array kv_indptr, Array kv_last_page_len,
+         const std::string& kv_layout, const std::string& cache_dtype, float k_scale, float v_scale,
+         const std::string& scale_granularity, std::optional<Array> k_scale_cache,
+         std::optional<Array> v_scale_cache, const std::string& backend, const std::string& device,
+         int num_threads) {
         std::optional<DType> cdt;
         if (!cache_dtype.empty()) cdt = parse_dtype(cache_dtype);
         PagedKVCache cache;
@@ -634,11 +446,10 @@ NB_MODULE(_kvattn, m) {
         const OpOptions o = op_options(backend, device, num_threads);
         run_released([&] { return append_paged_kv_cache(ak, av, bi, pos, cache, o); });
       },
-      "append_key"_a, "append_value"_a, "batch_indices"_a, "positions"_a, "k_cache"_a,
-      "v_cache"_a, "kv_indices"_a, "kv_indptr"_a, "kv_last_page_len"_a, "kv_layout"_a,
-      "cache_dtype"_a, "k_scale"_a, "v_scale"_a, "scale_granularity"_a,
-      "k_scale_cache"_a.none(), "v_scale_cache"_a.none(), "backend"_a, "device"_a,
-      "num_threads"_a);
+      "append_key"_a, "append_value"_a, "batch_indices"_a, "positions"_a, "k_cache"_a, "v_cache"_a,
+      "kv_indices"_a, "kv_indptr"_a, "kv_last_page_len"_a, "kv_layout"_a, "cache_dtype"_a,
+      "k_scale"_a, "v_scale"_a, "scale_granularity"_a, "k_scale_cache"_a.none(),
+      "v_scale_cache"_a.none(), "backend"_a, "device"_a, "num_threads"_a);
   m.def(
       "append_paged_mla_kv_cache",
       [](nb::handle append_ckv, nb::handle append_kpe, nb::handle batch_indices,
@@ -668,9 +479,8 @@ NB_MODULE(_kvattn, m) {
       "apply_rope",
       [](Array q, Array k, std::optional<Array> q_out, std::optional<Array> k_out, Array pos_ids,
          float rope_theta, float rope_scale, bool interleave, int rotary_dim,
-         std::optional<std::tuple<float, float, float>> llama31,
-         std::optional<Array> cos_sin_cache, const std::string& backend,
-         const std::string& device, int num_threads) {
+         std::optional<std::tuple<float, float, float>> llama31, std::optional<Array> cos_sin_cache,
+         const std::string& backend, const std::string& device, int num_threads) {
         const TensorView qv = to_view(q, "q"), kv = to_view(k, "k"),
                          qo = optional_view(q_out, "q_out"), ko = optional_view(k_out, "k_out"),
                          pv = to_view(pos_ids, "pos_ids");
@@ -683,9 +493,9 @@ NB_MODULE(_kvattn, m) {
         const OpOptions o = op_options(backend, device, num_threads);
         run_released([&] { return apply_rope(qv, kv, qo, ko, pv, rope, o); });
       },
-      "q"_a, "k"_a, "q_out"_a.none(), "k_out"_a.none(), "pos_ids"_a, "rope_theta"_a,
-      "rope_scale"_a, "interleave"_a, "rotary_dim"_a, "llama31"_a.none(),
-      "cos_sin_cache"_a.none(), "backend"_a, "device"_a, "num_threads"_a);
+      "q"_a, "k"_a, "q_out"_a.none(), "k_out"_a.none(), "pos_ids"_a, "rope_theta"_a, "rope_scale"_a,
+      "interleave"_a, "rotary_dim"_a, "llama31"_a.none(), "cos_sin_cache"_a.none(), "backend"_a,
+      "device"_a, "num_threads"_a);
 
   m.attr("__version__") = kvattn::version_string();
 }
