@@ -446,7 +446,10 @@ testing::ScoreWidening score_widening(const Problem& p, const AttentionArgs& a) 
 void check(const Input& input) {
   const Problem& p = input.problem;
   const AttentionArgs& args = input.args;
-  const Status valid = validate_attention(p, args);
+  // run(problem, args) plans first (plan scope: data tensors may be absent, PlanFromIndexTensors)
+  // and then validates everything: its first refusal is the plan scope's, else the run scope's.
+  Status valid = validate_attention(p, args, ArgsScope::kPlan);
+  if (valid.ok()) valid = validate_attention(p, args);
 
   PlanOptions ref_options;
   ref_options.backend = "reference";

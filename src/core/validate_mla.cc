@@ -52,7 +52,13 @@ Status check_presence(const Problem& p, const AttentionArgs& a, ArgsScope scope)
                               {&a.paged_k_cache, "paged_k_cache"},
                               {&a.paged_v_cache, "paged_v_cache"},
                               {&a.custom_mask, "custom_mask"},
-                              {&a.alibi_slopes, "alibi_slopes"}};
+                              {&a.alibi_slopes, "alibi_slopes"},
+                              // MLA has no sink and one per-tensor k_scale (DESIGN.md §2)
+                              {&a.sinks, "sinks"},
+                              {&a.k_scale, "k_scale"},
+                              {&a.v_scale, "v_scale"},
+                              {&a.k_scale_cache, "k_scale_cache"},
+                              {&a.v_scale_cache, "v_scale_cache"}};
   for (const NamedView& nv : unused) KVATTN_RETURN_IF_ERROR(check_unused(*nv.view, nv.name, kOp));
   if (a.custom_mask_packed) {
     return make_error(ErrorCode::kInvalidArgument,

@@ -121,6 +121,13 @@ std::vector<MlaCase> cases() {
       {"ckv_cache_past_its_buffer", [](F& f) { f.args.ckv_cache.buffer_bytes -= 2; },
        ErrorCode::kOutOfBounds, "ckv_cache"},
       {"q_given_for_mla", [](F& f) { f.args.q = f.args.q_nope; }, ErrorCode::kInvalidArgument, "q"},
+      // Tensors of variants MLA does not define are refused, never ignored (found by fuzzing).
+      {"sinks_given_for_mla", [](F& f) { f.args.sinks = f.args.lse; },
+       ErrorCode::kInvalidArgument, "sinks"},
+      {"k_scale_tensor_given_for_mla", [](F& f) { f.args.k_scale = f.args.lse; },
+       ErrorCode::kInvalidArgument, "k_scale"},
+      {"scale_cache_given_for_mla", [](F& f) { f.args.v_scale_cache = f.args.lse; },
+       ErrorCode::kInvalidArgument, "v_scale_cache"},
       {"q_pe_missing", [](F& f) { f.args.q_pe = TensorView(); }, ErrorCode::kInvalidArgument,
        "q_pe", true},
       {"lse_missing", [](F& f) { f.args.lse = TensorView(); }, ErrorCode::kInvalidArgument, "lse",
