@@ -1,7 +1,7 @@
 // e4m3 -> bf16 for the MLA tile kernels, by integer bit placement (exact: every e4m3 value is a
-// bf16 value). Going through f32 (Simd::load_e4m3, which lands 2^-120 below the value) makes
-// f32 denormals of the small codes, and each costs a microcode assist in the rescaling multiply:
-// on the DeepSeek bench the fp8 tile copy took longer than the tile's dot products.
+// bf16 value). Placing the bits straight into an f32 (2^-120 below the value) made f32 denormals
+// of the small codes, and each cost a microcode assist in the rescaling multiply: on the
+// DeepSeek bench the fp8 tile copy took longer than the tile's dot products.
 // Include only from files compiled with the AVX-512 (BW) flags.
 #pragma once
 
