@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,10 @@
 
 #include "cpu/thread_pool.h"
 #include "kvattn/attention.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace kvattn::bench {
 
@@ -101,6 +106,32 @@ int PreparedCase::threads() const { return state_->threads; }
 
 namespace {
 
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) uint64_t sum_bytes_avx512(const std::byte* p, int64_t n) {
+  __m512i acc = _mm512_setzero_si512();
+  for (int64_t i = 0; i + 64 <= n; i += 64) {
+    acc = _mm512_add_epi64(acc, _mm512_loadu_si512(p + i));
+  }
+  return _mm512_reduce_add_epi64(acc);
+}
+#endif
+
+// Adds the 64-byte lines of [p, p + n) (n a multiple of 64 in every paged decode case: rows of
+// 64 x 16-bit or 128 x 8-bit elements and more).
+uint64_t sum_bytes(const std::byte* p, int64_t n) {
+#if defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) return sum_bytes_avx512(p, n);
+#endif
+  uint64_t acc = 0;
+  for (int64_t i = 0; i + 8 <= n; i += 64) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    acc += w;
+  }
+  return acc;
+}
+
 double process_cpu_ms() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -150,8 +181,90 @@ Status time_case(const BenchCase& bench_case, PreparedCase& prepared, int repeat
   if (bench_case.bf16_dot && rooflines.bf16_dot_gflops > 0) compute_peak = rooflines.bf16_dot_gflops;
   if (bench_case.bf16_dot && rooflines.amx_bf16_gflops > 0) compute_peak = rooflines.amx_bf16_gflops;
   r.roofline_fraction =
-      bench_case.memory_bound ? r.gbps / rooflines.dram_gbps : r.gflops / compute_peak;
+      bench_case.memory_bound ? r.gbps / rooflines.dram.gbps : r.gflops / compute_peak;
+  if (bench_case.memory_bound) {
+    r.paged_read_gbps = prepared.measure_paged_read_gbps(repeats);
+    if (r.paged_read_gbps > 0) r.paged_read_fraction = r.gbps / r.paged_read_gbps;
+  }
   return Status::Ok();
+}
+
+
+double PreparedCase::measure_paged_read_gbps(int repeats) {
+  const Problem& p = state_->c->problem();
+  const AttentionArgs& a = state_->args;
+  if (p.op != Op::kBatchDecode || a.paged_k_cache.empty() || a.kv_indices.empty()) return 0;
+  const bool nhd = p.kv_layout == KVLayout::kNHD;
+  const TensorView& kc = a.paged_k_cache;
+  const TensorView& vc = a.paged_v_cache;
+  const int64_t elem = static_cast<int64_t>(dtype_size(p.kv_dtype));
+  // Element strides of the page, token and head of each cache.
+  auto strides = [&](const TensorView& t, int64_t* page, int64_t* token, int64_t* head) {
+    *page = t.strides[0] * elem;
+    *token = (nhd ? t.strides[1] : t.strides[2]) * elem;
+    *head = (nhd ? t.strides[2] : t.strides[1]) * elem;
+  };
+  int64_t kp, kt, kh, vp, vt, vh;
+  strides(kc, &kp, &kt, &kh);
+  strides(vc, &vp, &vt, &vh);
+  const int64_t k_row = p.head_dim_qk * elem, v_row = p.head_dim_vo * elem;
+  const auto* indptr = a.kv_indptr.as<const int32_t>();
+  const auto* indices = a.kv_indices.as<const int32_t>();
+  const auto* last = a.kv_last_page_len.as<const int32_t>();
+  // Tasks: (request, run of pages); long requests in chunks, as the kernel splits them.
+  constexpr int64_t kChunkPages = 256;  // 4096 tokens at page 16
+  struct Task {
+    int request;
+    int64_t first, end;  // page positions in the request's list
+  };
+  std::vector<Task> tasks;
+  for (int b = 0; b < p.batch_size; ++b) {
+    const int64_t pages = indptr[b + 1] - indptr[b];
+    for (int64_t first = 0; first < pages; first += kChunkPages) {
+      tasks.push_back({b, first, std::min(pages, first + kChunkPages)});
+    }
+  }
+  const int threads = state_->threads;
+  const auto* kbase = static_cast<const std::byte*>(kc.data);
+  const auto* vbase = static_cast<const std::byte*>(vc.data);
+  constexpr int64_t kTilePages = 2;  // the kernel's tile: 32 keys of pages of 16
+  std::atomic<uint64_t> sink{0};
+  double bytes = 0;
+  for (const Task& t : tasks) {
+    for (int64_t i = t.first; i < t.end; ++i) {
+      const int64_t tokens =
+          i + 1 == indptr[t.request + 1] - indptr[t.request] ? last[t.request] : p.page_size;
+      bytes += static_cast<double>(tokens * p.num_kv_heads * (k_row + v_row));
+    }
+  }
+  std::vector<double> gbps;
+  for (int r = 0; r < repeats + 1; ++r) {  // the first pass warms up
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu::ThreadPool::global().parallel_for(
+        threads, static_cast<int64_t>(tasks.size()), [&](int64_t task, int) {
+          const Task& t = tasks[task];
+          const int64_t pages = indptr[t.request + 1] - indptr[t.request];
+          uint64_t acc = 0;
+          for (int64_t i0 = t.first; i0 < t.end; i0 += kTilePages) {
+            for (const bool is_v : {false, true}) {
+              for (int64_t i = i0; i < std::min(t.end, i0 + kTilePages); ++i) {
+                const int64_t page = indices[indptr[t.request] + i];
+                const int64_t tokens = i + 1 == pages ? last[t.request] : p.page_size;
+                const std::byte* base = is_v ? vbase + page * vp : kbase + page * kp;
+                const int64_t ts = is_v ? vt : kt, hs = is_v ? vh : kh;
+                const int64_t row = is_v ? v_row : k_row;
+                for (int64_t s = 0; s < tokens; ++s) {
+                  for (int h = 0; h < p.num_kv_heads; ++h) acc += sum_bytes(base + s * ts + h * hs, row);
+                }
+              }
+            }
+          }
+          sink.fetch_add(acc, std::memory_order_relaxed);
+        });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) gbps.push_back(bytes / s / 1e9);
+  }
+  return sink.load() == 42 ? 0 : median(gbps);
 }
 
 }  // namespace kvattn::bench

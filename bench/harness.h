@@ -5,12 +5,13 @@
 #include <vector>
 
 #include "bench/cases.h"
+#include "bench/machine.h"
 #include "kvattn/status.h"
 
 namespace kvattn::bench {
 
 struct Rooflines {
-  double dram_gbps = 0;
+  DramBandwidth dram;
   double fma_gflops = 0;
   double bf16_dot_gflops = 0;  // 0: the CPU has no bf16 dot products
   double amx_bf16_gflops = 0;  // 0: the MLA kernels do not run on AMX tiles here
@@ -28,6 +29,9 @@ struct CaseResult {
   double roofline_fraction = 0;
   double bytes = 0, flops = 0;
   int repeats = 0, threads = 0;
+  // Paged decode cases: a pure read of the same K/V pages in the kernel's order (no arithmetic),
+  // its GB/s and the case's fraction of it (gbps / paged_read_gbps); 0 where not measured.
+  double paged_read_gbps = 0, paged_read_fraction = 0;
 };
 
 // A case with its buffers made and its plan cut, ready to run many times.
@@ -42,6 +46,11 @@ class PreparedCase {
   PreparedCase& operator=(PreparedCase&&) noexcept;
 
   Status run_once();
+  // GB/s of a pure read of the bytes a paged decode reads (each request's K and V rows, page by
+  // page in the order of the page table, a tile of pages after another as the kernel walks
+  // them; requests, and chunks of long requests, shared by the threads as the kernel's tasks
+  // are), median of `repeats` passes; 0 for anything but a paged decode.
+  double measure_paged_read_gbps(int repeats);
   const std::string& backend() const;
   double bytes() const;
   double flops() const;

@@ -3,9 +3,20 @@
 
 namespace kvattn::bench {
 
-// DRAM read bandwidth in GB/s (1e9 bytes/s): every thread streams its share of a working set of
-// at least 1 GiB (32x the last-level cache of the machines this targets); best of several passes.
-double measure_dram_read_gbps(int num_threads);
+// DRAM read bandwidth (GB/s = 1e9 bytes/s). Every thread streams its contiguous share of a
+// working set on huge pages far past the last-level cache (at least 1 GiB and 8x the L3), all
+// threads at once; `gbps` is the median of the passes, min/max their spread. On a VM the best of
+// a few passes moved 1.7x between two runs on an idle machine (issue 14); the median of more
+// passes, with its spread reported, is the denominator every decode figure is divided by.
+struct DramBandwidth {
+  double gbps = 0, min_gbps = 0, max_gbps = 0;
+  double bytes_per_s_per_core = 0;  // one thread streaming alone (median of the passes)
+  double buffer_bytes = 0;
+  int passes = 0;
+  // (max - min) / median of the all-thread passes.
+  double spread() const { return gbps > 0 ? (max_gbps - min_gbps) / gbps : 0; }
+};
+DramBandwidth measure_dram_read(int num_threads);
 // fp32 FMA peak in GFLOP/s (an FMA = 2 FLOPs): every thread runs independent vector FMAs on
 // registers, with the widest ISA the CPU has; best of several passes.
 double measure_fma_gflops(int num_threads);
