@@ -108,10 +108,89 @@ void row_pointers(const DecodeParams& p, int b, int h, int64_t j0, int n, std::s
   }
 }
 
+// Prefetch of the next tile, paced. The next tile's K and V bytes, as a few contiguous streams
+// (NHD with every head of the token in the task: one per page and K/V; HND: one per page, head
+// and K/V), are issued a few lines at a time from inside the QK and PV loops of the current
+// tile, line j of each stream in turn, spread evenly over the head steps. Issuing the same lines
+// in one burst per head step ran no faster than no prefetch at all (issue 14): once the core's
+// miss buffers are full the burst stalls the arithmetic queued behind it, where a steady trickle
+// keeps loads in flight while the FMAs run.
+class TilePrefetcher {
+ public:
+  static constexpr int kMaxStreams = 64;
+
+  // Empties the plan; streams are then added in the order they should be read.
+  void reset() {
+    count_ = 0;
+    total_ = issued_ = budget_ = per_call_ = max_lines_ = 0;
+    line_ = 0;
+    stream_ = 0;
+  }
+  // Adds [p, p + bytes), merged with the previous stream when it continues it.
+  void add(const std::byte* p, int64_t bytes) {
+    if (bytes <= 0) return;
+    if (count_ > 0 && end_[count_ - 1] == p) {
+      end_[count_ - 1] = p + bytes;
+      return;
+    }
+    if (count_ == kMaxStreams) return;  // unusual strides: the rest is left to the hardware
+    begin_[count_] = p;
+    end_[count_] = p + bytes;
+    ++count_;
+  }
+  // Done adding: lines per stream counted from 64-byte-aligned starts.
+  void seal() {
+    total_ = 0;
+    for (int s = 0; s < count_; ++s) {
+      const auto b = reinterpret_cast<uintptr_t>(begin_[s]) & ~uintptr_t{63};
+      begin_[s] = reinterpret_cast<const std::byte*>(b);
+      lines_[s] = (reinterpret_cast<uintptr_t>(end_[s]) - b + 63) / 64;
+      total_ += lines_[s];
+      max_lines_ = s == 0 ? lines_[s] : std::max(max_lines_, lines_[s]);
+    }
+  }
+  // Head step `step` of `steps` of this tile may issue up to its share of all the lines, spread
+  // over `calls` calls of tick().
+  void begin_step(int step, int steps, int calls) {
+    budget_ = total_ * (step + 1) / steps;
+    per_call_ = calls > 0 ? (budget_ - issued_ + calls - 1) / calls : budget_ - issued_;
+  }
+  // A few lines; call from inside the loops.
+  void tick() { issue(per_call_); }
+  // Whatever the step's share still holds.
+  void finish_step() { issue(budget_ - issued_); }
+
+ private:
+  void issue(int64_t n) {
+    n = std::min(n, budget_ - issued_);
+    while (n > 0 && line_ < max_lines_) {
+      if (line_ < lines_[stream_]) {
+        // Into L2 (locality 2): a tile of all heads does not fit L1. Inline: GCC drops a call
+        // to a function whose body is only __builtin_prefetch.
+        __builtin_prefetch(begin_[stream_] + 64 * line_, 0, 2);
+        --n;
+        ++issued_;
+      }
+      if (++stream_ == count_) {
+        stream_ = 0;
+        ++line_;
+      }
+    }
+  }
+
+  const std::byte* begin_[kMaxStreams];
+  const std::byte* end_[kMaxStreams];
+  int64_t lines_[kMaxStreams];
+  int count_ = 0;
+  int64_t total_ = 0, issued_ = 0, budget_ = 0, per_call_ = 0, max_lines_ = 0;
+  int64_t line_ = 0;
+  int stream_ = 0;
+};
+
 // scores[g][kk] = q[g] . K row kk (raw), for n keys and every padded query row.
 template <class S, DType kKV, int kD, int kNG>
 void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
-             int d_runtime, int64_t elem_stride, float* scores) {
+             int d_runtime, int64_t elem_stride, float* scores, TilePrefetcher* prefetch) {
   using Vec = typename S::Vec;
   constexpr int W = S::kWidth;
   const int dim = kD > 0 ? kD : d_runtime;
@@ -124,6 +203,7 @@ void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const
       const int count = std::min(W, n - kb);
       for (int kk = 0; kk < count; ++kk) {
         const std::byte* row = rows[kb + kk];
+        prefetch->tick();
         Vec acc[kNG];
         for (int g = 0; g < kNG; ++g) acc[g] = S::zero();
         for (int c = 0; c < full; ++c) {
@@ -151,7 +231,7 @@ void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const
 // run side by side.
 template <class S, DType kKV, int kD, int kNG>
 void pv_tile(const float* p, int group_padded, const std::byte* const* rows, int n, int d_runtime,
-             int64_t elem_stride, float* o, int o_row) {
+             int64_t elem_stride, float* o, int o_row, TilePrefetcher* prefetch) {
   using Vec = typename S::Vec;
   constexpr int W = S::kWidth;
   const int dim = kD > 0 ? kD : d_runtime;
@@ -168,6 +248,7 @@ void pv_tile(const float* p, int group_padded, const std::byte* const* rows, int
         acc1[g] = S::load(og + g * o_row + (c + 1) * W);
       }
       for (int kk = 0; kk < n; ++kk) {
+        if (c == 0) prefetch->tick();
         const Vec v0 = S::template load_raw<kKV>(rows[kk] + c * step);
         const Vec v1 = S::template load_raw<kKV>(rows[kk] + (c + 1) * step);
         for (int g = 0; g < kNG; ++g) {
@@ -378,6 +459,9 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   const int64_t k_head_step = p.k_head_stride * int64_t{kv_bytes};
   const int64_t v_head_step = p.v_head_stride * int64_t{kv_bytes};
   const float k_raw = p.rope ? 1.0f : S::template raw_to_real<kKV>();
+  TilePrefetcher prefetch;
+  // tick() calls per head step: one per key in each QK and PV pass over a block of kNG rows.
+  const int ticks_per_head = 2 * kTile * ((gp + kNG - 1) / kNG);
   if (begin < end) {
     row_pointers<S>(p, b, h0, begin, static_cast<int>(std::min<int64_t>(kTile, end - begin)),
                     kv_bytes, k_rows, v_rows, k_off, v_off);
@@ -396,6 +480,26 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
                       token_scales ? k_off + ((t + 1) & 1) * kTile : nullptr,
                       token_scales ? v_off + ((t + 1) & 1) * kTile : nullptr);
     }
+
+    // The next tile's K and V bytes of the task's heads, as streams in address order: K before V,
+    // token-major where a token's heads are adjacent (NHD), else head-major (HND).
+    prefetch.reset();
+    if (next_n > 0 && k_row_bytes > 0 && v_row_bytes > 0) {
+      const bool token_major = k_head_step == k_row_bytes && v_head_step == v_row_bytes;
+      for (const bool is_v : {false, true}) {
+        const std::byte* const* rows = is_v ? next_v : next_k;
+        const int64_t row_bytes = is_v ? v_row_bytes : k_row_bytes;
+        const int64_t head_step = is_v ? v_head_step : k_head_step;
+        if (token_major) {
+          for (int kk = 0; kk < next_n; ++kk) prefetch.add(rows[kk], num_heads * row_bytes);
+        } else {
+          for (int hi = 0; hi < num_heads; ++hi) {
+            for (int kk = 0; kk < next_n; ++kk) prefetch.add(rows[kk] + hi * head_step, row_bytes);
+          }
+        }
+      }
+    }
+    prefetch.seal();
 
     const uint8_t* tile_visible = nullptr;
     if (p.mask) {
@@ -420,21 +524,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         hk[kk] = kr[kk] + hi * k_head_step;
         hv[kk] = vr[kk] + hi * v_head_step;
       }
-      // This head's rows of the next tile: wanted one whole tile of work from now, and spread
-      // over the heads so the loads stream steadily. Into L2 (locality 2): a tile of all heads
-      // (bf16, d 128, 8 heads: 128 KiB of K and V) does not fit L1, and prefetching it there
-      // evicted rows still in use.
-      if (next_n > 0) {
-        for (int kk = 0; kk < next_n; ++kk) {
-          for (int64_t off = 0; off < k_row_bytes; off += 64) {
-            __builtin_prefetch(next_k[kk] + hi * k_head_step + off, 0, 2);
-          }
-          for (int64_t off = 0; off < v_row_bytes; off += 64) {
-            __builtin_prefetch(next_v[kk] + hi * v_head_step + off, 0, 2);
-          }
-        }
-      }
-
+      prefetch.begin_step(hi, num_heads, ticks_per_head);
       if (p.rope) {
         for (int kk = 0; kk < n; ++kk) {
           float* dst = rope_k + kk * q_row;
@@ -456,9 +546,9 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
           rotate<S>(dst, dqk, p.rope_interleave, cos_t, sin_t);
           hk[kk] = reinterpret_cast<const std::byte*>(dst);
         }
-        qk_tile<S, DType::kF32, kDqk, kNG>(q, q_row, gp, hk, n, dqk, 1, scores);
+        qk_tile<S, DType::kF32, kDqk, kNG>(q, q_row, gp, hk, n, dqk, 1, scores, &prefetch);
       } else {
-        qk_tile<S, kKV, kDqk, kNG>(q, q_row, gp, hk, n, dqk, p.k_elem_stride, scores);
+        qk_tile<S, kKV, kDqk, kNG>(q, q_row, gp, hk, n, dqk, p.k_elem_stride, scores, &prefetch);
       }
 
       if (token_scales) {
@@ -486,11 +576,15 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
           std::fill(s, s + kTile, 0.0f);
         }
       }
-      if (!any) continue;
+      if (!any) {
+        prefetch.finish_step();
+        continue;
+      }
       for (int g = group; g < gp; ++g) {
         std::fill(scores + g * kTile, scores + (g + 1) * kTile, 0.0f);
       }
-      pv_tile<S, kKV, kDvo, kNG>(scores, gp, hv, n, dvo, p.v_elem_stride, o, o_row);
+      pv_tile<S, kKV, kDvo, kNG>(scores, gp, hv, n, dvo, p.v_elem_stride, o, o_row, &prefetch);
+      prefetch.finish_step();
       if constexpr (kKV == DType::kE4M3 && S::kWidth > 1) {
         poison_e4m3_nans<S>(p, hk, hv, n, tile_visible, o, o_row, &nan_key[hi]);
       }
