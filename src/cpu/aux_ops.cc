@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/numeric.h"
+#include "core/paged_kv.h"
 #include "core/rope_host.h"
 #include "core/status_macros.h"
 #include "cpu/thread_pool.h"
@@ -199,22 +200,24 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
       return make_error(ErrorCode::kInvalidArgument, "append_paged_kv_cache: position ", pos,
                         " of request ", b, " is past its ", page_end - page_begin, " pages");
     }
-    const int64_t page = load_i32(cache.kv_indices, page_begin + pos / page_size);
-    if (page < 0 || page >= num_pages) {
-      return make_error(ErrorCode::kInvalidPageTable, "append_paged_kv_cache: page id ", page,
-                        " is outside [0, ", num_pages, ")");
+    // (paged::locate_token's arithmetic; the page table may be a strided view here.)
+    const paged::PageSlot where{load_i32(cache.kv_indices, page_begin + pos / page_size),
+                                pos % page_size};
+    if (where.page < 0 || where.page >= num_pages) {
+      return make_error(ErrorCode::kInvalidPageTable, "append_paged_kv_cache: page id ",
+                        where.page, " is outside [0, ", num_pages, ")");
     }
-    page_of[i] = page;
-    slot_of[i] = pos % page_size;
+    page_of[i] = where.page;
+    slot_of[i] = where.slot;
   }
   const bool per_token = cache.scale_granularity == KVScaleGranularity::kPerTokenHead;
   const bool e5m2 = cache.k_cache.dtype == DType::kE5M2;
   auto write = [&](const TensorView& src, const TensorView& dst, const TensorView& scales,
                    double per_tensor, int64_t i) {
     const int64_t heads = src.shape[1], dim = src.shape[2];
+    const paged::CacheStrides strides = paged::cache_strides(dst.strides.data(), !nhd);
     for (int64_t h = 0; h < heads; ++h) {
-      const int64_t base =
-          nhd ? at(dst, page_of[i], slot_of[i], h, 0) : at(dst, page_of[i], h, slot_of[i], 0);
+      const int64_t base = strides.offset(page_of[i], slot_of[i], h, 0);
       double scale = per_tensor;
       if (per_token) {
         // The row's scale (DESIGN.md §2), stored beside it at the same (page, slot, head).
@@ -227,7 +230,7 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
         scale = stored;
       }
       for (int64_t d = 0; d < dim; ++d) {
-        store(dst, base + d * dst.strides[3], load(src, at(src, i, h, d)) / scale);
+        store(dst, base + d * strides.dim, load(src, at(src, i, h, d)) / scale);
       }
     }
   };

@@ -10,6 +10,11 @@
 #include "kvattn/dtype.h"
 
 namespace kvattn::cpu::avx2 {
+// Internal linkage on purpose: every file that includes this is built with its own ISA flags
+// (decode, prefill, the MLA kernels with BF16/AMX on top), and an inline function shared by
+// name between them could be linked from the file with the widest flags into code that must
+// run without them.
+namespace {
 
 struct Simd {
   static constexpr int kWidth = 8;
@@ -50,24 +55,30 @@ struct Simd {
                          _mm256_permute2f128_ps(q0, q1, 0x31));
   }
 
-  // 2^x, relative error ~1e-7; -inf -> 0, NaN -> NaN.
+  // 2^x as in simd_avx512.h (exactly 0 below -125, no denormals, NaN -> NaN); the power of two
+  // is built in the exponent bits, in two halves so that the p < 1, n = -125 corner stays a
+  // normal number. The one exp2 of the AVX2 kernels: decode and prefill both call it.
   static Vec exp2(Vec x) {
-    // Below -127 the exponent field is 0: the result is 0 (values there are < 1e-38).
-    x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
-    x = _mm256_min_ps(_mm256_set1_ps(127.0f), x);
+    const Vec tiny = _mm256_cmp_ps(x, set1(-125.0f), _CMP_LT_OQ);
+    // Bounds first: max/min return the second operand when either is NaN, so a NaN x stays.
+    x = _mm256_min_ps(set1(127.0f), _mm256_max_ps(set1(-125.0f), x));
     const Vec n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const Vec f = _mm256_sub_ps(x, n);
-    Vec p = _mm256_set1_ps(1.5252733804059841e-05f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393381609e-04f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-03f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-03f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-02f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-01f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-01f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    const __m256i bits =
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+    Vec p = set1(1.535336188319500e-4f);
+    p = _mm256_fmadd_ps(p, f, set1(1.339887440266574e-3f));
+    p = _mm256_fmadd_ps(p, f, set1(9.618437357674640e-3f));
+    p = _mm256_fmadd_ps(p, f, set1(5.550332471162809e-2f));
+    p = _mm256_fmadd_ps(p, f, set1(2.402264791363012e-1f));
+    p = _mm256_fmadd_ps(p, f, set1(6.931472028550421e-1f));
+    p = _mm256_fmadd_ps(p, f, set1(1.0f));
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i half1 = _mm256_srai_epi32(ni, 1);
+    const __m256i half2 = _mm256_sub_epi32(ni, half1);
+    const Vec s1 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half1, _mm256_set1_epi32(127)), 23));
+    const Vec s2 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half2, _mm256_set1_epi32(127)), 23));
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(_mm256_mul_ps(p, s1), s2));
   }
 
   // tanh: Cephes' odd polynomial below 0.625 (where 1 - e^-2|x| would cancel: a soft cap c
@@ -111,6 +122,24 @@ struct Simd {
     return T == DType::kE4M3 ? 256.0f : 1.0f;
   }
 
+  // Widening of loaded integer lanes, shared with the prefill kernels. 8 bf16 -> f32, exact.
+  static Vec widen_bf16(__m128i bits) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+  }
+  // 8 e5m2 codes (low 8 bytes) -> f16 bits, exact.
+  static __m128i e5m2_as_f16(__m128i codes) { return _mm_slli_epi16(_mm_cvtepu8_epi16(codes), 8); }
+  // 8 e4m3 codes (low 8 bytes) -> f16 bits of value * 2^-8, exact; the NaN code reads 480.
+  static __m128i e4m3_as_f16(__m128i codes) {
+    const __m128i x = _mm_slli_epi16(_mm_cvtepi8_epi16(codes), 7);
+    return _mm_and_si128(x, _mm_set1_epi16(int16_t(0xBF80u)));
+  }
+  // All-ones f32 lanes where the code is the e4m3 NaN S.1111.111.
+  static Vec e4m3_nan_lanes(__m128i codes) {
+    const __m128i nan = _mm_cmpeq_epi8(_mm_or_si128(codes, _mm_set1_epi8(static_cast<char>(0x80))),
+                                       _mm_set1_epi8(-1));
+    return _mm256_castsi256_ps(_mm256_cvtepi8_epi32(nan));
+  }
+
   template <DType T>
   static Vec load_raw(const void* p) {
     if constexpr (T == DType::kF32) {
@@ -118,21 +147,14 @@ struct Simd {
     } else if constexpr (T == DType::kF16) {
       return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
     } else if constexpr (T == DType::kBF16) {
-      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
-      return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+      return widen_bf16(_mm_loadu_si128(static_cast<const __m128i*>(p)));
     } else if constexpr (T == DType::kE4M3) {
-      int64_t bytes8;
-      std::memcpy(&bytes8, p, 8);
       // As in simd_avx512.h: the bits placed in an f16 (2^-8 below the value, never an f32
       // denormal).
-      const __m128i x = _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_cvtsi64_si128(bytes8)), 7);
-      return _mm256_cvtph_ps(_mm_and_si128(x, _mm_set1_epi16(int16_t(0xBF80u))));
+      return _mm256_cvtph_ps(e4m3_as_f16(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
     } else {
       static_assert(T == DType::kE5M2);
-      int64_t bytes8;
-      std::memcpy(&bytes8, p, 8);
-      const __m128i w = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(bytes8));
-      return _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
+      return _mm256_cvtph_ps(e5m2_as_f16(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
     }
   }
   template <DType T>
@@ -175,4 +197,5 @@ struct Simd {
   }
 };
 
+}  // namespace
 }  // namespace kvattn::cpu::avx2

@@ -15,6 +15,11 @@
 #include "kvattn/dtype.h"
 
 namespace kvattn::cpu::avx512 {
+// Internal linkage on purpose: every file that includes this is built with its own ISA flags
+// (decode, prefill, the MLA kernels with BF16/AMX on top), and an inline function shared by
+// name between them could be linked from the file with the widest flags into code that must
+// run without them.
+namespace {
 
 struct Simd {
   static constexpr int kWidth = 16;
@@ -55,26 +60,29 @@ struct Simd {
                          _mm512_shuffle_f32x4(half[0], half[1], 0xDD));
   }
 
-  // 2^x, relative error ~1e-7; -inf -> 0, NaN -> NaN.
+  // 2^x: Cephes' exp2f polynomial on [-0.5, 0.5] (relative error ~2e-7), scaled by 2^round(x).
+  // Exactly 0 below -125 (and for -inf), so masked keys add nothing and no f32 denormal (a
+  // microcode assist on Intel cores in every FMA that touches it) is made; NaN -> NaN. The one
+  // exp2 of the AVX-512 kernels: decode and prefill both call it.
   static Vec exp2(Vec x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
-    x = _mm512_min_ps(_mm512_set1_ps(128.0f), x);
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, set1(-125.0f), _CMP_LT_OQ);
+    // Bounds first: max/min return the second operand when either is NaN, so a NaN x stays.
+    x = _mm512_min_ps(set1(127.0f), _mm512_max_ps(set1(-125.0f), x));
     const Vec n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const Vec f = _mm512_sub_ps(x, n);
-    // Taylor series of 2^f = e^(f ln 2) on [-0.5, 0.5]: the 8th term is below 2^-27.
-    Vec p = _mm512_set1_ps(1.5252733804059841e-05f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381609e-04f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-03f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-02f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
+    Vec p = set1(1.535336188319500e-4f);
+    p = _mm512_fmadd_ps(p, f, set1(1.339887440266574e-3f));
+    p = _mm512_fmadd_ps(p, f, set1(9.618437357674640e-3f));
+    p = _mm512_fmadd_ps(p, f, set1(5.550332471162809e-2f));
+    p = _mm512_fmadd_ps(p, f, set1(2.402264791363012e-1f));
+    p = _mm512_fmadd_ps(p, f, set1(6.931472028550421e-1f));
+    p = _mm512_fmadd_ps(p, f, set1(1.0f));
+    return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n);
   }
 
   // tanh: Cephes' odd polynomial below 0.625 (where 1 - e^-2|x| would cancel: a soft cap c
-  // multiplies that absolute error by c), 1 - 2 / (e^(2|x|) + 1) above; sign restored.
+  // multiplies that absolute error by c), 1 - 2 / (e^(2|x|) + 1) above; sign restored; NaN ->
+  // NaN. The one tanh of the AVX-512 kernels (a second copy once lost NaN scores).
   static Vec tanh(Vec x) {
     const Vec sign = _mm512_castsi512_ps(
         _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
@@ -118,6 +126,26 @@ struct Simd {
   }
 
   // kWidth stored elements of type T at p, as raw f32 (see the file comment).
+  // Widening of loaded integer lanes, shared with the prefill kernels (which load with masks).
+  // 16 bf16 -> f32, exact.
+  static Vec widen_bf16(__m256i bits) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  }
+  // 16 e5m2 codes -> f16 bits, exact: e5m2 is the top byte of an f16 of the same bias.
+  static __m256i e5m2_as_f16(__m128i codes) {
+    return _mm256_slli_epi16(_mm256_cvtepu8_epi16(codes), 8);
+  }
+  // 16 e4m3 codes -> f16 bits of value * 2^-8, exact (see load_e4m3); the NaN code reads 480.
+  static __m256i e4m3_as_f16(__m128i codes) {
+    const __m256i x = _mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7);
+    return _mm256_and_si256(x, _mm256_set1_epi16(int16_t(0xBF80u)));
+  }
+  // Lanes holding the e4m3 NaN code S.1111.111.
+  static __mmask16 e4m3_nan_lanes(__m128i codes) {
+    return _mm_cmpeq_epi8_mask(_mm_or_si128(codes, _mm_set1_epi8(static_cast<char>(0x80))),
+                               _mm_set1_epi8(-1));
+  }
+
   template <DType T>
   static Vec load_raw(const void* p) {
     if constexpr (T == DType::kF32) {
@@ -125,15 +153,12 @@ struct Simd {
     } else if constexpr (T == DType::kF16) {
       return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
     } else if constexpr (T == DType::kBF16) {
-      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
-      return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+      return widen_bf16(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
     } else if constexpr (T == DType::kE4M3) {
       return load_e4m3(_mm_loadu_si128(static_cast<const __m128i*>(p)));
     } else {
       static_assert(T == DType::kE5M2);
-      // e5m2 is the top byte of an f16 with the same exponent bias.
-      const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p)));
-      return _mm512_cvtph_ps(_mm256_slli_epi16(w, 8));
+      return _mm512_cvtph_ps(e5m2_as_f16(_mm_loadu_si128(static_cast<const __m128i*>(p))));
     }
   }
   // The first n (< kWidth) elements, the other lanes 0.
@@ -157,10 +182,7 @@ struct Simd {
   // small codes, and on Intel cores every FMA touching one takes a microcode assist (decode ran
   // 15x slower on e4m3 than on bf16). The NaN code (S.1111.111) is not distinguished here (it
   // reads as 480): callers that must see it use has_e4m3_nan.
-  static Vec load_e4m3(__m128i codes) {
-    const __m256i x = _mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7);
-    return _mm512_cvtph_ps(_mm256_and_si256(x, _mm256_set1_epi16(int16_t(0xBF80u))));
-  }
+  static Vec load_e4m3(__m128i codes) { return _mm512_cvtph_ps(e4m3_as_f16(codes)); }
   // Whether any of the n bytes at p is an e4m3 NaN code.
   static bool has_e4m3_nan(const void* p, int64_t n) {
     const auto* bytes = static_cast<const uint8_t*>(p);
@@ -185,4 +207,5 @@ struct Simd {
   }
 };
 
+}  // namespace
 }  // namespace kvattn::cpu::avx512

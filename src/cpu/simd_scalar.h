@@ -29,7 +29,8 @@ struct Simd {
   static float reduce_add(Vec v) { return v; }
   static float reduce_max(Vec v) { return v; }
   static Vec reduce_rows(const Vec* parts) { return parts[0]; }
-  static Vec exp2(Vec x) { return std::exp2(x); }
+  // Below 2^-125 flushed to 0 as in the vector helpers, so every level masks alike.
+  static Vec exp2(Vec x) { return x < -125.0f ? 0.0f : std::exp2(x); }
   static Vec tanh(Vec x) { return std::tanh(x); }
   static Vec round_f16(Vec x) { return num::f16_to_f32(num::f32_to_f16(x)); }
   static Vec iota(float base) { return base; }

@@ -351,14 +351,18 @@ TEST(CpuPrefillApi, PlanAndRunThroughTheBackend) {
   }
 }
 
+// An fp8 output is refused before the cpu planner runs (validation; plan_prefill no longer
+// repeats the check).
 TEST(CpuPrefillPlan, RejectsAnFp8Output) {
   testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {4}, {4});
   spec.problem.o_dtype = DType::kE4M3;
-  Plan plan;
-  plan.problem = spec.problem;
   testing::Case c = testing::Case::make(spec);
-  const Status st = plan_prefill(spec.problem, c.args(), PlanOptions{}, &plan);
-  EXPECT_EQ(st.code(), ErrorCode::kNotSupported) << st.to_string();
+  PlanOptions options;
+  options.backend = "cpu";
+  Plan plan;
+  const Status st = kvattn::plan(spec.problem, c.args(), options, &plan);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidDType) << st.to_string();
+  EXPECT_NE(st.message().find("o dtype e4m3"), std::string::npos) << st.to_string();
 }
 
 }  // namespace

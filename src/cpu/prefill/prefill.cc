@@ -152,16 +152,8 @@ void set_bf16_dot_allowed(bool allowed) { g_bf16_dot_allowed.store(allowed); }
 
 Status plan_prefill(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
                     Plan* plan) {
-  if (problem.o_dtype != DType::kF32 && problem.o_dtype != DType::kF16 &&
-      problem.o_dtype != DType::kBF16) {
-    return make_error(ErrorCode::kNotSupported, "cpu prefill: o_dtype ",
-                      dtype_name(problem.o_dtype), " (the output is f32, f16 or bf16)");
-  }
-  if (uses_rope(problem) && problem.head_dim_qk % 2 != 0) {
-    return make_error(ErrorCode::kNotSupported,
-                      "cpu prefill: fused RoPE needs an even head_dim_qk, got ",
-                      problem.head_dim_qk);
-  }
+  // The output dtype (f32/f16/bf16: the cpu declaration's o dtypes) and an even head_dim_qk
+  // under RoPE (validate_problem) were checked before any backend plans.
   request_lengths(problem, args, &plan->qo_len, &plan->kv_len);
   const PrefillTile tile = tile_of(problem);
 

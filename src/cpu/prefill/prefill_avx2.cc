@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cpu/prefill/params.h"
+#include "cpu/simd_avx2.h"
 
 namespace kvattn::cpu::prefill::avx2 {
 namespace {
@@ -35,51 +36,12 @@ struct Vec {
     return _mm256_andnot_ps(is_neg_inf, x);
   }
 
-  // 2^x as in the AVX-512 file; the power of two is built in the exponent bits, valid because x
-  // is clamped to [-125, 127] (and results below 2^-125 are flushed to 0).
-  static Reg exp2(Reg x) {
-    const Reg tiny = _mm256_cmp_ps(x, set1(-125.0f), _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, set1(-125.0f)), set1(127.0f));
-    const Reg n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const Reg f = sub(x, n);
-    Reg p = set1(1.535336188319500e-4f);
-    p = fma(p, f, set1(1.339887440266574e-3f));
-    p = fma(p, f, set1(9.618437357674640e-3f));
-    p = fma(p, f, set1(5.550332471162809e-2f));
-    p = fma(p, f, set1(2.402264791363012e-1f));
-    p = fma(p, f, set1(6.931472028550421e-1f));
-    p = fma(p, f, set1(1.0f));
-    // Multiply by 2^n in two halves so the p < 1, n = -125 corner stays a normal number.
-    const __m256i ni = _mm256_cvtps_epi32(n);
-    const __m256i half1 = _mm256_srai_epi32(ni, 1);
-    const __m256i half2 = _mm256_sub_epi32(ni, half1);
-    const Reg s1 =
-        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half1, _mm256_set1_epi32(127)), 23));
-    const Reg s2 =
-        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half2, _mm256_set1_epi32(127)), 23));
-    return _mm256_andnot_ps(tiny, mul(mul(p, s1), s2));
-  }
-
-  static Reg tanh(Reg x) {
-    const Reg sign = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u))));
-    const Reg ax = _mm256_andnot_ps(sign, x);
-    const Reg z = mul(x, x);
-    Reg p = set1(-5.70498872745e-3f);
-    p = fma(p, z, set1(2.06390887954e-2f));
-    p = fma(p, z, set1(-5.37397155531e-2f));
-    p = fma(p, z, set1(1.33314422036e-1f));
-    p = fma(p, z, set1(-3.33332819422e-1f));
-    const Reg small = fma(mul(p, z), x, x);
-    const Reg e = exp2(_mm256_min_ps(mul(ax, set1(2.0f * 1.4426950408889634f)), set1(60.0f)));
-    const Reg large =
-        _mm256_or_ps(sub(set1(1.0f), _mm256_div_ps(set1(2.0f), add(e, set1(1.0f)))), sign);
-    const Reg is_small = _mm256_cmp_ps(ax, set1(0.625f), _CMP_LT_OQ);
-    return _mm256_blendv_ps(large, small, is_small);
-  }
-
-  static Reg round_f16(Reg x) {
-    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
+  // exp2, tanh, round_f16 and the widening conversions: the AVX2 helpers the decode kernels use
+  // too (simd_avx2.h), written once.
+  using Simd = ::kvattn::cpu::avx2::Simd;
+  static Reg exp2(Reg x) { return Simd::exp2(x); }
+  static Reg tanh(Reg x) { return Simd::tanh(x); }
+  static Reg round_f16(Reg x) { return Simd::round_f16(x); }
 
   // 8 stored elements at src as f32, before the scale and before raw_scale<T>().
   template <DType T>
@@ -89,25 +51,20 @@ struct Vec {
     } else if constexpr (T == DType::kF16) {
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
     } else if constexpr (T == DType::kBF16) {
-      return _mm256_castsi256_ps(_mm256_slli_epi32(
-          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))), 16));
+      return Simd::widen_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
     } else if constexpr (T == DType::kE5M2) {
-      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
-      return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(b), 8));
+      return _mm256_cvtph_ps(
+          Simd::e5m2_as_f16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src))));
     } else {
-      // As in the AVX-512 file: e4m3 bits placed in an f16 (2^-8 off); S.1111.111 is NaN.
-      const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
-      const __m128i mag = _mm_and_si128(x, _mm_set1_epi16(0x7f));
-      const __m128i sign = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8);
-      const __m128i h = _mm_or_si128(sign, _mm_slli_epi16(mag, 7));
-      const __m128i nan16 = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f));
-      const Reg nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan16));
-      return _mm256_blendv_ps(_mm256_cvtph_ps(h), set1(__builtin_nanf("")), nan);
+      // e4m3 bits placed in an f16 (2^-8 off, see raw_scale); S.1111.111 is NaN.
+      const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
+      return _mm256_blendv_ps(_mm256_cvtph_ps(Simd::e4m3_as_f16(codes)),
+                              set1(__builtin_nanf("")), Simd::e4m3_nan_lanes(codes));
     }
   }
   template <DType T>
   static constexpr float raw_scale() {
-    return T == DType::kE4M3 ? 256.0f : 1.0f;
+    return Simd::raw_to_real<T>();
   }
 
   static int element_bytes(DType dtype) {

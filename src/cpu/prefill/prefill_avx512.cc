@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cpu/prefill/params.h"
+#include "cpu/simd_avx512.h"
 
 namespace kvattn::cpu::prefill::avx512 {
 namespace {

@@ -6,6 +6,7 @@
 
 #include "core/numeric.h"
 #include "cpu/prefill/params.h"
+#include "cpu/simd_scalar.h"
 
 namespace kvattn::cpu::prefill::scalar {
 namespace {
@@ -28,10 +29,11 @@ struct Vec {
   static Reg max(Reg a, Reg b) { return a > b ? a : b; }
   static bool any_greater(Reg a, Reg b) { return a > b; }
   static Reg zero_if_neg_inf(Reg x) { return x == -HUGE_VALF ? 0.0f : x; }
-  // Below 2^-125 flushed to 0 as in the vector files, so every level masks alike.
-  static Reg exp2(Reg x) { return x < -125.0f ? 0.0f : std::exp2(x); }
-  static Reg tanh(Reg x) { return std::tanh(x); }
-  static Reg round_f16(Reg x) { return num::f16_to_f32(num::f32_to_f16(x)); }
+  // exp2 (flushed to 0 below 2^-125 as at every level), tanh and round_f16: the scalar
+  // helpers the decode kernels use too (simd_scalar.h), written once.
+  static Reg exp2(Reg x) { return ::kvattn::cpu::scalar::Simd::exp2(x); }
+  static Reg tanh(Reg x) { return ::kvattn::cpu::scalar::Simd::tanh(x); }
+  static Reg round_f16(Reg x) { return ::kvattn::cpu::scalar::Simd::round_f16(x); }
 
   static void load_convert(const void* src, DType dtype, int n, float scale, float* dst) {
     for (int i = 0; i < n; ++i) {
