@@ -228,6 +228,46 @@ TEST(CpuDecodeDeterminism, FixedChunkGivesTheSameBitsWhateverTheBatch) {
   }
 }
 
+// With a fixed kv_chunk_size the bits do not depend on the thread count either (1 to 4 threads,
+// the same batch), at every ISA level; for a 16-bit and an FP8 cache.
+TEST(CpuDecodeDeterminism, FixedChunkGivesTheSameBitsWhateverTheThreadCount) {
+  for (DType kv : {DType::kBF16, DType::kE4M3}) {
+    CaseSpec spec;
+    Problem& p = spec.problem;
+    p.op = Op::kBatchDecode;
+    p.batch_size = 3;
+    p.num_qo_heads = 8;
+    p.num_kv_heads = 2;
+    p.page_size = 16;
+    p.kv_dtype = kv;
+    p.o_dtype = DType::kF32;
+    p.return_lse = true;
+    spec.kv_lens = {300, 1000, 77};
+    Case c = Case::make(spec);
+    for (CpuIsa isa : isa_levels()) {
+      IsaLimit limit(isa);
+      std::vector<float> first_out, first_lse;
+      for (int threads = 1; threads <= 4; ++threads) {
+        PlanOptions options;
+        options.backend = "cpu";
+        options.kv_chunk_size = 128;
+        options.num_threads = threads;
+        ASSERT_TRUE(kvattn::run(p, c.args(), options).ok());
+        if (threads == 1) {
+          first_out = c.out_f32();
+          first_lse = c.lse_f32();
+          continue;
+        }
+        const std::vector<float> out = c.out_f32(), lse = c.lse_f32();
+        EXPECT_EQ(0, std::memcmp(out.data(), first_out.data(), out.size() * sizeof(float)))
+            << dtype_name(kv) << ", isa " << cpu_isa_name(isa) << ", " << threads << " threads";
+        EXPECT_EQ(0, std::memcmp(lse.data(), first_lse.data(), lse.size() * sizeof(float)))
+            << dtype_name(kv) << ", isa " << cpu_isa_name(isa) << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
 // The e4m3 NaN code (S.1111.111) in a visible K row makes the whole row of its query heads NaN,
 // in a V row the column it sits in, as in the reference; every other element stays finite.
 TEST(CpuDecodeNan, E4m3NanCodesGiveTheReferencesNans) {

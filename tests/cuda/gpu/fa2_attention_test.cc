@@ -14,6 +14,7 @@
 #include "cuda/gpu/device_mirror.h"
 #include "testing/case_builder.h"
 #include "testing/tolerance.h"
+#include "testing/variants.h"
 
 namespace kvattn::fa2::test {
 namespace {
@@ -65,66 +66,18 @@ testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
   return s;
 }
 
-struct Variant {
-  const char* name;
-  void (*apply)(testing::CaseSpec&);
-};
-const Variant kVariants[] = {
-    {"plain", [](testing::CaseSpec&) {}},
-    {"causal", [](testing::CaseSpec& s) { s.problem.mask_mode = MaskMode::kCausal; }},
-    {"causal_window",
-     [](testing::CaseSpec& s) {
-       s.problem.mask_mode = MaskMode::kCausal;
-       s.problem.window_left = 9;
-     }},
-    {"window_only", [](testing::CaseSpec& s) { s.problem.window_left = 20; }},
-    {"soft_cap",
-     [](testing::CaseSpec& s) {
-       s.problem.logits_soft_cap = 0.5f;
-       s.value_range = 2.0f;
-     }},
-    {"custom_mask", [](testing::CaseSpec& s) { s.problem.mask_mode = MaskMode::kCustom; }},
-    {"custom_mask_packed",
-     [](testing::CaseSpec& s) {
-       s.problem.mask_mode = MaskMode::kCustom;
-       s.packed_custom_mask = true;
-     }},
-    {"alibi", [](testing::CaseSpec& s) { s.problem.pos_encoding_mode = PosEncoding::kAlibi; }},
-    {"rope", [](testing::CaseSpec& s) { s.problem.pos_encoding_mode = PosEncoding::kRopeLlama; }},
-    {"rope_interleaved_scaled",
-     [](testing::CaseSpec& s) {
-       s.problem.pos_encoding_mode = PosEncoding::kRopeLlama;
-       s.problem.rope_interleave = true;
-       s.problem.rope_theta = 5e5f;
-       s.problem.rope_scale = 4.0f;
-     }},
-    {"lse", [](testing::CaseSpec& s) { s.problem.return_lse = true; }},
-    {"fp16_qk_reduction",
-     [](testing::CaseSpec& s) {
-       s.problem.use_fp16_qk_reduction = true;
-       s.problem.return_lse = true;
-     }},
-    {"sm_scale", [](testing::CaseSpec& s) { s.problem.sm_scale = 0.3f; }},
-    {"everything",
-     [](testing::CaseSpec& s) {
-       s.problem.mask_mode = MaskMode::kCausal;
-       s.problem.window_left = 30;
-       s.problem.logits_soft_cap = 2.0f;
-       s.problem.pos_encoding_mode = PosEncoding::kAlibi;
-       s.problem.return_lse = true;
-     }},
-};
-
 TEST_F(Fa2Gpu, EveryOperationEveryVariant) {
   const Op ops[] = {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kBatchDecode,
                     Op::kSinglePrefill, Op::kSingleDecode};
   for (const KernelKey& key : built_keys()) {
     for (Op op : ops) {
-      for (const Variant& v : kVariants) {
+      // The cross-backend list (testing/variants.h), which the cpu tests run too.
+      for (const testing::AttentionVariant& v : testing::attention_variants()) {
         const bool single = !is_batch(op);
         testing::CaseSpec s = single ? spec_for(key, op, {37}, {83})
                                      : spec_for(key, op, {1, 17, 64, 5}, {40, 17, 130, 300});
         v.apply(s);
+        if (!testing::variant_applies(v, s.problem)) continue;
         expect_matches(s, std::string(op_name(op)) + "/" + v.name + "/" + kernel_key_string(key));
       }
     }
