@@ -29,6 +29,11 @@ CpuFeatures detect() {
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
+  {
+    // CPUID leaf 7 ECX bit 1 (vpermb / vpermi2b), read directly for every compiler.
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) f.avx512_vbmi = (c >> 1) & 1;
+  }
 #if defined(__clang__)
   f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) f.avx512_fp16 = (edx >> 23) & 1;
@@ -70,6 +75,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512dq, "avx512dq");
   add(avx512_bf16, "avx512_bf16");
   add(avx512_fp16, "avx512_fp16");
+  add(avx512_vbmi, "avx512_vbmi");
   return s.empty() ? "none" : s;
 }
 

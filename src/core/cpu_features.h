@@ -10,7 +10,7 @@ namespace kvattn::detail {
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512_bf16 = false, avx512_fp16 = false;
+  bool avx512_bf16 = false, avx512_fp16 = false, avx512_vbmi = false;
   CpuIsa best = CpuIsa::kScalar;  // what the hardware and OS allow
   std::string to_string() const;
 };

@@ -2,6 +2,12 @@
 #include "cpu/decode.h"
 
 #include <algorithm>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -174,6 +180,48 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
   }
   l.bytes = at;
   return l;
+}
+
+namespace {
+// -1: the default (AMD only, see decode.h), 0: off, 1: on where the hardware has it.
+int bf16_dot_mode_from_env() {
+  const char* env = std::getenv("KVATTN_CPU_DECODE_BF16_DOT");
+  if (env == nullptr) return -1;
+  return std::string_view(env) == "0" ? 0 : 1;
+}
+std::atomic<int> g_bf16_dot_mode{bf16_dot_mode_from_env()};
+
+bool amd_cpu() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  return ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;  // "AuthenticAMD"
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+void set_decode_bf16_dot_allowed(bool allowed) { g_bf16_dot_mode.store(allowed ? 1 : 0); }
+void clear_decode_bf16_dot_override() { g_bf16_dot_mode.store(bf16_dot_mode_from_env()); }
+
+bool decode_uses_bf16_dot(const Problem& problem, CpuIsa isa) {
+#if defined(__x86_64__)
+  const detail::CpuFeatures& f = detail::cpu_features();
+  const int d = problem.head_dim_qk;
+  const int mode = g_bf16_dot_mode.load();
+  static const bool amd = amd_cpu();
+  if (mode == 0 || (mode < 0 && !amd)) return false;
+  return isa >= CpuIsa::kAvx512 && f.avx512_bf16 && f.avx512_vbmi &&
+         is_fp8(problem.kv_dtype) && problem.q_dtype == DType::kBF16 && problem.q_scale == 1.0f &&
+         problem.pos_encoding_mode != PosEncoding::kRopeLlama &&
+         problem.mask_mode != MaskMode::kCustom && !problem.use_fp16_qk_reduction &&
+         problem.head_dim_vo == d && (d == 64 || d == 128 || d == 256);
+#else
+  (void)problem;
+  (void)isa;
+  return false;
+#endif
 }
 
 DecodeItemFn find_decode_kernel(CpuIsa isa, DType kv, int dqk, int dvo, int group_padded,
@@ -383,9 +431,18 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   p.partial_lse = reinterpret_cast<float*>(ws + layout.partial_lse);
 
   const bool contiguous = p.k_elem_stride == 1 && p.v_elem_stride == 1;
-  const DecodeItemFn kernel =
-      find_decode_kernel(detail::effective_cpu_isa(), pb.kv_dtype, pb.head_dim_qk, pb.head_dim_vo,
-                         p.group_padded, contiguous);
+  const CpuIsa isa = detail::effective_cpu_isa();
+  DecodeItemFn kernel = nullptr;
+#if defined(__x86_64__)
+  if (contiguous && decode_uses_bf16_dot(pb, isa)) {
+    kernel = find_decode_kernel_bf16_dot_avx512(pb.kv_dtype, pb.head_dim_qk, pb.head_dim_vo,
+                                                p.group_padded);
+  }
+#endif
+  if (!kernel) {
+    kernel = find_decode_kernel(isa, pb.kv_dtype, pb.head_dim_qk, pb.head_dim_vo, p.group_padded,
+                                contiguous);
+  }
   if (!kernel) {
     return make_error(ErrorCode::kInternal, "cpu decode: no kernel for kv ",
                       dtype_name(pb.kv_dtype), ", head dims ", pb.head_dim_qk, "/", pb.head_dim_vo,

@@ -109,6 +109,20 @@ DecodeItemFn find_decode_kernel_avx2(DType kv, int dqk, int dvo, int group_padde
 DecodeItemFn find_decode_kernel_avx512(DType kv, int dqk, int dvo, int group_padded);
 DecodeItemFn find_decode_kernel(CpuIsa isa, DType kv, int dqk, int dvo, int group_padded,
                                 bool contiguous_rows);
+// FP8 caches with bf16 dot products (decode_bf16_dot_avx512.cc): e4m3/e5m2 at head dims 64,
+// 128, 256 (equal); nullptr otherwise.
+DecodeItemFn find_decode_kernel_bf16_dot_avx512(DType kv, int dqk, int dvo, int group_padded);
+// Whether run_decode gives `problem` to the bf16 dot-product kernel at ISA level `isa`: an FP8
+// cache, bf16 queries (unscaled), no fused RoPE, no custom mask, no fp16 QK reduction, and a CPU
+// with AVX512_BF16 and AVX512_VBMI. By default on AMD CPUs only: on the Intel Xeon this was
+// measured on, vdpbf16ps retires at a quarter of the FMA instruction rate (`kvattn bench`:
+// bf16 dot peak 136 GFLOP/s at 64 FLOPs per instruction against 265 at 32 for FMA) and the
+// kernel ran ~10% slower than the fp32-FMA one; on Zen 4 the issue 14 prototype found the bf16
+// dot products faster (0.59 against 0.48 of the roofline). KVATTN_CPU_DECODE_BF16_DOT=1 turns
+// it on, =0 off, and set_decode_bf16_dot_allowed likewise (A/B benchmarks, tests).
+bool decode_uses_bf16_dot(const Problem& problem, CpuIsa isa);
+void set_decode_bf16_dot_allowed(bool allowed);
+void clear_decode_bf16_dot_override();  // back to the default (and KVATTN_CPU_DECODE_BF16_DOT)
 
 // Plans a decode op: one item per (request, KV head), or per KV chunk of it when split.
 Status plan_decode(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,

@@ -367,7 +367,35 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
   }
 }
 
+// How a task's QK and PV tiles are computed: the fp32-FMA tiles (every ISA level, every dtype)
+// below; decode_bf16_dot_avx512.cc has bf16 dot-product tiles for FP8 caches. A policy:
+//   prepare_q(q, rows, q_row, dqk)  once per head, after the queries are in f32 (in place);
+//   qk(...) / pv(...)               one tile, as qk_tile / pv_tile;
+//   finish_o(o, rows, o_row, dvo)   once per head, before the epilogue (in place);
+//   kKRaw / kVRaw                   the raw-to-real factors of K and V;
+//   kPoisonE4m3Nans                 whether the e4m3 NaN codes must be restored after PV.
 template <class S, DType kKV, int kDqk, int kDvo, int kNG>
+struct FmaTiles {
+  static constexpr float kKRaw = S::template raw_to_real<kKV>();
+  static constexpr float kVRaw = S::template raw_to_real<kKV>();
+  static constexpr bool kPoisonE4m3Nans = kKV == DType::kE4M3 && S::kWidth > 1;
+  static void prepare_q(float*, int, int, int) {}
+  static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
+                 int d_runtime, int64_t elem_stride, float* scores, TilePrefetcher* prefetch) {
+    qk_tile<S, kKV, kDqk, kNG>(q, q_row, group_padded, rows, n, d_runtime, elem_stride, scores,
+                               prefetch);
+  }
+  static void pv(const float* p, int group_padded, const std::byte* const* rows, int n,
+                 int d_runtime, int64_t elem_stride, float* o, int o_row,
+                 TilePrefetcher* prefetch) {
+    pv_tile<S, kKV, kDvo, kNG>(p, group_padded, rows, n, d_runtime, elem_stride, o, o_row,
+                               prefetch);
+  }
+  static void finish_o(float*, int, int, int) {}
+};
+
+template <class S, DType kKV, int kDqk, int kDvo, int kNG,
+          class Tiles = FmaTiles<S, kKV, kDqk, kDvo, kNG>>
 void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, std::byte* scratch) {
   const DecodeScratchLayout layout =
       DecodeScratchLayout::make(p.group_padded, p.head_dim_qk_padded, p.head_dim_vo_padded, p.rope,
@@ -444,6 +472,10 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       }
     }
   }
+  // (Fused RoPE rotates K rows into f32 and runs the plain f32 QK tile on the queries as they are.)
+  if (!p.rope) {
+    for (int hi = 0; hi < num_heads; ++hi) Tiles::prepare_q(q_all + hi * q_head, gp, q_row, dqk);
+  }
   std::fill(o_all, o_all + num_heads * o_head, 0.0f);
   std::fill(max_all, max_all + num_heads * gp, kNegInf);
   std::fill(sum_all, sum_all + num_heads * gp, 0.0f);
@@ -458,7 +490,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   const int64_t v_row_bytes = p.v_elem_stride == 1 ? dvo * int64_t{kv_bytes} : 0;
   const int64_t k_head_step = p.k_head_stride * int64_t{kv_bytes};
   const int64_t v_head_step = p.v_head_stride * int64_t{kv_bytes};
-  const float k_raw = p.rope ? 1.0f : S::template raw_to_real<kKV>();
+  const float k_raw = p.rope ? 1.0f : Tiles::kKRaw;
   TilePrefetcher prefetch;
   // tick() calls per head step: one per key in each QK and PV pass over a block of kNG rows.
   const int ticks_per_head = 2 * kTile * ((gp + kNG - 1) / kNG);
@@ -548,7 +580,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         }
         qk_tile<S, DType::kF32, kDqk, kNG>(q, q_row, gp, hk, n, dqk, 1, scores, &prefetch);
       } else {
-        qk_tile<S, kKV, kDqk, kNG>(q, q_row, gp, hk, n, dqk, p.k_elem_stride, scores, &prefetch);
+        Tiles::qk(q, q_row, gp, hk, n, dqk, p.k_elem_stride, scores, &prefetch);
       }
 
       if (token_scales) {
@@ -583,16 +615,17 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       for (int g = group; g < gp; ++g) {
         std::fill(scores + g * kTile, scores + (g + 1) * kTile, 0.0f);
       }
-      pv_tile<S, kKV, kDvo, kNG>(scores, gp, hv, n, dvo, p.v_elem_stride, o, o_row, &prefetch);
+      Tiles::pv(scores, gp, hv, n, dvo, p.v_elem_stride, o, o_row, &prefetch);
       prefetch.finish_step();
-      if constexpr (kKV == DType::kE4M3 && S::kWidth > 1) {
+      if constexpr (Tiles::kPoisonE4m3Nans) {
         poison_e4m3_nans<S>(p, hk, hv, n, tile_visible, o, o_row, &nan_key[hi]);
       }
     }
   }
 
   // Epilogue: normalize, undo the V raw factor, write the output or the partial state.
-  const float v_raw = S::template raw_to_real<kKV>();
+  for (int hi = 0; hi < num_heads; ++hi) Tiles::finish_o(o_all + hi * o_head, gp, o_row, dvo);
+  const float v_raw = Tiles::kVRaw;
   const int64_t o_bytes = static_cast<int64_t>(dtype_size(p.o_dtype));
   for (int hi = 0; hi < num_heads; ++hi) {
     const int h = h0 + hi;

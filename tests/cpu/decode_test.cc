@@ -107,6 +107,121 @@ TEST_P(CpuDecodeGrid, MatchesTheReferenceOnRandomProblems) {
   }
 }
 
+// The bf16 dot-product kernel for FP8 caches (decode_bf16_dot_avx512.cc) is what avx512 runs
+// for bf16 queries over e4m3/e5m2 where the CPU has AVX512_BF16 + VBMI: checked here on its own
+// grid (both FP8 types, head dims 64/128/256, GQA groups 1-16, lengths around the 32-key tile
+// and the pair of keys PV takes, both layouts, pages of 16 and 5, every variant it takes, split
+// into chunks too).
+bool bf16_dot_hardware() {
+  const detail::CpuFeatures& f = detail::cpu_features();
+  return f.best >= CpuIsa::kAvx512 && f.avx512_bf16 && f.avx512_vbmi;
+}
+
+// Turns the bf16 dot-product kernel on (off by default on Intel CPUs) for a test's lifetime.
+class Bf16DotOn {
+ public:
+  Bf16DotOn() { cpu::set_decode_bf16_dot_allowed(true); }
+  ~Bf16DotOn() { cpu::clear_decode_bf16_dot_override(); }
+  Bf16DotOn(const Bf16DotOn&) = delete;
+  Bf16DotOn& operator=(const Bf16DotOn&) = delete;
+};
+
+TEST(CpuDecodeBf16Dot, MatchesTheReferenceOnFp8Caches) {
+  if (!bf16_dot_hardware()) GTEST_SKIP() << "needs AVX-512 with BF16 and VBMI";
+  Bf16DotOn on;
+  const int64_t lengths[] = {1, kTile - 1, kTile, kTile + 1, 2 * kTile + 1, 3 * kTile + 7, 0};
+  const int groups[] = {1, 2, 4, 8, 16, 3};
+  int i = 0;
+  for (DType kv : {DType::kE4M3, DType::kE5M2}) {
+    for (int d : {64, 128, 256}) {
+      for (int variant = 0; variant < 8; ++variant, ++i) {
+        CaseSpec spec;
+        Problem& p = spec.problem;
+        p.op = i % 3 == 0 ? Op::kSingleDecode : Op::kBatchDecode;
+        p.batch_size = p.op == Op::kSingleDecode ? 1 : 3;
+        p.num_kv_heads = 1 + i % 3;
+        p.num_qo_heads = p.num_kv_heads * groups[i % 6];
+        p.head_dim_qk = p.head_dim_vo = d;
+        p.page_size = i % 2 ? 16 : 5;
+        p.kv_layout = (i / 2) % 2 ? KVLayout::kHND : KVLayout::kNHD;
+        p.q_dtype = DType::kBF16;
+        p.kv_dtype = kv;
+        p.o_dtype = i % 3 == 1 ? DType::kF32 : DType::kBF16;
+        p.k_scale = 0.75f;
+        p.v_scale = 1.5f;
+        p.return_lse = true;
+        switch (variant) {
+          case 1:
+            p.logits_soft_cap = 8.0f;
+            break;
+          case 2:
+            p.pos_encoding_mode = PosEncoding::kAlibi;
+            break;
+          case 3:
+            p.window_left = 40;
+            break;
+          case 4:
+            p.use_sinks = true;
+            break;
+          case 5:
+            p.kv_scale_granularity = KVScaleGranularity::kPerHead;
+            p.k_scale = p.v_scale = 1.0f;
+            break;
+          case 6:
+            p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+            p.k_scale = p.v_scale = 1.0f;
+            break;
+          case 7:
+            p.sm_scale = 0.3f;
+            break;
+          default:
+            break;
+        }
+        for (int b = 0; b < p.batch_size; ++b) {
+          int64_t len = lengths[(i + 2 * b) % 7];
+          if (p.op == Op::kSingleDecode && len == 0) len = 33;
+          spec.kv_lens.push_back(len);
+        }
+        spec.seed = 500 + i;
+        ASSERT_TRUE(cpu::decode_uses_bf16_dot(p, CpuIsa::kAvx512)) << p.to_string();
+        expect_matches_reference(spec, CpuIsa::kAvx512);
+        if (i % 3 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
+      }
+    }
+  }
+}
+
+// Where the bf16 dot-product kernel does not apply, the fp32-FMA kernels run; and with it
+// turned off they still run FP8 caches at avx512 (the random grid, FP8 problems only).
+TEST(CpuDecodeBf16Dot, FmaKernelsRunWhereItDoesNotApplyOrIsOff) {
+  Problem p;
+  p.op = Op::kBatchDecode;
+  p.kv_dtype = DType::kE4M3;
+  p.q_dtype = DType::kBF16;
+  p.head_dim_qk = p.head_dim_vo = 128;
+  Bf16DotOn on;
+  EXPECT_EQ(cpu::decode_uses_bf16_dot(p, CpuIsa::kAvx512), bf16_dot_hardware());
+  EXPECT_FALSE(cpu::decode_uses_bf16_dot(p, CpuIsa::kAvx2));
+  Problem f16_q = p;
+  f16_q.q_dtype = DType::kF16;
+  EXPECT_FALSE(cpu::decode_uses_bf16_dot(f16_q, CpuIsa::kAvx512));
+  Problem masked = p;
+  masked.mask_mode = MaskMode::kCustom;
+  EXPECT_FALSE(cpu::decode_uses_bf16_dot(masked, CpuIsa::kAvx512));
+  Problem bf16_kv = p;
+  bf16_kv.kv_dtype = DType::kBF16;
+  EXPECT_FALSE(cpu::decode_uses_bf16_dot(bf16_kv, CpuIsa::kAvx512));
+
+  if (detail::cpu_features().best < CpuIsa::kAvx512) GTEST_SKIP() << "needs AVX-512";
+  cpu::set_decode_bf16_dot_allowed(false);
+  EXPECT_FALSE(cpu::decode_uses_bf16_dot(p, CpuIsa::kAvx512));
+  std::mt19937 rng(42);
+  for (int i = 0; i < 72; ++i) {
+    const CaseSpec spec = random_decode_spec(i, rng);
+    if (is_fp8(spec.problem.kv_dtype)) expect_matches_reference(spec, CpuIsa::kAvx512);
+  }
+}
+
 // The comparison these tests rely on notices a small error in one element of a kernel's output.
 TEST(CpuDecodeHarness, AnErrorOfOnePercentInOneElementFails) {
   std::mt19937 rng(7);
