@@ -23,9 +23,11 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/fa3/kernels/packed_rows.h"
 #include "cuda/fa3/kernels/pipeline_state.h"
 #include "cuda/fa3/kernels/sm90_ptx.cuh"
 #include "cuda/fa3/kernels/smem_layout.h"
+#include "cuda/fa3/kernels/store_out.cuh"
 #include "cuda/fa3/kernels/tile_scheduler.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
 #include "cuda/fa3/params.h"
@@ -94,18 +96,14 @@ __device__ __forceinline__ const uint8_t* kv_row(const PrefillParams& p, const R
   return static_cast<const uint8_t*>(base) + off * EB;
 }
 
-__device__ __forceinline__ void store_out(const PrefillParams& p, int64_t offset, float x) {
-  switch (p.out_kind) {
-    case OutKind::kF32:
-      static_cast<float*>(p.out)[offset] = x;
-      break;
-    case OutKind::kF16:
-      static_cast<__half*>(p.out)[offset] = __float2half_rn(x);
-      break;
-    case OutKind::kBF16:
-      static_cast<__nv_bfloat16*>(p.out)[offset] = __float2bfloat16_rn(x);
-      break;
-  }
+// The K/V blocks of `tile` (its chunk's, when its request is split): one function for the
+// producer and the consumers, the same the planner ordered the tiles by.
+template <int BN>
+__device__ __forceinline__ sched::KvRange tile_range(const PrefillParams& p,
+                                                     const sched::Tile& tile,
+                                                     const RequestInfo& r) {
+  return sched::tile_kv_range(tile, r.qo_len, r.kv_len, p.causal, p.window_left, BN,
+                              p.rows_per_token, r.chunks, p.chunk_blocks);
 }
 
 // Warpgroup 0: K/V blocks of every tile of this CTA into the ring, in the consumers' order.
@@ -124,9 +122,8 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
          t = sched::next_tile(t, gridDim.x)) {
       const sched::Tile tile = p.tiles[t];
       const RequestInfo r = p.requests[tile.request];
-      const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
-                                                p.window_left, sched::kBlockM, BN);
-      const int kv_head = tile.head / p.group;
+      const sched::KvRange kr = tile_range<BN>(p, tile, r);
+      const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
       for (int n = kr.begin; n < kr.end; ++n) {
         ptx::mbarrier_wait(&empty[st.index], st.phase);
         ptx::mbarrier_arrive_expect_tx(&full[st.index], Plan::kKBytes + Plan::kVBytes);
@@ -151,9 +148,8 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
   for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
-    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
-                                              p.window_left, sched::kBlockM, BN);
-    const int kv_head = tile.head / p.group;
+    const sched::KvRange kr = tile_range<BN>(p, tile, r);
+    const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
     for (int n = kr.begin; n < kr.end; ++n) {
       ptx::mbarrier_wait(&empty[st.index], st.phase);
       uint8_t* k_smem = smem + Plan::k(st.index);
@@ -217,10 +213,17 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
   for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
-    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
-                                              p.window_left, sched::kBlockM, BN);
+    const sched::KvRange kr = tile_range<BN>(p, tile, r);
+    // Rows are packed rows (packed_rows.h): query tokens, or (token, head) of a GQA group.
     const int64_t row0 = int64_t(tile.q_tile) * sched::kBlockM + wg * frag::kWarpgroupRows;
-    const int64_t causal_offset = r.kv_len - r.qo_len;
+    const int64_t rows = pack::packed_rows(r.qo_len, p.rows_per_token);
+    // The causal diagonal of this thread's two rows (one per accumulator row half).
+    int64_t diag[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
+      diag[h] = row / p.rows_per_token + r.kv_len - r.qo_len;
+    }
 
     // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
     // the warpgroup is past the previous tile's wgmmas, which read it.
@@ -230,10 +233,12 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       const int tile_row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
       const int64_t row = row0 + tile_row;
       uint4 val = make_uint4(0, 0, 0, 0);
-      if (row < r.qo_len) {
+      if (row < rows) {
+        const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
         val = *reinterpret_cast<const uint4*>(
             static_cast<const uint8_t*>(p.q) +
-            ((r.q_row + row) * p.q_stride_row + tile.head * p.q_stride_head) * EB + byte_col);
+            ((r.q_row + th.token) * p.q_stride_row + th.qo_head * p.q_stride_head) * EB +
+            byte_col);
       }
       const uint32_t dst = kFp8 ? smem::tile_offset8(tile_row, byte_col, frag::kWarpgroupRows)
                                 : smem::tile_offset(tile_row, byte_col / 2, frag::kWarpgroupRows);
@@ -276,11 +281,10 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       if (kr.masked(n)) {  // the edges: keys past kv_len, the causal diagonal, the window
 #pragma unroll
         for (int i = 0; i < kSRegs; ++i) {
-          const frag::RowCol rc = frag::acc_element(ctid, i);
-          const int64_t key = int64_t(n) * BN + rc.col;
-          const int64_t diag = row0 + rc.row + causal_offset;
-          const bool visible = key < r.kv_len && (!p.causal || key <= diag) &&
-                               (p.window_left < 0 || key >= diag - p.window_left);
+          const int64_t key = int64_t(n) * BN + frag::acc_element(ctid, i).col;
+          const int64_t d = diag[frag::acc_row_half(i)];
+          const bool visible = key < r.kv_len && (!p.causal || key <= d) &&
+                               (p.window_left < 0 || key >= d - p.window_left);
           if (!visible) s[i] = -INFINITY;
         }
       }
@@ -362,23 +366,44 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
     constexpr float kLn2 = 0.6931471805599453f;
+    // Where each of this thread's two rows goes: out (and lse), or, for a split request, the
+    // partial state of (token, chunk) (split_plan.h), merged by merge_kernel.
+    const bool split = r.chunks > 1;
+    bool valid[2];
+    int64_t o_base[2], lse_at[2];
+    float lse_val[2], inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
+      valid[h] = row < rows;
+      const pack::TokenHead th = pack::token_head(valid[h] ? row : 0, tile.head, p.rows_per_token);
+      const int64_t state = r.partial_base + th.token * r.chunks + tile.chunk;
+      o_base[h] = split ? (state * p.num_qo_heads + th.qo_head) * VO
+                        : (r.q_row + th.token) * p.o_stride_row + th.qo_head * p.o_stride_head;
+      lse_at[h] = split ? state * p.num_qo_heads + th.qo_head
+                        : (r.q_row + th.token) * p.lse_stride_row + th.qo_head * p.lse_stride_head;
+      lse_val[h] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+      inv[h] = l[h] > 0.0f ? p.v_scale / l[h] : 0.0f;
+    }
 #pragma unroll
     for (int i = 0; i < kORegs; ++i) {
-      const frag::RowCol rc = frag::acc_element(ctid, i);
-      const int64_t row = row0 + rc.row;
-      if (row >= r.qo_len) continue;
       const int h = frag::acc_row_half(i);
-      const float inv = l[h] > 0.0f ? p.v_scale / l[h] : 0.0f;
-      store_out(p, (r.q_row + row) * p.o_stride_row + tile.head * p.o_stride_head + rc.col,
-                o[i] * inv);
+      if (!valid[h]) continue;
+      const int col = frag::acc_element(ctid, i).col;
+      if (split) {
+        p.partial_o[o_base[h] + col] = o[i] * inv[h];
+      } else {
+        store_out(p, o_base[h] + col, o[i] * inv[h]);
+      }
     }
-    if (p.lse && lane % 4 == 0) {
+    if (lane % 4 == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
-        if (row < r.qo_len) {
-          p.lse[(r.q_row + row) * p.lse_stride_row + tile.head * p.lse_stride_head] =
-              l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+        if (!valid[h]) continue;
+        if (split) {
+          p.partial_lse[lse_at[h]] = lse_val[h];
+        } else if (p.lse) {
+          p.lse[lse_at[h]] = lse_val[h];
         }
       }
     }
