@@ -103,7 +103,15 @@ Explanation explain(const Problem& problem, const Device& device) {
     v.supported = cap.ok();
     v.reason = cap.ok() ? "" : cap.message();
     Status avail = b->available(device);
-    if (avail.ok() && cap.ok()) avail = b->kernel_built(problem, device);
+    if (cap.ok()) {
+      // A kernel this build lacks is said even where the device is absent (a described one).
+      Status built = b->kernel_built(problem, device);
+      if (avail.ok()) {
+        avail = built;
+      } else if (!built.ok() && built.message() != avail.message()) {
+        avail = Status(avail.code(), avail.message() + "; " + built.message());
+      }
+    }
     v.available = avail.ok();
     v.availability = avail.ok() ? "" : avail.message();
     if (!e.selected && v.supported && in_priority_list(problem, device, v.backend) &&

@@ -216,6 +216,13 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
                       " must be 0 (no split) or a positive multiple of the K/V block of ",
                       block_n, " keys at head dim ", p.head_dim_qk, " (make the plan with fa3)");
   }
+  for (size_t b = 0; b < plan.qo_len.size(); ++b) {
+    if (plan.qo_len[b] > pack::kMaxPackedRows / k.rows_per_token) {
+      return make_error(ErrorCode::kNotSupported, "fa3: request ", b, " has qo_len ",
+                        plan.qo_len[b], " x ", k.rows_per_token,
+                        " packed rows per token, more than the kernel's 2^31 - 1 rows");
+    }
+  }
   const fa2::RequestStarts starts = fa2::request_starts(p, args);
   const split_kv::SplitPlan split =
       split_kv::make_split_plan(plan.qo_len, plan.kv_len, starts.q_row, plan.kv_chunk_size);

@@ -27,14 +27,24 @@ KVATTN_HD int64_t packed_rows(int64_t qo_len, int rows_per_token) {
   return qo_len * rows_per_token;
 }
 
+// The most packed rows a request may have: packed rows are divided in 32 bits (a 64-bit division
+// is a subroutine call on the GPU, whose register saves spill in the consumers); launch.cu
+// refuses a request past it.
+inline constexpr int64_t kMaxPackedRows = 0x7fffffff;
+
+// Token of packed row `row` (0 <= row <= kMaxPackedRows).
+KVATTN_HD int64_t token_of(int64_t row, int rows_per_token) {
+  return int64_t(uint32_t(row) / uint32_t(rows_per_token));
+}
+
 struct TokenHead {
   int64_t token = 0;  // within the request
   int qo_head = 0;
 };
 
 KVATTN_HD TokenHead token_head(int64_t row, int tile_head, int rows_per_token) {
-  return TokenHead{row / rows_per_token,
-                   tile_head * rows_per_token + int(row % rows_per_token)};
+  const int64_t token = token_of(row, rows_per_token);
+  return TokenHead{token, tile_head * rows_per_token + int(row - token * rows_per_token)};
 }
 
 // The KV head every row of a tile reads (a packed tile holds one GQA group; an unpacked one one

@@ -1,21 +1,23 @@
-// fa3's prefill kernel (SM90a; q = kv bf16, f16, e4m3 or e5m2; head dims 128, and 64, 256 and
-// (192, 128) for 16-bit types): FlashAttention-3's structure.
+// fa3's attention kernel, prefill and decode (SM90a; q = kv bf16, f16, e4m3 or e5m2; head dims
+// 128, and 64, 256 and (192, 128) for 16-bit types): FlashAttention-3's structure.
 // A persistent CTA of three warpgroups walks the longest-first tile list (tile_scheduler.h).
 // Warpgroup 0 is the producer: it loads each K/V block into a kStages-slot shared-memory ring
 // (TMA for dense and ragged K/V, one thread issuing the loads and the expected bytes; cp.async
 // with zero fill for pages) and signals the slot's `full` mbarrier; warpgroups 1 and 2 are
-// consumers of 64 query rows each: S = Q K^T by wgmma from shared memory, masking of the edge
+// consumers of 64 rows each: S = Q K^T by wgmma from shared memory, masking of the edge
 // blocks only, online softmax in registers, O += P V by wgmma with P taken straight from S's
 // accumulators as the register operand, then release of the slot through its `empty` mbarrier
-// (pipeline_state.h). The epilogue writes O (and the natural-log LSE) from the accumulators. Index
-// math lives in the replayed headers (smem_layout.h, wgmma_fragment.h, tile_scheduler.h,
-// pipeline_state.h).
+// (pipeline_state.h). The epilogue writes O (and the natural-log LSE) from the accumulators, or,
+// for a request split over KV chunks, the tile's partial state for merge.cuh. A tile's rows are
+// query tokens of one head (prefill) or the (token, head) rows of a GQA group packed together
+// (decode; packed_rows.h). Index math lives in the replayed headers (smem_layout.h,
+// wgmma_fragment.h, tile_scheduler.h, pipeline_state.h, packed_rows.h, ../split_plan.h).
 //
 // Keys past a request's end that a TMA box brings in (the next request's, or zeros past the
 // tensor) are masked in S, so their V rows are multiplied by exactly 0.
 //
 // Not here yet (see docs/cuda.md): the softmax of one block overlapped with the GEMM of the next
-// (and the two consumer warpgroups' ping-pong), FP8, head dims other than 128, decode, split-KV.
+// (and the two consumer warpgroups' ping-pong), FP8 at head dims other than 128.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -215,14 +217,19 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
     const RequestInfo r = p.requests[tile.request];
     const sched::KvRange kr = tile_range<BN>(p, tile, r);
     // Rows are packed rows (packed_rows.h): query tokens, or (token, head) of a GQA group.
-    const int64_t row0 = int64_t(tile.q_tile) * sched::kBlockM + wg * frag::kWarpgroupRows;
-    const int64_t rows = pack::packed_rows(r.qo_len, p.rows_per_token);
-    // The causal diagonal of this thread's two rows (one per accumulator row half).
-    int64_t diag[2];
+    // (32 bits: a request's packed rows are at most pack::kMaxPackedRows.)
+    const int row0 = tile.q_tile * sched::kBlockM + wg * frag::kWarpgroupRows;
+    // The causal diagonal of this thread's two rows (one per accumulator row half) is
+    // diag0 + token_step[h]: the token of the warpgroup's first row plus the (32-bit) token
+    // offset of the row, both found once per tile (a division per masked block spills).
+    const int64_t token0 = pack::token_of(row0, p.rows_per_token);
+    const int64_t diag0 = token0 + r.kv_len - r.qo_len;
+    int token_step[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
-      diag[h] = row / p.rows_per_token + r.kv_len - r.qo_len;
+      token_step[h] = int(pack::token_of(row0 + frag::acc_element(ctid, 2 * h).row,
+                                         p.rows_per_token) -
+                          token0);
     }
 
     // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
@@ -233,7 +240,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       const int tile_row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
       const int64_t row = row0 + tile_row;
       uint4 val = make_uint4(0, 0, 0, 0);
-      if (row < rows) {
+      if (row < pack::packed_rows(r.qo_len, p.rows_per_token)) {
         const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
         val = *reinterpret_cast<const uint4*>(
             static_cast<const uint8_t*>(p.q) +
@@ -282,7 +289,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
 #pragma unroll
         for (int i = 0; i < kSRegs; ++i) {
           const int64_t key = int64_t(n) * BN + frag::acc_element(ctid, i).col;
-          const int64_t d = diag[frag::acc_row_half(i)];
+          const int64_t d = diag0 + token_step[frag::acc_row_half(i)];
           const bool visible = key < r.kv_len && (!p.causal || key <= d) &&
                                (p.window_left < 0 || key >= d - p.window_left);
           if (!visible) s[i] = -INFINITY;
@@ -367,44 +374,39 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
     }
     constexpr float kLn2 = 0.6931471805599453f;
     // Where each of this thread's two rows goes: out (and lse), or, for a split request, the
-    // partial state of (token, chunk) (split_plan.h), merged by merge_kernel.
-    const bool split = r.chunks > 1;
-    bool valid[2];
-    int64_t o_base[2], lse_at[2];
-    float lse_val[2], inv[2];
+    // partial state of (token, chunk) (split_plan.h), merged by merge_kernel. The request is read
+    // again here (the mbarrier waits' memory clobbers keep it a load) so that its split fields
+    // hold no registers during the main loop.
+    const RequestInfo re = p.requests[tile.request];
+    const bool split = re.chunks > 1;
+    const int64_t rows = pack::packed_rows(re.qo_len, p.rows_per_token);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
-      valid[h] = row < rows;
-      const pack::TokenHead th = pack::token_head(valid[h] ? row : 0, tile.head, p.rows_per_token);
-      const int64_t state = r.partial_base + th.token * r.chunks + tile.chunk;
-      o_base[h] = split ? (state * p.num_qo_heads + th.qo_head) * VO
-                        : (r.q_row + th.token) * p.o_stride_row + th.qo_head * p.o_stride_head;
-      lse_at[h] = split ? state * p.num_qo_heads + th.qo_head
-                        : (r.q_row + th.token) * p.lse_stride_row + th.qo_head * p.lse_stride_head;
-      lse_val[h] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
-      inv[h] = l[h] > 0.0f ? p.v_scale / l[h] : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < kORegs; ++i) {
-      const int h = frag::acc_row_half(i);
-      if (!valid[h]) continue;
-      const int col = frag::acc_element(ctid, i).col;
+      if (row >= rows) continue;
+      const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
+      const int64_t state = re.partial_base + th.token * re.chunks + tile.chunk;
+      const float inv = l[h] > 0.0f ? p.v_scale / l[h] : 0.0f;
       if (split) {
-        p.partial_o[o_base[h] + col] = o[i] * inv[h];
-      } else {
-        store_out(p, o_base[h] + col, o[i] * inv[h]);
-      }
-    }
-    if (lane % 4 == 0) {
+        float* dst = p.partial_o + (state * p.num_qo_heads + th.qo_head) * VO;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (!valid[h]) continue;
-        if (split) {
-          p.partial_lse[lse_at[h]] = lse_val[h];
-        } else if (p.lse) {
-          p.lse[lse_at[h]] = lse_val[h];
+        for (int i = 0; i < kORegs; ++i) {
+          if (frag::acc_row_half(i) == h) dst[frag::acc_element(ctid, i).col] = o[i] * inv;
         }
+      } else {
+        const int64_t base =
+            (re.q_row + th.token) * p.o_stride_row + th.qo_head * p.o_stride_head;
+#pragma unroll
+        for (int i = 0; i < kORegs; ++i) {
+          if (frag::acc_row_half(i) == h) store_out(p, base + frag::acc_element(ctid, i).col, o[i] * inv);
+        }
+      }
+      if (lane % 4 != 0) continue;
+      const float lse = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+      if (split) {
+        p.partial_lse[state * p.num_qo_heads + th.qo_head] = lse;
+      } else if (p.lse) {
+        p.lse[(re.q_row + th.token) * p.lse_stride_row + th.qo_head * p.lse_stride_head] = lse;
       }
     }
   }

@@ -64,9 +64,10 @@ KVATTN_HD KvRange kv_range(int64_t qo_len, int64_t kv_len, int q_tile, bool caus
   int64_t packed_end = packed_begin + block_m;
   if (packed_end > qo_len * rows_per_token) packed_end = qo_len * rows_per_token;
   if (packed_begin >= packed_end || kv_len <= 0) return r;
-  const int64_t row_begin = packed_begin / rows_per_token;  // tokens from here on
+  // Tokens from here on (32-bit division: packed_rows.h's kMaxPackedRows).
+  const int64_t row_begin = int64_t(uint32_t(packed_begin) / uint32_t(rows_per_token));
   const int64_t offset = kv_len - qo_len;
-  const int64_t last_row = (packed_end - 1) / rows_per_token;
+  const int64_t last_row = int64_t(uint32_t(packed_end - 1) / uint32_t(rows_per_token));
   // Keys some row sees: [first row's lower bound, last row's upper bound].
   const int64_t lo_any =
       window_left >= 0 ? clamp64(row_begin + offset - window_left, 0, kv_len) : 0;
