@@ -7,8 +7,9 @@
 // consumers of 64 rows each: S = Q K^T by wgmma from shared memory, masking of the edge
 // blocks only, online softmax in registers, O += P V by wgmma with P taken straight from S's
 // accumulators as the register operand, then release of the slot through its `empty` mbarrier
-// (pipeline_state.h). The epilogue writes O (and the natural-log LSE) from the accumulators, or,
-// for a request split over KV chunks, the tile's partial state for merge.cuh. A tile's rows are
+// (pipeline_state.h), one block later, once the O += P V that read it is done. The epilogue
+// writes O (and the natural-log LSE) from the accumulators, or, for a request split over KV
+// chunks, the tile's partial state for merge.cuh. A tile's rows are
 // query tokens of one head (prefill) or the (token, head) rows of a GQA group packed together
 // (decode; packed_rows.h). Index math lives in the replayed headers (smem_layout.h,
 // wgmma_fragment.h, tile_scheduler.h, pipeline_state.h, packed_rows.h, ../split_plan.h).
@@ -16,8 +17,9 @@
 // Keys past a request's end that a TMA box brings in (the next request's, or zeros past the
 // tensor) are masked in S, so their V rows are multiplied by exactly 0.
 //
-// Not here yet (see docs/cuda.md): the softmax of one block overlapped with the GEMM of the next
-// (and the two consumer warpgroups' ping-pong), FP8 at head dims other than 128.
+// The softmax of one block runs while the GEMM O += P V of the previous one does (the consumer
+// loop below). Not here yet (see docs/cuda.md): the two consumer warpgroups' ping-pong (their
+// softmax against each other's GEMMs), FP8 at head dims other than 128.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +27,7 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/fa3/kernels/consumer_steps.cuh"
 #include "cuda/fa3/kernels/packed_rows.h"
 #include "cuda/fa3/kernels/pipeline_state.h"
 #include "cuda/fa3/kernels/sm90_ptx.cuh"
@@ -260,110 +263,70 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
     float m[2] = {-INFINITY, -INFINITY};
     float l[2] = {0.0f, 0.0f};
 
-    for (int n = kr.begin; n < kr.end; ++n) {
-      ptx::mbarrier_wait(&full[st.index], st.phase);
-      const uint32_t k_addr = cuda::smem_addr(smem + Plan::k(st.index));
-      const uint32_t v_addr = cuda::smem_addr(smem + Plan::v(st.index));
-
-      // A k-step is 32 bytes: k16 for 16-bit, k32 for FP8; the descriptors are the same.
-      float s[kSRegs];
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < QK * EB / 32; ++ks) {
-        ptx::wgmma_ss<Tag, BN>(s, smem::encode(smem::k_major(q_addr, frag::kWarpgroupRows, 0, ks)),
-                               smem::encode(smem::k_major(k_addr, BN, 0, ks)), ks > 0);
+    // Softmax of block n overlapped with O += P V of block n - 1 (FA3's intra-warpgroup
+    // overlap): S_n is issued before PV_{n-1}, waited for alone (wgmma groups complete in order),
+    // and turned into P_n while PV_{n-1} runs; O is rescaled once PV_{n-1} is done, and slot n - 1
+    // is released then (pipeline_state.h: a consumer holds at most two slots, released in
+    // order; fa3_pipeline_test replays it).
+    // FP8 keeps the blocks apart (one at a time, as below the overlap): with S, P and O live at
+    // once its consumers spill (ptxas: 64 bytes), and FP8's P is half the registers that would
+    // pay for it.
+    constexpr int kPSteps = BN * EB / 32;
+    constexpr bool kOverlap = !kFp8;
+    float s[kSRegs];
+    uint32_t a[kPSteps][4];
+    if constexpr (!kOverlap) {
+      for (int n = kr.begin; n < kr.end; ++n) {
+        ptx::mbarrier_wait(&full[st.index], st.phase);
+        step::issue_s<Tag, QK, EB, BN>(s, q_addr, cuda::smem_addr(smem + Plan::k(st.index)));
+        ptx::wgmma_wait<0>();
+        ptx::fence_registers(s);
+        step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
+        float alpha[2];
+        step::softmax<BN>(s, m, l, alpha);
+        step::rescale(o, alpha);
+        step::pack_p<Tag, kFp8, BN, kPSteps>(s, a);
+        step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(o, a, cuda::smem_addr(smem + Plan::v(st.index)));
+        ptx::wgmma_wait<0>();
+        step::pv_done<VO, kPSteps>(o, a);
+        __syncwarp();
+        if (lane == 0) ptx::mbarrier_arrive(&empty[st.index]);
+        st.advance();
       }
-      ptx::wgmma_commit();
+    } else if (kr.begin < kr.end) {
+      ptx::mbarrier_wait(&full[st.index], st.phase);
+      step::issue_s<Tag, QK, EB, BN>(s, q_addr, cuda::smem_addr(smem + Plan::k(st.index)));
       ptx::wgmma_wait<0>();
       ptx::fence_registers(s);
-
-      // Scores in the log2 domain (soft cap first: DESIGN.md §2 caps after sm_scale).
-      if (p.soft_cap > 0.0f) {
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) s[i] = p.cap_log2 * tanhf(s[i] * p.score_scale_over_cap);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) s[i] *= p.score_scale_log2;
-      }
-      if (kr.masked(n)) {  // the edges: keys past kv_len, the causal diagonal, the window
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) {
-          const int64_t key = int64_t(n) * BN + frag::acc_element(ctid, i).col;
-          const int64_t d = diag0 + token_step[frag::acc_row_half(i)];
-          const bool visible = key < r.kv_len && (!p.causal || key <= d) &&
-                               (p.window_left < 0 || key >= d - p.window_left);
-          if (!visible) s[i] = -INFINITY;
-        }
-      }
-
-      // Online softmax in the log2 domain; each thread holds 32 keys of two rows, its quad the
-      // rest of each row.
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) {
-          if (frag::acc_row_half(i) == h) mx = fmaxf(mx, s[i]);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[h], mx);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row that sees nothing yet
-        const float alpha = exp2f(m[h] - m_use);
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) {
-          if (frag::acc_row_half(i) == h) {
-            s[i] = exp2f(s[i] - m_use);
-            sum += s[i];
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < kORegs; ++i) {
-          if (frag::acc_row_half(i) == h) o[i] *= alpha;
-        }
-        l[h] = l[h] * alpha + sum;
-        m[h] = m_new;
-      }
-
-      // P as the register A operand: 16-bit pairs (k16 steps) or FP8 quads (k32 steps, keys
-      // renumbered as V^T's columns are).
-      constexpr int kPSteps = BN * EB / 32;
-      uint32_t a[kPSteps][4];
-#pragma unroll
-      for (int kk = 0; kk < kPSteps; ++kk) {
-#pragma unroll
-        for (int rr = 0; rr < 4; ++rr) {
-          if constexpr (kFp8) {
-            a[kk][rr] = ptx::pack_e4m3x4(
-                s[frag::p_a_register8(kk, rr, 0)], s[frag::p_a_register8(kk, rr, 1)],
-                s[frag::p_a_register8(kk, rr, 2)], s[frag::p_a_register8(kk, rr, 3)]);
-          } else {
-            a[kk][rr] = cuda::Compute16<Tag>::pack(s[frag::p_a_register(kk, rr, 0)],
-                                                   s[frag::p_a_register(kk, rr, 1)]);
-          }
-        }
-      }
-      // The rescaled O and the packed P must be in their registers before wgmma.fence.
-      ptx::fence_registers(o);
-#pragma unroll
-      for (int kk = 0; kk < kPSteps; ++kk) ptx::fence_registers(a[kk]);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kPSteps; ++kk) {
-        if constexpr (kFp8) {
-          ptx::wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::k_major(v_addr, VO, 0, kk)));
-        } else {
-          ptx::wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::mn_major(v_addr, BN, kk)));
-        }
-      }
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
-      ptx::fence_registers(o);
-
-      __syncwarp();
-      if (lane == 0) ptx::mbarrier_arrive(&empty[st.index]);
+      step::scores<BN>(s, p, kr.masked(kr.begin), kr.begin, r.kv_len, diag0, token_step, ctid);
+      float alpha[2];
+      step::softmax<BN>(s, m, l, alpha);  // O is still zero: nothing to rescale
+      step::pack_p<Tag, kFp8, BN, kPSteps>(s, a);
+      pipe::PipelineState<kStages> prev = st;
       st.advance();
+      for (int n = kr.begin + 1; n < kr.end; ++n) {
+        ptx::mbarrier_wait(&full[st.index], st.phase);
+        step::issue_s<Tag, QK, EB, BN>(s, q_addr, cuda::smem_addr(smem + Plan::k(st.index)));
+        step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(o, a,
+                                                   cuda::smem_addr(smem + Plan::v(prev.index)));
+        ptx::wgmma_wait<1>();  // S_n done; PV_{n-1} may still run
+        ptx::fence_registers(s);
+        step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
+        step::softmax<BN>(s, m, l, alpha);
+        ptx::wgmma_wait<0>();  // PV_{n-1} done: its slot, O and P are free
+        step::pv_done<VO, kPSteps>(o, a);
+        __syncwarp();
+        if (lane == 0) ptx::mbarrier_arrive(&empty[prev.index]);
+        step::rescale(o, alpha);
+        step::pack_p<Tag, kFp8, BN, kPSteps>(s, a);
+        prev = st;
+        st.advance();
+      }
+      step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(o, a, cuda::smem_addr(smem + Plan::v(prev.index)));
+      ptx::wgmma_wait<0>();
+      step::pv_done<VO, kPSteps>(o, a);
+      __syncwarp();
+      if (lane == 0) ptx::mbarrier_arrive(&empty[prev.index]);
     }
 
     // Epilogue: normalize, write O and the natural-log LSE of the rows this request has.
