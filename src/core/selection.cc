@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "core/cpu_features.h"
+#include "core/cuda_query.h"
 #include "core/status_macros.h"
 #include "core/validate.h"
 
@@ -103,8 +104,9 @@ Explanation explain(const Problem& problem, const Device& device) {
     v.supported = cap.ok();
     v.reason = cap.ok() ? "" : cap.message();
     Status avail = b->available(device);
-    if (cap.ok()) {
-      // A kernel this build lacks is said even where the device is absent (a described one).
+    // A kernel this build lacks is said even where the device is absent (a described one), as
+    // long as CUDA support is built at all (else "not built" says it).
+    if (cap.ok() && (avail.ok() || !device.is_cuda() || detail::cuda_support_built())) {
       Status built = b->kernel_built(problem, device);
       if (avail.ok()) {
         avail = built;
