@@ -8,11 +8,11 @@
 // kernel runs without a mask are visible to every packed row.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <map>
 #include <random>
 #include <set>
 #include <tuple>
-#include <cstdint>
 #include <vector>
 
 #include "cuda/fa3/kernels/packed_rows.h"
@@ -182,8 +182,8 @@ TEST(Fa3SplitKv, EveryKeyOnceEveryStateOnceEveryOutputRowOnce) {
           for (int64_t j = 0; j < b.kv[r]; ++j) {
             const int want = visible(b.qo[r], b.kv[r], i, j, causal, window) ? 1 : 0;
             ASSERT_EQ(int(at(int(r), i, h, j)), want)
-                << "request " << r << " token " << i << " head " << h << " key " << j
-                << " chunk " << chunk << " packed " << decode;
+                << "request " << r << " token " << i << " head " << h << " key " << j << " chunk "
+                << chunk << " packed " << decode;
           }
         }
       }

@@ -88,11 +88,11 @@ class Fa3Backend final : public Backend {
   Status kernel_built(const Problem& problem, const Device&) const override {
     const fa3::KernelKey key = fa3::kernel_key(problem);
     if (fa3::kBuiltKernelCount == 0) {  // nothing of fa3 built: say why, not which option adds it
-      return make_error(ErrorCode::kUnavailable, "fa3: kernel for ", fa3::kernel_key_string(key),
-                        " is not in this build (",
-                        detail::cuda_support_built() ? "KVATTN_CUDA_ARCHS lacks 90a"
-                                                     : "CUDA support is off",
-                        ")");
+      return make_error(
+          ErrorCode::kUnavailable, "fa3: kernel for ", fa3::kernel_key_string(key),
+          " is not in this build (",
+          detail::cuda_support_built() ? "KVATTN_CUDA_ARCHS lacks 90a" : "CUDA support is off",
+          ")");
     }
     if (!in(key, fa3::kBuiltKernelKeysStorage, fa3::kBuiltKernelCount)) {
       const int implemented = int(sizeof(fa3::kImplementedKernelKeys) / sizeof(fa3::KernelKey));

@@ -213,8 +213,8 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
   const int block_n = sched::block_n_for(p.head_dim_qk);
   if (plan.kv_chunk_size < 0 || plan.kv_chunk_size % block_n != 0) {
     return make_error(ErrorCode::kInvalidArgument, "fa3: plan.kv_chunk_size ", plan.kv_chunk_size,
-                      " must be 0 (no split) or a positive multiple of the K/V block of ",
-                      block_n, " keys at head dim ", p.head_dim_qk, " (make the plan with fa3)");
+                      " must be 0 (no split) or a positive multiple of the K/V block of ", block_n,
+                      " keys at head dim ", p.head_dim_qk, " (make the plan with fa3)");
   }
   for (size_t b = 0; b < plan.qo_len.size(); ++b) {
     if (plan.qo_len[b] > pack::kMaxPackedRows / k.rows_per_token) {
@@ -229,8 +229,8 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
   k.chunk_blocks = int(plan.kv_chunk_size / block_n);
   std::vector<RequestInfo> requests(plan.qo_len.size());
   for (size_t b = 0; b < requests.size(); ++b) {
-    requests[b] = RequestInfo{starts.q_row[b],      plan.qo_len[b],   plan.kv_len[b],
-                              starts.kv_first[b],   split.partial_base[b], split.chunks[b]};
+    requests[b] = RequestInfo{starts.q_row[b],    plan.qo_len[b],        plan.kv_len[b],
+                              starts.kv_first[b], split.partial_base[b], split.chunks[b]};
   }
   const std::vector<sched::Tile> tiles =
       sched::ordered_tiles(plan.qo_len, plan.kv_len, p.num_qo_heads, k.causal, k.window_left,

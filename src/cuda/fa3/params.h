@@ -22,7 +22,8 @@ struct RequestInfo {
   int64_t qo_len = 0;
   int64_t kv_len = 0;
   int64_t kv_first = 0;  // paged: first entry in kv_indices; ragged: first key row; single: 0
-  int64_t partial_base = 0;  // split (chunks > 1): state of (token i, chunk c) = base + i*chunks + c
+  int64_t partial_base =
+      0;  // split (chunks > 1): state of (token i, chunk c) = base + i*chunks + c
   int32_t chunks = 1;
 };
 

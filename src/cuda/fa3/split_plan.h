@@ -63,10 +63,11 @@ inline int64_t choose_chunk_keys(const std::vector<int64_t>& qo_len,
 }
 
 struct SplitPlan {
-  int64_t chunk_keys = 0;            // 0: no request is split
-  std::vector<int32_t> chunks;       // per request, >= 1
-  std::vector<int64_t> partial_base; // per request: state of (token i, chunk c) = base + i*chunks + c
-  int64_t num_states = 0;            // partial states of all split requests
+  int64_t chunk_keys = 0;       // 0: no request is split
+  std::vector<int32_t> chunks;  // per request, >= 1
+  std::vector<int64_t>
+      partial_base;        // per request: state of (token i, chunk c) = base + i*chunks + c
+  int64_t num_states = 0;  // partial states of all split requests
   std::vector<MergeRow> merge_rows;  // one per query token of a split request
 };
 

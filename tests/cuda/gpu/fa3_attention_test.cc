@@ -3,8 +3,9 @@
 // prefill over paged and ragged KV and single prefill, batch and single decode (GQA rows packed),
 // no mask and causal, sliding window, soft cap, LSE, lengths around the 128-row / 128-key (64 at
 // d256) tiles, GQA groups, layouts and page sizes, output dtypes, rows that see no key, and
-// split-KV (forced chunks and the planner's own) with its merge. Only the kernel keys this build compiled are run;
-// every test skips with the reason when there is no SM90 device (never passes empty).
+// split-KV (forced chunks and the planner's own) with its merge. Only the kernel keys this build
+// compiled are run; every test skips with the reason when there is no SM90 device (never passes
+// empty).
 #include <gtest/gtest.h>
 
 #include <algorithm>

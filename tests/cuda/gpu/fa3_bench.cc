@@ -140,8 +140,8 @@ void make_batch(Batch* b, Op op, int batch, int64_t qo_len, int64_t kv_len, DTyp
     a.qo_indptr = TensorView::contiguous(b->qo_indptr.data(), DType::kI32, {batch + 1});
   }
   // Bytes a decode must move: the keys and values it reads (not the page padding), Q and O.
-  b->bytes = 2.0 * double(batch) * double(kv_len) * kKvHeads * kDim * double(es) +
-             double(q_bytes) + double(o_bytes);
+  b->bytes = 2.0 * double(batch) * double(kv_len) * kKvHeads * kDim * double(es) + double(q_bytes) +
+             double(o_bytes);
   const double lq = double(op == Op::kBatchDecode ? 1 : qo_len), lkv = double(kv_len);
   const double pairs = p.mask_mode == MaskMode::kCausal ? (2 * lkv - lq) * lq : 2 * lq * lkv;
   b->flops = double(batch) * pairs * kQoHeads * (kDim + kDim);

@@ -50,8 +50,8 @@ __device__ __forceinline__ void scores(float (&s)[BN / 2], const PrefillParams& 
   for (int i = 0; i < kSRegs; ++i) {
     const int64_t key = int64_t(n) * BN + frag::acc_element(ctid, i).col;
     const int64_t d = diag0 + token_step[frag::acc_row_half(i)];
-    const bool visible = key < kv_len && (!p.causal || key <= d) &&
-                         (p.window_left < 0 || key >= d - p.window_left);
+    const bool visible =
+        key < kv_len && (!p.causal || key <= d) && (p.window_left < 0 || key >= d - p.window_left);
     if (!visible) s[i] = -INFINITY;
   }
 }
@@ -103,9 +103,9 @@ __device__ __forceinline__ void pack_p(const float (&s)[BN / 2], uint32_t (&a)[k
 #pragma unroll
     for (int rr = 0; rr < 4; ++rr) {
       if constexpr (kFp8) {
-        a[kk][rr] = ptx::pack_e4m3x4(
-            s[frag::p_a_register8(kk, rr, 0)], s[frag::p_a_register8(kk, rr, 1)],
-            s[frag::p_a_register8(kk, rr, 2)], s[frag::p_a_register8(kk, rr, 3)]);
+        a[kk][rr] =
+            ptx::pack_e4m3x4(s[frag::p_a_register8(kk, rr, 0)], s[frag::p_a_register8(kk, rr, 1)],
+                             s[frag::p_a_register8(kk, rr, 2)], s[frag::p_a_register8(kk, rr, 3)]);
       } else {
         a[kk][rr] = cuda::Compute16<Tag>::pack(s[frag::p_a_register(kk, rr, 0)],
                                                s[frag::p_a_register(kk, rr, 1)]);

@@ -31,8 +31,7 @@ __global__ void __launch_bounds__(kMergeThreads)
         if (lse == -INFINITY) continue;  // a chunk with no visible key adds nothing
         float scale_acc = 0.0f, scale_c = 0.0f;
         merger.add(lse, &scale_acc, &scale_c);
-        o = o * scale_acc +
-            p.partial_o[(state * p.num_qo_heads + h) * head_dim_vo + d] * scale_c;
+        o = o * scale_acc + p.partial_o[(state * p.num_qo_heads + h) * head_dim_vo + d] * scale_c;
       }
       store_out(p, row.out_row * p.o_stride_row + h * p.o_stride_head + d, o * merger.inv_sum());
       if (p.lse && d == 0) {

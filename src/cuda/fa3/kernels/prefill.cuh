@@ -230,9 +230,8 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
     int token_step[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      token_step[h] = int(pack::token_of(row0 + frag::acc_element(ctid, 2 * h).row,
-                                         p.rows_per_token) -
-                          token0);
+      token_step[h] =
+          int(pack::token_of(row0 + frag::acc_element(ctid, 2 * h).row, p.rows_per_token) - token0);
     }
 
     // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
@@ -247,8 +246,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
         const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
         val = *reinterpret_cast<const uint4*>(
             static_cast<const uint8_t*>(p.q) +
-            ((r.q_row + th.token) * p.q_stride_row + th.qo_head * p.q_stride_head) * EB +
-            byte_col);
+            ((r.q_row + th.token) * p.q_stride_row + th.qo_head * p.q_stride_head) * EB + byte_col);
       }
       const uint32_t dst = kFp8 ? smem::tile_offset8(tile_row, byte_col, frag::kWarpgroupRows)
                                 : smem::tile_offset(tile_row, byte_col / 2, frag::kWarpgroupRows);
@@ -357,11 +355,11 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
           if (frag::acc_row_half(i) == h) dst[frag::acc_element(ctid, i).col] = o[i] * inv;
         }
       } else {
-        const int64_t base =
-            (re.q_row + th.token) * p.o_stride_row + th.qo_head * p.o_stride_head;
+        const int64_t base = (re.q_row + th.token) * p.o_stride_row + th.qo_head * p.o_stride_head;
 #pragma unroll
         for (int i = 0; i < kORegs; ++i) {
-          if (frag::acc_row_half(i) == h) store_out(p, base + frag::acc_element(ctid, i).col, o[i] * inv);
+          if (frag::acc_row_half(i) == h)
+            store_out(p, base + frag::acc_element(ctid, i).col, o[i] * inv);
         }
       }
       if (lane % 4 != 0) continue;

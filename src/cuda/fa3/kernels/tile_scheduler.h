@@ -1,6 +1,6 @@
 // fa3's persistent tile scheduler: which (request, head, query tile, KV chunk) each CTA computes,
-// in which order, and which K/V blocks a tile visits (split into the fully visible blocks, which need
-// no mask test, and the masked edges of the causal diagonal and the sliding window). Plain
+// in which order, and which K/V blocks a tile visits (split into the fully visible blocks, which
+// need no mask test, and the masked edges of the causal diagonal and the sliding window). Plain
 // host/device code: the planner builds the ordered tile list with it, the kernel reads the same
 // functions, and tests/cuda/fa3_tile_scheduler_test.cc replays it on the CPU (every tile once,
 // longest first, every visible key in range, no mask needed where none is tested).
@@ -107,9 +107,9 @@ KVATTN_HD KvRange clip_to_chunk(KvRange r, int chunk, int chunk_blocks) {
 KVATTN_HD KvRange tile_kv_range(const Tile& tile, int64_t qo_len, int64_t kv_len, bool causal,
                                 int window_left, int block_n, int rows_per_token, int chunks,
                                 int chunk_blocks) {
-  return clip_to_chunk(kv_range(qo_len, kv_len, tile.q_tile, causal, window_left, kBlockM, block_n,
-                                rows_per_token),
-                       tile.chunk, chunks > 1 ? chunk_blocks : 0);
+  return clip_to_chunk(
+      kv_range(qo_len, kv_len, tile.q_tile, causal, window_left, kBlockM, block_n, rows_per_token),
+      tile.chunk, chunks > 1 ? chunk_blocks : 0);
 }
 
 // "Longest first": a tile with more K/V blocks comes before one with fewer; ties keep (request,
