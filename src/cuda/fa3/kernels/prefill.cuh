@@ -1,5 +1,5 @@
-// fa3's attention kernel, prefill and decode (SM90a; q = kv bf16, f16, e4m3 or e5m2; head dims
-// 128, and 64, 256 and (192, 128) for 16-bit types): FlashAttention-3's structure.
+// fa3's attention kernel, prefill and decode (SM90a; q = kv bf16 or f16, or FP8 q over an FP8
+// cache; head dims 64, 128, 256 and (192, 128)): FlashAttention-3's structure.
 // A persistent CTA of three warpgroups walks the longest-first tile list (tile_scheduler.h).
 // Warpgroup 0 is the producer: it loads each K/V block into a kStages-slot shared-memory ring
 // (TMA for dense and ragged K/V, one thread issuing the loads and the expected bytes; cp.async
@@ -19,7 +19,7 @@
 //
 // The softmax of one block runs while the GEMM O += P V of the previous one does (the consumer
 // loop below). Not here yet (see docs/cuda.md): the two consumer warpgroups' ping-pong (their
-// softmax against each other's GEMMs), FP8 at head dims other than 128.
+// softmax against each other's GEMMs).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,6 +31,7 @@
 #include "cuda/fa3/kernels/packed_rows.h"
 #include "cuda/fa3/kernels/pipeline_state.h"
 #include "cuda/fa3/kernels/sm90_ptx.cuh"
+#include "cuda/fa3/kernels/sm90_wgmma_fp8.cuh"
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/store_out.cuh"
 #include "cuda/fa3/kernels/tile_scheduler.h"
@@ -43,8 +44,9 @@ inline constexpr int kStages = 2;
 inline constexpr int kThreads = 3 * frag::kWarpgroupThreads;
 inline constexpr int kConsumerWarps = 8;
 // Register split between the producer and the consumers (setmaxnreg): 128 x 40 + 256 x 232 fits
-// the 64 K registers of an SM with one CTA resident. (The producer's copy loop is unrolled by 2,
-// by 1 for FP8, whose producer transposes V through registers: more spills at 40 otherwise.)
+// the 64 K registers of an SM with one CTA resident. (The producer's copy loops are unrolled by
+// 2, by 1 for FP8's V, which its producer transposes through registers, and for K rows of 12
+// chunks (FP8 at 192): more spills at 40 otherwise.)
 inline constexpr int kProducerRegs = 40;
 inline constexpr int kConsumerRegs = 232;
 
@@ -71,12 +73,17 @@ struct Elem<E4m3E5m2Tag> : Elem<E4m3Tag> {};
 template <>
 struct Elem<E5m2E4m3Tag> : Elem<E4m3Tag> {};
 
+// Rows are whole 128-byte panels (smem::padded_row_bytes): FP8 Q/K rows at head dims 64 and 192,
+// and FP8 V^T rows of 64 keys (head dim 256), carry padding.
 template <int EB, int QK, int VO>
 struct SmemPlan {
-  static constexpr uint32_t kQBytes = frag::kWarpgroupRows * QK * EB;  // per warpgroup
   static constexpr int BN = sched::block_n_for(QK);
-  static constexpr uint32_t kKBytes = BN * QK * EB;
-  static constexpr uint32_t kVBytes = BN * VO * EB;
+  static constexpr uint32_t kQBytes =  // per warpgroup
+      frag::kWarpgroupRows * smem::padded_row_bytes(QK * EB);
+  static constexpr uint32_t kKBytes = BN * smem::padded_row_bytes(QK * EB);
+  // 16-bit V [keys][dims]; FP8 V^T [dims][keys].
+  static constexpr uint32_t kVBytes =
+      EB == 2 ? BN * smem::padded_row_bytes(VO * EB) : VO * smem::padded_row_bytes(BN);
   static constexpr uint32_t q(int wg) { return uint32_t(wg) * kQBytes; }
   static constexpr uint32_t k(int stage) {
     return 2 * kQBytes + uint32_t(stage) * (kKBytes + kVBytes);
@@ -159,7 +166,7 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
       ptx::mbarrier_wait(&empty[st.index], st.phase);
       uint8_t* k_smem = smem + Plan::k(st.index);
       uint8_t* v_smem = smem + Plan::v(st.index);
-#pragma unroll 2
+#pragma unroll(kKRowChunks % 8 == 0 ? 2 : 1)
       for (int c = tid; c < BN * kKRowChunks; c += frag::kWarpgroupThreads) {
         const int row = c / kKRowChunks, byte_col = (c % kKRowChunks) * 16;
         const int64_t key = int64_t(n) * BN + row;
@@ -405,13 +412,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Launches `ctas` persistent CTAs (at most one per SM); returns the cudaError_t as an int.
 template <class Tag, int HeadDimQK, int HeadDimVO>
 int launch_prefill(const PrefillParams& p, int ctas, void* stream) {
-  // Rows of whole 128-byte panels (the swizzle's width): every type at d128, 16-bit ones at d64
-  // and (192, 128).
-  constexpr bool kFp8 = Elem<Tag>::kFp8;
-  static_assert((HeadDimQK == 128 && HeadDimVO == 128) ||
-                    (!kFp8 && HeadDimQK == HeadDimVO && (HeadDimQK == 64 || HeadDimQK == 256)) ||
-                    (!kFp8 && HeadDimQK == 192 && HeadDimVO == 128),
-                "fa3's prefill kernel: d128, and d64, d256 and (192, 128) with 16-bit types");
+  // fa3's declared head dims, for every type (FP8 rows padded to whole panels: SmemPlan).
+  static_assert((HeadDimQK == HeadDimVO &&
+                 (HeadDimQK == 64 || HeadDimQK == 128 || HeadDimQK == 256)) ||
+                    (HeadDimQK == 192 && HeadDimVO == 128),
+                "fa3's kernel: head dims 64, 128, 256 or (192, 128)");
   using Plan = SmemPlan<Elem<Tag>::kBytes, HeadDimQK, HeadDimVO>;
   const auto kernel = prefill_kernel<Tag, HeadDimQK, HeadDimVO>;
   cudaError_t err =
