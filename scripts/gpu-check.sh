@@ -5,7 +5,8 @@
 #
 #   scripts/gpu-check.sh OUTDIR [--full]
 #
-#   --full     build every fa2 kernel (KVATTN_CUDA_FULL_KERNELS=ON), not only the tested set
+#   --full     build every fa2 and fa3 kernel (KVATTN_CUDA_FULL_KERNELS=ON), not only the CI set
+#              (fa3's GPU tests then cover all 24 of its keys, FP8 at d64/(192,128)/d256 included)
 #   ARCHS=...  CUDA architectures (default: the GPU's own, e.g. 90a on Hopper, 80 on A100)
 #   JOBS=...   parallel build jobs (default: all cores)
 set -euo pipefail

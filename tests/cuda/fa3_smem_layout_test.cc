@@ -283,8 +283,8 @@ void emulated_fp8_wgmma(int qk, int vo, int bn) {
 
 TEST(Fa3SmemLayout, EmulatedFp8WgmmaWithRenumberedKeysGivesQKtAndPV) {
   // fa3's FP8 kernels: every declared head dims, with the kernel's block size for each.
-  for (auto [qk, vo] : {std::pair{128, 128}, std::pair{64, 64}, std::pair{192, 128},
-                        std::pair{256, 256}}) {
+  for (auto [qk, vo] :
+       {std::pair{128, 128}, std::pair{64, 64}, std::pair{192, 128}, std::pair{256, 256}}) {
     emulated_fp8_wgmma(qk, vo, sched::block_n_for(qk));
     if (::testing::Test::HasFatalFailure()) return;
   }

@@ -102,8 +102,8 @@ class Fa3Backend final : public Backend {
       }
       // Unreached while every declared key has a kernel (kernel_set.cmake); kept for the next
       // declaration that runs ahead of its kernel.
-      return make_error(ErrorCode::kUnavailable, "fa3: no kernel for ",
-                        fa3::kernel_key_string(key), " exists yet");
+      return make_error(ErrorCode::kUnavailable, "fa3: no kernel for ", fa3::kernel_key_string(key),
+                        " exists yet");
     }
     return Status::Ok();
   }

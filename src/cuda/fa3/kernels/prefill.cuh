@@ -413,10 +413,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <class Tag, int HeadDimQK, int HeadDimVO>
 int launch_prefill(const PrefillParams& p, int ctas, void* stream) {
   // fa3's declared head dims, for every type (FP8 rows padded to whole panels: SmemPlan).
-  static_assert((HeadDimQK == HeadDimVO &&
-                 (HeadDimQK == 64 || HeadDimQK == 128 || HeadDimQK == 256)) ||
-                    (HeadDimQK == 192 && HeadDimVO == 128),
-                "fa3's kernel: head dims 64, 128, 256 or (192, 128)");
+  static_assert(
+      (HeadDimQK == HeadDimVO && (HeadDimQK == 64 || HeadDimQK == 128 || HeadDimQK == 256)) ||
+          (HeadDimQK == 192 && HeadDimVO == 128),
+      "fa3's kernel: head dims 64, 128, 256 or (192, 128)");
   using Plan = SmemPlan<Elem<Tag>::kBytes, HeadDimQK, HeadDimVO>;
   const auto kernel = prefill_kernel<Tag, HeadDimQK, HeadDimVO>;
   cudaError_t err =

@@ -13,7 +13,7 @@ namespace kvattn::fa3::ptx {
 
 template <>
 __device__ __forceinline__ void wgmma_ss_m64n64<E4m3Tag>(float (&d)[32], uint64_t a_desc,
-                                                     uint64_t b_desc, int accumulate) {
+                                                         uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3\n"
@@ -26,7 +26,7 @@ __device__ __forceinline__ void wgmma_ss_m64n64<E4m3Tag>(float (&d)[32], uint64_
 
 template <>
 __device__ __forceinline__ void wgmma_ss_m64n64<E5m2Tag>(float (&d)[32], uint64_t a_desc,
-                                                     uint64_t b_desc, int accumulate) {
+                                                         uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e5m2\n"
@@ -39,7 +39,7 @@ __device__ __forceinline__ void wgmma_ss_m64n64<E5m2Tag>(float (&d)[32], uint64_
 
 template <>
 __device__ __forceinline__ void wgmma_ss_m64n64<E4m3E5m2Tag>(float (&d)[32], uint64_t a_desc,
-                                                     uint64_t b_desc, int accumulate) {
+                                                             uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e5m2\n"
@@ -52,7 +52,7 @@ __device__ __forceinline__ void wgmma_ss_m64n64<E4m3E5m2Tag>(float (&d)[32], uin
 
 template <>
 __device__ __forceinline__ void wgmma_ss_m64n64<E5m2E4m3Tag>(float (&d)[32], uint64_t a_desc,
-                                                     uint64_t b_desc, int accumulate) {
+                                                             uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e4m3\n"
@@ -65,7 +65,7 @@ __device__ __forceinline__ void wgmma_ss_m64n64<E5m2E4m3Tag>(float (&d)[32], uin
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n64<E4m3Tag>(float (&d)[32], const uint32_t (&a)[4],
-                                                     uint64_t b_desc) {
+                                                         uint64_t b_desc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3\n"
@@ -78,7 +78,7 @@ __device__ __forceinline__ void wgmma_rs_m64n64<E4m3Tag>(float (&d)[32], const u
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n64<E5m2Tag>(float (&d)[32], const uint32_t (&a)[4],
-                                                     uint64_t b_desc) {
+                                                         uint64_t b_desc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e5m2\n"
@@ -91,19 +91,19 @@ __device__ __forceinline__ void wgmma_rs_m64n64<E5m2Tag>(float (&d)[32], const u
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n64<E4m3E5m2Tag>(float (&d)[32], const uint32_t (&a)[4],
-                                                     uint64_t b_desc) {
+                                                             uint64_t b_desc) {
   wgmma_rs_m64n64<E5m2Tag>(d, a, b_desc);
 }
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n64<E5m2E4m3Tag>(float (&d)[32], const uint32_t (&a)[4],
-                                                     uint64_t b_desc) {
+                                                             uint64_t b_desc) {
   wgmma_rs_m64n64<E4m3Tag>(d, a, b_desc);
 }
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n256<E4m3Tag>(float (&d)[128], const uint32_t (&a)[4],
-                                                     uint64_t b_desc) {
+                                                          uint64_t b_desc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3\n"
@@ -122,7 +122,7 @@ __device__ __forceinline__ void wgmma_rs_m64n256<E4m3Tag>(float (&d)[128], const
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n256<E5m2Tag>(float (&d)[128], const uint32_t (&a)[4],
-                                                     uint64_t b_desc) {
+                                                          uint64_t b_desc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e5m2\n"
@@ -140,14 +140,16 @@ __device__ __forceinline__ void wgmma_rs_m64n256<E5m2Tag>(float (&d)[128], const
 }
 
 template <>
-__device__ __forceinline__ void wgmma_rs_m64n256<E4m3E5m2Tag>(float (&d)[128], const uint32_t (&a)[4],
-                                                     uint64_t b_desc) {
+__device__ __forceinline__ void wgmma_rs_m64n256<E4m3E5m2Tag>(float (&d)[128],
+                                                              const uint32_t (&a)[4],
+                                                              uint64_t b_desc) {
   wgmma_rs_m64n256<E5m2Tag>(d, a, b_desc);
 }
 
 template <>
-__device__ __forceinline__ void wgmma_rs_m64n256<E5m2E4m3Tag>(float (&d)[128], const uint32_t (&a)[4],
-                                                     uint64_t b_desc) {
+__device__ __forceinline__ void wgmma_rs_m64n256<E5m2E4m3Tag>(float (&d)[128],
+                                                              const uint32_t (&a)[4],
+                                                              uint64_t b_desc) {
   wgmma_rs_m64n256<E4m3Tag>(d, a, b_desc);
 }
 
