@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "core/cpu_features.h"
+#include "core/cuda_query.h"
 #include "core/status_macros.h"
 #include "core/validate.h"
 
@@ -103,7 +104,16 @@ Explanation explain(const Problem& problem, const Device& device) {
     v.supported = cap.ok();
     v.reason = cap.ok() ? "" : cap.message();
     Status avail = b->available(device);
-    if (avail.ok() && cap.ok()) avail = b->kernel_built(problem, device);
+    // A kernel this build lacks is said even where the device is absent (a described one), as
+    // long as CUDA support is built at all (else "not built" says it).
+    if (cap.ok() && (avail.ok() || !device.is_cuda() || detail::cuda_support_built())) {
+      Status built = b->kernel_built(problem, device);
+      if (avail.ok()) {
+        avail = built;
+      } else if (!built.ok() && built.message() != avail.message()) {
+        avail = Status(avail.code(), avail.message() + "; " + built.message());
+      }
+    }
     v.available = avail.ok();
     v.availability = avail.ok() ? "" : avail.message();
     if (!e.selected && v.supported && in_priority_list(problem, device, v.backend) &&

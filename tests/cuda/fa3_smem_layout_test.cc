@@ -190,24 +190,28 @@ TEST(Fa3SmemLayout, EmulatedWgmmaOverProducerTilesGivesQKtAndPV) {
 // The FP8 (k32) path: Q, K and V^T as 8-bit tiles (one slot per byte), S = Q K^T through the
 // same descriptors with 32-byte k-steps, P from S's accumulators into the 8-bit A fragment, and
 // V^T's columns renumbered as wgmma_fragment.h says: O must be exactly P V.
-TEST(Fa3SmemLayout, EmulatedFp8WgmmaWithRenumberedKeysGivesQKtAndPV) {
+// The FP8 tiles of head dims qk / vo over blocks of bn keys, as the FP8 producer writes them: Q
+// and K rows of qk bytes and V^T rows of bn keys, each padded to whole 128-byte panels
+// (smem::padded_row_bytes; the kernel's SmemPlan sizes them so), the padding left unwritten (a
+// wgmma that read it would see -1e30). k32 steps read only the real bytes.
+void emulated_fp8_wgmma(int qk, int vo, int bn) {
+  const int kD = qk, kN = bn;
   std::mt19937 rng(9);
   auto val = [&] { return float(int(rng() % 5) - 2); };
-  std::vector<float> q(kM * kD), k(kN * kD), v(kN * kD);
+  std::vector<float> q(kM * kD), k(kN * kD), v(kN * vo);
   for (float& x : q) x = val();
   for (float& x : k) x = val();
   for (float& x : v) x = val();
-  const uint32_t q_base = 0, k_base = uint32_t(kM * kD), vt_base = k_base + uint32_t(kN * kD);
-  std::vector<float> mem(vt_base + kD * kN, -1e30f);  // one slot per byte
+  const uint32_t q_base = 0, k_base = kM * smem::padded_row_bytes(kD),
+                 vt_base = k_base + kN * smem::padded_row_bytes(kD);
+  std::vector<float> mem(vt_base + vo * smem::padded_row_bytes(kN), -1e30f);  // one per byte
   for (int r = 0; r < kM; ++r)
     for (int c = 0; c < kD; ++c) mem[q_base + smem::tile_offset8(r, c, kM)] = q[r * kD + c];
   for (int j = 0; j < kN; ++j) {
-    for (int c = 0; c < kD; ++c) {
-      mem[k_base + smem::tile_offset8(j, c, kN)] = k[j * kD + c];
-      // V^T: row = dim, column = the k-step column that stands for key j.
-      const int col = (j / 32) * 32 + frag::fp8_column_of_key(j % 32);
-      mem[vt_base + smem::tile_offset8(c, col, kD)] = v[j * kD + c];
-    }
+    for (int c = 0; c < kD; ++c) mem[k_base + smem::tile_offset8(j, c, kN)] = k[j * kD + c];
+    // V^T: row = dim, column = the k-step column that stands for key j.
+    const int col = (j / 32) * 32 + frag::fp8_column_of_key(j % 32);
+    for (int c = 0; c < vo; ++c) mem[vt_base + smem::tile_offset8(c, col, vo)] = v[j * vo + c];
   }
   for (int c = 0; c < 32; ++c) {
     ASSERT_EQ(frag::fp8_column_of_key(frag::fp8_key_of_column(c)), c);
@@ -237,11 +241,12 @@ TEST(Fa3SmemLayout, EmulatedFp8WgmmaWithRenumberedKeysGivesQKtAndPV) {
     for (int tid = 0; tid < 128; ++tid) {
       for (int i = 0; i < kN / 2; ++i) {
         const frag::RowCol rc = frag::acc_element(tid, i);
-        ASSERT_EQ(sacc[tid][i], float(sref[rc.row * kN + rc.col])) << "S tid " << tid;
+        ASSERT_EQ(sacc[tid][i], float(sref[rc.row * kN + rc.col]))
+            << "S tid " << tid << " head dims (" << qk << ", " << vo << ")";
       }
     }
     // O = P V: k32 steps over keys, A (P) from registers, B = V^T K-major.
-    std::vector<std::vector<float>> oacc(128, std::vector<float>(kD / 2, 0.0f));
+    std::vector<std::vector<float>> oacc(128, std::vector<float>(vo / 2, 0.0f));
     for (int kk = 0; kk < kN / 32; ++kk) {
       float A[64][32];
       for (int tid = 0; tid < 128; ++tid) {
@@ -252,9 +257,9 @@ TEST(Fa3SmemLayout, EmulatedFp8WgmmaWithRenumberedKeysGivesQKtAndPV) {
           }
         }
       }
-      const smem::Desc bd = smem::decode(smem::encode(smem::k_major(vt_base, kD, 0, kk)));
+      const smem::Desc bd = smem::decode(smem::encode(smem::k_major(vt_base, vo, 0, kk)));
       for (int tid = 0; tid < 128; ++tid) {
-        for (int i = 0; i < kD / 2; ++i) {
+        for (int i = 0; i < vo / 2; ++i) {
           const frag::RowCol rc = frag::acc_element(tid, i);
           double sum = 0;
           for (int c = 0; c < 32; ++c) {
@@ -265,14 +270,28 @@ TEST(Fa3SmemLayout, EmulatedFp8WgmmaWithRenumberedKeysGivesQKtAndPV) {
       }
     }
     for (int tid = 0; tid < 128; ++tid) {
-      for (int i = 0; i < kD / 2; ++i) {
+      for (int i = 0; i < vo / 2; ++i) {
         const frag::RowCol rc = frag::acc_element(tid, i);
         double want = 0;
-        for (int j = 0; j < kN; ++j) want += sref[rc.row * kN + j] * v[j * kD + rc.col];
-        ASSERT_EQ(oacc[tid][i], float(want)) << "O wg " << wg << " tid " << tid << " reg " << i;
+        for (int j = 0; j < kN; ++j) want += sref[rc.row * kN + j] * v[j * vo + rc.col];
+        ASSERT_EQ(oacc[tid][i], float(want)) << "O wg " << wg << " tid " << tid << " reg " << i
+                                             << " head dims (" << qk << ", " << vo << ")";
       }
     }
   }
+}
+
+TEST(Fa3SmemLayout, EmulatedFp8WgmmaWithRenumberedKeysGivesQKtAndPV) {
+  // fa3's FP8 kernels: every declared head dims, with the kernel's block size for each.
+  for (auto [qk, vo] :
+       {std::pair{128, 128}, std::pair{64, 64}, std::pair{192, 128}, std::pair{256, 256}}) {
+    emulated_fp8_wgmma(qk, vo, sched::block_n_for(qk));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // The padding is real: Q/K rows of 64 and 192 bytes and V^T rows of 64 keys take whole panels.
+  EXPECT_EQ(smem::padded_row_bytes(64), 128u);
+  EXPECT_EQ(smem::padded_row_bytes(192), 256u);
+  EXPECT_EQ(smem::padded_row_bytes(256), 256u);
 }
 
 TEST(Fa3WgmmaFragment, AccumulatorAndAOperandMapsAreBijections) {

@@ -139,17 +139,32 @@ TEST(Fa3KernelSetTest, KernelBuiltSaysWhatIsMissing) {
     }
   }
   if (kBuiltKernelCount == 0) GTEST_SKIP() << "fa3's kernels are not built here";
-  // Runtime variants the kernel has; what it does not cover yet is refused by name, so auto
-  // gives it to fa2.
+  // Runtime variants the kernel has: masks, window, soft cap, LSE, and decode (single and batch,
+  // GQA rows packed).
   Problem p = prefill_for(kBuiltKernelKeysStorage[0]);
   p.window_left = 8;
   p.logits_soft_cap = 30.0f;
   p.mask_mode = MaskMode::kCausal;
   p.return_lse = true;
   EXPECT_TRUE(fa3_backend().kernel_built(p, sm90).ok());
-  p = prefill_for(kBuiltKernelKeysStorage[0]);
+  for (Op op : {Op::kBatchDecode, Op::kSingleDecode}) {
+    p = prefill_for(kBuiltKernelKeysStorage[0]);
+    p.op = op;
+    EXPECT_TRUE(fa3_backend().kernel_built(p, sm90).ok()) << op_name(op);
+  }
+  // Every declared key has a kernel; one outside this build is refused with the key and the
+  // option that builds it.
+  EXPECT_EQ(std::size(kImplementedKernelKeys), std::size(kFullKernelKeys));
+  p = prefill_for(KernelKey{DType::kE4M3, DType::kE4M3, 64, 64});
   p.op = Op::kBatchDecode;
-  EXPECT_NE(fa3_backend().kernel_built(p, sm90).message().find("decode"), std::string::npos);
+  const Status fp8_d64 = fa3_backend().kernel_built(p, sm90);
+  if (!contains(kBuiltKernelKeysStorage, kBuiltKernelCount, kernel_key(p))) {
+    EXPECT_EQ(fp8_d64.code(), ErrorCode::kUnavailable);
+    EXPECT_NE(fp8_d64.message().find("KVATTN_CUDA_FULL_KERNELS"), std::string::npos)
+        << fp8_d64.message();
+  } else {
+    EXPECT_TRUE(fp8_d64.ok()) << fp8_d64.message();
+  }
 }
 
 TEST(Fa3KernelSetTest, CudaBuildsWith90aCompileBf16At128) {

@@ -7,6 +7,8 @@
 #include "core/status_macros.h"
 #include "cuda/fa3/capability.h"
 #include "cuda/fa3/kernel_keys.h"
+#include "cuda/fa3/kernels/packed_rows.h"
+#include "cuda/fa3/split_plan.h"
 #if defined(KVATTN_WITH_FA3_KERNELS)
 #include "cuda/fa3/launch.h"
 #endif
@@ -80,30 +82,83 @@ class Fa3Backend final : public Backend {
                       devices.empty() ? why : "no sm" + std::to_string(device.sm) + " GPU", ")");
   }
   // What the built kernels cover: the (q, kv, head dims) of the table, prefill (single, paged,
-  // ragged), no mask or causal, sliding window, soft cap, LSE, any o dtype. Decode is declared
-  // by fa3 (the target) but has no kernel yet, so it goes to fa2 under auto.
+  // ragged) and decode (single, batch: the query rows of a GQA group packed into one tile), no
+  // mask or causal, sliding window, soft cap, LSE, any o dtype, split-KV with a merge. (Auto on
+  // SM90 still gives decode to fa2 first: DESIGN.md's priority list.)
   Status kernel_built(const Problem& problem, const Device&) const override {
     const fa3::KernelKey key = fa3::kernel_key(problem);
+    if (fa3::kBuiltKernelCount == 0) {  // nothing of fa3 built: say why, not which option adds it
+      return make_error(
+          ErrorCode::kUnavailable, "fa3: kernel for ", fa3::kernel_key_string(key),
+          " is not in this build (",
+          detail::cuda_support_built() ? "KVATTN_CUDA_ARCHS lacks 90a" : "CUDA support is off",
+          ")");
+    }
     if (!in(key, fa3::kBuiltKernelKeysStorage, fa3::kBuiltKernelCount)) {
       const int implemented = int(sizeof(fa3::kImplementedKernelKeys) / sizeof(fa3::KernelKey));
       if (in(key, fa3::kImplementedKernelKeys, implemented)) {
         return make_error(ErrorCode::kUnavailable, "fa3: kernel for ", fa3::kernel_key_string(key),
                           " is not in this build (configure with -DKVATTN_CUDA_FULL_KERNELS=ON)");
       }
-      return make_error(
-          ErrorCode::kUnavailable, "fa3: no kernel for ", fa3::kernel_key_string(key),
-          " exists yet (fa3's kernels: q = kv in bf16 or f16 at every declared head "
-          "dims; FP8 q over an FP8 cache at (128, 128))");
+      // Unreached while every declared key has a kernel (kernel_set.cmake); kept for the next
+      // declaration that runs ahead of its kernel.
+      return make_error(ErrorCode::kUnavailable, "fa3: no kernel for ", fa3::kernel_key_string(key),
+                        " exists yet");
     }
-    if (problem.op == Op::kSingleDecode || problem.op == Op::kBatchDecode) {
-      return make_error(ErrorCode::kUnavailable, "fa3: no decode kernel exists yet (fa2 runs it)");
+    return Status::Ok();
+  }
+  // The split-KV chunk (split_plan.h: split when the tiles leave SMs idle, in whole K/V blocks) is
+  // decided here and recorded in the plan; run() rebuilds the tile list and partial states from
+  // it, so plan and run cut the work alike.
+  Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
+              Plan* plan) const override {
+    KVATTN_RETURN_IF_ERROR(Backend::plan(problem, args, options, plan));
+    int sms = fa3::split_kv::kAssumedSms;
+#if defined(KVATTN_WITH_FA3_KERNELS)
+    if (!options.device.described) {
+      const int here = fa3::device_sm_count(options.device.index);
+      if (here > 0) sms = here;
     }
+#endif
+    const int rows_per_token =
+        fa3::pack::rows_per_token(is_decode(problem.op), problem.group_size());
+    const int block_n = fa3::sched::block_n_for(problem.head_dim_qk);
+    plan->kv_chunk_size =
+        fa3::split_kv::choose_chunk_keys(plan->qo_len, plan->kv_len, problem.num_qo_heads,
+                                         rows_per_token, block_n, sms, options.kv_chunk_size);
+    std::vector<int64_t> q_row(plan->qo_len.size(), 0);
+    const fa3::split_kv::SplitPlan split =
+        fa3::split_kv::make_split_plan(plan->qo_len, plan->kv_len, q_row, plan->kv_chunk_size);
+    plan->num_partial_states = split.num_states;
+    // One work item per (request, KV head, chunk): the query rows of the group against the keys
+    // of the chunk.
+    plan->work.clear();
+    for (int b = 0; b < problem.batch_size; ++b) {
+      for (int h = 0; h < problem.num_kv_heads; ++h) {
+        for (int c = 0; c < split.chunks[b]; ++c) {
+          const split::ChunkRange keys =
+              split::chunk_range(plan->kv_len[b], plan->kv_chunk_size, c);
+          WorkItem w;
+          w.request = b;
+          w.kv_head = h;
+          w.qo_begin = 0;
+          w.qo_end = int32_t(plan->qo_len[b]);
+          w.kv_begin = keys.begin;
+          w.kv_end = keys.end;
+          w.partial = split.chunks[b] > 1 ? c : -1;
+          plan->work.push_back(w);
+        }
+      }
+    }
+    // Device scratch (tiles, page table copy, partial states) is allocated stream-ordered by
+    // run() itself, as fa2's.
+    plan->workspace_bytes = 0;
     return Status::Ok();
   }
   Status run(const Plan& plan, const AttentionArgs& args, void*, std::size_t) const override {
     KVATTN_RETURN_IF_ERROR(kernel_built(plan.problem, plan.device));
 #if defined(KVATTN_WITH_FA3_KERNELS)
-    return fa3::run_prefill(plan, args);
+    return fa3::run_attention(plan, args);
 #else
     (void)args;
     return make_error(ErrorCode::kUnavailable, "fa3: not built");

@@ -1,7 +1,9 @@
-// fa3's prefill on the host side of CUDA: finds the kernel in the generated table, checks what
-// the kernel's copies need (a dense head dim, 16-byte aligned rows), builds the parameters (with
-// TMA maps for dense and ragged K/V) and the longest-first tile list, copies them to the device and
-// launches one persistent CTA per SM (at most one per tile).
+// fa3's attention (prefill and decode) on the host side of CUDA: finds the kernel in the
+// generated table, checks what the kernel's copies need (a dense head dim, 16-byte aligned rows),
+// builds the parameters (with TMA maps for dense and ragged K/V), the split-KV plan of the plan's
+// chunk (split_plan.h) and the longest-first tile list (decode: GQA rows packed), copies them to
+// the device, launches one persistent CTA per SM (at most one per tile), then the merge of the
+// split requests' partial states.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,8 +14,10 @@
 #include "cuda/common/device_buffer.h"
 #include "cuda/fa2/schedule.h"
 #include "cuda/fa3/kernel_table.h"
+#include "cuda/fa3/kernels/merge.cuh"
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/launch.h"
+#include "cuda/fa3/split_plan.h"
 #include "cuda/fa3/tile_order.h"
 
 namespace kvattn::fa3 {
@@ -136,7 +140,7 @@ OutKind out_kind(DType d) {
 
 }  // namespace
 
-Status run_prefill(const Plan& plan, const AttentionArgs& args) {
+Status run_attention(const Plan& plan, const AttentionArgs& args) {
   const Problem& p = plan.problem;
   const KernelEntry* kernel = find_kernel(kernel_key(p));
   if (!kernel) {
@@ -149,11 +153,14 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
   const TensorView& kt = is_paged(p.op) ? args.paged_k_cache : args.k;
   const TensorView& vt = is_paged(p.op) ? args.paged_v_cache : args.v;
   PrefillParams k;
+  // Single decode: q [H_qo, D_qk], out [H_qo, D_vo], lse [H_qo] (one token, row stride 0).
+  const bool single_decode = p.op == Op::kSingleDecode;
+  const int dim_axis = single_decode ? 1 : 2;
   k.q = args.q.data;
-  k.q_stride_row = args.q.strides[0];
-  k.q_stride_head = args.q.strides[1];
+  k.q_stride_row = single_decode ? 0 : args.q.strides[0];
+  k.q_stride_head = args.q.strides[dim_axis - 1];
   KVATTN_RETURN_IF_ERROR(
-      check_rows("q", args.q, {k.q_stride_row, k.q_stride_head}, args.q.strides[2]));
+      check_rows("q", args.q, {k.q_stride_row, k.q_stride_head}, args.q.strides[dim_axis]));
   k.k = kt.data;
   k.v = vt.data;
   k.k_strides = kv_strides(p, kt);
@@ -175,9 +182,9 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
                           p.head_dim_qk, k.v_strides);
   }
   k.out = args.out.data;
-  k.o_stride_row = args.out.strides[0];
-  k.o_stride_head = args.out.strides[1];
-  if (args.out.strides[2] != 1) {
+  k.o_stride_row = single_decode ? 0 : args.out.strides[0];
+  k.o_stride_head = args.out.strides[dim_axis - 1];
+  if (args.out.strides[dim_axis] != 1) {
     return make_error(ErrorCode::kNotSupported,
                       "fa3: out needs a dense head dim; fa2 runs any "
                       "strides");
@@ -185,10 +192,12 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
   k.out_kind = out_kind(p.o_dtype);
   if (p.return_lse && !args.lse.empty()) {
     k.lse = static_cast<float*>(args.lse.data);
-    k.lse_stride_row = args.lse.strides[0];
-    k.lse_stride_head = args.lse.strides[1];
+    k.lse_stride_row = single_decode ? 0 : args.lse.strides[0];
+    k.lse_stride_head = args.lse.strides[single_decode ? 0 : 1];
   }
   k.group = p.group_size();
+  k.num_qo_heads = p.num_qo_heads;
+  k.rows_per_token = pack::rows_per_token(is_decode(p.op), k.group);
   const double score_scale = double(p.effective_sm_scale()) * p.q_scale * p.k_scale;
   k.score_scale_log2 = float(score_scale * M_LOG2E);
   if (p.logits_soft_cap > 0) {
@@ -200,29 +209,63 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args) {
   k.causal = p.mask_mode == MaskMode::kCausal;
   k.window_left = p.window_left;
 
+  // The plan's split-KV chunk (Fa3Backend::plan chose it with split_kv::choose_chunk_keys).
+  const int block_n = sched::block_n_for(p.head_dim_qk);
+  if (plan.kv_chunk_size < 0 || plan.kv_chunk_size % block_n != 0) {
+    return make_error(ErrorCode::kInvalidArgument, "fa3: plan.kv_chunk_size ", plan.kv_chunk_size,
+                      " must be 0 (no split) or a positive multiple of the K/V block of ", block_n,
+                      " keys at head dim ", p.head_dim_qk, " (make the plan with fa3)");
+  }
+  for (size_t b = 0; b < plan.qo_len.size(); ++b) {
+    if (plan.qo_len[b] > pack::kMaxPackedRows / k.rows_per_token) {
+      return make_error(ErrorCode::kNotSupported, "fa3: request ", b, " has qo_len ",
+                        plan.qo_len[b], " x ", k.rows_per_token,
+                        " packed rows per token, more than the kernel's 2^31 - 1 rows");
+    }
+  }
   const fa2::RequestStarts starts = fa2::request_starts(p, args);
+  const split_kv::SplitPlan split =
+      split_kv::make_split_plan(plan.qo_len, plan.kv_len, starts.q_row, plan.kv_chunk_size);
+  k.chunk_blocks = int(plan.kv_chunk_size / block_n);
   std::vector<RequestInfo> requests(plan.qo_len.size());
   for (size_t b = 0; b < requests.size(); ++b) {
-    requests[b] = RequestInfo{starts.q_row[b], plan.qo_len[b], plan.kv_len[b], starts.kv_first[b]};
+    requests[b] = RequestInfo{starts.q_row[b],    plan.qo_len[b],        plan.kv_len[b],
+                              starts.kv_first[b], split.partial_base[b], split.chunks[b]};
   }
   const std::vector<sched::Tile> tiles =
       sched::ordered_tiles(plan.qo_len, plan.kv_len, p.num_qo_heads, k.causal, k.window_left,
-                           sched::block_n_for(p.head_dim_qk));
+                           block_n, k.rows_per_token, plan.kv_chunk_size);
   if (tiles.empty()) return Status::Ok();
 
-  cuda::DeviceBuffer requests_dev, tiles_dev, indices_dev;
+  cuda::DeviceBuffer requests_dev, tiles_dev, indices_dev, partial_o, partial_lse, merge_rows;
   KVATTN_RETURN_IF_ERROR(requests_dev.upload(requests));
   KVATTN_RETURN_IF_ERROR(tiles_dev.upload(tiles));
   if (k.paged) {
     KVATTN_RETURN_IF_ERROR(indices_dev.upload(read_indices(args.kv_indices)));
     k.kv_indices = indices_dev.as<int32_t>();
   }
+  if (split.num_states > 0) {
+    const std::size_t states = std::size_t(split.num_states) * std::size_t(p.num_qo_heads);
+    KVATTN_RETURN_IF_ERROR(partial_o.allocate(states * std::size_t(p.head_dim_vo) * sizeof(float)));
+    KVATTN_RETURN_IF_ERROR(partial_lse.allocate(states * sizeof(float)));
+    KVATTN_RETURN_IF_ERROR(merge_rows.upload(split.merge_rows));
+    k.partial_o = partial_o.as<float>();
+    k.partial_lse = partial_lse.as<float>();
+  }
   k.requests = requests_dev.as<RequestInfo>();
   k.tiles = tiles_dev.as<sched::Tile>();
   k.num_tiles = int(tiles.size());
   const int sms = std::max(1, sm_count(plan.device.index));
   const int err = kernel->launch(k, std::min(sms, k.num_tiles), nullptr);
-  return cuda::cuda_status("fa3 prefill kernel", cudaError_t(err));
+  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("fa3 attention kernel", cudaError_t(err)));
+  if (!split.merge_rows.empty()) {
+    merge_kernel<<<int(split.merge_rows.size()), kMergeThreads>>>(
+        merge_rows.as<split_kv::MergeRow>(), k, p.head_dim_vo);
+    KVATTN_RETURN_IF_ERROR(cuda::cuda_status("fa3 merge kernel", cudaGetLastError()));
+  }
+  return Status::Ok();
 }
+
+int device_sm_count(int index) { return sm_count(index); }
 
 }  // namespace kvattn::fa3

@@ -1,5 +1,5 @@
-// fa3's CUDA entry point, called by backend.cc when fa3's kernels are built. A plain host
-// declaration (no CUDA types), defined in launch.cu. Memory: as fa2's (fa2/launch.h): data tensors
+// fa3's CUDA entry points, called by backend.cc when fa3's kernels are built. Plain host
+// declarations (no CUDA types), defined in launch.cu. Memory: as fa2's (fa2/launch.h): data tensors
 // in device memory, index tensors in host memory, work on the legacy default stream.
 #pragma once
 
@@ -8,6 +8,11 @@
 
 namespace kvattn::fa3 {
 
-Status run_prefill(const Plan& plan, const AttentionArgs& args);
+// Prefill (single, paged, ragged) and decode (single, batch; GQA rows packed), with the split-KV
+// chunk of the plan and the merge.
+Status run_attention(const Plan& plan, const AttentionArgs& args);
+
+// SMs of CUDA device `index`; 0 when it cannot be read.
+int device_sm_count(int index);
 
 }  // namespace kvattn::fa3

@@ -1,5 +1,6 @@
-// The plain data fa3's prefill kernel reads: per-request facts, the ordered tile list (made by
-// tile_order.h's ordered_tiles) and the kernel parameters. Made on the host by launch.cu; nothing
+// The plain data fa3's attention kernel (prefill and decode) reads: per-request facts, the
+// ordered tile list (made by tile_order.h's ordered_tiles), the split-KV partial states
+// (split_plan.h) and the kernel parameters. Made on the host by launch.cu; nothing
 // here owns memory.
 #pragma once
 
@@ -9,6 +10,7 @@
 
 #include "core/paged_kv.h"
 #include "cuda/fa3/kernels/tile_scheduler.h"
+#include "cuda/fa3/split_plan.h"
 
 namespace kvattn::fa3 {
 
@@ -20,10 +22,13 @@ struct RequestInfo {
   int64_t qo_len = 0;
   int64_t kv_len = 0;
   int64_t kv_first = 0;  // paged: first entry in kv_indices; ragged: first key row; single: 0
+  int64_t partial_base =
+      0;  // split (chunks > 1): state of (token i, chunk c) = base + i*chunks + c
+  int32_t chunks = 1;
 };
 
 struct PrefillParams {
-  // q [rows, H_qo, D] (16-bit), strides in elements; the dim is dense (stride 1).
+  // q [rows, H_qo, D], strides in elements (single decode: row stride 0); the dim is dense.
   const void* q = nullptr;
   int64_t q_stride_row = 0, q_stride_head = 0;
   // K and V: paged caches, or contiguous [tokens, H_kv, D] (page stride 0, slot = token); the
@@ -50,6 +55,16 @@ struct PrefillParams {
   const sched::Tile* tiles = nullptr;  // longest first
   int num_tiles = 0;
   int group = 1;  // H_qo / H_kv
+  int num_qo_heads = 1;
+  // Decode packs the query rows of a GQA group into one tile (packed_rows.h): rows_per_token =
+  // group; prefill: 1.
+  int rows_per_token = 1;
+  // Split-KV (split_plan.h): a split request's tile covers chunk_blocks K/V blocks of its keys and
+  // writes its normalized output and LSE (v_scale applied) as a partial state, fp32
+  // [state, H_qo, D_vo] and [state, H_qo]; a merge kernel forms out and lse from them.
+  int chunk_blocks = 0;
+  float* partial_o = nullptr;
+  float* partial_lse = nullptr;
 
   // The score in the log2 domain: s * score_scale_log2, or with a soft cap c
   // (c * log2 e) * tanh(s * score_scale / c), i.e. cap_log2 * tanh(s * score_scale_over_cap).

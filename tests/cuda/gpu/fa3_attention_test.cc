@@ -1,9 +1,11 @@
 // fa3 on an SM90 GPU against the fp64 reference, with the precision-following tolerance of
 // testing/tolerance.h, on the grids fa2's GPU tests use for what fa3's kernels cover: batch
-// prefill over paged and ragged KV and single prefill, no mask and causal, sliding window, soft
-// cap, LSE, lengths around the 128-row / 128-key (64 at d256) tiles, GQA groups, layouts and page
-// sizes, output dtypes and rows that see no key. Only the kernel keys this build compiled are run;
-// every test skips with the reason when there is no SM90 device (never passes empty).
+// prefill over paged and ragged KV and single prefill, batch and single decode (GQA rows packed),
+// no mask and causal, sliding window, soft cap, LSE, lengths around the 128-row / 128-key (64 at
+// d256) tiles, GQA groups, layouts and page sizes, output dtypes, rows that see no key, and
+// split-KV (forced chunks and the planner's own) with its merge. Only the kernel keys this build
+// compiled are run; every test skips with the reason when there is no SM90 device (never passes
+// empty).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,9 +41,11 @@ class Fa3Gpu : public ::testing::Test {
                                   kBuiltKernelKeysStorage + kBuiltKernelCount);
   }
 
-  void expect_matches(const testing::CaseSpec& spec, const std::string& what) {
+  void expect_matches(const testing::CaseSpec& spec, const std::string& what,
+                      int64_t kv_chunk_size = 0) {
     testing::Case c = testing::Case::make(spec);
-    testing::CheckResult r = testing::check_against_reference(c, run_backend("fa3", device_));
+    testing::CheckResult r =
+        testing::check_against_reference(c, run_backend("fa3", device_, kv_chunk_size));
     EXPECT_TRUE(r.ok) << what << " [" << spec.problem.to_string() << "]: " << r.message;
   }
 
@@ -181,6 +185,93 @@ TEST_F(Fa3Gpu, OutputDTypesEmptyRowsAndManyTiles) {
     big.problem.mask_mode = MaskMode::kCausal;
     big.problem.return_lse = true;
     expect_matches(big, "many tiles");
+  }
+}
+
+// Decode packs the query rows of a GQA group into one tile: groups of 1 (no packing gain), 4, 5
+// (rows of a token straddle no 64-row boundary evenly), 8 and 16, lengths around the K/V block.
+TEST_F(Fa3Gpu, DecodeGroupsLengthsMasksAndLse) {
+  struct Heads {
+    int qo, kv;
+  };
+  for (const KernelKey& key : built_keys()) {
+    const int64_t n = sched::block_n_for(key.head_dim_qk);
+    for (Op op : {Op::kBatchDecode, Op::kSingleDecode}) {
+      for (Heads h : {Heads{4, 4}, Heads{8, 2}, Heads{20, 4}, Heads{32, 8}, Heads{64, 4}}) {
+        for (int64_t kv : {int64_t(1), n - 1, n, n + 1, 2 * n + 3, int64_t(1000)}) {
+          const bool single = op == Op::kSingleDecode;
+          testing::CaseSpec s = single ? spec_for(key, op, {1}, {kv}, h.qo, h.kv)
+                                       : spec_for(key, op, {1, 1, 1}, {kv, 3, kv + 40}, h.qo, h.kv);
+          s.problem.return_lse = true;
+          s.problem.mask_mode = kv % 2 ? MaskMode::kCausal : MaskMode::kNone;
+          expect_matches(s, std::string(op_name(op)) + " kv=" + std::to_string(kv) +
+                                " heads=" + std::to_string(h.qo) + "/" + std::to_string(h.kv));
+        }
+      }
+      testing::CaseSpec s = spec_for(key, op, {1}, {700}, 32, 8);
+      s.problem.window_left = 100;
+      s.problem.return_lse = true;
+      expect_matches(s, std::string(op_name(op)) + " window");
+      if (is_fp8(key.q)) continue;  // no soft cap with FP8 (fa3's declaration)
+      s.problem.logits_soft_cap = 0.5f;
+      s.value_range = 2.0f;
+      expect_matches(s, std::string(op_name(op)) + " window + soft cap");
+    }
+  }
+}
+
+TEST_F(Fa3Gpu, DecodeLayoutsPageSizesAndCombinedCaches) {
+  for (const KernelKey& key : built_keys()) {
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+      for (int page_size : {1, 16, 7}) {
+        for (bool combined : {false, true}) {
+          testing::CaseSpec s = spec_for(key, Op::kBatchDecode, {1, 1, 1}, {50, 20, 129});
+          s.problem.kv_layout = layout;
+          s.problem.page_size = page_size;
+          s.combined_kv_cache = combined;
+          expect_matches(s, std::string(kv_layout_name(layout)) + " page " +
+                                std::to_string(page_size) + (combined ? " combined" : ""));
+        }
+      }
+    }
+    testing::CaseSpec s = spec_for(key, Op::kSingleDecode, {1}, {297});
+    s.problem.kv_layout = KVLayout::kHND;
+    expect_matches(s, "single decode HND");
+  }
+}
+
+// Split-KV: forced chunks (rounded up to whole K/V blocks by fa3's plan), decode and prefill,
+// requests shorter than a chunk and without keys beside split ones; then the planner's own split
+// of a long decode and of a short prefill over a long cache (few tiles, idle SMs).
+TEST_F(Fa3Gpu, SplitKvMatchesTheReference) {
+  for (const KernelKey& key : built_keys()) {
+    for (int64_t chunk : {int64_t(64), int64_t(100), int64_t(1000)}) {
+      for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged, Op::kBatchPrefillRagged}) {
+        for (bool causal : {false, true}) {
+          testing::CaseSpec s = spec_for(key, op, {1, 9, 2, 150}, {1500, 10, 0, 900});
+          s.problem.mask_mode = causal ? MaskMode::kCausal : MaskMode::kNone;
+          s.problem.return_lse = true;
+          expect_matches(s,
+                         std::string(op_name(op)) + " chunk " + std::to_string(chunk) +
+                             (causal ? " causal" : ""),
+                         chunk);
+        }
+      }
+      testing::CaseSpec w = spec_for(key, Op::kBatchPrefillPaged, {200}, {2000});
+      w.problem.mask_mode = MaskMode::kCausal;
+      w.problem.window_left = 300;
+      w.problem.return_lse = true;
+      expect_matches(w, "window, chunk " + std::to_string(chunk), chunk);
+    }
+    testing::CaseSpec d = spec_for(key, Op::kBatchDecode, {1}, {20000}, 32, 8);
+    d.problem.return_lse = true;
+    expect_matches(d, "long decode, planner's split");
+    testing::CaseSpec sd = spec_for(key, Op::kSingleDecode, {1}, {9000}, 64, 8);
+    expect_matches(sd, "long single decode, planner's split");
+    testing::CaseSpec p = spec_for(key, Op::kSinglePrefill, {16}, {6000});
+    p.problem.mask_mode = MaskMode::kCausal;
+    p.problem.return_lse = true;
+    expect_matches(p, "short prefill over a long cache, planner's split");
   }
 }
 

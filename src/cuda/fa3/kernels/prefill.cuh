@@ -1,21 +1,25 @@
-// fa3's prefill kernel (SM90a; q = kv bf16, f16, e4m3 or e5m2; head dims 128, and 64, 256 and
-// (192, 128) for 16-bit types): FlashAttention-3's structure.
+// fa3's attention kernel, prefill and decode (SM90a; q = kv bf16 or f16, or FP8 q over an FP8
+// cache; head dims 64, 128, 256 and (192, 128)): FlashAttention-3's structure.
 // A persistent CTA of three warpgroups walks the longest-first tile list (tile_scheduler.h).
 // Warpgroup 0 is the producer: it loads each K/V block into a kStages-slot shared-memory ring
 // (TMA for dense and ragged K/V, one thread issuing the loads and the expected bytes; cp.async
 // with zero fill for pages) and signals the slot's `full` mbarrier; warpgroups 1 and 2 are
-// consumers of 64 query rows each: S = Q K^T by wgmma from shared memory, masking of the edge
+// consumers of 64 rows each: S = Q K^T by wgmma from shared memory, masking of the edge
 // blocks only, online softmax in registers, O += P V by wgmma with P taken straight from S's
 // accumulators as the register operand, then release of the slot through its `empty` mbarrier
-// (pipeline_state.h). The epilogue writes O (and the natural-log LSE) from the accumulators. Index
-// math lives in the replayed headers (smem_layout.h, wgmma_fragment.h, tile_scheduler.h,
-// pipeline_state.h).
+// (pipeline_state.h), one block later, once the O += P V that read it is done. The epilogue
+// writes O (and the natural-log LSE) from the accumulators, or, for a request split over KV
+// chunks, the tile's partial state for merge.cuh. A tile's rows are
+// query tokens of one head (prefill) or the (token, head) rows of a GQA group packed together
+// (decode; packed_rows.h). Index math lives in the replayed headers (smem_layout.h,
+// wgmma_fragment.h, tile_scheduler.h, pipeline_state.h, packed_rows.h, ../split_plan.h).
 //
 // Keys past a request's end that a TMA box brings in (the next request's, or zeros past the
 // tensor) are masked in S, so their V rows are multiplied by exactly 0.
 //
-// Not here yet (see docs/cuda.md): the softmax of one block overlapped with the GEMM of the next
-// (and the two consumer warpgroups' ping-pong), FP8, head dims other than 128, decode, split-KV.
+// The softmax of one block runs while the GEMM O += P V of the previous one does (the consumer
+// loop below). Not here yet (see docs/cuda.md): the two consumer warpgroups' ping-pong (their
+// softmax against each other's GEMMs).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,9 +27,13 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/fa3/kernels/consumer_steps.cuh"
+#include "cuda/fa3/kernels/packed_rows.h"
 #include "cuda/fa3/kernels/pipeline_state.h"
 #include "cuda/fa3/kernels/sm90_ptx.cuh"
+#include "cuda/fa3/kernels/sm90_wgmma_fp8.cuh"
 #include "cuda/fa3/kernels/smem_layout.h"
+#include "cuda/fa3/kernels/store_out.cuh"
 #include "cuda/fa3/kernels/tile_scheduler.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
 #include "cuda/fa3/params.h"
@@ -36,8 +44,9 @@ inline constexpr int kStages = 2;
 inline constexpr int kThreads = 3 * frag::kWarpgroupThreads;
 inline constexpr int kConsumerWarps = 8;
 // Register split between the producer and the consumers (setmaxnreg): 128 x 40 + 256 x 232 fits
-// the 64 K registers of an SM with one CTA resident. (The producer's copy loop is unrolled by 2,
-// by 1 for FP8, whose producer transposes V through registers: more spills at 40 otherwise.)
+// the 64 K registers of an SM with one CTA resident. (The producer's copy loops are unrolled by
+// 2, by 1 for FP8's V, which its producer transposes through registers, and for K rows of 12
+// chunks (FP8 at 192): more spills at 40 otherwise.)
 inline constexpr int kProducerRegs = 40;
 inline constexpr int kConsumerRegs = 232;
 
@@ -64,12 +73,17 @@ struct Elem<E4m3E5m2Tag> : Elem<E4m3Tag> {};
 template <>
 struct Elem<E5m2E4m3Tag> : Elem<E4m3Tag> {};
 
+// Rows are whole 128-byte panels (smem::padded_row_bytes): FP8 Q/K rows at head dims 64 and 192,
+// and FP8 V^T rows of 64 keys (head dim 256), carry padding.
 template <int EB, int QK, int VO>
 struct SmemPlan {
-  static constexpr uint32_t kQBytes = frag::kWarpgroupRows * QK * EB;  // per warpgroup
   static constexpr int BN = sched::block_n_for(QK);
-  static constexpr uint32_t kKBytes = BN * QK * EB;
-  static constexpr uint32_t kVBytes = BN * VO * EB;
+  static constexpr uint32_t kQBytes =  // per warpgroup
+      frag::kWarpgroupRows * smem::padded_row_bytes(QK * EB);
+  static constexpr uint32_t kKBytes = BN * smem::padded_row_bytes(QK * EB);
+  // 16-bit V [keys][dims]; FP8 V^T [dims][keys].
+  static constexpr uint32_t kVBytes =
+      EB == 2 ? BN * smem::padded_row_bytes(VO * EB) : VO * smem::padded_row_bytes(BN);
   static constexpr uint32_t q(int wg) { return uint32_t(wg) * kQBytes; }
   static constexpr uint32_t k(int stage) {
     return 2 * kQBytes + uint32_t(stage) * (kKBytes + kVBytes);
@@ -94,18 +108,14 @@ __device__ __forceinline__ const uint8_t* kv_row(const PrefillParams& p, const R
   return static_cast<const uint8_t*>(base) + off * EB;
 }
 
-__device__ __forceinline__ void store_out(const PrefillParams& p, int64_t offset, float x) {
-  switch (p.out_kind) {
-    case OutKind::kF32:
-      static_cast<float*>(p.out)[offset] = x;
-      break;
-    case OutKind::kF16:
-      static_cast<__half*>(p.out)[offset] = __float2half_rn(x);
-      break;
-    case OutKind::kBF16:
-      static_cast<__nv_bfloat16*>(p.out)[offset] = __float2bfloat16_rn(x);
-      break;
-  }
+// The K/V blocks of `tile` (its chunk's, when its request is split): one function for the
+// producer and the consumers, the same the planner ordered the tiles by.
+template <int BN>
+__device__ __forceinline__ sched::KvRange tile_range(const PrefillParams& p,
+                                                     const sched::Tile& tile,
+                                                     const RequestInfo& r) {
+  return sched::tile_kv_range(tile, r.qo_len, r.kv_len, p.causal, p.window_left, BN,
+                              p.rows_per_token, r.chunks, p.chunk_blocks);
 }
 
 // Warpgroup 0: K/V blocks of every tile of this CTA into the ring, in the consumers' order.
@@ -124,9 +134,8 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
          t = sched::next_tile(t, gridDim.x)) {
       const sched::Tile tile = p.tiles[t];
       const RequestInfo r = p.requests[tile.request];
-      const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
-                                                p.window_left, sched::kBlockM, BN);
-      const int kv_head = tile.head / p.group;
+      const sched::KvRange kr = tile_range<BN>(p, tile, r);
+      const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
       for (int n = kr.begin; n < kr.end; ++n) {
         ptx::mbarrier_wait(&empty[st.index], st.phase);
         ptx::mbarrier_arrive_expect_tx(&full[st.index], Plan::kKBytes + Plan::kVBytes);
@@ -151,14 +160,13 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
   for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
-    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
-                                              p.window_left, sched::kBlockM, BN);
-    const int kv_head = tile.head / p.group;
+    const sched::KvRange kr = tile_range<BN>(p, tile, r);
+    const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
     for (int n = kr.begin; n < kr.end; ++n) {
       ptx::mbarrier_wait(&empty[st.index], st.phase);
       uint8_t* k_smem = smem + Plan::k(st.index);
       uint8_t* v_smem = smem + Plan::v(st.index);
-#pragma unroll 2
+#pragma unroll(kKRowChunks % 8 == 0 ? 2 : 1)
       for (int c = tid; c < BN * kKRowChunks; c += frag::kWarpgroupThreads) {
         const int row = c / kKRowChunks, byte_col = (c % kKRowChunks) * 16;
         const int64_t key = int64_t(n) * BN + row;
@@ -217,10 +225,21 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
   for (int t = sched::first_tile(blockIdx.x); t < p.num_tiles; t = sched::next_tile(t, gridDim.x)) {
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
-    const sched::KvRange kr = sched::kv_range(r.qo_len, r.kv_len, tile.q_tile, p.causal,
-                                              p.window_left, sched::kBlockM, BN);
-    const int64_t row0 = int64_t(tile.q_tile) * sched::kBlockM + wg * frag::kWarpgroupRows;
-    const int64_t causal_offset = r.kv_len - r.qo_len;
+    const sched::KvRange kr = tile_range<BN>(p, tile, r);
+    // Rows are packed rows (packed_rows.h): query tokens, or (token, head) of a GQA group.
+    // (32 bits: a request's packed rows are at most pack::kMaxPackedRows.)
+    const int row0 = tile.q_tile * sched::kBlockM + wg * frag::kWarpgroupRows;
+    // The causal diagonal of this thread's two rows (one per accumulator row half) is
+    // diag0 + token_step[h]: the token of the warpgroup's first row plus the (32-bit) token
+    // offset of the row, both found once per tile (a division per masked block spills).
+    const int64_t token0 = pack::token_of(row0, p.rows_per_token);
+    const int64_t diag0 = token0 + r.kv_len - r.qo_len;
+    int token_step[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      token_step[h] =
+          int(pack::token_of(row0 + frag::acc_element(ctid, 2 * h).row, p.rows_per_token) - token0);
+    }
 
     // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
     // the warpgroup is past the previous tile's wgmmas, which read it.
@@ -230,10 +249,11 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       const int tile_row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
       const int64_t row = row0 + tile_row;
       uint4 val = make_uint4(0, 0, 0, 0);
-      if (row < r.qo_len) {
+      if (row < pack::packed_rows(r.qo_len, p.rows_per_token)) {
+        const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
         val = *reinterpret_cast<const uint4*>(
             static_cast<const uint8_t*>(p.q) +
-            ((r.q_row + row) * p.q_stride_row + tile.head * p.q_stride_head) * EB + byte_col);
+            ((r.q_row + th.token) * p.q_stride_row + th.qo_head * p.q_stride_head) * EB + byte_col);
       }
       const uint32_t dst = kFp8 ? smem::tile_offset8(tile_row, byte_col, frag::kWarpgroupRows)
                                 : smem::tile_offset(tile_row, byte_col / 2, frag::kWarpgroupRows);
@@ -248,111 +268,70 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
     float m[2] = {-INFINITY, -INFINITY};
     float l[2] = {0.0f, 0.0f};
 
-    for (int n = kr.begin; n < kr.end; ++n) {
-      ptx::mbarrier_wait(&full[st.index], st.phase);
-      const uint32_t k_addr = cuda::smem_addr(smem + Plan::k(st.index));
-      const uint32_t v_addr = cuda::smem_addr(smem + Plan::v(st.index));
-
-      // A k-step is 32 bytes: k16 for 16-bit, k32 for FP8; the descriptors are the same.
-      float s[kSRegs];
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < QK * EB / 32; ++ks) {
-        ptx::wgmma_ss<Tag, BN>(s, smem::encode(smem::k_major(q_addr, frag::kWarpgroupRows, 0, ks)),
-                               smem::encode(smem::k_major(k_addr, BN, 0, ks)), ks > 0);
+    // Softmax of block n overlapped with O += P V of block n - 1 (FA3's intra-warpgroup
+    // overlap): S_n is issued before PV_{n-1}, waited for alone (wgmma groups complete in order),
+    // and turned into P_n while PV_{n-1} runs; O is rescaled once PV_{n-1} is done, and slot n - 1
+    // is released then (pipeline_state.h: a consumer holds at most two slots, released in
+    // order; fa3_pipeline_test replays it).
+    // FP8 keeps the blocks apart (one at a time, as below the overlap): with S, P and O live at
+    // once its consumers spill (ptxas: 64 bytes), and FP8's P is half the registers that would
+    // pay for it.
+    constexpr int kPSteps = BN * EB / 32;
+    constexpr bool kOverlap = !kFp8;
+    float s[kSRegs];
+    uint32_t a[kPSteps][4];
+    if constexpr (!kOverlap) {
+      for (int n = kr.begin; n < kr.end; ++n) {
+        ptx::mbarrier_wait(&full[st.index], st.phase);
+        step::issue_s<Tag, QK, EB, BN>(s, q_addr, cuda::smem_addr(smem + Plan::k(st.index)));
+        ptx::wgmma_wait<0>();
+        ptx::fence_registers(s);
+        step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
+        float alpha[2];
+        step::softmax<BN>(s, m, l, alpha);
+        step::rescale(o, alpha);
+        step::pack_p<Tag, kFp8, BN, kPSteps>(s, a);
+        step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(o, a, cuda::smem_addr(smem + Plan::v(st.index)));
+        ptx::wgmma_wait<0>();
+        step::pv_done<VO, kPSteps>(o, a);
+        __syncwarp();
+        if (lane == 0) ptx::mbarrier_arrive(&empty[st.index]);
+        st.advance();
       }
-      ptx::wgmma_commit();
+    } else if (kr.begin < kr.end) {
+      ptx::mbarrier_wait(&full[st.index], st.phase);
+      step::issue_s<Tag, QK, EB, BN>(s, q_addr, cuda::smem_addr(smem + Plan::k(st.index)));
       ptx::wgmma_wait<0>();
       ptx::fence_registers(s);
-
-      // Scores in the log2 domain (soft cap first: DESIGN.md §2 caps after sm_scale).
-      if (p.soft_cap > 0.0f) {
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) s[i] = p.cap_log2 * tanhf(s[i] * p.score_scale_over_cap);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) s[i] *= p.score_scale_log2;
-      }
-      if (kr.masked(n)) {  // the edges: keys past kv_len, the causal diagonal, the window
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) {
-          const frag::RowCol rc = frag::acc_element(ctid, i);
-          const int64_t key = int64_t(n) * BN + rc.col;
-          const int64_t diag = row0 + rc.row + causal_offset;
-          const bool visible = key < r.kv_len && (!p.causal || key <= diag) &&
-                               (p.window_left < 0 || key >= diag - p.window_left);
-          if (!visible) s[i] = -INFINITY;
-        }
-      }
-
-      // Online softmax in the log2 domain; each thread holds 32 keys of two rows, its quad the
-      // rest of each row.
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) {
-          if (frag::acc_row_half(i) == h) mx = fmaxf(mx, s[i]);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[h], mx);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row that sees nothing yet
-        const float alpha = exp2f(m[h] - m_use);
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kSRegs; ++i) {
-          if (frag::acc_row_half(i) == h) {
-            s[i] = exp2f(s[i] - m_use);
-            sum += s[i];
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < kORegs; ++i) {
-          if (frag::acc_row_half(i) == h) o[i] *= alpha;
-        }
-        l[h] = l[h] * alpha + sum;
-        m[h] = m_new;
-      }
-
-      // P as the register A operand: 16-bit pairs (k16 steps) or FP8 quads (k32 steps, keys
-      // renumbered as V^T's columns are).
-      constexpr int kPSteps = BN * EB / 32;
-      uint32_t a[kPSteps][4];
-#pragma unroll
-      for (int kk = 0; kk < kPSteps; ++kk) {
-#pragma unroll
-        for (int rr = 0; rr < 4; ++rr) {
-          if constexpr (kFp8) {
-            a[kk][rr] = ptx::pack_e4m3x4(
-                s[frag::p_a_register8(kk, rr, 0)], s[frag::p_a_register8(kk, rr, 1)],
-                s[frag::p_a_register8(kk, rr, 2)], s[frag::p_a_register8(kk, rr, 3)]);
-          } else {
-            a[kk][rr] = cuda::Compute16<Tag>::pack(s[frag::p_a_register(kk, rr, 0)],
-                                                   s[frag::p_a_register(kk, rr, 1)]);
-          }
-        }
-      }
-      // The rescaled O and the packed P must be in their registers before wgmma.fence.
-      ptx::fence_registers(o);
-#pragma unroll
-      for (int kk = 0; kk < kPSteps; ++kk) ptx::fence_registers(a[kk]);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kPSteps; ++kk) {
-        if constexpr (kFp8) {
-          ptx::wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::k_major(v_addr, VO, 0, kk)));
-        } else {
-          ptx::wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::mn_major(v_addr, BN, kk)));
-        }
-      }
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
-      ptx::fence_registers(o);
-
-      __syncwarp();
-      if (lane == 0) ptx::mbarrier_arrive(&empty[st.index]);
+      step::scores<BN>(s, p, kr.masked(kr.begin), kr.begin, r.kv_len, diag0, token_step, ctid);
+      float alpha[2];
+      step::softmax<BN>(s, m, l, alpha);  // O is still zero: nothing to rescale
+      step::pack_p<Tag, kFp8, BN, kPSteps>(s, a);
+      pipe::PipelineState<kStages> prev = st;
       st.advance();
+      for (int n = kr.begin + 1; n < kr.end; ++n) {
+        ptx::mbarrier_wait(&full[st.index], st.phase);
+        step::issue_s<Tag, QK, EB, BN>(s, q_addr, cuda::smem_addr(smem + Plan::k(st.index)));
+        step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(o, a,
+                                                   cuda::smem_addr(smem + Plan::v(prev.index)));
+        ptx::wgmma_wait<1>();  // S_n done; PV_{n-1} may still run
+        ptx::fence_registers(s);
+        step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
+        step::softmax<BN>(s, m, l, alpha);
+        ptx::wgmma_wait<0>();  // PV_{n-1} done: its slot, O and P are free
+        step::pv_done<VO, kPSteps>(o, a);
+        __syncwarp();
+        if (lane == 0) ptx::mbarrier_arrive(&empty[prev.index]);
+        step::rescale(o, alpha);
+        step::pack_p<Tag, kFp8, BN, kPSteps>(s, a);
+        prev = st;
+        st.advance();
+      }
+      step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(o, a, cuda::smem_addr(smem + Plan::v(prev.index)));
+      ptx::wgmma_wait<0>();
+      step::pv_done<VO, kPSteps>(o, a);
+      __syncwarp();
+      if (lane == 0) ptx::mbarrier_arrive(&empty[prev.index]);
     }
 
     // Epilogue: normalize, write O and the natural-log LSE of the rows this request has.
@@ -362,24 +341,40 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
     constexpr float kLn2 = 0.6931471805599453f;
+    // Where each of this thread's two rows goes: out (and lse), or, for a split request, the
+    // partial state of (token, chunk) (split_plan.h), merged by merge_kernel. The request is read
+    // again here (the mbarrier waits' memory clobbers keep it a load) so that its split fields
+    // hold no registers during the main loop.
+    const RequestInfo re = p.requests[tile.request];
+    const bool split = re.chunks > 1;
+    const int64_t rows = pack::packed_rows(re.qo_len, p.rows_per_token);
 #pragma unroll
-    for (int i = 0; i < kORegs; ++i) {
-      const frag::RowCol rc = frag::acc_element(ctid, i);
-      const int64_t row = row0 + rc.row;
-      if (row >= r.qo_len) continue;
-      const int h = frag::acc_row_half(i);
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
+      if (row >= rows) continue;
+      const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
+      const int64_t state = re.partial_base + th.token * re.chunks + tile.chunk;
       const float inv = l[h] > 0.0f ? p.v_scale / l[h] : 0.0f;
-      store_out(p, (r.q_row + row) * p.o_stride_row + tile.head * p.o_stride_head + rc.col,
-                o[i] * inv);
-    }
-    if (p.lse && lane % 4 == 0) {
+      if (split) {
+        float* dst = p.partial_o + (state * p.num_qo_heads + th.qo_head) * VO;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
-        if (row < r.qo_len) {
-          p.lse[(r.q_row + row) * p.lse_stride_row + tile.head * p.lse_stride_head] =
-              l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+        for (int i = 0; i < kORegs; ++i) {
+          if (frag::acc_row_half(i) == h) dst[frag::acc_element(ctid, i).col] = o[i] * inv;
         }
+      } else {
+        const int64_t base = (re.q_row + th.token) * p.o_stride_row + th.qo_head * p.o_stride_head;
+#pragma unroll
+        for (int i = 0; i < kORegs; ++i) {
+          if (frag::acc_row_half(i) == h)
+            store_out(p, base + frag::acc_element(ctid, i).col, o[i] * inv);
+        }
+      }
+      if (lane % 4 != 0) continue;
+      const float lse = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+      if (split) {
+        p.partial_lse[state * p.num_qo_heads + th.qo_head] = lse;
+      } else if (p.lse) {
+        p.lse[(re.q_row + th.token) * p.lse_stride_row + th.qo_head * p.lse_stride_head] = lse;
       }
     }
   }
@@ -417,13 +412,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Launches `ctas` persistent CTAs (at most one per SM); returns the cudaError_t as an int.
 template <class Tag, int HeadDimQK, int HeadDimVO>
 int launch_prefill(const PrefillParams& p, int ctas, void* stream) {
-  // Rows of whole 128-byte panels (the swizzle's width): every type at d128, 16-bit ones at d64
-  // and (192, 128).
-  constexpr bool kFp8 = Elem<Tag>::kFp8;
-  static_assert((HeadDimQK == 128 && HeadDimVO == 128) ||
-                    (!kFp8 && HeadDimQK == HeadDimVO && (HeadDimQK == 64 || HeadDimQK == 256)) ||
-                    (!kFp8 && HeadDimQK == 192 && HeadDimVO == 128),
-                "fa3's prefill kernel: d128, and d64, d256 and (192, 128) with 16-bit types");
+  // fa3's declared head dims, for every type (FP8 rows padded to whole panels: SmemPlan).
+  static_assert(
+      (HeadDimQK == HeadDimVO && (HeadDimQK == 64 || HeadDimQK == 128 || HeadDimQK == 256)) ||
+          (HeadDimQK == 192 && HeadDimVO == 128),
+      "fa3's kernel: head dims 64, 128, 256 or (192, 128)");
   using Plan = SmemPlan<Elem<Tag>::kBytes, HeadDimQK, HeadDimVO>;
   const auto kernel = prefill_kernel<Tag, HeadDimQK, HeadDimVO>;
   cudaError_t err =

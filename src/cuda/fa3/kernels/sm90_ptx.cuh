@@ -476,8 +476,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   }
 }
 
-#undef KVATTN_WGMMA_D32
-#undef KVATTN_WGMMA_D128
-#undef KVATTN_WGMMA_D64
+// KVATTN_WGMMA_D32/D64/D128 stay defined: sm90_wgmma_fp8.cuh builds its shapes from them too
+// (it #undefs them).
 
 }  // namespace kvattn::fa3::ptx

@@ -41,6 +41,12 @@ KVATTN_HD constexpr uint32_t tile_offset8(int row, int col, int rows) {
   return swizzle128(uint32_t(col / kRowBytes) * uint32_t(rows) * kRowBytes +
                     uint32_t(row) * kRowBytes + uint32_t(col % kRowBytes));
 }
+// Bytes a tile row takes in whole 128-byte panels: FP8 rows of 64 or 192 bytes (head dims 64 and
+// 192; V^T's 64 keys at head dim 256) are padded to 128 / 256, which tile_offset8 leaves unused
+// and wgmma's k-steps never read (they stop at the row's real bytes).
+KVATTN_HD constexpr uint32_t padded_row_bytes(int bytes) {
+  return uint32_t((bytes + kRowBytes - 1) / kRowBytes * kRowBytes);
+}
 KVATTN_HD constexpr uint32_t tile_bytes(int rows, int cols) {
   return uint32_t(rows) * uint32_t(cols) * 2u;
 }
