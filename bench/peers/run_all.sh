@@ -111,7 +111,7 @@ run_peer() {  # ROUND_DIR PEER
         || echo "torch exited $?" >> "$dir/failed.txt" ;;
     vllm)
       "${peer_env[@]}" "$vllm_python" "$here/vllm_cpu_attn.py" --repeats "$repeats" --warmup 1 \
-        --threads "$threads" --filter "$filter" > "$dir/vllm.json" 2> "$dir/vllm.err" \
+        --isas auto,vec --threads "$threads" --filter "$filter" > "$dir/vllm.json" 2> "$dir/vllm.err" \
         || echo "vllm exited $?" >> "$dir/failed.txt" ;;
   esac
 }
