@@ -15,7 +15,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from summarize import collect, is_decode  # noqa: E402
+from summarize import add_roofline_options, collect, is_decode, rooflines_of  # noqa: E402
 
 import matplotlib  # noqa: E402
 
@@ -49,9 +49,9 @@ def series_colors(labels):
     return colors
 
 
-def gather(round_dirs):
+def gather(round_dirs, rooflines):
     """case -> label -> list of fractions (kvattn: every run; a peer: one per round)."""
-    cases, pairs, kvattn_fractions, errors = collect(round_dirs)
+    cases, pairs, kvattn_fractions, errors = collect(round_dirs, rooflines)
     table = {case: {"kvattn": kvattn_fractions.get(case, [])} for case in cases}
     for (case, peer), samples in pairs.items():
         values = [s["p_frac"] for s in samples if s["p_frac"] is not None]
@@ -98,9 +98,11 @@ def main():
     parser.add_argument("--title", default="kvattn cpu and its peers, same machine, interleaved",
                         help="chart title")
     parser.add_argument("--dpi", type=int, default=150)
+    add_roofline_options(parser)
     args = parser.parse_args()
+    rooflines = rooflines_of(args)
 
-    cases, table, errors = gather(args.rounds)
+    cases, table, errors = gather(args.rounds, rooflines)
     if not cases:
         print("no kvattn runs found in the rounds given", file=sys.stderr)
         return 1
@@ -110,8 +112,8 @@ def main():
     colors = series_colors(labels)
     decode = [c for c in cases if is_decode(c)]
     prefill = [c for c in cases if not is_decode(c)]
-    panels = [(decode, "decode: bytes moved / time / DRAM read bandwidth"),
-              (prefill, "prefill: flops / time / fp32 FMA peak")]
+    panels = [(decode, f"decode: bytes moved / time / {rooflines['decode']}"),
+              (prefill, f"prefill: flops / time / {rooflines['prefill']}")]
     panels = [(cs, title) for cs, title in panels if cs]
 
     fig, axes = plt.subplots(1, len(panels), figsize=(15, 5.6), squeeze=False,

@@ -7,7 +7,8 @@
 # state. Each round goes into OUT/rN/ as the JSON-lines files summarize.py and plot.py read
 # (STEP.json; a step's stderr in STEP.err) and load.txt, one line per step:
 # `HH:MM:SS step load1 load5 load15` (UTC), closed by an `end` line. OUT/meta.txt records the
-# machine, the commands and the versions. A peer that is not installed is skipped (with a
+# machine, the commands and the versions (KVATTN_COMMIT=... names the kvattn commit when the
+# binary does not sit in its git work tree). A peer that is not installed is skipped (with a
 # line in OUT/skipped.txt), and so is the kvattn run that would have preceded it.
 #
 #   bench/peers/run_all.sh [options]
@@ -131,7 +132,8 @@ done
   echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs"
   echo "isa: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|avx512_fp16|amx_bf16|amx_tile)$' | tr '\n' ' ')"
   echo "thp: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
-  echo "kvattn: $kvattn (commit $(git -C "$(dirname "$kvattn")" describe --always --dirty 2>/dev/null || echo unknown))"
+  commit="${KVATTN_COMMIT:-$(git -C "$(dirname "$kvattn")" describe --always --dirty 2>/dev/null)}"
+  echo "kvattn: $kvattn (commit ${commit:-unknown})"
   echo "kvattn command: kvattn bench --json --repeats $repeats --threads $threads --filter '$filter'"
   for peer in "${active[@]}"; do
     case "$peer" in

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 
 
 def read_lines(path):
@@ -36,30 +37,37 @@ def is_decode(case):
     return "decode" in case
 
 
-def roofline_fraction(kvattn_row, ms):
+# The rooflines: fields of a `kvattn bench --json` line, in GB/s and GFLOP/s.
+ROOFLINES = {"decode": "dram_gbps", "prefill": "fma_gflops"}
+
+
+def roofline_fraction(kvattn_row, ms, rooflines=ROOFLINES):
     """Fraction of the roofline of kvattn_row's run that the case's work in `ms` reaches.
 
     Decode is bounded by memory (kvattn's bytes moved over the same run's DRAM read bandwidth),
-    prefill by arithmetic (its flops over the same run's fp32 FMA peak), as `kvattn bench` does.
+    prefill by arithmetic (its flops over the same run's fp32 FMA peak), as `kvattn bench` does;
+    `rooflines` names other fields of the run to divide by (say paged_read_gbps).
     """
     if not ms:
         return None
     seconds = ms * 1e-3
     if is_decode(kvattn_row["name"]):
-        capacity, work = kvattn_row.get("dram_gbps"), kvattn_row.get("bytes")
+        capacity, work = kvattn_row.get(rooflines["decode"]), kvattn_row.get("bytes")
     else:
-        capacity, work = kvattn_row.get("fma_gflops"), kvattn_row.get("flops")
+        capacity, work = kvattn_row.get(rooflines["prefill"]), kvattn_row.get("flops")
     if not capacity or not work:
         return None
     return work / seconds / 1e9 / capacity
 
 
-def collect(round_dirs):
+def collect(round_dirs, rooflines=ROOFLINES):
     """Reads rounds. Returns (cases, pairs, kvattn_fractions, errors).
 
     pairs: (case, peer) -> one dict per round: k_ms, k_cpu, p_ms, p_cpu, k_frac, p_frac (the
     fractions against the roofline of the kvattn run just before the peer).
-    kvattn_fractions: case -> roofline fraction of every kvattn run, each against its own run.
+    kvattn_fractions: case -> roofline fraction of every kvattn run, each against its own run,
+    computed exactly as the peers' are (and checked against the run's roofline_fraction when
+    the default rooflines are used).
     """
     pairs = {}
     cases = []
@@ -77,9 +85,16 @@ def collect(round_dirs):
                 for r in rows:
                     if r["name"] not in cases:
                         cases.append(r["name"])
-                    frac = r.get("roofline_fraction")
-                    if frac is None:
-                        frac = roofline_fraction(r, r.get("median_ms"))
+                    frac = roofline_fraction(r, r.get("median_ms"), rooflines)
+                    reported = r.get("roofline_fraction")
+                    if (rooflines == ROOFLINES and frac and reported
+                            and abs(frac / reported - 1) > 0.02):
+                        print(f"warning: {round_dir}/{step} {r['name']}: roofline_fraction "
+                              f"{reported} but bytes or flops / median_ms / "
+                              f"{rooflines['decode' if is_decode(r['name']) else 'prefill']} "
+                              f"gives {frac:.4f}: kvattn bench divides by another roofline; "
+                              f"name it with --decode-roofline/--prefill-roofline",
+                              file=sys.stderr)
                     if frac is not None:
                         kvattn_fractions.setdefault(r["name"], []).append(frac)
                 continue
@@ -91,8 +106,8 @@ def collect(round_dirs):
                     pairs.setdefault((r["name"], r["peer"]), []).append({
                         "k_ms": k["median_ms"], "k_cpu": k.get("median_cpu_ms"),
                         "p_ms": r["median_ms"], "p_cpu": r.get("median_cpu_ms"),
-                        "k_frac": roofline_fraction(k, k["median_ms"]),
-                        "p_frac": roofline_fraction(k, r["median_ms"]),
+                        "k_frac": roofline_fraction(k, k["median_ms"], rooflines),
+                        "p_frac": roofline_fraction(k, r["median_ms"], rooflines),
                     })
     return cases, pairs, kvattn_fractions, sorted(set(errors))
 
@@ -102,14 +117,26 @@ def median_of(samples, key):
     return statistics.median(values) if values else None
 
 
+def add_roofline_options(parser):
+    parser.add_argument("--decode-roofline", default=ROOFLINES["decode"],
+                        help="field of the kvattn run (GB/s) that decode is measured against")
+    parser.add_argument("--prefill-roofline", default=ROOFLINES["prefill"],
+                        help="field of the kvattn run (GFLOP/s) that prefill is measured against")
+
+
+def rooflines_of(args):
+    return {"decode": args.decode_roofline, "prefill": args.prefill_roofline}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rounds", nargs="+", help="round directories")
     parser.add_argument("--roofline", action="store_true",
                         help="add each side's fraction of the same-run roofline")
+    add_roofline_options(parser)
     args = parser.parse_args()
 
-    cases, pairs, _, errors = collect(args.rounds)
+    cases, pairs, _, errors = collect(args.rounds, rooflines_of(args))
 
     header = ("| case | peer | kvattn ms | peer ms | peer / kvattn | kvattn CPU ms | peer CPU ms "
               "| CPU peer / kvattn |")
