@@ -56,12 +56,21 @@ double now_s(clockid_t clock) {
 }
 
 bool parse_type(const std::string& name, ggml_type* type) {
-  if (name == "f16") *type = GGML_TYPE_F16;
-  else if (name == "bf16") *type = GGML_TYPE_BF16;
-  else if (name == "q8_0") *type = GGML_TYPE_Q8_0;
-  else if (name == "f32") *type = GGML_TYPE_F32;
-  else return false;
-  return true;
+  struct Named {
+    const char* name;
+    ggml_type type;
+  };
+  constexpr Named kTypes[] = {{"f16", GGML_TYPE_F16},
+                              {"bf16", GGML_TYPE_BF16},
+                              {"q8_0", GGML_TYPE_Q8_0},
+                              {"f32", GGML_TYPE_F32}};
+  for (const Named& t : kTypes) {
+    if (name == t.name) {
+      *type = t.type;
+      return true;
+    }
+  }
+  return false;
 }
 
 // Deterministic values in [-amplitude, amplitude): the timing does not depend on them, and a
@@ -106,15 +115,15 @@ class Problem {
     auto add = [&](ggml_type type, int64_t ne0, int64_t rows) {
       bytes += GGML_PAD(ggml_row_size(type, ne0) * rows, GGML_MEM_ALIGN);
     };
-    add(GGML_TYPE_F32, s.head_dim, int64_t{s.q_len} * kQoHeads * n_seq);              // q
-    add(kv_type, s.head_dim, int64_t{s.context} * kKvHeads * n_seq);                   // k
-    add(kv_type, s.head_dim, int64_t{s.context} * kKvHeads * n_seq);                   // v
-    if (s.causal) add(GGML_TYPE_F16, s.context, s.q_len);                             // mask
-    add(GGML_TYPE_F32, s.head_dim, int64_t{s.q_len} * kQoHeads * n_seq);              // out
+    add(GGML_TYPE_F32, s.head_dim, int64_t{s.q_len} * kQoHeads * n_seq);  // q
+    add(kv_type, s.head_dim, int64_t{s.context} * kKvHeads * n_seq);      // k
+    add(kv_type, s.head_dim, int64_t{s.context} * kKvHeads * n_seq);      // v
+    if (s.causal) add(GGML_TYPE_F16, s.context, s.q_len);                 // mask
+    add(GGML_TYPE_F32, s.head_dim, int64_t{s.q_len} * kQoHeads * n_seq);  // out
     bytes += 8 * ggml_tensor_overhead() + ggml_graph_overhead() + (size_t{1} << 20);
     arena_bytes_ = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    arena_ = mmap(nullptr, arena_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                  -1, 0);
+    arena_ =
+        mmap(nullptr, arena_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     GGML_ASSERT(arena_ != MAP_FAILED);
     madvise(arena_, arena_bytes_, MADV_HUGEPAGE);
 
@@ -131,11 +140,12 @@ class Problem {
       const ggml_fp16_t minus_inf = ggml_fp32_to_fp16(-INFINITY);
       for (int t = 0; t < s.q_len; ++t) {
         const int last = s.context - s.q_len + t;
-        for (int j = 0; j < s.context; ++j) m[int64_t{t} * s.context + j] = j <= last ? zero : minus_inf;
+        for (int j = 0; j < s.context; ++j)
+          m[int64_t{t} * s.context + j] = j <= last ? zero : minus_inf;
       }
     }
-    out_ = ggml_flash_attn_ext(ctx_, q_, k_, v_, mask_, 1.0f / std::sqrt(float(s.head_dim)),
-                               0.0f, 0.0f);
+    out_ = ggml_flash_attn_ext(ctx_, q_, k_, v_, mask_, 1.0f / std::sqrt(float(s.head_dim)), 0.0f,
+                               0.0f);
     ggml_flash_attn_ext_set_prec(out_, GGML_PREC_F32);
     graph_ = ggml_new_graph(ctx_);
     ggml_build_forward_expand(graph_, out_);
@@ -187,7 +197,8 @@ class Problem {
           double max_logit = -INFINITY;
           for (int j = 0; j < visible; ++j) {
             double dot = 0.0;
-            for (int i = 0; i < s.head_dim; ++i) dot += double(qrow[i]) * k[(kv_base + j) * s.head_dim + i];
+            for (int i = 0; i < s.head_dim; ++i)
+              dot += double(qrow[i]) * k[(kv_base + j) * s.head_dim + i];
             logits[j] = dot * scale;
             max_logit = std::max(max_logit, logits[j]);
           }
@@ -235,7 +246,9 @@ double median(std::vector<double> v) {
 int check() {
   // Q amplitude 8 makes the softmax peaked (logit spread of a few units), so that a wrong key
   // or head mapping moves the output by O(max|o|), far above the rounding of the cache types.
-  const Shape shapes[] = {{128, 2, 300, 1, false}, {64, 2, 300, 1, false}, {128, 1, 300, 300, true},
+  const Shape shapes[] = {{128, 2, 300, 1, false},
+                          {64, 2, 300, 1, false},
+                          {128, 1, 300, 300, true},
                           {256, 1, 200, 200, true}};
   double worst = 0.0;
   for (const char* type_name : {"f16", "bf16", "q8_0"}) {
@@ -249,10 +262,11 @@ int check() {
       p.compare(&err, &ref);
       const double rel = err / ref;
       worst = std::max(worst, rel);
-      std::printf("{\"check\": \"%s\", \"head_dim\": %d, \"batch\": %d, \"context\": %d, "
-                  "\"q_len\": %d, \"causal\": %s, \"max_abs_err\": %.6f, \"max_abs_ref\": %.4f}\n",
-                  type_name, s.head_dim, s.batch, s.context, s.q_len, s.causal ? "true" : "false",
-                  err, ref);
+      std::printf(
+          "{\"check\": \"%s\", \"head_dim\": %d, \"batch\": %d, \"context\": %d, "
+          "\"q_len\": %d, \"causal\": %s, \"max_abs_err\": %.6f, \"max_abs_ref\": %.4f}\n",
+          type_name, s.head_dim, s.batch, s.context, s.q_len, s.causal ? "true" : "false", err,
+          ref);
     }
   }
   // q8_0 quantizes Q to 8 bits as well (ggml converts Q to K's dot type): ~1e-2 of max|o|;
@@ -279,8 +293,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unknown KV type %s\n", type_name.c_str());
     return 2;
   }
-  const Shape shape{std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
-                    std::atoi(argv[6]), std::atoi(argv[7]) != 0};
+  const Shape shape{std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6]),
+                    std::atoi(argv[7]) != 0};
   const int threads = std::atoi(argv[8]);
   const int repeats = std::max(1, std::atoi(argv[9]));
 
@@ -294,13 +308,14 @@ int main(int argc, char** argv) {
     cpu_ms.push_back(1e3 * (now_s(CLOCK_PROCESS_CPUTIME_ID) - c0));
     wall_ms.push_back(1e3 * (now_s(CLOCK_MONOTONIC) - w0));
   }
-  std::printf("{\"name\": \"%s\", \"peer\": \"ggml-fa-%s\", \"median_ms\": %.4f, "
-              "\"min_ms\": %.4f, \"median_cpu_ms\": %.4f, \"repeats\": %d, \"threads\": %d, "
-              "\"kv_type\": \"%s\", \"head_dim\": %d, \"batch\": %d, \"context\": %d, "
-              "\"q_len\": %d, \"causal\": %s, \"ggml\": \"%s\"}\n",
-              name.c_str(), type_name.c_str(), median(wall_ms),
-              *std::min_element(wall_ms.begin(), wall_ms.end()), median(cpu_ms), repeats, threads,
-              type_name.c_str(), shape.head_dim, shape.batch, shape.context, shape.q_len,
-              shape.causal ? "true" : "false", KVATTN_GGML_COMMIT);
+  std::printf(
+      "{\"name\": \"%s\", \"peer\": \"ggml-fa-%s\", \"median_ms\": %.4f, "
+      "\"min_ms\": %.4f, \"median_cpu_ms\": %.4f, \"repeats\": %d, \"threads\": %d, "
+      "\"kv_type\": \"%s\", \"head_dim\": %d, \"batch\": %d, \"context\": %d, "
+      "\"q_len\": %d, \"causal\": %s, \"ggml\": \"%s\"}\n",
+      name.c_str(), type_name.c_str(), median(wall_ms),
+      *std::min_element(wall_ms.begin(), wall_ms.end()), median(cpu_ms), repeats, threads,
+      type_name.c_str(), shape.head_dim, shape.batch, shape.context, shape.q_len,
+      shape.causal ? "true" : "false", KVATTN_GGML_COMMIT);
   return 0;
 }
