@@ -22,30 +22,26 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-# One hue per project, shades per variant, so that the bars of one peer read as a family.
-FAMILY_COLORS = {
-    "kvattn": ["#1f4e9c"],
-    "ggml": ["#2e7d32", "#66bb6a", "#a5d6a7"],
-    "torch": ["#e65100", "#ffa726", "#ffcc80"],
-    "vllm": ["#6a1b9a", "#ab47bc", "#ce93d8"],
-}
+# One colour map per project, shades per variant, so that the bars of one peer read as a family.
+FAMILY_MAPS = {"ggml": "Greens", "torch": "Oranges", "vllm": "Purples"}
+KVATTN_COLOR = "#1f4e9c"
 
 
 def family(label):
-    for name in ("ggml", "torch", "vllm"):
+    for name in FAMILY_MAPS:
         if label.startswith(name):
             return name
     return "kvattn"
 
 
 def series_colors(labels):
-    used = {}
-    colors = {}
-    for label in labels:
-        fam = family(label)
-        shades = FAMILY_COLORS.get(fam, ["#777777"])
-        colors[label] = shades[used.get(fam, 0) % len(shades)]
-        used[fam] = used.get(fam, 0) + 1
+    colors = {"kvattn": KVATTN_COLOR}
+    for fam, cmap_name in FAMILY_MAPS.items():
+        members = [label for label in labels if family(label) == fam]
+        cmap = matplotlib.colormaps[cmap_name]
+        for i, label in enumerate(members):
+            # From dark to light, never so light that a bar vanishes on white.
+            colors[label] = cmap(0.9 - 0.55 * i / max(1, len(members) - 1))
     return colors
 
 
@@ -61,26 +57,25 @@ def gather(round_dirs, rooflines):
 
 
 def draw_panel(ax, cases, table, labels, colors, title):
-    present = [label for label in labels if any(label in table[c] for c in cases)]
-    width = 0.85 / max(1, len(present))
-    for i, label in enumerate(present):
-        xs, heights, lows, highs = [], [], [], []
-        for x, case in enumerate(cases):
-            values = table[case].get(label)
-            if not values:
-                continue
+    """One group per case, holding only the bars measured for it (packed, kvattn first)."""
+    group_width = 0.86
+    slots = max(len([label for label in labels if table[c].get(label)]) for c in cases)
+    width = group_width / max(1, slots)
+    drawn = set()
+    for x, case in enumerate(cases):
+        present = [label for label in labels if table[case].get(label)]
+        left = x - width * len(present) / 2
+        for i, label in enumerate(present):
+            values = table[case][label]
             mid = statistics.median(values)
-            xs.append(x - 0.425 + width * (i + 0.5))
-            heights.append(mid)
-            lows.append(mid - min(values))
-            highs.append(max(values) - mid)
-        bars = ax.bar(xs, heights, width, label=label, color=colors[label],
-                      yerr=[lows, highs] if len(xs) else None, capsize=1.5,
-                      error_kw={"elinewidth": 0.6, "ecolor": "#333333"})
-        ax.bar_label(bars, fmt="%.2f", fontsize=5.5, rotation=90, padding=2)
+            bars = ax.bar(left + width * (i + 0.5), mid, width, color=colors[label],
+                          label=None if label in drawn else label,
+                          yerr=[[mid - min(values)], [max(values) - mid]], capsize=1.5,
+                          error_kw={"elinewidth": 0.6, "ecolor": "#333333"})
+            drawn.add(label)
+            ax.bar_label(bars, labels=[f"{mid:.2f}"], fontsize=5.5, rotation=90, padding=2)
     ax.set_xticks(range(len(cases)))
-    ax.set_xticklabels([c.replace("_", "_\u200b") for c in cases], rotation=20, ha="right",
-                       fontsize=7)
+    ax.set_xticklabels(cases, rotation=15, ha="right", fontsize=7)
     ax.set_title(title, fontsize=9)
     ax.set_ylabel("fraction of same-run roofline", fontsize=8)
     ax.tick_params(axis="y", labelsize=7)
@@ -120,21 +115,22 @@ def main():
                              gridspec_kw={"width_ratios": [max(1, len(cs)) for cs, _ in panels]})
     for ax, (cs, title) in zip(axes[0], panels):
         draw_panel(ax, cs, table, labels, colors, title)
-    handles, names = [], []
+    found = {}
     for ax in axes[0]:
         for h, n in zip(*ax.get_legend_handles_labels()):
-            if n not in names:
-                handles.append(h)
-                names.append(n)
+            found.setdefault(n, h)
+    names = [label for label in labels if label in found]
+    handles = [found[n] for n in names]
     fig.legend(handles, names, loc="lower center", ncol=min(len(names), 6), fontsize=7,
                frameon=False)
     n_rounds = len(args.rounds)
     fig.suptitle(
         f"{args.title} ({n_rounds} round{'s' if n_rounds != 1 else ''})\n"
         "Rooflines measured by each kvattn run; a peer is scored with kvattn's bytes/flops for "
-        "the case against the roofline of the kvattn run made just before it "
-        "(bars: median over rounds, whiskers: min-max).", fontsize=8.5)
-    fig.tight_layout(rect=(0, 0.09, 1, 0.93))
+        "the case against the roofline of the kvattn run made just before it, whatever the "
+        "peer's own K/V type\n(bars: median over rounds, kvattn over all its runs; whiskers: "
+        "min-max).", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0.09, 1, 0.91))
     fig.savefig(args.output, dpi=args.dpi)
     print(f"wrote {args.output}")
     for e in errors:

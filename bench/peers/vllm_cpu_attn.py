@@ -199,7 +199,8 @@ def main():
                                     for i in args.isas.split(",")):
                 default_isa = vllm_isa(block_size)
                 isa = default_isa if isa == "auto" else isa
-                if (block_size, isa) in done:
+                # vLLM's amx and vec kernels take block sizes that are multiples of 32 only.
+                if (block_size, isa) in done or (isa in ("amx", "vec") and block_size % 32):
                     continue
                 done.add((block_size, isa))
                 peer = (f"vllm-cpu-{'bf16' if kv_dtype == 'auto' else kv_dtype}-bs{block_size}"
