@@ -12,7 +12,7 @@
 # line in OUT/skipped.txt), and so is the kvattn run that would have preceded it.
 #
 #   bench/peers/run_all.sh [options]
-#     --kvattn PATH        kvattn CLI (default build/release/tools/kvattn)
+#     --kvattn PATH        kvattn CLI (default build/release/tools/kvattn of this checkout)
 #     --out DIR            where the rounds go (default bench/peers/rounds-<UTC date-time>)
 #     --rounds R           rounds (default 2)
 #     --repeats N          timed runs per case and step (default 5)
@@ -28,7 +28,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 cache="$HOME/.cache/kvattn/peers"
-kvattn="build/release/tools/kvattn"
+kvattn="$repo/build/release/tools/kvattn"
 out=""
 rounds=2
 repeats=5
@@ -64,14 +64,19 @@ mkdir -p "$out"
 peer_env=(env GLIBC_TUNABLES=glibc.malloc.hugetlb=1 THP_MEM_ALLOC_ENABLE=1)
 
 # ggml driver arguments per case: NAME KVTYPE D BATCH CTX QLEN CAUSAL (llama.cpp's cache types:
-# f16 its default, bf16, q8_0 standing in for e4m3, which ggml lacks).
+# f16 its default, bf16 the cases' own, q8_0 standing in for e4m3, which ggml lacks). Decode
+# runs both f16 and bf16: on AVX512-FP16 CPUs ggml's native f16 vector code works 128 values at
+# a time, so at head dim 64 its f16 path is scalar (README, "ggml").
 ggml_cases=(
   "decode_llama3_8b_bf16 f16 128 16 4096 1 0"
   "decode_llama3_8b_bf16 bf16 128 16 4096 1 0"
   "decode_llama3_8b_e4m3 q8_0 128 16 4096 1 0"
   "decode_long_b1 f16 128 1 32768 1 0"
+  "decode_long_b1 bf16 128 1 32768 1 0"
   "decode_d64_bf16 f16 64 16 4096 1 0"
+  "decode_d64_bf16 bf16 64 16 4096 1 0"
   "decode_d256_bf16 f16 256 16 4096 1 0"
+  "decode_d256_bf16 bf16 256 16 4096 1 0"
   "prefill_llama3_8b_causal f16 128 1 4096 4096 1"
   "prefill_d64_causal f16 64 1 4096 4096 1"
   "prefill_d256_causal f16 256 1 4096 4096 1"
