@@ -7,6 +7,11 @@ layer), without importing the vllm Python package and its serving dependencies. 
 vLLM's: [num_blocks, num_kv_heads, block_size, 2 * head_dim] per layer, blocks handed out in a
 shuffled order through a block table. Prints one JSON object per line: name, peer, median_ms,
 min_ms, repeats, threads, block_size, isa, torch version.
+
+The kernel ISA is the one vLLM's CPU backend picks (`_get_attn_isa` in
+v1/attention/backends/cpu_attn.py, x86 part): `amx` where AMX tiles are usable and the block
+size is a multiple of 32 (bf16 models, bf16 or fp8 KV), else `vec` for such block sizes, else
+`vec16`. `--isas vec` (say) times another ISA too; its peer name then ends in `-vec`.
 """
 
 import argparse
@@ -47,6 +52,13 @@ def load_vllm_ops():
     # _C_AVX2 otherwise; the machines these results come from have AVX-512 BF16.
     torch.ops.load_library(os.path.join(root, "_C.abi3.so"))
     return root
+
+
+def vllm_isa(block_size):
+    """The attention ISA vLLM's CPU backend uses for a bf16 model on x86 (see the docstring)."""
+    if block_size % 32 == 0:
+        return "amx" if torch.cpu._is_amx_tile_supported() else "vec"
+    return "vec16"
 
 
 def make_case(op, head_dim, batch, context, kv_dtype, block_size, isa, seed=1234):
@@ -149,7 +161,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--filter", default=".", help="regex over case names")
     parser.add_argument("--block-sizes", default="128,16",
-                        help="comma list; 128 is vLLM's CPU default (isa vec), 16 uses vec16")
+                        help="comma list; 128 is vLLM's CPU default, 16 is kvattn's page size")
+    parser.add_argument("--isas", default="auto",
+                        help="comma list of auto (vLLM's own choice), amx, vec, vec16")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
@@ -159,35 +173,48 @@ def main():
 
     torch.set_num_threads(args.threads)
     load_vllm_ops()
+    # Linux hands out AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM); vLLM's
+    # `amx` attention kernels assume it was made (in a serving process, oneDNN requests it for
+    # its AMX GEMMs before attention runs) and die with SIGILL otherwise.
+    if torch.cpu._is_amx_tile_supported():
+        torch.cpu._init_amx()
     if args.check:
         worst = 0.0
         for kv_dtype, block_size, causal in (("auto", 128, False), ("auto", 16, False),
                                              ("auto", 128, True), ("fp8_e4m3", 128, False),
                                              ("fp8_e4m3", 128, True)):
-            isa = "vec" if block_size % 32 == 0 else "vec16"
-            err = check_against_sdpa(kv_dtype, block_size, isa, causal)
-            worst = max(worst, err)
-            print(json.dumps({"check": kv_dtype, "block_size": block_size, "causal": causal,
-                              "max_abs_err": round(err, 5)}), flush=True)
+            for isa in sorted({vllm_isa(block_size), "vec" if block_size % 32 == 0 else "vec16"}):
+                err = check_against_sdpa(kv_dtype, block_size, isa, causal)
+                worst = max(worst, err)
+                print(json.dumps({"check": kv_dtype, "block_size": block_size, "isa": isa,
+                                  "causal": causal, "max_abs_err": round(err, 5)}), flush=True)
         # bf16 output of values in [-3, 3]: a few bf16 ulps; a layout error gives O(1).
         return 0 if worst < 0.05 else 1
     with torch.no_grad():
         for name, (op, head_dim, batch, context, kv_dtype) in CASES.items():
             if not re.search(args.filter, name):
                 continue
-            for block_size in (int(b) for b in args.block_sizes.split(",")):
-                isa = "vec" if block_size % 32 == 0 else "vec16"
+            done = set()
+            for block_size, isa in ((int(b), i) for b in args.block_sizes.split(",")
+                                    for i in args.isas.split(",")):
+                default_isa = vllm_isa(block_size)
+                isa = default_isa if isa == "auto" else isa
+                # vLLM's amx and vec kernels take block sizes that are multiples of 32 only.
+                if (block_size, isa) in done or (isa in ("amx", "vec") and block_size % 32):
+                    continue
+                done.add((block_size, isa))
+                peer = (f"vllm-cpu-{'bf16' if kv_dtype == 'auto' else kv_dtype}-bs{block_size}"
+                        + ("" if isa == default_isa else f"-{isa}"))
                 try:
                     fn = make_case(op, head_dim, batch, context, kv_dtype, block_size, isa)
                     median, best, cpu = time_ms(fn, args.repeats, args.warmup)
                 except RuntimeError as e:
-                    print(json.dumps({"name": name, "peer": f"vllm-cpu-{kv_dtype}-bs{block_size}",
+                    print(json.dumps({"name": name, "peer": peer,
                                       "error": str(e).splitlines()[0]}), flush=True)
                     continue
                 print(json.dumps({
                     "name": name,
-                    "peer": f"vllm-cpu-{'bf16' if kv_dtype == 'auto' else kv_dtype}"
-                            f"-bs{block_size}",
+                    "peer": peer,
                     "median_ms": round(median, 4),
                     "min_ms": round(best, 4),
                     "median_cpu_ms": round(cpu, 4),
