@@ -202,6 +202,28 @@ bool amd_cpu() {
 }
 }  // namespace
 
+std::atomic<bool> g_fp8_table_allowed{[] {
+  const char* env = std::getenv("KVATTN_CPU_DECODE_FP8_TABLE");
+  return env == nullptr || std::string_view(env) != "0";
+}()};
+
+void set_decode_fp8_table_allowed(bool allowed) { g_fp8_table_allowed.store(allowed); }
+
+bool decode_uses_fp8_table(const Problem& problem, CpuIsa isa) {
+#if defined(__x86_64__)
+  const int d = problem.head_dim_qk;
+  return g_fp8_table_allowed.load() && isa >= CpuIsa::kAvx512 &&
+         detail::cpu_features().avx512_vbmi && is_fp8(problem.kv_dtype) &&
+         problem.pos_encoding_mode != PosEncoding::kRopeLlama &&
+         problem.mask_mode != MaskMode::kCustom && problem.head_dim_vo == d &&
+         (d == 64 || d == 128 || d == 256);
+#else
+  (void)problem;
+  (void)isa;
+  return false;
+#endif
+}
+
 void set_decode_bf16_dot_allowed(bool allowed) { g_bf16_dot_mode.store(allowed ? 1 : 0); }
 void clear_decode_bf16_dot_override() { g_bf16_dot_mode.store(bf16_dot_mode_from_env()); }
 
@@ -434,9 +456,9 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   const CpuIsa isa = detail::effective_cpu_isa();
   DecodeItemFn kernel = nullptr;
 #if defined(__x86_64__)
-  if (contiguous && decode_uses_bf16_dot(pb, isa)) {
-    kernel = find_decode_kernel_bf16_dot_avx512(pb.kv_dtype, pb.head_dim_qk, pb.head_dim_vo,
-                                                p.group_padded);
+  if (contiguous && decode_uses_fp8_table(pb, isa)) {
+    kernel = find_decode_kernel_fp8_table_avx512(pb.kv_dtype, pb.head_dim_qk, pb.head_dim_vo,
+                                                 p.group_padded, decode_uses_bf16_dot(pb, isa));
   }
 #endif
   if (!kernel) {

@@ -109,9 +109,18 @@ DecodeItemFn find_decode_kernel_avx2(DType kv, int dqk, int dvo, int group_padde
 DecodeItemFn find_decode_kernel_avx512(DType kv, int dqk, int dvo, int group_padded);
 DecodeItemFn find_decode_kernel(CpuIsa isa, DType kv, int dqk, int dvo, int group_padded,
                                 bool contiguous_rows);
-// FP8 caches with bf16 dot products (decode_bf16_dot_avx512.cc): e4m3/e5m2 at head dims 64,
-// 128, 256 (equal); nullptr otherwise.
-DecodeItemFn find_decode_kernel_bf16_dot_avx512(DType kv, int dqk, int dvo, int group_padded);
+// FP8 caches widened to bf16 by byte tables (decode_bf16_dot_avx512.cc), then bf16 dot products
+// (`bf16_dot`) or fp32 FMAs on the parity-split words: e4m3/e5m2 at head dims 64, 128, 256
+// (equal); nullptr otherwise.
+DecodeItemFn find_decode_kernel_fp8_table_avx512(DType kv, int dqk, int dvo, int group_padded,
+                                                 bool bf16_dot);
+// Whether run_decode gives `problem` to the table-widening FP8 kernels at `isa`: an FP8 cache at
+// head dims 64/128/256, no fused RoPE, no custom mask (the table keeps NaN codes NaN, and a masked
+// key's zero probability times a NaN V must not reach the output), AVX-512 with VBMI. On by
+// default; KVATTN_CPU_DECODE_FP8_TABLE=0 turns it off (A/B benchmarks), as
+// set_decode_fp8_table_allowed does (tests).
+bool decode_uses_fp8_table(const Problem& problem, CpuIsa isa);
+void set_decode_fp8_table_allowed(bool allowed);
 // Whether run_decode gives `problem` to the bf16 dot-product kernel at ISA level `isa`: an FP8
 // cache, bf16 queries (unscaled), no fused RoPE, no custom mask, no fp16 QK reduction, and a CPU
 // with AVX512_BF16 and AVX512_VBMI. By default on AMD CPUs only: on the Intel Xeon this was

@@ -208,6 +208,141 @@ struct DotTiles {
   }
 };
 
+// The same table widening with fp32 FMAs instead of vdpbf16ps (for CPUs whose bf16 dot
+// products are slow, see decode.h): each widened bf16 word vector splits by parity into two f32
+// vectors with one instruction each (the low word of a 32-bit lane shifted up, the high one
+// masked in place), so 64 codes cost 5 + 4 instructions against 20 for the f16 route of
+// FmaTiles. Within a 64-value chunk the four f32 vectors (w0 even, w0 odd, w1 even, w1 odd)
+// hold value v at block(v), lane(v); q is stored in that order and the output accumulators come
+// out in it. Used without a custom mask only, as DotTiles.
+constexpr int parity_block(int v) {
+  const int j = widened_word(v);
+  return (j >= 32 ? 2 : 0) + (j % 2);
+}
+constexpr int parity_lane(int v) { return (widened_word(v) % 32) / 2; }
+
+template <DType kKV, int kD, int kNG>
+struct TableFmaTiles {
+  static_assert(kD % 64 == 0);
+  static constexpr int kChunks = kD / 64;
+  static constexpr float kKRaw = 1.0f;
+  static constexpr float kVRaw = 1.0f;
+  static constexpr bool kPoisonE4m3Nans = false;
+
+  static void split(__m512i w0, __m512i w1, __m512* b) {
+    const __m512i high = _mm512_set1_epi32(int32_t(0xFFFF0000u));
+    b[0] = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16));
+    b[1] = _mm512_castsi512_ps(_mm512_and_si512(w0, high));
+    b[2] = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
+    b[3] = _mm512_castsi512_ps(_mm512_and_si512(w1, high));
+  }
+
+  static void prepare_q(float* q, int rows, int q_row, int) {
+    float tmp[64];
+    for (int g = 0; g < rows; ++g) {
+      for (int c = 0; c < kChunks; ++c) {
+        float* chunk = q + g * q_row + c * 64;
+        std::memcpy(tmp, chunk, sizeof(tmp));
+        for (int v = 0; v < 64; ++v) chunk[16 * parity_block(v) + parity_lane(v)] = tmp[v];
+      }
+    }
+  }
+  static void finish_o(float* o, int rows, int o_row, int) {
+    float tmp[64];
+    for (int g = 0; g < rows; ++g) {
+      for (int c = 0; c < kChunks; ++c) {
+        float* chunk = o + g * o_row + c * 64;
+        std::memcpy(tmp, chunk, sizeof(tmp));
+        for (int v = 0; v < 64; ++v) chunk[v] = tmp[16 * parity_block(v) + parity_lane(v)];
+      }
+    }
+  }
+
+  static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
+                 int, int64_t, float* scores, TilePrefetcher* prefetch) {
+    const Widen widen(bf16_table<kKV>());
+    for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+      const float* qg = q + g0 * q_row;
+      for (int kb = 0; kb < n; kb += 16) {
+        __m512 parts[kNG][16];
+        const int count = std::min(16, n - kb);
+        for (int kk = 0; kk < count; ++kk) {
+          prefetch->tick();
+          const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]);
+          __m512 acc0[kNG], acc1[kNG];
+          for (int g = 0; g < kNG; ++g) acc0[g] = acc1[g] = _mm512_setzero_ps();
+          for (int c = 0; c < kChunks; ++c) {
+            __m512i w0, w1;
+            widen(_mm512_loadu_si512(row + c * 64), &w0, &w1);
+            __m512 b[4];
+            split(w0, w1, b);
+            for (int g = 0; g < kNG; ++g) {
+              const float* qc = qg + g * q_row + c * 64;
+              acc0[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qc), b[0], acc0[g]);
+              acc1[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 16), b[1], acc1[g]);
+              acc0[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 32), b[2], acc0[g]);
+              acc1[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 48), b[3], acc1[g]);
+            }
+          }
+          for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_add_ps(acc0[g], acc1[g]);
+        }
+        for (int kk = count; kk < 16; ++kk) {
+          for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_setzero_ps();
+        }
+        for (int g = 0; g < kNG; ++g) {
+          _mm512_storeu_ps(scores + (g0 + g) * decode_detail::kTile + kb, S::reduce_rows(parts[g]));
+        }
+      }
+    }
+  }
+
+  static void pv(const float* p, int group_padded, const std::byte* const* rows, int n, int,
+                 int64_t, float* o, int o_row, TilePrefetcher* prefetch) {
+    constexpr int kTile = decode_detail::kTile;
+    const Widen widen(bf16_table<kKV>());
+    for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+      const float* pg = p + g0 * kTile;
+      float* og = o + g0 * o_row;
+      for (int c = 0; c < kChunks; ++c) {
+        __m512 acc[kNG][4];
+        for (int g = 0; g < kNG; ++g) {
+          for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_loadu_ps(og + g * o_row + c * 64 + 16 * r);
+        }
+        for (int kk = 0; kk < n; ++kk) {
+          if (c == 0) prefetch->tick();
+          __m512i w0, w1;
+          widen(_mm512_loadu_si512(reinterpret_cast<const uint8_t*>(rows[kk]) + c * 64), &w0, &w1);
+          __m512 b[4];
+          split(w0, w1, b);
+          for (int g = 0; g < kNG; ++g) {
+            const __m512 w = _mm512_set1_ps(pg[g * kTile + kk]);
+            for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_fmadd_ps(w, b[r], acc[g][r]);
+          }
+        }
+        for (int g = 0; g < kNG; ++g) {
+          for (int r = 0; r < 4; ++r) _mm512_storeu_ps(og + g * o_row + c * 64 + 16 * r, acc[g][r]);
+        }
+      }
+    }
+  }
+};
+
+template <DType kKV, int kD>
+DecodeItemFn pick_table_fma_group(int group_padded) {
+  using decode_detail::decode_task;
+  switch (std::min(group_padded, 8)) {
+    case 1:
+      return &decode_task<S, kKV, kD, kD, 1, TableFmaTiles<kKV, kD, 1>>;
+    case 2:
+      return &decode_task<S, kKV, kD, kD, 2, TableFmaTiles<kKV, kD, 2>>;
+    case 4:
+    case 8:  // 8 rows x 4 accumulators would not fit the registers: blocks of 4
+      return &decode_task<S, kKV, kD, kD, 4, TableFmaTiles<kKV, kD, 4>>;
+    default:
+      return nullptr;
+  }
+}
+
 template <DType kKV, int kD>
 DecodeItemFn pick_group(int group_padded) {
   switch (std::min(group_padded, 8)) {
@@ -226,14 +361,16 @@ DecodeItemFn pick_group(int group_padded) {
 }
 
 template <DType kKV>
-DecodeItemFn pick_dim(int d, int group_padded) {
+DecodeItemFn pick_dim(int d, int group_padded, bool dot) {
   switch (d) {
     case 64:
-      return pick_group<kKV, 64>(group_padded);
+      return dot ? pick_group<kKV, 64>(group_padded) : pick_table_fma_group<kKV, 64>(group_padded);
     case 128:
-      return pick_group<kKV, 128>(group_padded);
+      return dot ? pick_group<kKV, 128>(group_padded)
+                 : pick_table_fma_group<kKV, 128>(group_padded);
     case 256:
-      return pick_group<kKV, 256>(group_padded);
+      return dot ? pick_group<kKV, 256>(group_padded)
+                 : pick_table_fma_group<kKV, 256>(group_padded);
     default:
       return nullptr;
   }
@@ -241,10 +378,11 @@ DecodeItemFn pick_dim(int d, int group_padded) {
 
 }  // namespace
 
-DecodeItemFn find_decode_kernel_bf16_dot_avx512(DType kv, int dqk, int dvo, int group_padded) {
+DecodeItemFn find_decode_kernel_fp8_table_avx512(DType kv, int dqk, int dvo, int group_padded,
+                                                 bool bf16_dot) {
   if (dqk != dvo) return nullptr;
-  if (kv == DType::kE4M3) return pick_dim<DType::kE4M3>(dqk, group_padded);
-  if (kv == DType::kE5M2) return pick_dim<DType::kE5M2>(dqk, group_padded);
+  if (kv == DType::kE4M3) return pick_dim<DType::kE4M3>(dqk, group_padded, bf16_dot);
+  if (kv == DType::kE5M2) return pick_dim<DType::kE5M2>(dqk, group_padded, bf16_dot);
   return nullptr;
 }
 

@@ -126,9 +126,25 @@ class Bf16DotOn {
   Bf16DotOn& operator=(const Bf16DotOn&) = delete;
 };
 
+// The FP8 grid below, on the table kernels with fp32 FMAs (dot = false) or bf16 dot products.
+void check_fp8_table_grid(bool dot);
+
+TEST(CpuDecodeFp8Table, FmaTilesMatchTheReferenceOnFp8Caches) {
+  if (detail::cpu_features().best < CpuIsa::kAvx512 || !detail::cpu_features().avx512_vbmi) {
+    GTEST_SKIP() << "needs AVX-512 with VBMI";
+  }
+  cpu::set_decode_bf16_dot_allowed(false);
+  check_fp8_table_grid(false);
+  cpu::clear_decode_bf16_dot_override();
+}
+
 TEST(CpuDecodeBf16Dot, MatchesTheReferenceOnFp8Caches) {
   if (!bf16_dot_hardware()) GTEST_SKIP() << "needs AVX-512 with BF16 and VBMI";
   Bf16DotOn on;
+  check_fp8_table_grid(true);
+}
+
+void check_fp8_table_grid(bool dot) {
   const int64_t lengths[] = {1, kTile - 1, kTile, kTile + 1, 2 * kTile + 1, 3 * kTile + 7, 0};
   const int groups[] = {1, 2, 4, 8, 16, 3};
   int i = 0;
@@ -183,7 +199,8 @@ TEST(CpuDecodeBf16Dot, MatchesTheReferenceOnFp8Caches) {
           spec.kv_lens.push_back(len);
         }
         spec.seed = 500 + i;
-        ASSERT_TRUE(cpu::decode_uses_bf16_dot(p, CpuIsa::kAvx512)) << p.to_string();
+        ASSERT_TRUE(cpu::decode_uses_fp8_table(p, CpuIsa::kAvx512)) << p.to_string();
+        ASSERT_EQ(cpu::decode_uses_bf16_dot(p, CpuIsa::kAvx512), dot) << p.to_string();
         expect_matches_reference(spec, CpuIsa::kAvx512);
         if (i % 3 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
       }
@@ -191,8 +208,8 @@ TEST(CpuDecodeBf16Dot, MatchesTheReferenceOnFp8Caches) {
   }
 }
 
-// Where the bf16 dot-product kernel does not apply, the fp32-FMA kernels run; and with it
-// turned off they still run FP8 caches at avx512 (the random grid, FP8 problems only).
+// Where the table kernels do not apply, the fp32-FMA kernels (f16 widening) run; and with the
+// table kernels turned off they still run FP8 caches at avx512 (the random grid, FP8 only).
 TEST(CpuDecodeBf16Dot, FmaKernelsRunWhereItDoesNotApplyOrIsOff) {
   Problem p;
   p.op = Op::kBatchDecode;
@@ -212,14 +229,24 @@ TEST(CpuDecodeBf16Dot, FmaKernelsRunWhereItDoesNotApplyOrIsOff) {
   bf16_kv.kv_dtype = DType::kBF16;
   EXPECT_FALSE(cpu::decode_uses_bf16_dot(bf16_kv, CpuIsa::kAvx512));
 
+  Problem masked_table = p;
+  masked_table.mask_mode = MaskMode::kCustom;
+  EXPECT_FALSE(cpu::decode_uses_fp8_table(masked_table, CpuIsa::kAvx512));
+  Problem rope = p;
+  rope.pos_encoding_mode = PosEncoding::kRopeLlama;
+  EXPECT_FALSE(cpu::decode_uses_fp8_table(rope, CpuIsa::kAvx512));
+
   if (detail::cpu_features().best < CpuIsa::kAvx512) GTEST_SKIP() << "needs AVX-512";
   cpu::set_decode_bf16_dot_allowed(false);
+  cpu::set_decode_fp8_table_allowed(false);
   EXPECT_FALSE(cpu::decode_uses_bf16_dot(p, CpuIsa::kAvx512));
+  EXPECT_FALSE(cpu::decode_uses_fp8_table(p, CpuIsa::kAvx512));
   std::mt19937 rng(42);
   for (int i = 0; i < 72; ++i) {
     const CaseSpec spec = random_decode_spec(i, rng);
     if (is_fp8(spec.problem.kv_dtype)) expect_matches_reference(spec, CpuIsa::kAvx512);
   }
+  cpu::set_decode_fp8_table_allowed(true);
 }
 
 // The comparison these tests rely on notices a small error in one element of a kernel's output.
