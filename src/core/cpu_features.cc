@@ -42,6 +42,12 @@ CpuFeatures detect() {
   f.avx512_fp16 = __builtin_cpu_supports("avx512fp16");
 #endif
 #endif
+  {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool amd = __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u && d == 0x69746e65u &&
+                     c == 0x444d4163u;  // "AuthenticAMD"
+    f.fast_bf16_dot = f.avx512_bf16 && amd;
+  }
   if (f.avx2 && f.fma && f.f16c) f.best = CpuIsa::kAvx2;
   if (f.best == CpuIsa::kAvx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq) {
     f.best = CpuIsa::kAvx512;
@@ -76,6 +82,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512_bf16, "avx512_bf16");
   add(avx512_fp16, "avx512_fp16");
   add(avx512_vbmi, "avx512_vbmi");
+  add(fast_bf16_dot, "fast_bf16_dot");
   return s.empty() ? "none" : s;
 }
 

@@ -2,9 +2,6 @@
 #include "cpu/decode.h"
 
 #include <algorithm>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 #include <atomic>
 #include <cstdlib>
 #include <string_view>
@@ -191,15 +188,6 @@ int bf16_dot_mode_from_env() {
 }
 std::atomic<int> g_bf16_dot_mode{bf16_dot_mode_from_env()};
 
-bool amd_cpu() {
-#if defined(__x86_64__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
-  return ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;  // "AuthenticAMD"
-#else
-  return false;
-#endif
-}
 }  // namespace
 
 std::atomic<bool> g_fp8_table_allowed{[] {
@@ -232,8 +220,7 @@ bool decode_uses_bf16_dot(const Problem& problem, CpuIsa isa) {
   const detail::CpuFeatures& f = detail::cpu_features();
   const int d = problem.head_dim_qk;
   const int mode = g_bf16_dot_mode.load();
-  static const bool amd = amd_cpu();
-  if (mode == 0 || (mode < 0 && !amd)) return false;
+  if (mode == 0 || (mode < 0 && !f.fast_bf16_dot)) return false;
   return isa >= CpuIsa::kAvx512 && f.avx512_bf16 && f.avx512_vbmi &&
          is_fp8(problem.kv_dtype) && problem.q_dtype == DType::kBF16 && problem.q_scale == 1.0f &&
          problem.pos_encoding_mode != PosEncoding::kRopeLlama &&

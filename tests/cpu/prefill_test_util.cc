@@ -31,7 +31,7 @@ LevelGuard::LevelGuard(const KernelLevel& level) {
 }
 LevelGuard::~LevelGuard() {
   detail::clear_cpu_isa_limit();
-  prefill::set_bf16_dot_allowed(true);
+  prefill::clear_bf16_dot_override();
 }
 
 Status run_cpu_prefill(const Problem& problem, const AttentionArgs& args, int num_threads) {

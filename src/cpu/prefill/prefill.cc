@@ -4,6 +4,8 @@
 #include "cpu/prefill/prefill.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -118,7 +120,16 @@ void fill_rope_table(const Problem& p, const PositionRange& pos, float* table, i
   });
 }
 
-std::atomic<bool> g_bf16_dot_allowed{true};
+// The bf16 dot-product kernel where vdpbf16ps is fast (CpuFeatures::fast_bf16_dot: AMD), the
+// fp32-FMA one elsewhere (on the Intel Xeon of issue 14 the FMA kernel took 0.75-0.93x the
+// time). KVATTN_CPU_PREFILL_BF16_DOT=1 / =0 forces it on / off where the CPU has AVX512_BF16;
+// set_bf16_dot_allowed (tests) likewise.
+int bf16_dot_mode_from_env() {
+  const char* env = std::getenv("KVATTN_CPU_PREFILL_BF16_DOT");
+  if (env == nullptr) return -1;
+  return std::string_view(env) == "0" ? 0 : 1;
+}
+std::atomic<int> g_bf16_dot_mode{bf16_dot_mode_from_env()};
 
 // The bf16 dot-product kernel computes exactly what the f32 one does up to the rounding of P to
 // bf16, which bf16 queries allow (STYLE.md's baseline rounds P to q's type too). It needs q
@@ -134,7 +145,9 @@ bool bf16_dot_applies(const PrefillParams& params, const Problem& p) {
 
 prefill::PrefillItemFn kernel_for(CpuIsa isa, const PrefillParams& params, const Problem& p) {
   prefill::PrefillItemFn fn = nullptr;
-  if (isa >= CpuIsa::kAvx512 && detail::cpu_features().avx512_bf16 && g_bf16_dot_allowed.load() &&
+  const int mode = g_bf16_dot_mode.load();
+  const bool wanted = mode > 0 || (mode < 0 && detail::cpu_features().fast_bf16_dot);
+  if (isa >= CpuIsa::kAvx512 && detail::cpu_features().avx512_bf16 && wanted &&
       bf16_dot_applies(params, p)) {
     fn = prefill::prefill_item_fn_avx512_bf16();
   }
@@ -147,7 +160,8 @@ prefill::PrefillItemFn kernel_for(CpuIsa isa, const PrefillParams& params, const
 }  // namespace
 
 namespace prefill {
-void set_bf16_dot_allowed(bool allowed) { g_bf16_dot_allowed.store(allowed); }
+void set_bf16_dot_allowed(bool allowed) { g_bf16_dot_mode.store(allowed ? 1 : 0); }
+void clear_bf16_dot_override() { g_bf16_dot_mode.store(bf16_dot_mode_from_env()); }
 }  // namespace prefill
 
 Status plan_prefill(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
