@@ -49,6 +49,12 @@ Status select_aux(AuxOp op, const char* op_name, const OpOptions& options, const
   return Status::Ok();
 }
 
+Status check_stream(const Backend& b, void* stream, const char* what) {
+  if (stream == nullptr || b.supports_streams()) return Status::Ok();
+  return make_error(ErrorCode::kNotSupported, what, ".stream = ", stream, ": backend ", b.name(),
+                    " does not run on a caller's stream (it must be null)");
+}
+
 }  // namespace
 
 Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
@@ -67,11 +73,13 @@ Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions
     return make_error(ErrorCode::kInvalidArgument, "kv_chunk_size = ", options.kv_chunk_size,
                       ": must be >= 0 (0: the planner decides)");
   }
+  KVATTN_RETURN_IF_ERROR(check_stream(*backend, options.stream, "PlanOptions"));
   KVATTN_RETURN_IF_ERROR(backend->plan(problem, args, options, out));
   // What selection and validation decided is recorded here, once, whatever the backend's planner
   // filled in: run() trusts these fields.
   out->backend = name;
   out->device = options.device;
+  out->stream = options.stream;
   out->problem = problem;
   request_lengths(problem, args, &out->qo_len, &out->kv_len);
   return Status::Ok();
@@ -119,6 +127,7 @@ Status merge_state(const TensorView& v_a, const TensorView& s_a, const TensorVie
   KVATTN_RETURN_IF_ERROR(validate_merge_state(v_a, s_a, v_b, s_b, v_out, s_out));
   const Backend* b = nullptr;
   KVATTN_RETURN_IF_ERROR(select_aux(AuxOp::kMergeState, "merge_state", options, &b));
+  KVATTN_RETURN_IF_ERROR(check_stream(*b, options.stream, "OpOptions"));
   return b->merge_state(v_a, s_a, v_b, s_b, v_out, s_out, options);
 }
 
@@ -127,6 +136,7 @@ Status merge_states(const TensorView& v, const TensorView& s, const TensorView& 
   KVATTN_RETURN_IF_ERROR(validate_merge_states(v, s, v_out, s_out));
   const Backend* b = nullptr;
   KVATTN_RETURN_IF_ERROR(select_aux(AuxOp::kMergeStates, "merge_states", options, &b));
+  KVATTN_RETURN_IF_ERROR(check_stream(*b, options.stream, "OpOptions"));
   return b->merge_states(v, s, v_out, s_out, options);
 }
 
@@ -138,6 +148,7 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
   const Backend* b = nullptr;
   KVATTN_RETURN_IF_ERROR(
       select_aux(AuxOp::kAppendPagedKVCache, "append_paged_kv_cache", options, &b));
+  KVATTN_RETURN_IF_ERROR(check_stream(*b, options.stream, "OpOptions"));
   return b->append_paged_kv_cache(append_k, append_v, batch_indices, positions, cache, options);
 }
 
@@ -147,6 +158,7 @@ Status apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_
   KVATTN_RETURN_IF_ERROR(validate_apply_rope(q, k, q_out, k_out, pos_ids, rope));
   const Backend* b = nullptr;
   KVATTN_RETURN_IF_ERROR(select_aux(AuxOp::kApplyRope, "apply_rope", options, &b));
+  KVATTN_RETURN_IF_ERROR(check_stream(*b, options.stream, "OpOptions"));
   return b->apply_rope(q, k, q_out, k_out, pos_ids, rope, options);
 }
 

@@ -40,6 +40,10 @@ class Backend {
   virtual Status run(const Plan& plan, const AttentionArgs& args, void* workspace,
                      std::size_t workspace_bytes) const = 0;
 
+  // Whether plan/run and the aux operations issue their GPU work on PlanOptions::stream /
+  // OpOptions::stream. A backend that does not is given only a null stream.
+  virtual bool supports_streams() const { return false; }
+
   virtual bool supports_aux(AuxOp op, const Device& device) const {
     (void)op;
     (void)device;

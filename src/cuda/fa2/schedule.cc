@@ -1,6 +1,7 @@
 #include "cuda/fa2/schedule.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/attention_math.h"
 #include "core/split_kv.h"
@@ -97,6 +98,40 @@ Schedule make_schedule(const Problem& p, const std::vector<int64_t>& qo_len,
     }
   }
   return s;
+}
+
+WorkspaceLayout workspace_layout(const Schedule& s, std::size_t num_kv_indices, int num_qo_heads,
+                                 int head_dim_vo) {
+  constexpr std::size_t kAlign = 256;
+  std::size_t at = 0;
+  const auto take = [&](std::size_t bytes) {
+    const std::size_t offset = at;
+    at += (bytes + kAlign - 1) / kAlign * kAlign;
+    return offset;
+  };
+  WorkspaceLayout l;
+  l.requests = take(s.requests.size() * sizeof(RequestInfo));
+  l.work = take(s.work.size() * sizeof(WorkUnit));
+  l.merge_rows = take(s.merge_rows.size() * sizeof(MergeRow));
+  l.kv_indices = take(num_kv_indices * sizeof(int32_t));
+  l.staged_bytes = at;
+  const std::size_t states = std::size_t(s.num_partial_states) * std::size_t(num_qo_heads);
+  l.partial_o = take(states * std::size_t(head_dim_vo) * sizeof(float));
+  l.partial_lse = take(states * sizeof(float));
+  l.total_bytes = at;
+  return l;
+}
+
+void fill_staging(const Schedule& s, const std::vector<int32_t>& kv_indices,
+                  const WorkspaceLayout& l, std::byte* staging) {
+  std::memset(staging, 0, l.staged_bytes);
+  const auto put = [&](std::size_t offset, const auto& v) {
+    if (!v.empty()) std::memcpy(staging + offset, v.data(), v.size() * sizeof(v[0]));
+  };
+  put(l.requests, s.requests);
+  put(l.work, s.work);
+  put(l.merge_rows, s.merge_rows);
+  put(l.kv_indices, kv_indices);
 }
 
 std::vector<WorkItem> describe(const Schedule& s, int group) {

@@ -379,25 +379,20 @@ __global__ void __launch_bounds__(C::kThreads) attention_kernel(const AttentionP
   store_rows<C>(p, w, r, rows, acc);
 }
 
+// What the host needs to launch configuration C: launch.cu sets the shared-memory attribute at
+// plan time and launches through fa2's RuntimeCalls at run time (runtime_calls.h).
 template <class C>
-int launch_config(const AttentionParams& p, int num_units, cudaStream_t stream) {
-  auto kernel = attention_kernel<C>;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-  if (err != cudaSuccess) return int(err);
-  kernel<<<num_units, C::kThreads, C::kSmemBytes, stream>>>(p);
-  return int(cudaGetLastError());
+KernelLaunchInfo kernel_info() {
+  return KernelLaunchInfo{reinterpret_cast<const void*>(&attention_kernel<C>), C::kThreads,
+                          C::kSmemBytes};
 }
 
 // The entry point each generated translation unit instantiates: `warps` picks the decode tile
 // (one warp, 16 packed rows) or the prefill tile (four warps, 64 rows).
 template <class QTag, class KV, int kDqk, int kDvo>
-int launch_attention(const AttentionParams& p, int num_units, int warps, void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  if (warps == kDecodeWarps) {
-    return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, kDecodeWarps>>(p, num_units, s);
-  }
-  return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, prefill_warps(kDqk)>>(p, num_units, s);
+KernelLaunchInfo attention_kernel_info(int warps) {
+  if (warps == kDecodeWarps) return kernel_info<AttentionConfig<QTag, KV, kDqk, kDvo, kDecodeWarps>>();
+  return kernel_info<AttentionConfig<QTag, KV, kDqk, kDvo, prefill_warps(kDqk)>>();
 }
 
 }  // namespace kvattn::fa2
