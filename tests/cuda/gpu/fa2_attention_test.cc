@@ -99,11 +99,6 @@ const Variant kVariants[] = {
        s.problem.rope_scale = 4.0f;
      }},
     {"lse", [](testing::CaseSpec& s) { s.problem.return_lse = true; }},
-    {"fp16_qk_reduction",
-     [](testing::CaseSpec& s) {
-       s.problem.use_fp16_qk_reduction = true;
-       s.problem.return_lse = true;
-     }},
     {"sm_scale", [](testing::CaseSpec& s) { s.problem.sm_scale = 0.3f; }},
     {"everything",
      [](testing::CaseSpec& s) {

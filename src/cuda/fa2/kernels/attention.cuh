@@ -162,9 +162,11 @@ __device__ __forceinline__ float granular_scale(const AttentionParams& p, const 
 
 // Staging -> swizzled 16-bit K and V tiles: decode (FP8 or the other 16-bit type) with the
 // per-head / per-(token, head) scales, RoPE on K (of the real, dequantized key), zeros past
-// kv_hi (so that a masked key's V contributes 0, never 0 * garbage = NaN).
+// kv_hi (so that a masked key's V contributes 0, never 0 * garbage = NaN). Returns whether this
+// thread stored a non-finite V element (inf or NaN, after rounding to the tile's type): such a
+// block takes guarded_pv instead of the PV MMA, so that keys masked for a row add nothing.
 template <class C>
-__device__ void decode_kv_block(const AttentionParams& p, const RequestInfo& r, int kv_head,
+__device__ bool decode_kv_block(const AttentionParams& p, const RequestInfo& r, int kv_head,
                                 int64_t block_begin, int64_t kv_hi, const typename C::Raw* k_stage,
                                 const typename C::Raw* v_stage, typename C::T* k_s,
                                 typename C::T* v_s) {
@@ -191,6 +193,7 @@ __device__ void decode_kv_block(const AttentionParams& p, const RequestInfo& r, 
     k_s[swizzled<C::kDqkRow>(n, e.second)] = C::Q16::from_float(x2);
   }
   constexpr int kVPairs = C::kDvo / 2;
+  bool nonfinite_v = false;
   for (int idx = threadIdx.x; idx < C::kKeys * kVPairs; idx += C::kThreads) {
     const int n = idx / kVPairs, t = idx % kVPairs;
     const int64_t j = block_begin + n;
@@ -200,9 +203,12 @@ __device__ void decode_kv_block(const AttentionParams& p, const RequestInfo& r, 
                         : 0.0f;
     float x1 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t]) * vs : 0.0f;
     float x2 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t + 1]) * vs : 0.0f;
-    v_s[swizzled<C::kDvoRow>(n, 2 * t)] = C::Q16::from_float(x1);
-    v_s[swizzled<C::kDvoRow>(n, 2 * t + 1)] = C::Q16::from_float(x2);
+    const typename C::T t1 = C::Q16::from_float(x1), t2 = C::Q16::from_float(x2);
+    nonfinite_v |= !isfinite(C::Q16::to_float(t1)) || !isfinite(C::Q16::to_float(t2));
+    v_s[swizzled<C::kDvoRow>(n, 2 * t)] = t1;
+    v_s[swizzled<C::kDvoRow>(n, 2 * t + 1)] = t2;
   }
+  return nonfinite_v;
 }
 
 // ---- Mainloop -------------------------------------------------------------------------------
@@ -222,7 +228,7 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
                              const RowInfo (&rows)[2], int64_t block_begin,
                              const split::ChunkRange& keys, const typename C::T* q_s,
                              const typename C::T* k_s, const typename C::T* v_s,
-                             Accumulators<C>& acc) {
+                             bool nonfinite_v, Accumulators<C>& acc) {
   constexpr int kNTiles = C::kKeys / 8;
   constexpr float kLog2e = 1.4426950408889634f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -267,6 +273,13 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
     softmax_block_update(s, acc.o, acc.m[half], acc.l[half], half, block_max);
   }
 
+  if (nonfinite_v) {  // uniform over the CTA (a __syncthreads_or): no divergent shuffles
+    guarded_pv<kNTiles, C::kDvo / 8>(
+        acc.o, lane,
+        [&](int nt, int e, int q) { return __shfl_sync(0xffffffffu, s[nt][e], (lane & ~3) | q); },
+        [&](int j, int d) { return C::Q16::to_float(v_s[swizzled<C::kDvoRow>(j, d)]); });
+    return;
+  }
   // O += P V: the S accumulators of n-tiles 2kk and 2kk+1 are exactly the A fragment of the
   // 16-key k-step kk.
 #pragma unroll
@@ -368,13 +381,13 @@ __global__ void __launch_bounds__(C::kThreads) attention_kernel(const AttentionP
     // Staging holds block b; every warp is done with block b-1's tiles (and q_s is written).
     cuda::cp_async_wait_all();
     __syncthreads();
-    decode_kv_block<C>(p, r, w.kv_head, block_begin, kv_hi, k_stage, v_stage, k_s, v_s);
+    const bool nonfinite_v = __syncthreads_or(
+        decode_kv_block<C>(p, r, w.kv_head, block_begin, kv_hi, k_stage, v_stage, k_s, v_s));
     // The tiles are ready and staging is free: fetch block b+1 while this one computes.
-    __syncthreads();
     if (b + 1 < num_blocks) {
       issue_kv_block<C>(p, r, w.kv_head, block_begin + C::kKeys, kv_hi, k_stage, v_stage);
     }
-    attend_block<C>(p, r, rows, block_begin, keys, q_s, k_s, v_s, acc);
+    attend_block<C>(p, r, rows, block_begin, keys, q_s, k_s, v_s, nonfinite_v, acc);
   }
   store_rows<C>(p, w, r, rows, acc);
 }
