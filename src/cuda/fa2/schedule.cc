@@ -5,6 +5,7 @@
 
 #include "core/attention_math.h"
 #include "core/split_kv.h"
+#include "cuda/fa2/kernels/unit_math.h"
 
 namespace kvattn::fa2 {
 namespace {
@@ -15,6 +16,29 @@ int32_t read_i32(const TensorView& t, int64_t i) {
 
 // Splitting a chunk smaller than this costs more in the merge than it gains in parallelism.
 constexpr int64_t kMinChunkKeys = 256;
+
+// The keys a unit loads (the kernel's own unit_key_range): its cost, up to the row count.
+int64_t unit_keys(const Problem& p, const Schedule& s, const WorkUnit& w) {
+  AttentionParams params;
+  params.causal = p.mask_mode == MaskMode::kCausal;
+  params.window_left = p.window_left;
+  params.group = p.group_size();
+  params.chunk_size = s.chunk_size;
+  const split::ChunkRange keys = unit_key_range(params, w, s.requests[w.request]);
+  return keys.end > keys.begin ? keys.end - keys.begin : 0;
+}
+
+// CTAs start in grid order: with causal masks (and windows, and requests of different lengths)
+// the units' costs differ by up to the whole context, and starting the longest last leaves the
+// GPU waiting on a tail of them. Costliest first (stable, so equal units keep their order).
+void order_costliest_first(const Problem& p, Schedule* s) {
+  std::vector<std::pair<int64_t, WorkUnit>> keyed;
+  keyed.reserve(s->work.size());
+  for (const WorkUnit& w : s->work) keyed.emplace_back(unit_keys(p, *s, w), w);
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = 0; i < keyed.size(); ++i) s->work[i] = keyed[i].second;
+}
 
 }  // namespace
 
@@ -97,6 +121,7 @@ Schedule make_schedule(const Problem& p, const std::vector<int64_t>& qo_len,
       }
     }
   }
+  order_costliest_first(p, &s);
   return s;
 }
 
