@@ -10,6 +10,14 @@
 
 #include "core/hd.h"
 
+#if defined(__CUDACC__)
+#define KVATTN_UNROLL _Pragma("unroll")
+#define KVATTN_NO_UNROLL _Pragma("unroll 1")
+#else
+#define KVATTN_UNROLL
+#define KVATTN_NO_UNROLL
+#endif
+
 namespace kvattn::fa2 {
 
 // Step 1: this lane's maximum score of row `half` in the block (-inf when all are masked).
@@ -82,14 +90,21 @@ KVATTN_HD RowFinish finish_row_with_sink(float m, float quad_sum, float v_scale,
 // `half`, dim dt * 8 + 2 (lane % 4) + c. The probability of (row half, key j) is held by quad lane
 // (j % 8) / 2 as s[j / 8][2 half + j % 2]; quad_p(nt, e, q) returns s[nt][e] of quad lane q (a
 // shuffle on the device: every lane makes the same calls). v_at(j, d) reads the V tile.
+// The loops over n-tiles, elements and dim tiles are unrolled so that the register arrays (s
+// inside quad_p, o) are indexed by constants: a run-time index would move them to local memory
+// for the whole kernel. Only the quad lane q is a run-time loop.
 template <int kNTiles, int kDTiles, class QuadP, class VAt>
 KVATTN_HD void guarded_pv(float (&o)[kDTiles][4], int lane, QuadP quad_p, VAt v_at) {
+  KVATTN_UNROLL
   for (int nt = 0; nt < kNTiles; ++nt) {
+    KVATTN_UNROLL
     for (int e = 0; e < 4; ++e) {
+      KVATTN_NO_UNROLL
       for (int q = 0; q < 4; ++q) {
         const float p = quad_p(nt, e, q);
         if (p == 0.0f) continue;
         const int half = e >> 1, j = nt * 8 + 2 * q + (e & 1);
+        KVATTN_UNROLL
         for (int dt = 0; dt < kDTiles; ++dt) {
           const int d = dt * 8 + 2 * (lane % 4);
           o[dt][2 * half] += p * v_at(j, d);
