@@ -209,8 +209,8 @@ class PyPlan {
 
 std::unique_ptr<PyPlan> make_plan(const nb::dict& fields, const nb::dict& tensors,
                                   bool custom_mask_packed, const std::string& backend,
-                                  const std::string& device, int num_threads,
-                                  int64_t kv_chunk_size, uintptr_t stream) {
+                                  const std::string& device, int num_threads, int64_t kv_chunk_size,
+                                  uintptr_t stream) {
   auto out = std::make_unique<PyPlan>();
   const Problem problem = problem_from_fields(fields);
   AttentionArgs args = args_from_dict(problem, tensors, custom_mask_packed);
@@ -419,7 +419,8 @@ NB_MODULE(_kvattn, m) {
         const OpOptions o = op_options(backend, device, num_threads, stream);
         run_released([&] { return merge_states(vv, sv, vo, so, o); });
       },
-      "v"_a, "s"_a, "v_out"_a, "s_out"_a.none(), "backend"_a, "device"_a, "num_threads"_a, "stream"_a = 0);
+      "v"_a, "s"_a, "v_out"_a, "s_out"_a.none(), "backend"_a, "device"_a, "num_threads"_a,
+      "stream"_a = 0);
   m.def(
       "append_paged_kv_cache",
       [](Array append_key, Array append_value, Array batch_indices, Array positions, Array k_cache,
@@ -465,7 +466,8 @@ NB_MODULE(_kvattn, m) {
       [](nb::handle append_ckv, nb::handle append_kpe, nb::handle batch_indices,
          nb::handle positions, nb::handle ckv_cache, nb::handle kpe_cache, nb::handle kv_indices,
          nb::handle kv_indptr, nb::handle kv_last_page_len, const std::string& cache_dtype,
-         float k_scale, const std::string& backend, const std::string& device, int num_threads, uintptr_t stream) {
+         float k_scale, const std::string& backend, const std::string& device, int num_threads,
+         uintptr_t stream) {
         std::optional<DType> cdt;
         if (!cache_dtype.empty()) cdt = parse_dtype(cache_dtype);
         PagedMLACache cache;

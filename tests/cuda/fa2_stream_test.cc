@@ -39,7 +39,7 @@ class RecordingRuntime final : public RuntimeCalls {
  public:
   std::vector<Call> calls;
   int current_device = 0;
-  int fail_malloc_device = 0;  // non-zero: malloc_device returns it
+  int fail_malloc_device = 0;                          // non-zero: malloc_device returns it
   std::map<void*, std::unique_ptr<std::byte[]>> live;  // outstanding allocations
   std::vector<AttentionParams> attention_params;       // the first argument of first launches
 
@@ -110,7 +110,8 @@ class RecordingRuntime final : public RuntimeCalls {
              void* stream) override {
     Call c{"launch", true, stream, kernel, grid, block, shared_bytes};
     // The attention kernel is always run's first launch; its only argument is the params.
-    if (std::none_of(calls.begin(), calls.end(), [](const Call& x) { return x.name == "launch"; })) {
+    if (std::none_of(calls.begin(), calls.end(),
+                     [](const Call& x) { return x.name == "launch"; })) {
       attention_params.push_back(*static_cast<const AttentionParams*>(args[0]));
     }
     calls.push_back(c);
@@ -191,8 +192,9 @@ struct DecodeCase {
     // A combined [P, 2, page_size, H_kv, D] cache as two strided views.
     args.paged_k_cache = TensorView::strided(cache.data(), DType::kBF16, {pages, 16, 2, 128},
                                              {2 * 16 * 2 * 128, 2 * 128, 128, 1});
-    args.paged_v_cache = TensorView::strided(cache.data() + 16 * 2 * 128 * 2, DType::kBF16,
-                                             {pages, 16, 2, 128}, {2 * 16 * 2 * 128, 2 * 128, 128, 1});
+    args.paged_v_cache =
+        TensorView::strided(cache.data() + 16 * 2 * 128 * 2, DType::kBF16, {pages, 16, 2, 128},
+                            {2 * 16 * 2 * 128, 2 * 128, 128, 1});
     args.paged_k_cache.memory = args.paged_v_cache.memory = MemoryKind::kCuda;
     args.kv_indptr = TensorView::contiguous(indptr.data(), DType::kI32, {4});
     args.kv_indices =
@@ -230,16 +232,17 @@ TEST_F(Fa2Stream, PlanFillsThePersistentWorkspaceOnTheCallersStream) {
     if (call.has_stream) EXPECT_EQ(call.stream, kStream) << call.name << " not on the stream";
   }
   const std::vector<std::string> n = rt_.names();
-  for (const char* expected : {"malloc_device", "malloc_pinned", "copy_to_device_async",
-                               "stream_synchronize", "free_pinned", "set_max_dynamic_shared_memory"}) {
+  for (const char* expected :
+       {"malloc_device", "malloc_pinned", "copy_to_device_async", "stream_synchronize",
+        "free_pinned", "set_max_dynamic_shared_memory"}) {
     EXPECT_EQ(std::count(n.begin(), n.end(), expected), 1) << expected;
   }
 
   // The workspace holds exactly the schedule and page table that make_schedule gives.
   const auto* state = static_cast<const PlanState*>(plan.backend_state.get());
   ASSERT_NE(state, nullptr);
-  const Schedule expect = make_schedule(c.p, plan.qo_len, plan.kv_len, request_starts(c.p, c.args),
-                                        false, 256, 132);
+  const Schedule expect =
+      make_schedule(c.p, plan.qo_len, plan.kv_len, request_starts(c.p, c.args), false, 256, 132);
   ASSERT_EQ(state->schedule.work.size(), expect.work.size());
   ASSERT_GT(expect.merge_rows.size(), 0u) << "the case must split";
   const WorkspaceLayout& l = state->layout;
@@ -355,8 +358,10 @@ TEST_F(Fa2Stream, AuxOperationsUseOnlyTheirStreamAndRestoreTheDevice) {
     x.memory = MemoryKind::kCuda;
     return x;
   };
-  const TensorView va = dev(v.data(), DType::kF32, {4, 2, 64}), sa = dev(s.data(), DType::kF32, {4, 2});
-  const TensorView vo = dev(out.data(), DType::kF32, {4, 2, 64}), sso = dev(so.data(), DType::kF32, {4, 2});
+  const TensorView va = dev(v.data(), DType::kF32, {4, 2, 64}),
+                   sa = dev(s.data(), DType::kF32, {4, 2});
+  const TensorView vo = dev(out.data(), DType::kF32, {4, 2, 64}),
+                   sso = dev(so.data(), DType::kF32, {4, 2});
   ASSERT_TRUE(fa2_backend().merge_state(va, sa, va, sa, vo, sso, o).ok());
 
   // append_paged_kv_cache: the per-call page/slot array is allocated, copied and freed on the
@@ -370,16 +375,16 @@ TEST_F(Fa2Stream, AuxOperationsUseOnlyTheirStreamAndRestoreTheDevice) {
   pc.kv_indices = TensorView::contiguous(indices.data(), DType::kI32, {2});
   pc.kv_last_page_len = TensorView::contiguous(last.data(), DType::kI32, {2});
   const TensorView ak = dev(k.data(), DType::kBF16, {3, 2, 64});
-  ASSERT_TRUE(fa2_backend()
-                  .append_paged_kv_cache(ak, ak,
-                                         TensorView::contiguous(batch.data(), DType::kI32, {3}),
-                                         TensorView::contiguous(pos.data(), DType::kI32, {3}), pc, o)
-                  .ok());
+  ASSERT_TRUE(
+      fa2_backend()
+          .append_paged_kv_cache(ak, ak, TensorView::contiguous(batch.data(), DType::kI32, {3}),
+                                 TensorView::contiguous(pos.data(), DType::kI32, {3}), pc, o)
+          .ok());
   RopeParams rope;
   std::vector<int32_t> pos_ids{0, 5, 9};
   ASSERT_TRUE(fa2_backend()
-                  .apply_rope(ak, ak, ak, ak, TensorView::contiguous(pos_ids.data(), DType::kI32, {3}),
-                              rope, o)
+                  .apply_rope(ak, ak, ak, ak,
+                              TensorView::contiguous(pos_ids.data(), DType::kI32, {3}), rope, o)
                   .ok());
 
   int launches = 0;

@@ -307,12 +307,11 @@ Status run_append_paged_kv_cache(const TensorView& append_k, const TensorView& a
       ss.page = scales.strides[0];
       ss.slot = scales.strides[1];
       ss.head = scales.strides[2];
-      return launch_kernel("fa2 append_paged_kv_cache (per_token_head) kernel",
-                           append_per_token_kernel, blocks_for(nnz * heads * 32), kBlock, 0,
-                           options.stream, src.data, src.dtype, strides_of(src), nnz, heads, dim,
-                           slots.as<const int64_t>(), dst.data, dst.dtype,
-                           paged::cache_strides(dst.strides.data(), hnd),
-                           static_cast<float*>(scales.data), ss);
+      return launch_kernel(
+          "fa2 append_paged_kv_cache (per_token_head) kernel", append_per_token_kernel,
+          blocks_for(nnz * heads * 32), kBlock, 0, options.stream, src.data, src.dtype,
+          strides_of(src), nnz, heads, dim, slots.as<const int64_t>(), dst.data, dst.dtype,
+          paged::cache_strides(dst.strides.data(), hnd), static_cast<float*>(scales.data), ss);
     }
     return launch_kernel("fa2 append_paged_kv_cache kernel", append_kernel, blocks_for(n), kBlock,
                          0, options.stream, src.data, src.dtype, strides_of(src), nnz, heads, dim,

@@ -46,8 +46,8 @@ __global__ void merge_partials_kernel(const MergeRow* rows, const float* partial
     if (lse == -INFINITY) continue;
     float scale_acc = 0.0f, scale_c = 0.0f;
     merger.add(lse, &scale_acc, &scale_c);
-    const float4 v = __ldg(
-        reinterpret_cast<const float4*>(partial_o + (state * num_heads + h) * head_dim + d0));
+    const float4 v =
+        __ldg(reinterpret_cast<const float4*>(partial_o + (state * num_heads + h) * head_dim + d0));
     o[0] = o[0] * scale_acc + v.x * scale_c;
     o[1] = o[1] * scale_acc + v.y * scale_c;
     o[2] = o[2] * scale_acc + v.z * scale_c;
@@ -56,7 +56,8 @@ __global__ void merge_partials_kernel(const MergeRow* rows, const float* partial
   const float inv_sum = merger.inv_sum();
   const int64_t base = row.out_row * p.o_stride_row + h * p.o_stride_head;
 #pragma unroll
-  for (int i = 0; i < kMergeDims; ++i) store_out(p, base + (d0 + i) * p.o_stride_dim, o[i] * inv_sum);
+  for (int i = 0; i < kMergeDims; ++i)
+    store_out(p, base + (d0 + i) * p.o_stride_dim, o[i] * inv_sum);
   if (p.lse && threadIdx.x == 0) {
     p.lse[row.out_row * p.lse_stride_row + h * p.lse_stride_head] = merger.lse();
   }
@@ -140,8 +141,8 @@ int device_sm_count(int index) {
 }
 
 Status make_plan_state(const Problem& p, const AttentionArgs& args, const Schedule& s,
-                       const Device& device, void* stream,
-                       std::shared_ptr<const void>* out_state, std::size_t* device_bytes) {
+                       const Device& device, void* stream, std::shared_ptr<const void>* out_state,
+                       std::size_t* device_bytes) {
   auto state = std::make_shared<PlanState>();
   state->schedule = s;
   if (is_paged(p.op)) state->kv_indices = read_indices(args.kv_indices);
@@ -174,9 +175,9 @@ Status make_plan_state(const Problem& p, const AttentionArgs& args, const Schedu
   // A kernel's dynamic shared-memory limit is set once, here, not in run.
   if (const KernelEntry* kernel = find_kernel(kernel_key(p)); kernel && !s.work.empty()) {
     const KernelLaunchInfo info = kernel->info(s.warps);
-    KVATTN_RETURN_IF_ERROR(runtime_status(
-        "cudaFuncSetAttribute",
-        runtime().set_max_dynamic_shared_memory(info.kernel, info.shared_bytes)));
+    KVATTN_RETURN_IF_ERROR(
+        runtime_status("cudaFuncSetAttribute",
+                       runtime().set_max_dynamic_shared_memory(info.kernel, info.shared_bytes)));
   }
   *device_bytes = l.total_bytes;
   *out_state = std::move(state);
@@ -189,9 +190,10 @@ namespace {
 Status check_page_table(const PlanState& state, const TensorView& kv_indices) {
   const int64_t n = kv_indices.rank == 1 ? kv_indices.shape[0] : 0;
   if (std::size_t(n) != state.kv_indices.size()) {
-    return make_error(ErrorCode::kInvalidArgument, "kv_indices: ", n,
-                      " entries, the plan was made with ", state.kv_indices.size(),
-                      "; call plan() again when the page table changes (fa2 copies it at plan time)");
+    return make_error(
+        ErrorCode::kInvalidArgument, "kv_indices: ", n, " entries, the plan was made with ",
+        state.kv_indices.size(),
+        "; call plan() again when the page table changes (fa2 copies it at plan time)");
   }
   const auto* ids = static_cast<const int32_t*>(kv_indices.data);
   for (int64_t i = 0; i < n; ++i) {
@@ -217,9 +219,8 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
   }
   const auto* state = static_cast<const PlanState*>(plan.backend_state.get());
   if (state == nullptr || state->device != plan.device.index) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "plan: no fa2 device workspace for device ", plan.device.index,
-                      " (was the plan made by kvattn::plan with backend fa2?)");
+    return make_error(ErrorCode::kInvalidArgument, "plan: no fa2 device workspace for device ",
+                      plan.device.index, " (was the plan made by kvattn::plan with backend fa2?)");
   }
   KVATTN_RETURN_IF_ERROR(check_memory(p, args));
   if (is_paged(p.op)) KVATTN_RETURN_IF_ERROR(check_page_table(*state, args.kv_indices));
@@ -323,11 +324,11 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
                        kernel_args, std::size_t(info.shared_bytes), plan.stream)));
   if (!s.merge_rows.empty()) {
     const unsigned threads = unsigned((p.head_dim_vo / kMergeDims + 31) / 32 * 32);
-    KVATTN_RETURN_IF_ERROR(launch_kernel(
-        "fa2 merge kernel", merge_partials_kernel,
-        Dim3{unsigned(s.merge_rows.size()), unsigned(p.num_qo_heads)}, Dim3{threads}, 0,
-        plan.stream, state->at<const MergeRow>(l.merge_rows), k.partial_o, k.partial_lse,
-        p.num_qo_heads, p.head_dim_vo, k));
+    KVATTN_RETURN_IF_ERROR(
+        launch_kernel("fa2 merge kernel", merge_partials_kernel,
+                      Dim3{unsigned(s.merge_rows.size()), unsigned(p.num_qo_heads)}, Dim3{threads},
+                      0, plan.stream, state->at<const MergeRow>(l.merge_rows), k.partial_o,
+                      k.partial_lse, p.num_qo_heads, p.head_dim_vo, k));
   }
   return Status::Ok();
 }

@@ -28,9 +28,7 @@ class CudaRuntime final : public RuntimeCalls {
   int copy_to_device_async(void* dst, const void* src, std::size_t bytes, void* stream) override {
     return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream));
   }
-  int stream_synchronize(void* stream) override {
-    return cudaStreamSynchronize(as_stream(stream));
-  }
+  int stream_synchronize(void* stream) override { return cudaStreamSynchronize(as_stream(stream)); }
   int set_max_dynamic_shared_memory(const void* kernel, int bytes) override {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   }

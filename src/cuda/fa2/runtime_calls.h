@@ -29,8 +29,7 @@ class RuntimeCalls {
   // Stream-ordered scratch (the aux operations' per-call index arrays).
   virtual int malloc_async(void** ptr, std::size_t bytes, void* stream) = 0;
   virtual int free_async(void* ptr, void* stream) = 0;
-  virtual int copy_to_device_async(void* dst, const void* src, std::size_t bytes,
-                                   void* stream) = 0;
+  virtual int copy_to_device_async(void* dst, const void* src, std::size_t bytes, void* stream) = 0;
   virtual int stream_synchronize(void* stream) = 0;
   virtual int set_max_dynamic_shared_memory(const void* kernel, int bytes) = 0;
   // cudaLaunchKernel: `args` points to the kernel's arguments.

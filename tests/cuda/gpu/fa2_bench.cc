@@ -269,8 +269,7 @@ void profile_long_decode(const Device& device, int iters) {
   BENCH_CHECK(cudaEventSynchronize(e));
   float ms = 0;
   BENCH_CHECK(cudaEventElapsedTime(&ms, a, e));
-  std::printf("profile decode B=1 kv_len=32768 as a CUDA graph: %.3f ms per replay\n",
-              ms / iters);
+  std::printf("profile decode B=1 kv_len=32768 as a CUDA graph: %.3f ms per replay\n", ms / iters);
   BENCH_CHECK(cudaGraphExecDestroy(exec));
   BENCH_CHECK(cudaGraphDestroy(graph));
   BENCH_CHECK(cudaEventDestroy(a));

@@ -227,7 +227,7 @@ template <class C>
 __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
                              const RowInfo (&rows)[2], int64_t block_begin,
                              const split::ChunkRange& keys, const typename C::T* q_s,
-                             const typename C::T* k_s, const typename C::T* v_s,
+                             const typename C::T* k_s, const typename C::T* v_s, bool fully_visible,
                              bool nonfinite_v, Accumulators<C>& acc) {
   constexpr int kNTiles = C::kKeys / 8;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -252,15 +252,27 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
     }
   }
 
-  // Score transforms in DESIGN.md §2's order (scale, soft cap, ALiBi), then the masks.
+  // Score transforms in DESIGN.md §2's order (scale, soft cap, ALiBi), then the masks; a block
+  // every row fully sees (block_fully_visible: uniform over the CTA) skips the mask test.
+  if (fully_visible) {
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
+    for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const RowInfo& ri = rows[e >> 1];
-      const int64_t j = block_begin + nt * 8 + frag::acc_element(lane, e).col;
-      s[nt][e] = row_sees_key(p, r, ri, keys, j) ? transformed_score(p, ri, j, s[nt][e]) * kLog2e
-                                                 : -INFINITY;
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = block_begin + nt * 8 + frag::acc_element(lane, e).col;
+        s[nt][e] = transformed_score(p, rows[e >> 1], j, s[nt][e]) * kLog2e;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const RowInfo& ri = rows[e >> 1];
+        const int64_t j = block_begin + nt * 8 + frag::acc_element(lane, e).col;
+        s[nt][e] = row_sees_key(p, r, ri, keys, j) ? transformed_score(p, ri, j, s[nt][e]) * kLog2e
+                                                   : -INFINITY;
+      }
     }
   }
 
@@ -373,9 +385,10 @@ __global__ void __launch_bounds__(C::kThreads) attention_kernel(const AttentionP
   acc.m[0] = acc.m[1] = -INFINITY;
   acc.l[0] = acc.l[1] = 0.0f;
 
-  load_q_tile<C>(p, w, r, q_s);
+  // K/V block 0 is in flight (cp.async) while Q is loaded and converted.
   const int64_t num_blocks = kv_hi > kv_lo ? (kv_hi - kv_lo + C::kKeys - 1) / C::kKeys : 0;
   if (num_blocks > 0) issue_kv_block<C>(p, r, w.kv_head, kv_lo, kv_hi, k_stage, v_stage);
+  load_q_tile<C>(p, w, r, q_s);
   for (int64_t b = 0; b < num_blocks; ++b) {
     const int64_t block_begin = kv_lo + b * C::kKeys;
     // Staging holds block b; every warp is done with block b-1's tiles (and q_s is written).
@@ -387,7 +400,8 @@ __global__ void __launch_bounds__(C::kThreads) attention_kernel(const AttentionP
     if (b + 1 < num_blocks) {
       issue_kv_block<C>(p, r, w.kv_head, block_begin + C::kKeys, kv_hi, k_stage, v_stage);
     }
-    attend_block<C>(p, r, rows, block_begin, keys, q_s, k_s, v_s, nonfinite_v, acc);
+    const bool fully_visible = block_fully_visible(p, w, r, keys, block_begin, C::kKeys);
+    attend_block<C>(p, r, rows, block_begin, keys, q_s, k_s, v_s, fully_visible, nonfinite_v, acc);
   }
   store_rows<C>(p, w, r, rows, acc);
 }
@@ -404,7 +418,8 @@ KernelLaunchInfo kernel_info() {
 // (one warp, 16 packed rows) or the prefill tile (four warps, 64 rows).
 template <class QTag, class KV, int kDqk, int kDvo>
 KernelLaunchInfo attention_kernel_info(int warps) {
-  if (warps == kDecodeWarps) return kernel_info<AttentionConfig<QTag, KV, kDqk, kDvo, kDecodeWarps>>();
+  if (warps == kDecodeWarps)
+    return kernel_info<AttentionConfig<QTag, KV, kDqk, kDvo, kDecodeWarps>>();
   return kernel_info<AttentionConfig<QTag, KV, kDqk, kDvo, prefill_warps(kDqk)>>();
 }
 
