@@ -120,13 +120,26 @@ __device__ void copy_raw_rows(const AttentionParams& p, const typename C::Raw* s
   if (p.kv_vector_loads) {
     constexpr int kPerChunk = 16 / int(sizeof(Raw));
     constexpr int kChunks = D / kPerChunk;
+    // Consecutive lanes copy consecutive 16-byte chunks of a row (coalesced). When a row's
+    // chunks fill whole lane groups (a power-of-two count), the group's first lane finds the
+    // row (page lookup: a division and an index load) once and shuffles it to the others,
+    // instead of every chunk finding it again (issue 13).
+    constexpr bool kShareRow = (kChunks & (kChunks - 1)) == 0 && (C::kKeys * kChunks) % 32 == 0;
+    const int lane = threadIdx.x % 32;
     for (int idx = threadIdx.x; idx < C::kKeys * kChunks; idx += C::kThreads) {
       const int n = idx / kChunks, c = idx % kChunks;
       const int64_t j = block_begin + n;
-      if (j < kv_hi) {
-        cuda::cp_async_16(stage + n * D + c * kPerChunk,
-                          src_base + kv_row_offset(p, s, r, j, kv_head) + c * kPerChunk);
+      int64_t row = 0;
+      if constexpr (kShareRow) {
+        // Lanes of one row: aligned groups of kChunks (or the whole warp for longer rows).
+        const int leader = kChunks >= 32 ? 0 : lane & ~(kChunks - 1);
+        if (lane == leader && j < kv_hi) row = kv_row_offset(p, s, r, j, kv_head);
+        row = __shfl_sync(0xffffffffu, row, leader);
+      } else {
+        if (j < kv_hi) row = kv_row_offset(p, s, r, j, kv_head);
       }
+      if (j < kv_hi)
+        cuda::cp_async_16(stage + n * D + c * kPerChunk, src_base + row + c * kPerChunk);
     }
   } else {
     for (int idx = threadIdx.x; idx < C::kKeys * D; idx += C::kThreads) {
