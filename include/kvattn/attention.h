@@ -75,7 +75,8 @@ struct PlanOptions {
   // CUDA backends: the stream (a cudaStream_t) that plan's copies and every launch of run() go
   // to; null is the legacy default stream. run() issues nothing but kernel launches on it (no
   // allocation, copy or synchronization), so it can be captured in a CUDA graph. A backend that
-  // cannot honour a stream (the CPU backends, fa3 for now) refuses a non-null one.
+  // cannot honour a stream (the CPU backends, fa3 for now) refuses a non-null one; "auto" then
+  // takes the next usable backend of the priority list that can.
   void* stream = nullptr;
 };
 

@@ -65,6 +65,19 @@ Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions
   KVATTN_RETURN_IF_ERROR(validate_attention(problem, args, ArgsScope::kPlan));
   const Backend* backend = nullptr;
   KVATTN_RETURN_IF_ERROR(find_selected(name, &backend));
+  // "auto" with a caller's stream takes the first usable backend, in priority order, that runs
+  // on one (fa3 does not yet): the stream is part of the request, not a reason to fail.
+  if (options.stream && (options.backend.empty() || options.backend == "auto") &&
+      !backend->supports_streams()) {
+    for (const Verdict& v : explain(problem, options.device).verdicts) {
+      const Backend* b = find_backend(v.backend);
+      if (v.supported && v.available && b && b->supports_streams()) {
+        name = v.backend;
+        backend = b;
+        break;
+      }
+    }
+  }
   if (options.num_threads < 0) {
     return make_error(ErrorCode::kInvalidArgument, "num_threads = ", options.num_threads,
                       ": must be >= 0 (0: all cores)");
