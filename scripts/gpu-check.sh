@@ -85,5 +85,13 @@ run_step gpu-bench 180 "$BUILD/tests/cuda/kvattn_fa2_gpu_bench"
 cat "$OUTDIR/gpu-bench.log" >>"$OUTDIR/summary.log"
 run_step fa3-gpu-bench 120 "$BUILD/tests/cuda/kvattn_fa3_gpu_bench"
 cat "$OUTDIR/fa3-gpu-bench.log" >>"$OUTDIR/summary.log"
+# Where the time goes, without ncu (issue 13): decode GB/s against the copy bandwidth, prefill
+# TFLOP/s, and at batch 1 x 32k the split-KV merge's time against the attention kernel's and the
+# CUDA-graph replay time (kvattn_fa2_gpu_bench times each launch of run with events).
+{
+  echo "profile summary:"
+  grep -hE "copy bandwidth|^decode|^prefill|^profile|^fa3 prefill" "$OUTDIR/gpu-bench.log" \
+    "$OUTDIR/fa3-gpu-bench.log" 2>/dev/null | sed 's/^/  /'
+} | tee -a "$OUTDIR/summary.log"
 log "done in $((SECONDS - START)) s, status $STATUS"
 exit $STATUS

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,8 +70,14 @@ struct WorkItem {
 struct PlanOptions {
   std::string backend = "auto";  // auto | reference | cpu | fa2 | fa3
   Device device = Device::cpu();
-  int num_threads = 0;           // 0: all cores
-  int64_t kv_chunk_size = 0;     // split-KV chunk in tokens; 0: the planner decides
+  int num_threads = 0;        // 0: all cores
+  int64_t kv_chunk_size = 0;  // split-KV chunk in tokens; 0: the planner decides
+  // CUDA backends: the stream (a cudaStream_t) that plan's copies and every launch of run() go
+  // to; null is the legacy default stream. run() issues nothing but kernel launches on it (no
+  // allocation, copy or synchronization), so it can be captured in a CUDA graph. A backend that
+  // cannot honour a stream (the CPU backends, fa3 for now) refuses a non-null one; "auto" then
+  // takes the next usable backend of the priority list that can.
+  void* stream = nullptr;
 };
 
 // A plan is plain data made on the host, reused across all layers of a step: which backend,
@@ -82,10 +89,17 @@ struct Plan {
   int num_threads = 1;
   int64_t kv_chunk_size = 0;  // 0: no split
   std::vector<WorkItem> work;
-  std::vector<int64_t> kv_len;        // per request
-  std::vector<int64_t> qo_len;        // per request
-  int64_t num_partial_states = 0;     // partial (o, lse) rows the split writes before merging
-  std::size_t workspace_bytes = 0;    // what run() needs
+  std::vector<int64_t> kv_len;      // per request
+  std::vector<int64_t> qo_len;      // per request
+  int64_t num_partial_states = 0;   // partial (o, lse) rows the split writes before merging
+  std::size_t workspace_bytes = 0;  // what run() needs
+  void* stream = nullptr;           // PlanOptions::stream; run() launches on it
+  // State the backend made at plan time, shared by every copy of the plan and freed with the
+  // last one (fa2: its persistent device workspace: schedule, page table copy, split-KV partial
+  // states, device_workspace_bytes on the plan's device). Runs of one plan must not overlap in
+  // time (they share the partial states): issue them on one stream, or order them.
+  std::shared_ptr<const void> backend_state;
+  std::size_t device_workspace_bytes = 0;
 };
 
 // Chooses the backend (PlanOptions::backend), validates the problem against the arguments and
@@ -108,6 +122,9 @@ struct OpOptions {
   std::string backend = "auto";
   Device device = Device::cpu();
   int num_threads = 0;
+  // CUDA backends: the stream (a cudaStream_t) of every allocation, copy and launch; null is the
+  // legacy default stream. The CPU backends refuse a non-null one.
+  void* stream = nullptr;
 };
 
 // (o_a, lse_a) ⊕ (o_b, lse_b): v_* [N, H, D], s_* f32 [N, H]. -inf states are identities.

@@ -11,7 +11,8 @@ import numpy as np
 
 from . import _kvattn
 from ._errors import InvalidArgumentError, NotSupportedError
-from ._tensors import LOG2E, device_of, dtype_name, empty, empty_f32, scale_inplace
+from ._tensors import (LOG2E, current_stream, device_of, dtype_name, empty, empty_f32,
+                       scale_inplace)
 
 BACKENDS = ("auto", "cpu", "reference", "fa2", "fa3")
 
@@ -124,7 +125,7 @@ class AttentionPlan:
                  kv_chunk_size: int = 0, custom_mask_packed: bool = False) -> None:
         fields = dict(fields, op=op)
         self.ext = _kvattn.plan(fields, index_tensors, custom_mask_packed, check_backend(backend),
-                                device, num_threads, kv_chunk_size)
+                                device, num_threads, kv_chunk_size, current_stream(device))
         problem = self.ext.problem
         self.device = device
         self.o_dtype = problem["o_data_type"]
@@ -167,7 +168,8 @@ class AttentionPlan:
         tensors["out"] = out
         if want_lse:
             tensors["lse"] = lse
-        _kvattn.run(self.ext, tensors, workspace, want_lse, q_scale, k_scale, v_scale)
+        _kvattn.run(self.ext, tensors, workspace, want_lse, q_scale, k_scale, v_scale,
+                    current_stream(self.device))
         if want_lse and lse_base == "log2":
             scale_inplace(lse, LOG2E)
         if return_lse:
@@ -185,9 +187,10 @@ def run_once(op: str, fields: Dict[str, str], tensors: Dict[str, Any], backend: 
     out = empty(like, out_shape, o_dtype)
     lse = empty_f32(like, out_shape[:-1]) if return_lse else None
     tensors = dict(tensors, out=out, lse=lse)
-    plan = _kvattn.plan(fields, tensors, custom_mask_packed, check_backend(backend),
-                        device_of(like), 0, 0)
-    _kvattn.run(plan, tensors, None, return_lse, None, None, None)
+    device = device_of(like)
+    plan = _kvattn.plan(fields, tensors, custom_mask_packed, check_backend(backend), device, 0, 0,
+                        current_stream(device))
+    _kvattn.run(plan, tensors, None, return_lse, None, None, None, current_stream(device))
     if return_lse:
         scale_inplace(lse, LOG2E)
         return out, lse

@@ -78,6 +78,15 @@ def device_of(x: Any) -> str:
     return "cpu"
 
 
+def current_stream(device: str) -> int:
+    """torch's current CUDA stream on `device` (a cudaStream_t as an int) for "cuda:N", else 0.
+    kvattn's CUDA backends issue their work on it, as torch's own kernels do."""
+    if not device.startswith("cuda"):
+        return 0
+    t = _torch()
+    return int(t.cuda.current_stream(t.device(device)).cuda_stream)
+
+
 def torch_dtype(name: str):
     t = _torch()
     return {"f32": t.float32, "f16": t.float16, "bf16": t.bfloat16, "e4m3": t.float8_e4m3fn,

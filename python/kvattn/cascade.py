@@ -9,7 +9,8 @@ from typing import Any, List, Optional, Tuple
 from . import _kvattn
 from ._attention import check_kv_layout
 from ._errors import InvalidArgumentError
-from ._tensors import LN2, LOG2E, device_of, empty, empty_f32, is_torch, scale_inplace, scaled_copy
+from ._tensors import (LN2, LOG2E, current_stream, device_of, empty, empty_f32, is_torch,
+                       scale_inplace, scaled_copy)
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
 
@@ -27,7 +28,8 @@ def merge_state(v_a: Any, s_a: Any, v_b: Any, s_b: Any) -> Tuple[Any, Any]:
     v_out = empty(v_a, v_a.shape, _value_dtype(v_a))
     s_out = empty_f32(v_a, s_a.shape)
     _kvattn.merge_state(v_a, scaled_copy(s_a, LN2), v_b, scaled_copy(s_b, LN2), v_out, s_out,
-                        "auto", device_of(v_a), 0)
+                        "auto", device_of(v_a), 0,
+                        current_stream(device_of(v_a)))
     scale_inplace(s_out, LOG2E)
     return v_out, s_out
 
@@ -49,7 +51,8 @@ def merge_state_in_place(v: Any, s: Any, v_other: Any, s_other: Any,
     v_in = v.clone() if is_torch(v) else v.copy()
     s_out = empty_f32(v, s.shape)
     _kvattn.merge_state(v_in, scaled_copy(s, LN2), v_other, scaled_copy(s_other, LN2), v, s_out,
-                        "auto", device_of(v), 0)
+                        "auto", device_of(v), 0,
+                        current_stream(device_of(v)))
     scale_inplace(s_out, LOG2E)
     s[...] = s_out
 
@@ -62,7 +65,8 @@ def merge_states(v: Any, s: Any) -> Tuple[Any, Any]:
     n, _, h, d = v.shape
     v_out = empty(v, (n, h, d), _value_dtype(v))
     s_out = empty_f32(v, (n, h))
-    _kvattn.merge_states(v, scaled_copy(s, LN2), v_out, s_out, "auto", device_of(v), 0)
+    _kvattn.merge_states(v, scaled_copy(s, LN2), v_out, s_out, "auto", device_of(v), 0,
+                         current_stream(device_of(v)))
     scale_inplace(s_out, LOG2E)
     return v_out, s_out
 

@@ -10,7 +10,8 @@ import numpy as np
 from . import _kvattn
 from ._attention import check_kv_layout, scale_caches
 from ._errors import InvalidArgumentError
-from ._tensors import device_of, numpy_like, split_paged_kv_cache, tensor_dtype_name, to_numpy
+from ._tensors import (current_stream, device_of, numpy_like, split_paged_kv_cache,
+                       tensor_dtype_name, to_numpy)
 
 
 
@@ -75,7 +76,8 @@ def append_paged_kv_cache(append_key: Any, append_value: Any, batch_indices: Any
     _kvattn.append_paged_kv_cache(append_key, append_value, batch_indices, positions, k_cache,
                                   v_cache, kv_indices, kv_indptr, kv_last_page_len, kv_layout,
                                   cache_dtype, float(k_scale), float(v_scale), granularity,
-                                  k_sf, v_sf, "auto", device_of(k_cache), 0)
+                                  k_sf, v_sf, "auto", device_of(k_cache), 0,
+                                  current_stream(device_of(k_cache)))
 
 
 def append_paged_mla_kv_cache(append_ckv: Any, append_kpe: Any, batch_indices: Any,
@@ -88,4 +90,5 @@ def append_paged_mla_kv_cache(append_ckv: Any, append_kpe: Any, batch_indices: A
     _kvattn.append_paged_mla_kv_cache(append_ckv, append_kpe, batch_indices, positions,
                                       ckv_cache, kpe_cache, kv_indices, kv_indptr,
                                       kv_last_page_len, tensor_dtype_name(ckv_cache) or "",
-                                      float(k_scale), "auto", device_of(ckv_cache), 0)
+                                      float(k_scale), "auto", device_of(ckv_cache), 0,
+                                      current_stream(device_of(ckv_cache)))

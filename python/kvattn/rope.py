@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _kvattn
 from ._errors import InvalidArgumentError
-from ._tensors import device_of, is_torch, numpy_like, to_numpy
+from ._tensors import current_stream, device_of, is_torch, numpy_like, to_numpy
 
 
 def _positions(indptr: Any, offsets: Any, nnz: int, like: Any) -> Any:
@@ -41,7 +41,8 @@ def _rotate(q: Any, k: Any, q_out: Any, k_out: Any, pos_ids: Any, rotary_dim: Op
             cos_sin_cache: Any = None) -> None:
     _kvattn.apply_rope(q, k, q_out, k_out, pos_ids, float(rope_theta), float(rope_scale),
                        bool(interleave), 0 if rotary_dim is None else int(rotary_dim), llama31,
-                       cos_sin_cache, "auto", device_of(q), 0)
+                       cos_sin_cache, "auto", device_of(q), 0,
+                       current_stream(device_of(q)))
 
 
 def _empty_like(x: Any) -> Any:

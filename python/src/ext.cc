@@ -163,6 +163,7 @@ struct RunFields {
   bool return_lse;
   float q_scale, k_scale, v_scale;
   bool use_sinks;
+  void* stream;  // torch's current stream at run (the plan's device state is ready for any)
   bool operator==(const RunFields&) const = default;
 };
 
@@ -176,10 +177,10 @@ class PyPlan {
   nb::object keep;
 
   const Plan& variant(const RunFields& f) {
-    if (f == fields_of(plan.problem)) return plan;
+    if (f == fields_of(plan)) return plan;
     std::lock_guard<std::mutex> lock(mutex_);
     for (const Plan& v : variants_) {
-      if (f == fields_of(v.problem)) return v;
+      if (f == fields_of(v)) return v;
     }
     if (variants_.size() >= kMaxVariants) variants_.pop_front();
     Plan& v = variants_.emplace_back(plan);
@@ -188,13 +189,19 @@ class PyPlan {
     v.problem.k_scale = f.k_scale;
     v.problem.v_scale = f.v_scale;
     v.problem.use_sinks = f.use_sinks;
+    v.stream = f.stream;
     return v;
   }
 
  private:
   static constexpr std::size_t kMaxVariants = 512;
+  static RunFields fields_of(const Plan& plan) {
+    RunFields f = fields_of(plan.problem);
+    f.stream = plan.stream;
+    return f;
+  }
   static RunFields fields_of(const Problem& p) {
-    return {p.return_lse, p.q_scale, p.k_scale, p.v_scale, p.use_sinks};
+    return {p.return_lse, p.q_scale, p.k_scale, p.v_scale, p.use_sinks, nullptr};
   }
   std::mutex mutex_;
   std::deque<Plan> variants_;  // a deque: references stay valid while others are added
@@ -202,8 +209,8 @@ class PyPlan {
 
 std::unique_ptr<PyPlan> make_plan(const nb::dict& fields, const nb::dict& tensors,
                                   bool custom_mask_packed, const std::string& backend,
-                                  const std::string& device, int num_threads,
-                                  int64_t kv_chunk_size) {
+                                  const std::string& device, int num_threads, int64_t kv_chunk_size,
+                                  uintptr_t stream) {
   auto out = std::make_unique<PyPlan>();
   const Problem problem = problem_from_fields(fields);
   AttentionArgs args = args_from_dict(problem, tensors, custom_mask_packed);
@@ -212,6 +219,7 @@ std::unique_ptr<PyPlan> make_plan(const nb::dict& fields, const nb::dict& tensor
   options.device = parse_device(device);
   options.num_threads = num_threads;
   options.kv_chunk_size = kv_chunk_size;
+  options.stream = reinterpret_cast<void*>(stream);
   Status s;
   {
     nb::gil_scoped_release release;
@@ -235,12 +243,12 @@ std::unique_ptr<PyPlan> make_plan(const nb::dict& fields, const nb::dict& tensor
 
 void run_plan(PyPlan& p, const nb::dict& tensors, const std::optional<Array>& workspace,
               bool return_lse, std::optional<float> q_scale, std::optional<float> k_scale,
-              std::optional<float> v_scale) {
+              std::optional<float> v_scale, uintptr_t stream) {
   const Problem& base = p.plan.problem;
   const bool use_sinks = base.use_sinks || tensors.contains("sinks");
   const Plan& plan =
       p.variant({return_lse, q_scale.value_or(base.q_scale), k_scale.value_or(base.k_scale),
-                 v_scale.value_or(base.v_scale), use_sinks});
+                 v_scale.value_or(base.v_scale), use_sinks, reinterpret_cast<void*>(stream)});
   AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
   // The caller's workspace when it is on the plan's device and large enough; else run allocates.
   void* ws = nullptr;
@@ -262,7 +270,7 @@ void run_plan(PyPlan& p, const nb::dict& tensors, const std::optional<Array>& wo
 // figure the Python overhead benchmark (bench/python_overhead.py) subtracts.
 std::vector<double> time_cpp_run(PyPlan& p, const nb::dict& tensors, bool return_lse, int repeats) {
   const Plan& plan = p.variant({return_lse, p.plan.problem.q_scale, p.plan.problem.k_scale,
-                                p.plan.problem.v_scale, p.plan.problem.use_sinks});
+                                p.plan.problem.v_scale, p.plan.problem.use_sinks, p.plan.stream});
   AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
   std::vector<double> seconds;
   seconds.reserve(static_cast<std::size_t>(std::max(repeats, 0)));
@@ -280,8 +288,10 @@ std::vector<double> time_cpp_run(PyPlan& p, const nb::dict& tensors, bool return
   return seconds;
 }
 
-OpOptions op_options(const std::string& backend, const std::string& device, int num_threads) {
+OpOptions op_options(const std::string& backend, const std::string& device, int num_threads,
+                     uintptr_t stream) {
   OpOptions o;
+  o.stream = reinterpret_cast<void*>(stream);  // torch's current stream on the tensors' device
   o.backend = backend;
   o.device = parse_device(device);
   o.num_threads = num_threads;
@@ -370,9 +380,9 @@ NB_MODULE(_kvattn, m) {
       });
 
   m.def("plan", &make_plan, "fields"_a, "tensors"_a, "custom_mask_packed"_a, "backend"_a,
-        "device"_a, "num_threads"_a, "kv_chunk_size"_a);
+        "device"_a, "num_threads"_a, "kv_chunk_size"_a, "stream"_a = 0);
   m.def("run", &run_plan, "plan"_a, "tensors"_a, "workspace"_a.none(), "return_lse"_a,
-        "q_scale"_a.none(), "k_scale"_a.none(), "v_scale"_a.none());
+        "q_scale"_a.none(), "k_scale"_a.none(), "v_scale"_a.none(), "stream"_a = 0);
 
   m.def("time_cpp_run", &time_cpp_run, "plan"_a, "tensors"_a, "return_lse"_a, "repeats"_a);
   m.def("problem", [](nb::dict fields) { return problem_to_dict(problem_from_fields(fields)); });
@@ -391,25 +401,26 @@ NB_MODULE(_kvattn, m) {
   m.def(
       "merge_state",
       [](Array v_a, Array s_a, Array v_b, Array s_b, Array v_out, std::optional<Array> s_out,
-         const std::string& backend, const std::string& device, int num_threads) {
+         const std::string& backend, const std::string& device, int num_threads, uintptr_t stream) {
         const TensorView va = to_view(v_a, "v_a"), sa = to_view(s_a, "s_a"),
                          vb = to_view(v_b, "v_b"), sb = to_view(s_b, "s_b"),
                          vo = to_view(v_out, "v_out"), so = optional_view(s_out, "s_out");
-        const OpOptions o = op_options(backend, device, num_threads);
+        const OpOptions o = op_options(backend, device, num_threads, stream);
         run_released([&] { return merge_state(va, sa, vb, sb, vo, so, o); });
       },
       "v_a"_a, "s_a"_a, "v_b"_a, "s_b"_a, "v_out"_a, "s_out"_a.none(), "backend"_a, "device"_a,
-      "num_threads"_a);
+      "num_threads"_a, "stream"_a = 0);
   m.def(
       "merge_states",
       [](Array v, Array s, Array v_out, std::optional<Array> s_out, const std::string& backend,
-         const std::string& device, int num_threads) {
+         const std::string& device, int num_threads, uintptr_t stream) {
         const TensorView vv = to_view(v, "v"), sv = to_view(s, "s"), vo = to_view(v_out, "v_out"),
                          so = optional_view(s_out, "s_out");
-        const OpOptions o = op_options(backend, device, num_threads);
+        const OpOptions o = op_options(backend, device, num_threads, stream);
         run_released([&] { return merge_states(vv, sv, vo, so, o); });
       },
-      "v"_a, "s"_a, "v_out"_a, "s_out"_a.none(), "backend"_a, "device"_a, "num_threads"_a);
+      "v"_a, "s"_a, "v_out"_a, "s_out"_a.none(), "backend"_a, "device"_a, "num_threads"_a,
+      "stream"_a = 0);
   m.def(
       "append_paged_kv_cache",
       [](Array append_key, Array append_value, Array batch_indices, Array positions, Array k_cache,
@@ -417,7 +428,7 @@ NB_MODULE(_kvattn, m) {
          const std::string& kv_layout, const std::string& cache_dtype, float k_scale, float v_scale,
          const std::string& scale_granularity, std::optional<Array> k_scale_cache,
          std::optional<Array> v_scale_cache, const std::string& backend, const std::string& device,
-         int num_threads) {
+         int num_threads, uintptr_t stream) {
         std::optional<DType> cdt;
         if (!cache_dtype.empty()) cdt = parse_dtype(cache_dtype);
         PagedKVCache cache;
@@ -443,19 +454,20 @@ NB_MODULE(_kvattn, m) {
                          av = to_view(append_value, "append_value"),
                          bi = to_view(batch_indices, "batch_indices"),
                          pos = to_view(positions, "positions");
-        const OpOptions o = op_options(backend, device, num_threads);
+        const OpOptions o = op_options(backend, device, num_threads, stream);
         run_released([&] { return append_paged_kv_cache(ak, av, bi, pos, cache, o); });
       },
       "append_key"_a, "append_value"_a, "batch_indices"_a, "positions"_a, "k_cache"_a, "v_cache"_a,
       "kv_indices"_a, "kv_indptr"_a, "kv_last_page_len"_a, "kv_layout"_a, "cache_dtype"_a,
       "k_scale"_a, "v_scale"_a, "scale_granularity"_a, "k_scale_cache"_a.none(),
-      "v_scale_cache"_a.none(), "backend"_a, "device"_a, "num_threads"_a);
+      "v_scale_cache"_a.none(), "backend"_a, "device"_a, "num_threads"_a, "stream"_a = 0);
   m.def(
       "append_paged_mla_kv_cache",
       [](nb::handle append_ckv, nb::handle append_kpe, nb::handle batch_indices,
          nb::handle positions, nb::handle ckv_cache, nb::handle kpe_cache, nb::handle kv_indices,
          nb::handle kv_indptr, nb::handle kv_last_page_len, const std::string& cache_dtype,
-         float k_scale, const std::string& backend, const std::string& device, int num_threads) {
+         float k_scale, const std::string& backend, const std::string& device, int num_threads,
+         uintptr_t stream) {
         std::optional<DType> cdt;
         if (!cache_dtype.empty()) cdt = parse_dtype(cache_dtype);
         PagedMLACache cache;
@@ -469,18 +481,18 @@ NB_MODULE(_kvattn, m) {
                          ak = object_view(append_kpe, "append_kpe", {}),
                          bi = object_view(batch_indices, "batch_indices", {}),
                          pos = object_view(positions, "positions", {});
-        const OpOptions o = op_options(backend, device, num_threads);
+        const OpOptions o = op_options(backend, device, num_threads, stream);
         run_released([&] { return append_paged_mla_kv_cache(ac, ak, bi, pos, cache, o); });
       },
       "append_ckv"_a, "append_kpe"_a, "batch_indices"_a, "positions"_a, "ckv_cache"_a,
       "kpe_cache"_a, "kv_indices"_a, "kv_indptr"_a, "kv_last_page_len"_a, "cache_dtype"_a,
-      "k_scale"_a, "backend"_a, "device"_a, "num_threads"_a);
+      "k_scale"_a, "backend"_a, "device"_a, "num_threads"_a, "stream"_a = 0);
   m.def(
       "apply_rope",
       [](Array q, Array k, std::optional<Array> q_out, std::optional<Array> k_out, Array pos_ids,
          float rope_theta, float rope_scale, bool interleave, int rotary_dim,
          std::optional<std::tuple<float, float, float>> llama31, std::optional<Array> cos_sin_cache,
-         const std::string& backend, const std::string& device, int num_threads) {
+         const std::string& backend, const std::string& device, int num_threads, uintptr_t stream) {
         const TensorView qv = to_view(q, "q"), kv = to_view(k, "k"),
                          qo = optional_view(q_out, "q_out"), ko = optional_view(k_out, "k_out"),
                          pv = to_view(pos_ids, "pos_ids");
@@ -490,12 +502,12 @@ NB_MODULE(_kvattn, m) {
         rope.interleave = interleave;
         set_rope_extensions(&rope, rotary_dim, llama31,
                             optional_view(cos_sin_cache, "cos_sin_cache"));
-        const OpOptions o = op_options(backend, device, num_threads);
+        const OpOptions o = op_options(backend, device, num_threads, stream);
         run_released([&] { return apply_rope(qv, kv, qo, ko, pv, rope, o); });
       },
       "q"_a, "k"_a, "q_out"_a.none(), "k_out"_a.none(), "pos_ids"_a, "rope_theta"_a, "rope_scale"_a,
       "interleave"_a, "rotary_dim"_a, "llama31"_a.none(), "cos_sin_cache"_a.none(), "backend"_a,
-      "device"_a, "num_threads"_a);
+      "device"_a, "num_threads"_a, "stream"_a = 0);
 
   m.attr("__version__") = kvattn::version_string();
 }

@@ -49,6 +49,12 @@ Status select_aux(AuxOp op, const char* op_name, const OpOptions& options, const
   return Status::Ok();
 }
 
+Status check_stream(const Backend& b, void* stream, const char* what) {
+  if (stream == nullptr || b.supports_streams()) return Status::Ok();
+  return make_error(ErrorCode::kNotSupported, what, ".stream = ", stream, ": backend ", b.name(),
+                    " does not run on a caller's stream (it must be null)");
+}
+
 }  // namespace
 
 Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
@@ -59,6 +65,19 @@ Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions
   KVATTN_RETURN_IF_ERROR(validate_attention(problem, args, ArgsScope::kPlan));
   const Backend* backend = nullptr;
   KVATTN_RETURN_IF_ERROR(find_selected(name, &backend));
+  // "auto" with a caller's stream takes the first usable backend, in priority order, that runs
+  // on one (fa3 does not yet): the stream is part of the request, not a reason to fail.
+  if (options.stream && (options.backend.empty() || options.backend == "auto") &&
+      !backend->supports_streams()) {
+    for (const Verdict& v : explain(problem, options.device).verdicts) {
+      const Backend* b = find_backend(v.backend);
+      if (v.supported && v.available && b && b->supports_streams()) {
+        name = v.backend;
+        backend = b;
+        break;
+      }
+    }
+  }
   if (options.num_threads < 0) {
     return make_error(ErrorCode::kInvalidArgument, "num_threads = ", options.num_threads,
                       ": must be >= 0 (0: all cores)");
@@ -67,11 +86,13 @@ Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions
     return make_error(ErrorCode::kInvalidArgument, "kv_chunk_size = ", options.kv_chunk_size,
                       ": must be >= 0 (0: the planner decides)");
   }
+  KVATTN_RETURN_IF_ERROR(check_stream(*backend, options.stream, "PlanOptions"));
   KVATTN_RETURN_IF_ERROR(backend->plan(problem, args, options, out));
   // What selection and validation decided is recorded here, once, whatever the backend's planner
   // filled in: run() trusts these fields.
   out->backend = name;
   out->device = options.device;
+  out->stream = options.stream;
   out->problem = problem;
   request_lengths(problem, args, &out->qo_len, &out->kv_len);
   return Status::Ok();
@@ -119,6 +140,7 @@ Status merge_state(const TensorView& v_a, const TensorView& s_a, const TensorVie
   KVATTN_RETURN_IF_ERROR(validate_merge_state(v_a, s_a, v_b, s_b, v_out, s_out));
   const Backend* b = nullptr;
   KVATTN_RETURN_IF_ERROR(select_aux(AuxOp::kMergeState, "merge_state", options, &b));
+  KVATTN_RETURN_IF_ERROR(check_stream(*b, options.stream, "OpOptions"));
   return b->merge_state(v_a, s_a, v_b, s_b, v_out, s_out, options);
 }
 
@@ -127,6 +149,7 @@ Status merge_states(const TensorView& v, const TensorView& s, const TensorView& 
   KVATTN_RETURN_IF_ERROR(validate_merge_states(v, s, v_out, s_out));
   const Backend* b = nullptr;
   KVATTN_RETURN_IF_ERROR(select_aux(AuxOp::kMergeStates, "merge_states", options, &b));
+  KVATTN_RETURN_IF_ERROR(check_stream(*b, options.stream, "OpOptions"));
   return b->merge_states(v, s, v_out, s_out, options);
 }
 
@@ -138,6 +161,7 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
   const Backend* b = nullptr;
   KVATTN_RETURN_IF_ERROR(
       select_aux(AuxOp::kAppendPagedKVCache, "append_paged_kv_cache", options, &b));
+  KVATTN_RETURN_IF_ERROR(check_stream(*b, options.stream, "OpOptions"));
   return b->append_paged_kv_cache(append_k, append_v, batch_indices, positions, cache, options);
 }
 
@@ -147,6 +171,7 @@ Status apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_
   KVATTN_RETURN_IF_ERROR(validate_apply_rope(q, k, q_out, k_out, pos_ids, rope));
   const Backend* b = nullptr;
   KVATTN_RETURN_IF_ERROR(select_aux(AuxOp::kApplyRope, "apply_rope", options, &b));
+  KVATTN_RETURN_IF_ERROR(check_stream(*b, options.stream, "OpOptions"));
   return b->apply_rope(q, k, q_out, k_out, pos_ids, rope, options);
 }
 

@@ -39,10 +39,11 @@ struct SoftmaxState {
     d += w;
     return w;
   }
-  // Natural-log log-sum-exp of the scores seen; -inf when there were none (or all were -inf).
-  KVATTN_HD float lse() const { return d > 0.0f ? m + logf(d) : -INFINITY; }
-  // 1/d for normalizing the output; 0 for the empty state so that o becomes 0, not NaN.
-  KVATTN_HD float inv_sum() const { return d > 0.0f ? 1.0f / d : 0.0f; }
+  // Natural-log log-sum-exp of the scores seen; -inf when there were none (or all were -inf);
+  // NaN once a NaN score (or state) was added: NaN propagates, it never reads as empty.
+  KVATTN_HD float lse() const { return d > 0.0f ? m + logf(d) : d == 0.0f ? -INFINITY : d; }
+  // 1/d for normalizing the output; 0 for the empty state so that o becomes 0; NaN after a NaN.
+  KVATTN_HD float inv_sum() const { return d > 0.0f ? 1.0f / d : d == 0.0f ? 0.0f : d; }
 };
 
 // Merging two normalized attention states (o_a, lse_a) and (o_b, lse_b) into the state over the

@@ -50,10 +50,11 @@ void request_lengths(const Problem& p, const AttentionArgs& args, std::vector<in
   }
 }
 
-Status Backend::plan(const Problem& problem, const AttentionArgs& args,
-                     const PlanOptions& options, Plan* plan) const {
+Status Backend::plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
+                     Plan* plan) const {
   plan->backend = std::string(name());
   plan->device = options.device;
+  plan->stream = options.stream;
   plan->problem = problem;
   plan->num_threads = 1;
   plan->kv_chunk_size = 0;

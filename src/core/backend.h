@@ -35,10 +35,14 @@ class Backend {
 
   // Cuts the work; `args` has been validated against `problem`. The default: one work item per
   // (request, KV head) over all of its queries and keys, no split, no workspace.
-  virtual Status plan(const Problem& problem, const AttentionArgs& args,
-                      const PlanOptions& options, Plan* plan) const;
+  virtual Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
+                      Plan* plan) const;
   virtual Status run(const Plan& plan, const AttentionArgs& args, void* workspace,
                      std::size_t workspace_bytes) const = 0;
+
+  // Whether plan/run and the aux operations issue their GPU work on PlanOptions::stream /
+  // OpOptions::stream. A backend that does not is given only a null stream.
+  virtual bool supports_streams() const { return false; }
 
   virtual bool supports_aux(AuxOp op, const Device& device) const {
     (void)op;
@@ -51,9 +55,8 @@ class Backend {
   virtual Status merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
                               const TensorView& s_out, const OpOptions& options) const;
   virtual Status append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v,
-                                       const TensorView& batch_indices,
-                                       const TensorView& positions, const PagedKVCache& cache,
-                                       const OpOptions& options) const;
+                                       const TensorView& batch_indices, const TensorView& positions,
+                                       const PagedKVCache& cache, const OpOptions& options) const;
   virtual Status apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,
                             const TensorView& k_out, const TensorView& pos_ids,
                             const RopeParams& rope, const OpOptions& options) const;

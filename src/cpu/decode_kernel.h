@@ -327,7 +327,13 @@ bool softmax_step(float* s, int n, float* running_max, float* running_sum, float
   for (int kb = 0; kb < n; kb += W) mx = S::max(mx, S::load(s + kb));
   const float tile_max = S::reduce_max(mx);
   const float new_max = std::max(*running_max, tile_max);
-  if (new_max == kNegInf) return false;
+  if (new_max == kNegInf) {
+    // Every score so far is -inf or NaN (the max skips NaN): a NaN still makes the row NaN.
+    for (int k = 0; k < n; ++k) {
+      if (std::isnan(s[k])) *running_sum = std::numeric_limits<float>::quiet_NaN();
+    }
+    return false;
+  }
   const float alpha = std::exp2(*running_max - new_max);
   const Vec m = S::set1(new_max);
   Vec sum = S::zero();

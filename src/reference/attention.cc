@@ -119,17 +119,24 @@ void attend_head(const Problem& p, const AttentionRows& rows, int b, int qo_head
                   p.rope_interleave);
     }
     double max_score = kNegInf;
+    bool nan_score = false;
     for (int64_t j = 0; j < kv.len; ++j) {
       seen[j] = visibility.sees(i, j);
       if (!seen[j]) continue;
       s[j] = score(p, sm_scale, alibi_slope, q.data(), kv, j, i_abs);
+      nan_score |= std::isnan(s[j]);
       if (s[j] > max_score) max_score = s[j];
     }
     std::fill(o.begin(), o.end(), 0.0);
     double lse = kNegInf;
     // The sink joins the denominator only: m = max(sink, max_j s), sum gains e^(sink - m).
     const double sink = p.use_sinks ? rows.sink(qo_head) : kNegInf;
-    if (p.use_sinks && max_score == kNegInf) {
+    if (nan_score) {
+      // Numerics policy (docs/cuda.md): a NaN score of a visible key makes the row NaN, o and
+      // lse alike, even when every visible score is NaN (never an "empty" row).
+      std::fill(o.begin(), o.end(), std::numeric_limits<double>::quiet_NaN());
+      lse = std::numeric_limits<double>::quiet_NaN();
+    } else if (p.use_sinks && max_score == kNegInf) {
       lse = sink;
     } else if (max_score != kNegInf) {
       max_score = std::max(max_score, sink);

@@ -104,9 +104,10 @@ bool fa2_head_dims(const Problem& p) {
 // fa2 as issue 3 states it: SM80 and newer; q f16/bf16; kv f16/bf16/e4m3/e5m2; head dims
 // 64/128/256 (equal) and (192,128); every mask, position encoding, fp16 QK reduction, soft cap,
 // window. Outputs f16/bf16/f32. Issue 11: also (96,96) and (512,512), attention sinks and every
-// FP8 scale granularity.
+// FP8 scale granularity. Issue 13: fp16 QK reduction declared unsupported (f32 accumulation only).
 bool fa2_spec(const Problem& p, const Device& d) {
-  return d.is_cuda() && d.sm >= 80 && contains({DType::kF16, DType::kBF16}, p.q_dtype) &&
+  return d.is_cuda() && d.sm >= 80 && !p.use_fp16_qk_reduction &&
+         contains({DType::kF16, DType::kBF16}, p.q_dtype) &&
          contains({DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2}, p.kv_dtype) &&
          contains({DType::kF16, DType::kBF16, DType::kF32}, p.o_dtype) && fa2_head_dims(p);
 }

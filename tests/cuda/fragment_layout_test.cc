@@ -393,5 +393,89 @@ TEST(Fa2FragmentLayoutTest, WarpAttentionOverBlocksMatchesAPlainSoftmax) {
   for (int blocks : {1, 3}) check_warp_attention(blocks, uint32_t(blocks));
 }
 
+// Numerics policy (docs/cuda.md): the kernel's online-softmax steps on a row whose visible scores
+// are all NaN (the max skips them), or partly NaN, finish as o = NaN and lse = NaN, with or
+// without a sink, never as an empty row (o = 0, lse = -inf or the sink).
+TEST(OnlineSoftmaxReplay, NanScoresFinishAsNanRows) {
+  constexpr int kNTiles = 2, kDTiles = 1;
+  for (bool all_nan : {false, true}) {  // a NaN among finite scores, then every score NaN
+    float s[kNTiles][4], o[kDTiles][4] = {{1, 1, 1, 1}};
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      // Half 0 (the row this lane's elements 0 and 1 belong to); half 1 stays finite.
+      s[nt][0] = s[nt][1] = all_nan ? NAN : 0.5f;
+      s[nt][2] = s[nt][3] = 0.5f;
+    }
+    s[0][0] = NAN;
+    float m = -INFINITY, l = 0.0f;
+    softmax_block_update(s, o, m, l, /*half=*/0, lane_block_max(s, 0));
+    for (const RowFinish fin : {finish_row(m, l, 1.0f), finish_row_with_sink(m, l, 1.0f, 0.25f)}) {
+      EXPECT_TRUE(std::isnan(fin.lse)) << "all NaN " << all_nan << ": lse " << fin.lse;
+      EXPECT_TRUE(std::isnan(o[0][0] * fin.o_scale)) << "all NaN " << all_nan;
+    }
+  }
+  // An empty row still finishes as o = 0, lse = -inf (or the sink).
+  EXPECT_EQ(finish_row(-INFINITY, 0.0f, 1.0f).o_scale, 0.0f);
+  EXPECT_EQ(finish_row(-INFINITY, 0.0f, 1.0f).lse, -INFINITY);
+  EXPECT_EQ(finish_row_with_sink(-INFINITY, 0.0f, 1.0f, 0.25f).lse, 0.25f);
+}
+
+// guarded_pv (the PV of a block whose V tile holds inf or NaN) over an emulated warp: each lane's
+// outputs equal the plain sum over the keys its row gives a non-zero probability, so a key that
+// is masked for one row (p = 0) and holds inf / NaN in V leaves that row finite, while a row that
+// sees it gets the inf / NaN, as the reference does.
+TEST(GuardedPvReplay, MaskedKeysWithNonFiniteValuesAddNothing) {
+  constexpr int kKeys = 32, kNTiles = kKeys / 8, kDvo = 16, kDTiles = kDvo / 8;
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  float p[16][kKeys], v[kKeys][kDvo];
+  for (auto& row : v)
+    for (float& x : row) x = u(rng) - 0.5f;
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < kKeys; ++j) p[i][j] = j <= i + 8 ? u(rng) : 0.0f;  // causal-like mask
+  }
+  v[20][3] = INFINITY;  // key 20: visible to rows 12..15 only
+  v[27][0] = NAN;       // key 27: masked for every row (row 15 sees keys <= 23)
+  v[5][7] = -INFINITY;  // key 5: visible to every row
+  // Each lane's S registers hold its probabilities (acc_element layout).
+  float s_all[32][kNTiles][4];
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      for (int e = 0; e < 4; ++e) {
+        const frag::RowCol rc = frag::acc_element(lane, e);
+        s_all[lane][nt][e] = p[rc.row][nt * 8 + rc.col];
+      }
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    float o[kDTiles][4] = {};
+    guarded_pv<kNTiles, kDTiles>(
+        o, lane, [&](int nt, int e, int q) { return s_all[(lane & ~3) | q][nt][e]; },
+        [&](int j, int d) { return v[j][d]; });
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      for (int e = 0; e < 4; ++e) {
+        const frag::RowCol rc = frag::acc_element(lane, e);
+        const int row = rc.row, d = dt * 8 + rc.col;
+        double expect = 0.0;
+        for (int j = 0; j < kKeys; ++j) {
+          if (p[row][j] != 0.0f) expect += double(p[row][j]) * double(v[j][d]);
+        }
+        if (std::isnan(expect)) {
+          EXPECT_TRUE(std::isnan(o[dt][e])) << "row " << row << " dim " << d;
+        } else if (std::isinf(expect)) {
+          EXPECT_EQ(o[dt][e], float(expect)) << "row " << row << " dim " << d;
+        } else {
+          EXPECT_NEAR(o[dt][e], expect, 1e-5) << "row " << row << " dim " << d;
+        }
+      }
+    }
+  }
+  // The cases the test is about: row 0 does not see key 20, row 13 does; dim 7 sees -inf.
+  float o0[kDTiles][4] = {};
+  guarded_pv<kNTiles, kDTiles>(
+      o0, 0, [&](int nt, int e, int q) { return s_all[q][nt][e]; },
+      [&](int j, int d) { return v[j][d]; });
+  EXPECT_TRUE(std::isfinite(o0[0][0])) << "row 0, dim 0 (key 27 NaN masked)";
+}
+
 }  // namespace
 }  // namespace kvattn::fa2

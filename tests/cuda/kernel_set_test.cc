@@ -42,6 +42,16 @@ TEST(Fa2KernelSetTest, EveryFullKeyIsDeclaredAndEveryDeclaredComboHasAKey) {
   }
 }
 
+// The kernels accumulate q.k in f32: use_fp16_qk_reduction is refused by name, never accepted and
+// computed otherwise (issue 13).
+TEST(Fa2KernelSetTest, Fp16QkReductionIsDeclaredUnsupported) {
+  Problem p = problem_for(kFullKernelKeys[0]);
+  p.use_fp16_qk_reduction = true;
+  const Status s = fa2_backend().can_implement(p, Device::cuda_sm(90));
+  EXPECT_EQ(s.code(), ErrorCode::kNotSupported);
+  EXPECT_NE(s.message().find("use_fp16_qk_reduction"), std::string::npos) << s.message();
+}
+
 TEST(Fa2KernelSetTest, BuiltKeysAreASubsetOfTheFullSet) {
   for (int i = 0; i < kBuiltKernelCount; ++i) {
     bool in_full = false;

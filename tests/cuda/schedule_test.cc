@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <map>
 #include <tuple>
 
 #include "core/split_kv.h"
+#include "cuda/fa2/kernels/unit_math.h"
 
 namespace kvattn::fa2 {
 namespace {
@@ -82,6 +85,37 @@ TEST(Fa2ScheduleTest, PrefillRowsAndHeadsAreCoveredOnce) {
       Schedule s = make_schedule(p, qo, kv, starts_for(qo), false, -1, 132);
       EXPECT_EQ(s.chunk_size, 0);
       check_coverage(p, qo, kv, s);
+    }
+  }
+}
+
+// Issue 13: CTAs start in grid order, so the costliest units (most keys loaded, by the kernel's
+// own unit_key_range) come first; the set of units is unchanged.
+TEST(Fa2ScheduleTest, CausalPrefillUnitsAreOrderedCostliestFirst) {
+  for (int window : {-1, 300}) {
+    Problem p = prefill(8, 2);
+    p.batch_size = 3;
+    p.mask_mode = MaskMode::kCausal;
+    p.window_left = window;
+    const std::vector<int64_t> qo = {500, 40, 130}, kv = {900, 40, 2000};
+    for (int64_t chunk : {int64_t(-1), int64_t(512)}) {
+      Schedule s = make_schedule(p, qo, kv, starts_for(qo), false, chunk, 132);
+      check_coverage(p, qo, kv, s);
+      AttentionParams params;
+      params.causal = true;
+      params.window_left = window;
+      params.group = p.group_size();
+      params.chunk_size = s.chunk_size;
+      int64_t previous = INT64_MAX, first = -1, last = -1;
+      for (const WorkUnit& w : s.work) {
+        const split::ChunkRange k = unit_key_range(params, w, s.requests[w.request]);
+        const int64_t keys = std::max<int64_t>(0, k.end - k.begin);
+        EXPECT_LE(keys, previous) << "window " << window << " chunk " << chunk;
+        previous = keys;
+        if (first < 0) first = keys;
+        last = keys;
+      }
+      EXPECT_GT(first, last) << "the case must have units of different costs";
     }
   }
 }

@@ -126,6 +126,28 @@ TEST(StateMergerTest, AllMinusInfinityGivesZeroAndMinusInf) {
   EXPECT_TRUE(math::is_neg_inf(m.lse()));
 }
 
+// Numerics policy (docs/cuda.md): a NaN state poisons the merge wherever it comes (first, between
+// finite states, after a larger one), and is never read as an empty (-inf) state.
+TEST(StateMergerTest, ANanStatePropagates) {
+  const std::vector<std::vector<float>> orders = {
+      {NAN, 1.0f, 2.0f}, {1.0f, NAN, 2.0f}, {1.0f, 2.0f, NAN}, {NAN}, {-INFINITY, NAN}};
+  for (const std::vector<float>& lses : orders) {
+    math::StateMerger m;
+    float sa = 0, si = 0;
+    float acc = 0;
+    for (float lse : lses) {
+      m.add(lse, &sa, &si);
+      acc = acc * sa + si * 3.0f;
+    }
+    EXPECT_TRUE(std::isnan(m.lse())) << lses.size() << " states";
+    EXPECT_TRUE(std::isnan(acc * m.inv_sum())) << lses.size() << " states";
+  }
+  // The empty state is still the identity.
+  math::StateMerger e;
+  EXPECT_EQ(e.inv_sum(), 0.0f);
+  EXPECT_TRUE(math::is_neg_inf(e.lse()));
+}
+
 TEST(ScoreTransformTest, SoftCap) {
   EXPECT_EQ(math::soft_cap(7.0f, 0.0f), 7.0f);
   EXPECT_EQ(math::soft_cap(7.0f, -1.0f), 7.0f);

@@ -16,6 +16,9 @@
 namespace kvattn::fa2 {
 namespace {
 
+// Blocks that block_fully_visible let skip the mask test, over the whole test (it must find some).
+int64_t g_full_blocks = 0;
+
 struct MaskCase {
   bool causal;
   int window_left;
@@ -82,6 +85,18 @@ void check_visibility(const std::vector<int64_t>& qo, const std::vector<int64_t>
         EXPECT_GE(w.row_begin + t, w.row_end);
         continue;
       }
+      // A block the kernel runs without a mask test: this row sees every one of its keys.
+      for (int block : {16, 64}) {
+        for (int64_t bb = keys.begin; bb < keys.end; bb += block) {
+          if (!block_fully_visible(p, w, r, keys, bb, block)) continue;
+          if (t == 0) ++g_full_blocks;
+          for (int64_t j = bb; j < bb + block; ++j) {
+            ASSERT_TRUE(row_sees_key(p, r, ri, keys, j))
+                << "block " << bb << " of " << block << " keys is not fully visible: row " << t
+                << " key " << j << " causal=" << mc.causal << " window=" << mc.window_left;
+          }
+        }
+      }
       // The kernel visits keys [keys.begin, keys.end) only; a key outside is never attended.
       for (int64_t j = 0; j < r.kv_len; ++j) {
         if (row_sees_key(p, r, ri, keys, j)) {
@@ -126,6 +141,7 @@ TEST(Fa2UnitMathTest, EveryVisibleKeyIsAttendedByExactlyOneUnit) {
   // Decode shapes: one query per request, the one-warp tile.
   const std::vector<int64_t> one = {1, 1, 1}, long_kv = {1000, 1, 333};
   for (const MaskCase& mc : masks) check_visibility(one, long_kv, 4, 8, mc, 128, seed++);
+  EXPECT_GT(g_full_blocks, 100) << "no block ever ran without the mask test";
 }
 
 TEST(Fa2UnitMathTest, TransformedScoreFollowsTheSemantics) {

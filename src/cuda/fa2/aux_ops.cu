@@ -1,6 +1,8 @@
 // fa2's operations that are not attention: merging attention states, appending to a paged cache
 // (quantizing to FP8) and RoPE by positions. Elementwise kernels over generic strides; the index
-// tensors are host memory, resolved on the host into per-row device arrays.
+// tensors are host memory, resolved on the host into per-row device arrays. Every allocation,
+// copy and launch goes to OpOptions::stream through RuntimeCalls; the caller's device is
+// restored on return.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -9,14 +11,45 @@
 #include "core/attention_math.h"
 #include "core/numeric.h"
 #include "core/paged_kv.h"
-#include "cuda/common/device_buffer.h"
 #include "cuda/common/element_io.cuh"
 #include "cuda/fa2/launch.h"
+#include "cuda/fa2/launch_kernel.h"
+#include "cuda/fa2/runtime_calls.h"
 
 namespace kvattn::fa2 {
 namespace {
 
 constexpr int kThreads = 256;
+
+// Per-call device scratch, allocated and freed in the order of the call's stream, so that a call
+// returns before the GPU is done with it.
+class StreamBuffer {
+ public:
+  explicit StreamBuffer(void* stream) : stream_(stream) {}
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  ~StreamBuffer() {
+    if (ptr_) (void)runtime().free_async(ptr_, stream_);
+  }
+  // Allocates and copies a host vector (pageable: the runtime stages it before returning).
+  template <class T>
+  Status upload(const std::vector<T>& host) {
+    if (host.empty()) return Status::Ok();
+    const std::size_t bytes = host.size() * sizeof(T);
+    KVATTN_RETURN_IF_ERROR(
+        runtime_status("cudaMallocAsync", runtime().malloc_async(&ptr_, bytes, stream_)));
+    return runtime_status("cudaMemcpyAsync",
+                          runtime().copy_to_device_async(ptr_, host.data(), bytes, stream_));
+  }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* stream_;
+  void* ptr_ = nullptr;
+};
 
 cuda::Strides4 strides_of(const TensorView& t) {
   cuda::Strides4 s;
@@ -24,7 +57,8 @@ cuda::Strides4 strides_of(const TensorView& t) {
   return s;
 }
 
-int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
+Dim3 blocks_for(int64_t n) { return Dim3{unsigned((n + kThreads - 1) / kThreads)}; }
+constexpr Dim3 kBlock{kThreads};
 
 Status expect_device(std::initializer_list<const TensorView*> views) {
   for (const TensorView* t : views) {
@@ -95,11 +129,13 @@ __global__ void merge_kernel(StateView a, StateView b, bool states_axis, int64_t
 __global__ void append_kernel(const void* src, DType src_dtype, cuda::Strides4 src_strides,
                               int64_t nnz, int64_t heads, int64_t dim, const int64_t* page_slot,
                               void* cache, DType cache_dtype, paged::CacheStrides cache_strides,
-                              float inv_scale) {
+                              float scale) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= nnz * heads * dim) return;
   const int64_t d = idx % dim, h = (idx / dim) % heads, i = idx / (dim * heads);
-  const float x = cuda::load_f32(src, src_dtype, src_strides.at(i, h, d)) * inv_scale;
+  // Divided, not multiplied by a reciprocal: stored = round(real / scale) exactly as the other
+  // backends quantize (x * (1/s) can differ from x / s in the last bit, and so in the code).
+  const float x = cuda::load_f32(src, src_dtype, src_strides.at(i, h, d)) / scale;
   cuda::store_f32(cache, cache_dtype,
                   cache_strides.offset(page_slot[2 * i], page_slot[2 * i + 1], h, d), x);
 }
@@ -180,8 +216,6 @@ __global__ void rope_kernel(const void* in, DType in_dtype, cuda::Strides4 in_st
   cuda::store_f32(out, out_dtype, out_strides.at(i, h, e.second), r.second);
 }
 
-Status launched(const char* what) { return cuda::cuda_status(what, cudaGetLastError()); }
-
 StateView state_view(const TensorView& v, const TensorView& s) {
   return StateView{v.data, v.dtype, strides_of(v), static_cast<const float*>(s.data),
                    strides_of(s)};
@@ -195,32 +229,34 @@ OutView out_view(const TensorView& v, const TensorView& s) {
 
 Status run_merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
                        const TensorView& s_b, const TensorView& v_out, const TensorView& s_out,
-                       int device_index) {
+                       const OpOptions& options) {
   KVATTN_RETURN_IF_ERROR(expect_device({&v_a, &s_a, &v_b, &s_b, &v_out, &s_out}));
-  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(device_index)));
   const int64_t rows = v_a.shape[0], heads = v_a.shape[1], dim = v_a.shape[2];
   const int64_t n = rows * heads * dim;
   if (n == 0) return Status::Ok();
-  merge_kernel<<<blocks_for(n), kThreads>>>(state_view(v_a, s_a), state_view(v_b, s_b), false, 2,
-                                            rows, heads, dim, out_view(v_out, s_out));
-  return launched("fa2 merge_state kernel");
+  DeviceGuard guard;
+  KVATTN_RETURN_IF_ERROR(guard.enter(options.device.index));
+  return launch_kernel("fa2 merge_state kernel", merge_kernel, blocks_for(n), kBlock, 0,
+                       options.stream, state_view(v_a, s_a), state_view(v_b, s_b), false, 2, rows,
+                       heads, dim, out_view(v_out, s_out));
 }
 
 Status run_merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
-                        const TensorView& s_out, int device_index) {
+                        const TensorView& s_out, const OpOptions& options) {
   KVATTN_RETURN_IF_ERROR(expect_device({&v, &s, &v_out, &s_out}));
-  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(device_index)));
   const int64_t rows = v.shape[0], states = v.shape[1], heads = v.shape[2], dim = v.shape[3];
   const int64_t n = rows * heads * dim;
   if (n == 0) return Status::Ok();
-  merge_kernel<<<blocks_for(n), kThreads>>>(state_view(v, s), state_view(v, s), true, states, rows,
-                                            heads, dim, out_view(v_out, s_out));
-  return launched("fa2 merge_states kernel");
+  DeviceGuard guard;
+  KVATTN_RETURN_IF_ERROR(guard.enter(options.device.index));
+  return launch_kernel("fa2 merge_states kernel", merge_kernel, blocks_for(n), kBlock, 0,
+                       options.stream, state_view(v, s), state_view(v, s), true, states, rows,
+                       heads, dim, out_view(v_out, s_out));
 }
 
 Status run_append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v,
                                  const TensorView& batch_indices, const TensorView& positions,
-                                 const PagedKVCache& cache, int device_index) {
+                                 const PagedKVCache& cache, const OpOptions& options) {
   KVATTN_RETURN_IF_ERROR(expect_device({&append_k, &append_v, &cache.k_cache, &cache.v_cache,
                                         &cache.k_scale_cache, &cache.v_scale_cache}));
   for (const auto& [t, name] : {std::pair{&batch_indices, "batch_indices"},
@@ -230,7 +266,6 @@ Status run_append_paged_kv_cache(const TensorView& append_k, const TensorView& a
                                 {&cache.kv_last_page_len, "kv_last_page_len"}}) {
     KVATTN_RETURN_IF_ERROR(expect_host(*t, name));
   }
-  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(device_index)));
   const bool hnd = cache.layout == KVLayout::kHND;
   const int64_t page_size = hnd ? cache.k_cache.shape[2] : cache.k_cache.shape[1];
   const int64_t nnz = append_k.shape[0];
@@ -256,7 +291,9 @@ Status run_append_paged_kv_cache(const TensorView& append_k, const TensorView& a
     page_slot[size_t(2 * i)] = page;
     page_slot[size_t(2 * i + 1)] = pos % page_size;
   }
-  cuda::DeviceBuffer slots;
+  DeviceGuard guard;
+  KVATTN_RETURN_IF_ERROR(guard.enter(options.device.index));
+  StreamBuffer slots(options.stream);
   KVATTN_RETURN_IF_ERROR(slots.upload(page_slot));
   const bool per_token = cache.scale_granularity == KVScaleGranularity::kPerTokenHead;
   const auto append = [&](const TensorView& src, const TensorView& dst, float scale,
@@ -270,16 +307,16 @@ Status run_append_paged_kv_cache(const TensorView& append_k, const TensorView& a
       ss.page = scales.strides[0];
       ss.slot = scales.strides[1];
       ss.head = scales.strides[2];
-      append_per_token_kernel<<<blocks_for(nnz * heads * 32), kThreads>>>(
-          src.data, src.dtype, strides_of(src), nnz, heads, dim, slots.as<int64_t>(), dst.data,
-          dst.dtype, paged::cache_strides(dst.strides.data(), hnd),
-          static_cast<float*>(scales.data), ss);
-      return launched("fa2 append_paged_kv_cache (per_token_head) kernel");
+      return launch_kernel(
+          "fa2 append_paged_kv_cache (per_token_head) kernel", append_per_token_kernel,
+          blocks_for(nnz * heads * 32), kBlock, 0, options.stream, src.data, src.dtype,
+          strides_of(src), nnz, heads, dim, slots.as<const int64_t>(), dst.data, dst.dtype,
+          paged::cache_strides(dst.strides.data(), hnd), static_cast<float*>(scales.data), ss);
     }
-    append_kernel<<<blocks_for(n), kThreads>>>(
-        src.data, src.dtype, strides_of(src), nnz, heads, dim, slots.as<int64_t>(), dst.data,
-        dst.dtype, paged::cache_strides(dst.strides.data(), hnd), 1.0f / scale);
-    return launched("fa2 append_paged_kv_cache kernel");
+    return launch_kernel("fa2 append_paged_kv_cache kernel", append_kernel, blocks_for(n), kBlock,
+                         0, options.stream, src.data, src.dtype, strides_of(src), nnz, heads, dim,
+                         slots.as<const int64_t>(), dst.data, dst.dtype,
+                         paged::cache_strides(dst.strides.data(), hnd), scale);
   };
   KVATTN_RETURN_IF_ERROR(append(append_k, cache.k_cache, cache.k_scale, cache.k_scale_cache));
   return append(append_v, cache.v_cache, cache.v_scale, cache.v_scale_cache);
@@ -287,13 +324,14 @@ Status run_append_paged_kv_cache(const TensorView& append_k, const TensorView& a
 
 Status run_apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,
                       const TensorView& k_out, const TensorView& pos_ids, const RopeParams& rope,
-                      int device_index) {
+                      const OpOptions& options) {
   KVATTN_RETURN_IF_ERROR(expect_device({&q, &k, &q_out, &k_out}));
   KVATTN_RETURN_IF_ERROR(expect_host(pos_ids, "pos_ids"));
   const TensorView& cache = rope.cos_sin_cache;
   if (!cache.empty()) KVATTN_RETURN_IF_ERROR(expect_device({&cache}));
-  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(device_index)));
-  cuda::DeviceBuffer positions;
+  DeviceGuard guard;
+  KVATTN_RETURN_IF_ERROR(guard.enter(options.device.index));
+  StreamBuffer positions(options.stream);
   KVATTN_RETURN_IF_ERROR(positions.upload(read_i32(pos_ids)));
   RopeAngles angles{rope.rope_theta,
                     rope.rope_scale,
@@ -323,10 +361,10 @@ Status run_apply_rope(const TensorView& q, const TensorView& k, const TensorView
                                                   : rope.rotary_dim;
     const int64_t n = nnz * heads * (rotary_dim / 2 + (dim - rotary_dim));
     if (n == 0) return Status::Ok();
-    rope_kernel<<<blocks_for(n), kThreads>>>(in.data, in.dtype, strides_of(in), out.data, out.dtype,
-                                             strides_of(out), nnz, heads, dim, rotary_dim,
-                                             positions.as<int32_t>(), angles, rope.interleave);
-    return launched("fa2 apply_rope kernel");
+    return launch_kernel("fa2 apply_rope kernel", rope_kernel, blocks_for(n), kBlock, 0,
+                         options.stream, in.data, in.dtype, strides_of(in), out.data, out.dtype,
+                         strides_of(out), nnz, heads, dim, rotary_dim,
+                         positions.as<const int32_t>(), angles, rope.interleave);
   };
   KVATTN_RETURN_IF_ERROR(rotate(q, q_out));
   return rotate(k, k_out);

@@ -89,9 +89,14 @@ class Fa2Backend final : public Backend {
     plan->kv_chunk_size = s.chunk_size;
     plan->num_partial_states = s.num_partial_states;
     plan->work = fa2::describe(s, problem.group_size());
-    // Device scratch (schedule, page table copy, partial states) is allocated stream-ordered by
-    // run() itself: the workspace that kvattn::run allocates is host memory.
+    // run() needs no caller workspace: its device state (schedule, page table copy, partial
+    // states) is made here, once, in the plan's own device workspace.
     plan->workspace_bytes = 0;
+#if defined(KVATTN_WITH_CUDA)
+    KVATTN_RETURN_IF_ERROR(fa2::make_plan_state(problem, args, s, options.device, options.stream,
+                                                &plan->backend_state,
+                                                &plan->device_workspace_bytes));
+#endif
     return Status::Ok();
   }
 
@@ -106,6 +111,7 @@ class Fa2Backend final : public Backend {
 #endif
   }
 
+  bool supports_streams() const override { return true; }
   bool supports_aux(AuxOp, const Device& device) const override {
     return detail::cuda_support_built() && device.is_cuda() && device.sm >= fa2::kMinSm;
   }
@@ -113,22 +119,22 @@ class Fa2Backend final : public Backend {
   Status merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
                      const TensorView& s_b, const TensorView& v_out, const TensorView& s_out,
                      const OpOptions& options) const override {
-    return fa2::run_merge_state(v_a, s_a, v_b, s_b, v_out, s_out, options.device.index);
+    return fa2::run_merge_state(v_a, s_a, v_b, s_b, v_out, s_out, options);
   }
   Status merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
                       const TensorView& s_out, const OpOptions& options) const override {
-    return fa2::run_merge_states(v, s, v_out, s_out, options.device.index);
+    return fa2::run_merge_states(v, s, v_out, s_out, options);
   }
   Status append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v,
                                const TensorView& batch_indices, const TensorView& positions,
                                const PagedKVCache& cache, const OpOptions& options) const override {
     return fa2::run_append_paged_kv_cache(append_k, append_v, batch_indices, positions, cache,
-                                          options.device.index);
+                                          options);
   }
   Status apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_out,
                     const TensorView& k_out, const TensorView& pos_ids, const RopeParams& rope,
                     const OpOptions& options) const override {
-    return fa2::run_apply_rope(q, k, q_out, k_out, pos_ids, rope, options.device.index);
+    return fa2::run_apply_rope(q, k, q_out, k_out, pos_ids, rope, options);
   }
 #endif
 };

@@ -48,7 +48,9 @@ inline const CapabilityDecl& capability() {
       .kv_layouts = kKVLayouts,
       .soft_cap = true,
       .sliding_window = true,
-      .fp16_qk_reduction = true,
+      // Declared unsupported (issue 13): the kernel accumulates q.k in f32 MMAs; accepting the
+      // flag and computing something else would be a silently ignored flag.
+      .fp16_qk_reduction = false,
       .return_lse = true,
       .sinks = true,
       .kv_scale_granularities = kScaleGranularities,

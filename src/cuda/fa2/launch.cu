@@ -1,49 +1,65 @@
-// fa2's attention on the host side of CUDA: finds the kernel in the generated table, builds the
-// kernel parameters from the plan and the tensors, copies the schedule to the device, launches,
-// and merges the split-KV partial states.
+// fa2's attention on the host side of CUDA. plan: the schedule, the page table and room for the
+// split-KV partial states go into one persistent device workspace (copied once from pinned
+// staging on the plan's stream), and the kernel's shared-memory attribute is set. run: builds
+// the kernel parameters from the plan and the tensors on the host and launches the attention
+// kernel (and the split-KV merge) on the plan's stream: nothing else, so it can be captured in
+// a CUDA graph. Every runtime call goes through RuntimeCalls (runtime_calls.h).
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "core/attention_math.h"
-#include "cuda/common/device_buffer.h"
 #include "cuda/fa2/kernel_table.h"
 #include "cuda/fa2/kernels/store_out.cuh"
 #include "cuda/fa2/launch.h"
+#include "cuda/fa2/launch_kernel.h"
+#include "cuda/fa2/plan_state.h"
 #include "cuda/fa2/schedule.h"
 
 namespace kvattn::fa2 {
 namespace {
 
-// Combines the partial states of one query row (one CTA per MergeRow): each thread owns output
-// dims, every head in turn; the weights come from the per-chunk lse.
+// The split-KV merge, in parallel: one CTA per (merge row, query head) (blockIdx.x, blockIdx.y),
+// each thread owning kMergeDims consecutive output dims read as one float4 (D_vo is a multiple of
+// 16 and each partial row starts 16-byte aligned). Every thread folds the same chunk LSEs, a
+// warp-uniform (broadcast) load.
+constexpr int kMergeDims = 4;
 __global__ void merge_partials_kernel(const MergeRow* rows, const float* partial_o,
                                       const float* partial_lse, int num_heads, int head_dim,
-                                      AttentionParams p) {
+                                      const AttentionParams p) {
   const MergeRow row = rows[blockIdx.x];
-  for (int h = 0; h < num_heads; ++h) {
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-      math::StateMerger merger;
-      float o = 0.0f;
-      // The sink joins once, here, as a state with no value (the partials exclude it).
-      if (p.sinks) {
-        float scale_acc = 0.0f, scale_c = 0.0f;
-        merger.add(p.sinks[h * p.sinks_stride], &scale_acc, &scale_c);
-      }
-      for (int64_t c = 0; c < row.chunks; ++c) {
-        const int64_t state = row.first_state + c;
-        const float lse = partial_lse[state * num_heads + h];
-        if (lse == -INFINITY) continue;  // a chunk with no visible key adds nothing
-        float scale_acc = 0.0f, scale_c = 0.0f;
-        merger.add(lse, &scale_acc, &scale_c);
-        o = o * scale_acc + partial_o[(state * num_heads + h) * head_dim + d] * scale_c;
-      }
-      o *= merger.inv_sum();
-      const int64_t off = row.out_row * p.o_stride_row + h * p.o_stride_head + d * p.o_stride_dim;
-      store_out(p, off, o);
-      if (p.lse && d == 0)
-        p.lse[row.out_row * p.lse_stride_row + h * p.lse_stride_head] = merger.lse();
-    }
+  const int h = int(blockIdx.y);
+  const int d0 = int(threadIdx.x) * kMergeDims;
+  if (d0 >= head_dim) return;
+  math::StateMerger merger;
+  float o[kMergeDims] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // The sink joins once, here, as a state with no value (the partials exclude it).
+  if (p.sinks) {
+    float scale_acc = 0.0f, scale_c = 0.0f;
+    merger.add(__ldg(p.sinks + h * p.sinks_stride), &scale_acc, &scale_c);
+  }
+  for (int64_t c = 0; c < row.chunks; ++c) {
+    const int64_t state = row.first_state + c;
+    const float lse = __ldg(partial_lse + state * num_heads + h);
+    // A chunk with no visible key adds nothing (a NaN chunk is folded in: it makes the row NaN).
+    if (lse == -INFINITY) continue;
+    float scale_acc = 0.0f, scale_c = 0.0f;
+    merger.add(lse, &scale_acc, &scale_c);
+    const float4 v =
+        __ldg(reinterpret_cast<const float4*>(partial_o + (state * num_heads + h) * head_dim + d0));
+    o[0] = o[0] * scale_acc + v.x * scale_c;
+    o[1] = o[1] * scale_acc + v.y * scale_c;
+    o[2] = o[2] * scale_acc + v.z * scale_c;
+    o[3] = o[3] * scale_acc + v.w * scale_c;
+  }
+  const float inv_sum = merger.inv_sum();
+  const int64_t base = row.out_row * p.o_stride_row + h * p.o_stride_head;
+#pragma unroll
+  for (int i = 0; i < kMergeDims; ++i)
+    store_out(p, base + (d0 + i) * p.o_stride_dim, o[i] * inv_sum);
+  if (p.lse && threadIdx.x == 0) {
+    p.lse[row.out_row * p.lse_stride_row + h * p.lse_stride_head] = merger.lse();
   }
 }
 
@@ -120,12 +136,79 @@ std::vector<int32_t> read_indices(const TensorView& t) {
 
 int device_sm_count(int index) {
   int count = 0;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, index) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
+  if (runtime().sm_count(index, &count) != 0) return 0;
   return count;
 }
+
+Status make_plan_state(const Problem& p, const AttentionArgs& args, const Schedule& s,
+                       const Device& device, void* stream, std::shared_ptr<const void>* out_state,
+                       std::size_t* device_bytes) {
+  auto state = std::make_shared<PlanState>();
+  state->schedule = s;
+  if (is_paged(p.op)) state->kv_indices = read_indices(args.kv_indices);
+  state->layout = workspace_layout(s, state->kv_indices.size(), p.num_qo_heads, p.head_dim_vo);
+  state->device = device.index;
+  state->calls = &runtime();
+  DeviceGuard guard;
+  KVATTN_RETURN_IF_ERROR(guard.enter(device.index));
+  const WorkspaceLayout& l = state->layout;
+  if (l.total_bytes > 0) {
+    KVATTN_RETURN_IF_ERROR(
+        runtime_status("cudaMalloc", runtime().malloc_device(&state->workspace, l.total_bytes)));
+  }
+  if (l.staged_bytes > 0) {
+    void* staging = nullptr;
+    KVATTN_RETURN_IF_ERROR(
+        runtime_status("cudaMallocHost", runtime().malloc_pinned(&staging, l.staged_bytes)));
+    fill_staging(s, state->kv_indices, l, static_cast<std::byte*>(staging));
+    // Synchronized here, once per plan: the staging can go, and a run on any stream finds the
+    // workspace ready.
+    const Status copied = [&]() -> Status {
+      KVATTN_RETURN_IF_ERROR(runtime_status(
+          "cudaMemcpyAsync",
+          runtime().copy_to_device_async(state->workspace, staging, l.staged_bytes, stream)));
+      return runtime_status("cudaStreamSynchronize", runtime().stream_synchronize(stream));
+    }();
+    (void)runtime().free_pinned(staging);
+    KVATTN_RETURN_IF_ERROR(copied);
+  }
+  // A kernel's dynamic shared-memory limit is set once, here, not in run.
+  if (const KernelEntry* kernel = find_kernel(kernel_key(p)); kernel && !s.work.empty()) {
+    const KernelLaunchInfo info = kernel->info(s.warps);
+    KVATTN_RETURN_IF_ERROR(
+        runtime_status("cudaFuncSetAttribute",
+                       runtime().set_max_dynamic_shared_memory(info.kernel, info.shared_bytes)));
+  }
+  *device_bytes = l.total_bytes;
+  *out_state = std::move(state);
+  return Status::Ok();
+}
+
+namespace {
+
+// The page table run() is given must be the one the plan copied to the device.
+Status check_page_table(const PlanState& state, const TensorView& kv_indices) {
+  const int64_t n = kv_indices.rank == 1 ? kv_indices.shape[0] : 0;
+  if (std::size_t(n) != state.kv_indices.size()) {
+    return make_error(
+        ErrorCode::kInvalidArgument, "kv_indices: ", n, " entries, the plan was made with ",
+        state.kv_indices.size(),
+        "; call plan() again when the page table changes (fa2 copies it at plan time)");
+  }
+  const auto* ids = static_cast<const int32_t*>(kv_indices.data);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = ids[i * kv_indices.strides[0]];
+    if (id != state.kv_indices[std::size_t(i)]) {
+      return make_error(ErrorCode::kInvalidArgument, "kv_indices[", i, "] = ", id,
+                        ", the plan was made with ", state.kv_indices[std::size_t(i)],
+                        "; call plan() again when the page table changes (fa2 copies it at plan "
+                        "time)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status run_attention(const Plan& plan, const AttentionArgs& args) {
   const Problem& p = plan.problem;
@@ -134,12 +217,14 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
     return make_error(ErrorCode::kUnavailable, "fa2: no kernel built for ",
                       kernel_key_string(kernel_key(p)));
   }
+  const auto* state = static_cast<const PlanState*>(plan.backend_state.get());
+  if (state == nullptr || state->device != plan.device.index) {
+    return make_error(ErrorCode::kInvalidArgument, "plan: no fa2 device workspace for device ",
+                      plan.device.index, " (was the plan made by kvattn::plan with backend fa2?)");
+  }
   KVATTN_RETURN_IF_ERROR(check_memory(p, args));
-  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("cudaSetDevice", cudaSetDevice(plan.device.index)));
-
-  const Schedule s = make_schedule(
-      p, plan.qo_len, plan.kv_len, request_starts(p, args), args.custom_mask_packed,
-      plan.kv_chunk_size > 0 ? plan.kv_chunk_size : -1, device_sm_count(plan.device.index));
+  if (is_paged(p.op)) KVATTN_RETURN_IF_ERROR(check_page_table(*state, args.kv_indices));
+  const Schedule& s = state->schedule;
   if (s.work.empty()) return Status::Ok();
 
   AttentionParams k;
@@ -220,30 +305,30 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
   k.rope_scale = p.rope_scale;
   k.rope_interleave = p.rope_interleave;
 
-  cuda::DeviceBuffer requests, work, indices, partial_o, partial_lse, merge_rows;
-  KVATTN_RETURN_IF_ERROR(requests.upload(s.requests));
-  KVATTN_RETURN_IF_ERROR(work.upload(s.work));
-  if (k.paged) {
-    KVATTN_RETURN_IF_ERROR(indices.upload(read_indices(args.kv_indices)));
-    k.kv_indices = indices.as<int32_t>();
-  }
-  k.requests = requests.as<RequestInfo>();
-  k.work = work.as<WorkUnit>();
+  const WorkspaceLayout& l = state->layout;
+  k.requests = state->at<const RequestInfo>(l.requests);
+  k.work = state->at<const WorkUnit>(l.work);
+  if (k.paged) k.kv_indices = state->at<const int32_t>(l.kv_indices);
   if (s.num_partial_states > 0) {
-    const std::size_t states = std::size_t(s.num_partial_states) * p.num_qo_heads;
-    KVATTN_RETURN_IF_ERROR(partial_o.allocate(states * p.head_dim_vo * sizeof(float)));
-    KVATTN_RETURN_IF_ERROR(partial_lse.allocate(states * sizeof(float)));
-    KVATTN_RETURN_IF_ERROR(merge_rows.upload(s.merge_rows));
-    k.partial_o = partial_o.as<float>();
-    k.partial_lse = partial_lse.as<float>();
+    k.partial_o = state->at<float>(l.partial_o);
+    k.partial_lse = state->at<float>(l.partial_lse);
   }
 
-  const int err = kernel->launch(k, int(s.work.size()), s.warps, nullptr);
-  KVATTN_RETURN_IF_ERROR(cuda::cuda_status("fa2 attention kernel", cudaError_t(err)));
+  DeviceGuard guard;
+  KVATTN_RETURN_IF_ERROR(guard.enter(plan.device.index));
+  const KernelLaunchInfo info = kernel->info(s.warps);
+  void* kernel_args[] = {&k};
+  KVATTN_RETURN_IF_ERROR(runtime_status(
+      "fa2 attention kernel",
+      runtime().launch(info.kernel, Dim3{unsigned(s.work.size())}, Dim3{unsigned(info.threads)},
+                       kernel_args, std::size_t(info.shared_bytes), plan.stream)));
   if (!s.merge_rows.empty()) {
-    merge_partials_kernel<<<int(s.merge_rows.size()), 128>>>(
-        merge_rows.as<MergeRow>(), k.partial_o, k.partial_lse, p.num_qo_heads, p.head_dim_vo, k);
-    KVATTN_RETURN_IF_ERROR(cuda::cuda_status("fa2 merge kernel", cudaGetLastError()));
+    const unsigned threads = unsigned((p.head_dim_vo / kMergeDims + 31) / 32 * 32);
+    KVATTN_RETURN_IF_ERROR(
+        launch_kernel("fa2 merge kernel", merge_partials_kernel,
+                      Dim3{unsigned(s.merge_rows.size()), unsigned(p.num_qo_heads)}, Dim3{threads},
+                      0, plan.stream, state->at<const MergeRow>(l.merge_rows), k.partial_o,
+                      k.partial_lse, p.num_qo_heads, p.head_dim_vo, k));
   }
   return Status::Ok();
 }

@@ -27,6 +27,13 @@ constexpr int cta_rows(int warps) { return warps * kWarpRows; }
 // so rows are padded to a multiple of 64 elements (96 -> 128; the pad is never read).
 constexpr int smem_row(int head_dim) { return (head_dim + 63) / 64 * 64; }
 
+// How to launch one compiled attention kernel (a __global__ taking `const AttentionParams`).
+struct KernelLaunchInfo {
+  const void* kernel = nullptr;
+  int threads = 0;
+  int shared_bytes = 0;
+};
+
 // Output element types the epilogue writes.
 enum class OutKind : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 

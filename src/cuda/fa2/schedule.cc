@@ -1,9 +1,11 @@
 #include "cuda/fa2/schedule.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/attention_math.h"
 #include "core/split_kv.h"
+#include "cuda/fa2/kernels/unit_math.h"
 
 namespace kvattn::fa2 {
 namespace {
@@ -14,6 +16,29 @@ int32_t read_i32(const TensorView& t, int64_t i) {
 
 // Splitting a chunk smaller than this costs more in the merge than it gains in parallelism.
 constexpr int64_t kMinChunkKeys = 256;
+
+// The keys a unit loads (the kernel's own unit_key_range): its cost, up to the row count.
+int64_t unit_keys(const Problem& p, const Schedule& s, const WorkUnit& w) {
+  AttentionParams params;
+  params.causal = p.mask_mode == MaskMode::kCausal;
+  params.window_left = p.window_left;
+  params.group = p.group_size();
+  params.chunk_size = s.chunk_size;
+  const split::ChunkRange keys = unit_key_range(params, w, s.requests[w.request]);
+  return keys.end > keys.begin ? keys.end - keys.begin : 0;
+}
+
+// CTAs start in grid order: with causal masks (and windows, and requests of different lengths)
+// the units' costs differ by up to the whole context, and starting the longest last leaves the
+// GPU waiting on a tail of them. Costliest first (stable, so equal units keep their order).
+void order_costliest_first(const Problem& p, Schedule* s) {
+  std::vector<std::pair<int64_t, WorkUnit>> keyed;
+  keyed.reserve(s->work.size());
+  for (const WorkUnit& w : s->work) keyed.emplace_back(unit_keys(p, *s, w), w);
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = 0; i < keyed.size(); ++i) s->work[i] = keyed[i].second;
+}
 
 }  // namespace
 
@@ -96,7 +121,42 @@ Schedule make_schedule(const Problem& p, const std::vector<int64_t>& qo_len,
       }
     }
   }
+  order_costliest_first(p, &s);
   return s;
+}
+
+WorkspaceLayout workspace_layout(const Schedule& s, std::size_t num_kv_indices, int num_qo_heads,
+                                 int head_dim_vo) {
+  constexpr std::size_t kAlign = 256;
+  std::size_t at = 0;
+  const auto take = [&](std::size_t bytes) {
+    const std::size_t offset = at;
+    at += (bytes + kAlign - 1) / kAlign * kAlign;
+    return offset;
+  };
+  WorkspaceLayout l;
+  l.requests = take(s.requests.size() * sizeof(RequestInfo));
+  l.work = take(s.work.size() * sizeof(WorkUnit));
+  l.merge_rows = take(s.merge_rows.size() * sizeof(MergeRow));
+  l.kv_indices = take(num_kv_indices * sizeof(int32_t));
+  l.staged_bytes = at;
+  const std::size_t states = std::size_t(s.num_partial_states) * std::size_t(num_qo_heads);
+  l.partial_o = take(states * std::size_t(head_dim_vo) * sizeof(float));
+  l.partial_lse = take(states * sizeof(float));
+  l.total_bytes = at;
+  return l;
+}
+
+void fill_staging(const Schedule& s, const std::vector<int32_t>& kv_indices,
+                  const WorkspaceLayout& l, std::byte* staging) {
+  std::memset(staging, 0, l.staged_bytes);
+  const auto put = [&](std::size_t offset, const auto& v) {
+    if (!v.empty()) std::memcpy(staging + offset, v.data(), v.size() * sizeof(v[0]));
+  };
+  put(l.requests, s.requests);
+  put(l.work, s.work);
+  put(l.merge_rows, s.merge_rows);
+  put(l.kv_indices, kv_indices);
 }
 
 std::vector<WorkItem> describe(const Schedule& s, int group) {

@@ -3,6 +3,7 @@
 // function computes it for plan() and run() alike, so the two cannot disagree.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -37,6 +38,27 @@ inline constexpr int kAssumedSms = 132;
 Schedule make_schedule(const Problem& problem, const std::vector<int64_t>& qo_len,
                        const std::vector<int64_t>& kv_len, const RequestStarts& starts,
                        bool custom_mask_packed, int64_t requested_chunk, int num_sms);
+
+// fa2's persistent device workspace, made by plan() (one per plan, shared by its copies): the
+// schedule's arrays and the page table, copied once from pinned staging, and the split-KV
+// partial states. One function computes both the size and the layout (STYLE.md "One source of
+// truth"); offsets are in bytes, each 256-byte aligned.
+struct WorkspaceLayout {
+  std::size_t requests = 0;
+  std::size_t work = 0;
+  std::size_t merge_rows = 0;
+  std::size_t kv_indices = 0;
+  // [0, staged_bytes) is what plan() copies from the host; the partial states follow.
+  std::size_t staged_bytes = 0;
+  std::size_t partial_o = 0;
+  std::size_t partial_lse = 0;
+  std::size_t total_bytes = 0;
+};
+WorkspaceLayout workspace_layout(const Schedule& schedule, std::size_t num_kv_indices,
+                                 int num_qo_heads, int head_dim_vo);
+// Writes the staged part of the workspace ([0, layout.staged_bytes)) into `staging`.
+void fill_staging(const Schedule& schedule, const std::vector<int32_t>& kv_indices,
+                  const WorkspaceLayout& layout, std::byte* staging);
 
 // The public description of the schedule (Plan::work).
 std::vector<WorkItem> describe(const Schedule& schedule, int group);

@@ -95,4 +95,51 @@ testing::RunBackend run_backend(std::string backend, const Device& device, int64
   };
 }
 
+testing::RunBackend run_fa2_graph(const Device& device, int64_t kv_chunk_size) {
+  return [device, kv_chunk_size](const Problem& problem, const AttentionArgs& host) -> Status {
+    const auto failed = [](const char* what, cudaError_t err) {
+      return Status(ErrorCode::kInternal, std::string(what) + ": " + cudaGetErrorString(err));
+    };
+    DeviceMirror mirror;
+    AttentionArgs args = mirror_args(problem, host, &mirror);
+    cudaStream_t stream;
+    cudaError_t err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (err != cudaSuccess) return failed("cudaStreamCreate", err);
+    PlanOptions options;
+    options.backend = "fa2";
+    options.device = device;
+    options.kv_chunk_size = kv_chunk_size;
+    options.stream = stream;
+    Plan plan;
+    Status st = kvattn::plan(problem, args, options, &plan);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (st.ok()) {
+      err = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+      if (err != cudaSuccess) st = failed("cudaStreamBeginCapture", err);
+    }
+    if (st.ok()) {
+      const Status ran = kvattn::run(plan, args);
+      err = cudaStreamEndCapture(stream, &graph);
+      st = !ran.ok() ? ran : err != cudaSuccess ? failed("cudaStreamEndCapture", err) : ran;
+    }
+    if (st.ok() && (err = cudaGraphInstantiate(&exec, graph, 0)) != cudaSuccess) {
+      st = failed("cudaGraphInstantiate", err);
+    }
+    for (int replay = 0; st.ok() && replay < 2; ++replay) {
+      if ((err = cudaGraphLaunch(exec, stream)) != cudaSuccess) st = failed("cudaGraphLaunch", err);
+    }
+    if (st.ok() && (err = cudaStreamSynchronize(stream)) != cudaSuccess) {
+      st = failed("cudaStreamSynchronize", err);
+    }
+    if (exec) (void)cudaGraphExecDestroy(exec);
+    if (graph) (void)cudaGraphDestroy(graph);
+    (void)cudaStreamDestroy(stream);
+    if (!st.ok()) return st;
+    mirror.to_host(args.out, host.out);
+    mirror.to_host(args.lse, host.lse);
+    return Status::Ok();
+  };
+}
+
 }  // namespace kvattn::fa2::test

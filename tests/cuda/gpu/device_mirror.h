@@ -42,6 +42,9 @@ AttentionArgs mirror_args(const Problem& problem, const AttentionArgs& host, Dev
 // Runs fa2 on `device` through the public API (plan + run), synchronizes, copies out and lse
 // back. kv_chunk_size as PlanOptions::kv_chunk_size (0: fa2 decides).
 testing::RunBackend run_fa2(const Device& device, int64_t kv_chunk_size = 0);
+// fa2 planned on a non-blocking stream of its own, its run captured in a CUDA graph on that
+// stream and the graph launched twice (issue 13: run issues only launches on the caller's stream).
+testing::RunBackend run_fa2_graph(const Device& device, int64_t kv_chunk_size = 0);
 // The same for any backend by name (fa3's tests).
 testing::RunBackend run_backend(std::string backend, const Device& device,
                                 int64_t kv_chunk_size = 0);

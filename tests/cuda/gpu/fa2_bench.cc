@@ -3,7 +3,10 @@
 // the same run, and causal batch prefill in TFLOP/s. Usage: kvattn_fa2_gpu_bench [--quick]
 // [--backend fa3]: with fa3 (SM90 only), causal bf16 d128 prefill alone (fa3 has no decode
 // kernel, and bf16 q over an FP8 cache is not fa3's), up to 8k tokens. Without a suitable CUDA
-// device it says why and exits 0 (nothing measured).
+// device it says why and exits 0 (nothing measured). The profile summary (issue 13, no ncu):
+// achieved bandwidth per decode case, TFLOP/s per prefill case, and at batch 1 x 32k the split-KV
+// merge's time against the attention kernel's (CUDA events around each launch of run, through
+// fa2's RuntimeCalls), and run captured in a CUDA graph and replayed.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "core/cuda_query.h"
+#include "cuda/fa2/runtime_calls.h"
 #include "cuda/gpu/device_mirror.h"
 #include "kvattn/kvattn.h"
 
@@ -149,6 +153,131 @@ double run_ms(PagedBatch& b, const std::string& backend, const Device& device, i
   return ms;
 }
 
+// The real runtime with an event pair around every launch: each kernel's own GPU time.
+class TimedLaunches final : public RuntimeCalls {
+ public:
+  explicit TimedLaunches(RuntimeCalls& real) : real_(real) {}
+  ~TimedLaunches() override {
+    for (auto& [a, b] : events_) {
+      (void)cudaEventDestroy(a);
+      (void)cudaEventDestroy(b);
+    }
+  }
+  int get_device(int* d) override { return real_.get_device(d); }
+  int set_device(int d) override { return real_.set_device(d); }
+  int sm_count(int d, int* c) override { return real_.sm_count(d, c); }
+  int malloc_device(void** p, size_t n) override { return real_.malloc_device(p, n); }
+  int free_device(void* p) override { return real_.free_device(p); }
+  int malloc_pinned(void** p, size_t n) override { return real_.malloc_pinned(p, n); }
+  int free_pinned(void* p) override { return real_.free_pinned(p); }
+  int malloc_async(void** p, size_t n, void* s) override { return real_.malloc_async(p, n, s); }
+  int free_async(void* p, void* s) override { return real_.free_async(p, s); }
+  int copy_to_device_async(void* d, const void* h, size_t n, void* s) override {
+    return real_.copy_to_device_async(d, h, n, s);
+  }
+  int stream_synchronize(void* s) override { return real_.stream_synchronize(s); }
+  int set_max_dynamic_shared_memory(const void* k, int n) override {
+    return real_.set_max_dynamic_shared_memory(k, n);
+  }
+  int launch(const void* kernel, Dim3 grid, Dim3 block, void** args, size_t smem,
+             void* stream) override {
+    cudaEvent_t a, b;
+    BENCH_CHECK(cudaEventCreate(&a));
+    BENCH_CHECK(cudaEventCreate(&b));
+    BENCH_CHECK(cudaEventRecord(a, static_cast<cudaStream_t>(stream)));
+    const int err = real_.launch(kernel, grid, block, args, smem, stream);
+    BENCH_CHECK(cudaEventRecord(b, static_cast<cudaStream_t>(stream)));
+    events_.emplace_back(a, b);
+    return err;
+  }
+  const char* error_string(int e) override { return real_.error_string(e); }
+
+  // Milliseconds of launch `k` of every run, averaged over the runs recorded.
+  double mean_ms(int k, int launches_per_run) {
+    BENCH_CHECK(cudaDeviceSynchronize());
+    double total = 0;
+    int n = 0;
+    for (size_t i = size_t(k); i < events_.size(); i += size_t(launches_per_run), ++n) {
+      float ms = 0;
+      BENCH_CHECK(cudaEventElapsedTime(&ms, events_[i].first, events_[i].second));
+      total += ms;
+    }
+    return n ? total / n : 0.0;
+  }
+  size_t launches() const { return events_.size(); }
+
+ private:
+  RuntimeCalls& real_;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+};
+
+// Batch 1 x 32k decode (the planner splits it): attention vs merge time, and run captured in a
+// CUDA graph on a non-default stream and replayed.
+void profile_long_decode(const Device& device, int iters) {
+  PagedBatch b = make_batch(Op::kBatchDecode, 1, 1, 32768, DType::kBF16);
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  PlanOptions options;
+  options.backend = "fa2";
+  options.device = device;
+  options.stream = stream;
+  Plan plan;
+  Status st = kvattn::plan(b.problem, b.args, options, &plan);
+  if (!st.ok()) {
+    std::fprintf(stderr, "plan: %s\n", st.message().c_str());
+    std::exit(1);
+  }
+  {
+    TimedLaunches timed(runtime());
+    RuntimeCalls* previous = substitute_runtime(&timed);
+    for (int i = 0; i < iters; ++i) {
+      st = kvattn::run(plan, b.args);
+      if (!st.ok()) break;
+    }
+    substitute_runtime(previous);
+    if (!st.ok()) {
+      std::fprintf(stderr, "run: %s\n", st.message().c_str());
+      std::exit(1);
+    }
+    const int per_run = int(timed.launches()) / iters;
+    const double attention = timed.mean_ms(0, per_run);
+    const double merge = per_run > 1 ? timed.mean_ms(1, per_run) : 0.0;
+    std::printf(
+        "profile decode B=1 kv_len=32768 (split into %lld-key chunks, %lld partial states): "
+        "attention %.3f ms, merge %.3f ms (%.0f%% of the pair)\n",
+        (long long)plan.kv_chunk_size, (long long)plan.num_partial_states, attention, merge,
+        100.0 * merge / (attention + merge));
+  }
+  // Graph capture: run issues only launches on `stream`, so it can be captured and replayed.
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  st = kvattn::run(plan, b.args);
+  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
+  if (!st.ok()) {
+    std::fprintf(stderr, "run under capture: %s\n", st.message().c_str());
+    std::exit(1);
+  }
+  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, e;
+  BENCH_CHECK(cudaEventCreate(&a));
+  BENCH_CHECK(cudaEventCreate(&e));
+  BENCH_CHECK(cudaGraphLaunch(exec, stream));
+  BENCH_CHECK(cudaEventRecord(a, stream));
+  for (int i = 0; i < iters; ++i) BENCH_CHECK(cudaGraphLaunch(exec, stream));
+  BENCH_CHECK(cudaEventRecord(e, stream));
+  BENCH_CHECK(cudaEventSynchronize(e));
+  float ms = 0;
+  BENCH_CHECK(cudaEventElapsedTime(&ms, a, e));
+  std::printf("profile decode B=1 kv_len=32768 as a CUDA graph: %.3f ms per replay\n", ms / iters);
+  BENCH_CHECK(cudaGraphExecDestroy(exec));
+  BENCH_CHECK(cudaGraphDestroy(graph));
+  BENCH_CHECK(cudaEventDestroy(a));
+  BENCH_CHECK(cudaEventDestroy(e));
+  BENCH_CHECK(cudaStreamDestroy(stream));
+  for (void* p : b.buffers) BENCH_CHECK(cudaFree(p));
+}
+
 int bench_fa3(bool quick) {
   std::string why;
   std::optional<Device> device = gpu_or_reason(&why, 90, 90);
@@ -200,6 +329,7 @@ int bench_main(bool quick) {
                   flops / (ms * 1e-3) / 1e12);
     }
   }
+  profile_long_decode(*device, iters);
   return 0;
 }
 

@@ -120,13 +120,26 @@ __device__ void copy_raw_rows(const AttentionParams& p, const typename C::Raw* s
   if (p.kv_vector_loads) {
     constexpr int kPerChunk = 16 / int(sizeof(Raw));
     constexpr int kChunks = D / kPerChunk;
+    // Consecutive lanes copy consecutive 16-byte chunks of a row (coalesced). When a row's
+    // chunks fill whole lane groups (a power-of-two count), the group's first lane finds the
+    // row (page lookup: a division and an index load) once and shuffles it to the others,
+    // instead of every chunk finding it again (issue 13).
+    constexpr bool kShareRow = (kChunks & (kChunks - 1)) == 0 && (C::kKeys * kChunks) % 32 == 0;
+    const int lane = threadIdx.x % 32;
     for (int idx = threadIdx.x; idx < C::kKeys * kChunks; idx += C::kThreads) {
       const int n = idx / kChunks, c = idx % kChunks;
       const int64_t j = block_begin + n;
-      if (j < kv_hi) {
-        cuda::cp_async_16(stage + n * D + c * kPerChunk,
-                          src_base + kv_row_offset(p, s, r, j, kv_head) + c * kPerChunk);
+      int64_t row = 0;
+      if constexpr (kShareRow) {
+        // Lanes of one row: aligned groups of kChunks (or the whole warp for longer rows).
+        const int leader = kChunks >= 32 ? 0 : lane & ~(kChunks - 1);
+        if (lane == leader && j < kv_hi) row = kv_row_offset(p, s, r, j, kv_head);
+        row = __shfl_sync(0xffffffffu, row, leader);
+      } else {
+        if (j < kv_hi) row = kv_row_offset(p, s, r, j, kv_head);
       }
+      if (j < kv_hi)
+        cuda::cp_async_16(stage + n * D + c * kPerChunk, src_base + row + c * kPerChunk);
     }
   } else {
     for (int idx = threadIdx.x; idx < C::kKeys * D; idx += C::kThreads) {
@@ -162,9 +175,11 @@ __device__ __forceinline__ float granular_scale(const AttentionParams& p, const 
 
 // Staging -> swizzled 16-bit K and V tiles: decode (FP8 or the other 16-bit type) with the
 // per-head / per-(token, head) scales, RoPE on K (of the real, dequantized key), zeros past
-// kv_hi (so that a masked key's V contributes 0, never 0 * garbage = NaN).
+// kv_hi (so that a masked key's V contributes 0, never 0 * garbage = NaN). Returns whether this
+// thread stored a non-finite V element (inf or NaN, after rounding to the tile's type): such a
+// block takes guarded_pv instead of the PV MMA, so that keys masked for a row add nothing.
 template <class C>
-__device__ void decode_kv_block(const AttentionParams& p, const RequestInfo& r, int kv_head,
+__device__ bool decode_kv_block(const AttentionParams& p, const RequestInfo& r, int kv_head,
                                 int64_t block_begin, int64_t kv_hi, const typename C::Raw* k_stage,
                                 const typename C::Raw* v_stage, typename C::T* k_s,
                                 typename C::T* v_s) {
@@ -191,6 +206,7 @@ __device__ void decode_kv_block(const AttentionParams& p, const RequestInfo& r, 
     k_s[swizzled<C::kDqkRow>(n, e.second)] = C::Q16::from_float(x2);
   }
   constexpr int kVPairs = C::kDvo / 2;
+  bool nonfinite_v = false;
   for (int idx = threadIdx.x; idx < C::kKeys * kVPairs; idx += C::kThreads) {
     const int n = idx / kVPairs, t = idx % kVPairs;
     const int64_t j = block_begin + n;
@@ -200,9 +216,12 @@ __device__ void decode_kv_block(const AttentionParams& p, const RequestInfo& r, 
                         : 0.0f;
     float x1 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t]) * vs : 0.0f;
     float x2 = in ? KV::to_float(v_stage[n * C::kDvo + 2 * t + 1]) * vs : 0.0f;
-    v_s[swizzled<C::kDvoRow>(n, 2 * t)] = C::Q16::from_float(x1);
-    v_s[swizzled<C::kDvoRow>(n, 2 * t + 1)] = C::Q16::from_float(x2);
+    const typename C::T t1 = C::Q16::from_float(x1), t2 = C::Q16::from_float(x2);
+    nonfinite_v |= !isfinite(C::Q16::to_float(t1)) || !isfinite(C::Q16::to_float(t2));
+    v_s[swizzled<C::kDvoRow>(n, 2 * t)] = t1;
+    v_s[swizzled<C::kDvoRow>(n, 2 * t + 1)] = t2;
   }
+  return nonfinite_v;
 }
 
 // ---- Mainloop -------------------------------------------------------------------------------
@@ -221,8 +240,8 @@ template <class C>
 __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
                              const RowInfo (&rows)[2], int64_t block_begin,
                              const split::ChunkRange& keys, const typename C::T* q_s,
-                             const typename C::T* k_s, const typename C::T* v_s,
-                             Accumulators<C>& acc) {
+                             const typename C::T* k_s, const typename C::T* v_s, bool fully_visible,
+                             bool nonfinite_v, Accumulators<C>& acc) {
   constexpr int kNTiles = C::kKeys / 8;
   constexpr float kLog2e = 1.4426950408889634f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -246,15 +265,27 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
     }
   }
 
-  // Score transforms in DESIGN.md §2's order (scale, soft cap, ALiBi), then the masks.
+  // Score transforms in DESIGN.md §2's order (scale, soft cap, ALiBi), then the masks; a block
+  // every row fully sees (block_fully_visible: uniform over the CTA) skips the mask test.
+  if (fully_visible) {
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
+    for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const RowInfo& ri = rows[e >> 1];
-      const int64_t j = block_begin + nt * 8 + frag::acc_element(lane, e).col;
-      s[nt][e] = row_sees_key(p, r, ri, keys, j) ? transformed_score(p, ri, j, s[nt][e]) * kLog2e
-                                                 : -INFINITY;
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = block_begin + nt * 8 + frag::acc_element(lane, e).col;
+        s[nt][e] = transformed_score(p, rows[e >> 1], j, s[nt][e]) * kLog2e;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const RowInfo& ri = rows[e >> 1];
+        const int64_t j = block_begin + nt * 8 + frag::acc_element(lane, e).col;
+        s[nt][e] = row_sees_key(p, r, ri, keys, j) ? transformed_score(p, ri, j, s[nt][e]) * kLog2e
+                                                   : -INFINITY;
+      }
     }
   }
 
@@ -267,6 +298,13 @@ __device__ void attend_block(const AttentionParams& p, const RequestInfo& r,
     softmax_block_update(s, acc.o, acc.m[half], acc.l[half], half, block_max);
   }
 
+  if (nonfinite_v) {  // uniform over the CTA (a __syncthreads_or): no divergent shuffles
+    guarded_pv<kNTiles, C::kDvo / 8>(
+        acc.o, lane,
+        [&](int nt, int e, int q) { return __shfl_sync(0xffffffffu, s[nt][e], (lane & ~3) | q); },
+        [&](int j, int d) { return C::Q16::to_float(v_s[swizzled<C::kDvoRow>(j, d)]); });
+    return;
+  }
   // O += P V: the S accumulators of n-tiles 2kk and 2kk+1 are exactly the A fragment of the
   // 16-key k-step kk.
 #pragma unroll
@@ -360,44 +398,42 @@ __global__ void __launch_bounds__(C::kThreads) attention_kernel(const AttentionP
   acc.m[0] = acc.m[1] = -INFINITY;
   acc.l[0] = acc.l[1] = 0.0f;
 
-  load_q_tile<C>(p, w, r, q_s);
+  // K/V block 0 is in flight (cp.async) while Q is loaded and converted.
   const int64_t num_blocks = kv_hi > kv_lo ? (kv_hi - kv_lo + C::kKeys - 1) / C::kKeys : 0;
   if (num_blocks > 0) issue_kv_block<C>(p, r, w.kv_head, kv_lo, kv_hi, k_stage, v_stage);
+  load_q_tile<C>(p, w, r, q_s);
   for (int64_t b = 0; b < num_blocks; ++b) {
     const int64_t block_begin = kv_lo + b * C::kKeys;
     // Staging holds block b; every warp is done with block b-1's tiles (and q_s is written).
     cuda::cp_async_wait_all();
     __syncthreads();
-    decode_kv_block<C>(p, r, w.kv_head, block_begin, kv_hi, k_stage, v_stage, k_s, v_s);
+    const bool nonfinite_v = __syncthreads_or(
+        decode_kv_block<C>(p, r, w.kv_head, block_begin, kv_hi, k_stage, v_stage, k_s, v_s));
     // The tiles are ready and staging is free: fetch block b+1 while this one computes.
-    __syncthreads();
     if (b + 1 < num_blocks) {
       issue_kv_block<C>(p, r, w.kv_head, block_begin + C::kKeys, kv_hi, k_stage, v_stage);
     }
-    attend_block<C>(p, r, rows, block_begin, keys, q_s, k_s, v_s, acc);
+    const bool fully_visible = block_fully_visible(p, w, r, keys, block_begin, C::kKeys);
+    attend_block<C>(p, r, rows, block_begin, keys, q_s, k_s, v_s, fully_visible, nonfinite_v, acc);
   }
   store_rows<C>(p, w, r, rows, acc);
 }
 
+// What the host needs to launch configuration C: launch.cu sets the shared-memory attribute at
+// plan time and launches through fa2's RuntimeCalls at run time (runtime_calls.h).
 template <class C>
-int launch_config(const AttentionParams& p, int num_units, cudaStream_t stream) {
-  auto kernel = attention_kernel<C>;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-  if (err != cudaSuccess) return int(err);
-  kernel<<<num_units, C::kThreads, C::kSmemBytes, stream>>>(p);
-  return int(cudaGetLastError());
+KernelLaunchInfo kernel_info() {
+  return KernelLaunchInfo{reinterpret_cast<const void*>(&attention_kernel<C>), C::kThreads,
+                          C::kSmemBytes};
 }
 
 // The entry point each generated translation unit instantiates: `warps` picks the decode tile
 // (one warp, 16 packed rows) or the prefill tile (four warps, 64 rows).
 template <class QTag, class KV, int kDqk, int kDvo>
-int launch_attention(const AttentionParams& p, int num_units, int warps, void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  if (warps == kDecodeWarps) {
-    return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, kDecodeWarps>>(p, num_units, s);
-  }
-  return launch_config<AttentionConfig<QTag, KV, kDqk, kDvo, prefill_warps(kDqk)>>(p, num_units, s);
+KernelLaunchInfo attention_kernel_info(int warps) {
+  if (warps == kDecodeWarps)
+    return kernel_info<AttentionConfig<QTag, KV, kDqk, kDvo, kDecodeWarps>>();
+  return kernel_info<AttentionConfig<QTag, KV, kDqk, kDvo, prefill_warps(kDqk)>>();
 }
 
 }  // namespace kvattn::fa2

@@ -10,6 +10,14 @@
 
 #include "core/hd.h"
 
+#if defined(__CUDACC__)
+#define KVATTN_UNROLL _Pragma("unroll")
+#define KVATTN_NO_UNROLL _Pragma("unroll 1")
+#else
+#define KVATTN_UNROLL
+#define KVATTN_NO_UNROLL
+#endif
+
 namespace kvattn::fa2 {
 
 // Step 1: this lane's maximum score of row `half` in the block (-inf when all are masked).
@@ -47,13 +55,16 @@ KVATTN_HD void softmax_block_update(float (&s)[kNTiles][4], float (&o)[kDTiles][
 }
 
 // Step 3, with the quad's row sum: the factor for the outputs (v_scale folded in) and the
-// natural-log LSE. A row with no visible key: o = 0 and lse = -inf (DESIGN.md §2), never NaN.
+// natural-log LSE. A row with no visible key: o = 0 and lse = -inf (DESIGN.md §2). A NaN score
+// of a visible key made the sum NaN: o = NaN and lse = NaN (docs/cuda.md "Numerics policy"),
+// never an empty row that a split-KV merge would then drop.
 struct RowFinish {
   float o_scale;
   float lse;
 };
 KVATTN_HD RowFinish finish_row(float m, float quad_sum, float v_scale) {
   constexpr float kLn2 = 0.6931471805599453f;
+  if (quad_sum != quad_sum) return RowFinish{quad_sum, quad_sum};
   if (!(quad_sum > 0.0f)) return RowFinish{0.0f, -INFINITY};
   return RowFinish{v_scale / quad_sum, (m + log2f(quad_sum)) * kLn2};
 }
@@ -63,12 +74,45 @@ KVATTN_HD RowFinish finish_row(float m, float quad_sum, float v_scale) {
 KVATTN_HD RowFinish finish_row_with_sink(float m, float quad_sum, float v_scale, float sink) {
   constexpr float kLn2 = 0.6931471805599453f;
   constexpr float kLog2e = 1.4426950408889634f;
+  if (quad_sum != quad_sum) return RowFinish{quad_sum, quad_sum};
   if (!(quad_sum > 0.0f)) return RowFinish{0.0f, sink};
   const float sink2 = sink * kLog2e;
   const float m_new = fmaxf(m, sink2);
   const float keys = exp2f(m - m_new);
   const float total = quad_sum * keys + exp2f(sink2 - m_new);
   return RowFinish{v_scale * keys / total, (m_new + log2f(total)) * kLn2};
+}
+
+// O += P V of one block, exactly, for a block whose V tile holds a non-finite value (rare: the
+// loader flags it). The MMA would add p * v for every key of the tile, and a masked key (p = 0)
+// with an inf or NaN v would make its row NaN (0 * inf); here a key whose probability is 0 adds
+// nothing (docs/cuda.md "Numerics policy"). This lane's outputs are o[dt][2 half + c]: row
+// `half`, dim dt * 8 + 2 (lane % 4) + c. The probability of (row half, key j) is held by quad lane
+// (j % 8) / 2 as s[j / 8][2 half + j % 2]; quad_p(nt, e, q) returns s[nt][e] of quad lane q (a
+// shuffle on the device: every lane makes the same calls). v_at(j, d) reads the V tile.
+// The loops over n-tiles, elements and dim tiles are unrolled so that the register arrays (s
+// inside quad_p, o) are indexed by constants: a run-time index would move them to local memory
+// for the whole kernel. Only the quad lane q is a run-time loop.
+template <int kNTiles, int kDTiles, class QuadP, class VAt>
+KVATTN_HD void guarded_pv(float (&o)[kDTiles][4], int lane, QuadP quad_p, VAt v_at) {
+  KVATTN_UNROLL
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    KVATTN_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      KVATTN_NO_UNROLL
+      for (int q = 0; q < 4; ++q) {
+        const float p = quad_p(nt, e, q);
+        if (p == 0.0f) continue;
+        const int half = e >> 1, j = nt * 8 + 2 * q + (e & 1);
+        KVATTN_UNROLL
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          const int d = dt * 8 + 2 * (lane % 4);
+          o[dt][2 * half] += p * v_at(j, d);
+          o[dt][2 * half + 1] += p * v_at(j, d + 1);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace kvattn::fa2

@@ -30,6 +30,26 @@ KVATTN_HD split::ChunkRange unit_key_range(const AttentionParams& p, const WorkU
   return keys;
 }
 
+// Whether every valid row of unit w sees every key of the block [block_begin, block_begin +
+// block_keys): such a block needs no mask test (STYLE.md: hot loops carry no branches they can
+// hoist). Never with a custom mask, nor for a block reaching past the unit's key range. Rows are
+// token-major: the causal limit is set by the unit's earliest query, the window by its latest.
+KVATTN_HD bool block_fully_visible(const AttentionParams& p, const WorkUnit& w,
+                                   const RequestInfo& r, const split::ChunkRange& keys,
+                                   int64_t block_begin, int block_keys) {
+  const int64_t block_end = block_begin + block_keys;
+  if (p.custom_mask || block_begin < keys.begin || block_end > keys.end) return false;
+  if (p.causal) {
+    const int64_t first = math::query_abs_pos(w.row_begin / p.group, r.qo_len, r.kv_len);
+    if (!math::causal_visible(first, block_end - 1)) return false;
+  }
+  if (p.window_left >= 0) {
+    const int64_t last = math::query_abs_pos((w.row_end - 1) / p.group, r.qo_len, r.kv_len);
+    if (!math::window_visible(last, block_begin, p.window_left)) return false;
+  }
+  return true;
+}
+
 // One packed query row of a unit (tile_row counts from the unit's first row).
 struct RowInfo {
   bool valid = false;
