@@ -22,18 +22,15 @@
 
 #include "core/numeric.h"
 #include "cpu/decode.h"
+#include "cpu/decode_fma_tiles.h"
+#include "cpu/decode_prefetch.h"
 
 namespace kvattn::cpu::decode_detail {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr double kLn2 = 0.6931471805599453;
-inline constexpr int kTile = kDecodeTileKeys;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-template <DType T>
-inline constexpr int kElemBytes = T == DType::kF32                          ? 4
-                                  : (T == DType::kF16 || T == DType::kBF16) ? 2
-                                                                            : 1;
 
 // One stored element of any float dtype as f32, exactly.
 template <class S>
@@ -104,173 +101,6 @@ void row_pointers(const DecodeParams& p, int b, int h, int64_t j0, int n, std::s
       slot = 0;
       ++page_index;
       page = p.kv_indices[(first_page + page_index) * p.indices_stride];
-    }
-  }
-}
-
-// Prefetch of the next tile, paced. The next tile's K and V bytes, as a few contiguous streams
-// (NHD with every head of the token in the task: one per page and K/V; HND: one per page, head
-// and K/V), are issued a few lines at a time from inside the QK and PV loops of the current
-// tile, line j of each stream in turn, spread evenly over the head steps. Issuing the same lines
-// in one burst per head step ran no faster than no prefetch at all (issue 14): once the core's
-// miss buffers are full the burst stalls the arithmetic queued behind it, where a steady trickle
-// keeps loads in flight while the FMAs run.
-class TilePrefetcher {
- public:
-  static constexpr int kMaxStreams = 64;
-
-  // Empties the plan; streams are then added in the order they should be read.
-  void reset() {
-    count_ = 0;
-    total_ = issued_ = budget_ = per_call_ = max_lines_ = 0;
-    line_ = 0;
-    stream_ = 0;
-  }
-  // Adds [p, p + bytes), merged with the previous stream when it continues it.
-  void add(const std::byte* p, int64_t bytes) {
-    if (bytes <= 0) return;
-    if (count_ > 0 && end_[count_ - 1] == p) {
-      end_[count_ - 1] = p + bytes;
-      return;
-    }
-    if (count_ == kMaxStreams) return;  // unusual strides: the rest is left to the hardware
-    begin_[count_] = p;
-    end_[count_] = p + bytes;
-    ++count_;
-  }
-  // Done adding: lines per stream counted from 64-byte-aligned starts.
-  void seal() {
-    total_ = 0;
-    for (int s = 0; s < count_; ++s) {
-      const auto b = reinterpret_cast<uintptr_t>(begin_[s]) & ~uintptr_t{63};
-      begin_[s] = reinterpret_cast<const std::byte*>(b);
-      lines_[s] = (reinterpret_cast<uintptr_t>(end_[s]) - b + 63) / 64;
-      total_ += lines_[s];
-      max_lines_ = s == 0 ? lines_[s] : std::max(max_lines_, lines_[s]);
-    }
-  }
-  // Head step `step` of `steps` of this tile may issue up to its share of all the lines, spread
-  // over `calls` calls of tick().
-  void begin_step(int step, int steps, int calls) {
-    budget_ = total_ * (step + 1) / steps;
-    per_call_ = calls > 0 ? (budget_ - issued_ + calls - 1) / calls : budget_ - issued_;
-  }
-  // A few lines; call from inside the loops.
-  void tick() { issue(per_call_); }
-  // Whatever the step's share still holds.
-  void finish_step() { issue(budget_ - issued_); }
-
- private:
-  void issue(int64_t n) {
-    n = std::min(n, budget_ - issued_);
-    while (n > 0 && line_ < max_lines_) {
-      if (line_ < lines_[stream_]) {
-        // Into L2 (locality 2): a tile of all heads does not fit L1. Inline: GCC drops a call
-        // to a function whose body is only __builtin_prefetch.
-        __builtin_prefetch(begin_[stream_] + 64 * line_, 0, 2);
-        --n;
-        ++issued_;
-      }
-      if (++stream_ == count_) {
-        stream_ = 0;
-        ++line_;
-      }
-    }
-  }
-
-  const std::byte* begin_[kMaxStreams];
-  const std::byte* end_[kMaxStreams];
-  int64_t lines_[kMaxStreams];
-  int count_ = 0;
-  int64_t total_ = 0, issued_ = 0, budget_ = 0, per_call_ = 0, max_lines_ = 0;
-  int64_t line_ = 0;
-  int stream_ = 0;
-};
-
-// scores[g][kk] = q[g] . K row kk (raw), for n keys and every padded query row.
-template <class S, DType kKV, int kD, int kNG>
-void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
-             int d_runtime, int64_t elem_stride, float* scores, TilePrefetcher* prefetch) {
-  using Vec = typename S::Vec;
-  constexpr int W = S::kWidth;
-  const int dim = kD > 0 ? kD : d_runtime;
-  const int full = dim / W, tail = dim % W;
-  const int64_t step = int64_t{W} * kElemBytes<kKV> * elem_stride;
-  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
-    const float* qg = q + g0 * q_row;
-    for (int kb = 0; kb < n; kb += W) {
-      Vec parts[kNG][W];
-      const int count = std::min(W, n - kb);
-      for (int kk = 0; kk < count; ++kk) {
-        const std::byte* row = rows[kb + kk];
-        prefetch->tick();
-        Vec acc[kNG];
-        for (int g = 0; g < kNG; ++g) acc[g] = S::zero();
-        for (int c = 0; c < full; ++c) {
-          const Vec k = S::template load_raw<kKV>(row + c * step);
-          for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::load(qg + g * q_row + c * W), k, acc[g]);
-        }
-        if (tail) {
-          const Vec k = S::template load_raw_tail<kKV>(row + full * step, tail);
-          for (int g = 0; g < kNG; ++g) {
-            acc[g] = S::fma(S::load(qg + g * q_row + full * W), k, acc[g]);
-          }
-        }
-        for (int g = 0; g < kNG; ++g) parts[g][kk] = acc[g];
-      }
-      for (int kk = count; kk < W; ++kk) {
-        for (int g = 0; g < kNG; ++g) parts[g][kk] = S::zero();
-      }
-      for (int g = 0; g < kNG; ++g)
-        S::store(scores + (g0 + g) * kTile + kb, S::reduce_rows(parts[g]));
-    }
-  }
-}
-
-// o[g] += sum_kk p[g][kk] * V row kk (raw), two column chunks at a time so that 2*kNG FMA chains
-// run side by side.
-template <class S, DType kKV, int kD, int kNG>
-void pv_tile(const float* p, int group_padded, const std::byte* const* rows, int n, int d_runtime,
-             int64_t elem_stride, float* o, int o_row, TilePrefetcher* prefetch) {
-  using Vec = typename S::Vec;
-  constexpr int W = S::kWidth;
-  const int dim = kD > 0 ? kD : d_runtime;
-  const int full = dim / W, tail = dim % W;
-  const int64_t step = int64_t{W} * kElemBytes<kKV> * elem_stride;
-  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
-    const float* pg = p + g0 * kTile;
-    float* og = o + g0 * o_row;
-    int c = 0;
-    for (; c + 2 <= full; c += 2) {
-      Vec acc0[kNG], acc1[kNG];
-      for (int g = 0; g < kNG; ++g) {
-        acc0[g] = S::load(og + g * o_row + c * W);
-        acc1[g] = S::load(og + g * o_row + (c + 1) * W);
-      }
-      for (int kk = 0; kk < n; ++kk) {
-        if (c == 0) prefetch->tick();
-        const Vec v0 = S::template load_raw<kKV>(rows[kk] + c * step);
-        const Vec v1 = S::template load_raw<kKV>(rows[kk] + (c + 1) * step);
-        for (int g = 0; g < kNG; ++g) {
-          const Vec w = S::set1(pg[g * kTile + kk]);
-          acc0[g] = S::fma(w, v0, acc0[g]);
-          acc1[g] = S::fma(w, v1, acc1[g]);
-        }
-      }
-      for (int g = 0; g < kNG; ++g) {
-        S::store(og + g * o_row + c * W, acc0[g]);
-        S::store(og + g * o_row + (c + 1) * W, acc1[g]);
-      }
-    }
-    for (; c < full + (tail ? 1 : 0); ++c) {
-      Vec acc[kNG];
-      for (int g = 0; g < kNG; ++g) acc[g] = S::load(og + g * o_row + c * W);
-      for (int kk = 0; kk < n; ++kk) {
-        const Vec v = c < full ? S::template load_raw<kKV>(rows[kk] + c * step)
-                               : S::template load_raw_tail<kKV>(rows[kk] + c * step, tail);
-        for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::set1(pg[g * kTile + kk]), v, acc[g]);
-      }
-      for (int g = 0; g < kNG; ++g) S::store(og + g * o_row + c * W, acc[g]);
     }
   }
 }
@@ -372,33 +202,6 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
     }
   }
 }
-
-// How a task's QK and PV tiles are computed: the fp32-FMA tiles (every ISA level, every dtype)
-// below; decode_bf16_dot_avx512.cc has bf16 dot-product tiles for FP8 caches. A policy:
-//   prepare_q(q, rows, q_row, dqk)  once per head, after the queries are in f32 (in place);
-//   qk(...) / pv(...)               one tile, as qk_tile / pv_tile;
-//   finish_o(o, rows, o_row, dvo)   once per head, before the epilogue (in place);
-//   kKRaw / kVRaw                   the raw-to-real factors of K and V;
-//   kPoisonE4m3Nans                 whether the e4m3 NaN codes must be restored after PV.
-template <class S, DType kKV, int kDqk, int kDvo, int kNG>
-struct FmaTiles {
-  static constexpr float kKRaw = S::template raw_to_real<kKV>();
-  static constexpr float kVRaw = S::template raw_to_real<kKV>();
-  static constexpr bool kPoisonE4m3Nans = kKV == DType::kE4M3 && S::kWidth > 1;
-  static void prepare_q(float*, int, int, int) {}
-  static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
-                 int d_runtime, int64_t elem_stride, float* scores, TilePrefetcher* prefetch) {
-    qk_tile<S, kKV, kDqk, kNG>(q, q_row, group_padded, rows, n, d_runtime, elem_stride, scores,
-                               prefetch);
-  }
-  static void pv(const float* p, int group_padded, const std::byte* const* rows, int n,
-                 int d_runtime, int64_t elem_stride, float* o, int o_row,
-                 TilePrefetcher* prefetch) {
-    pv_tile<S, kKV, kDvo, kNG>(p, group_padded, rows, n, d_runtime, elem_stride, o, o_row,
-                               prefetch);
-  }
-  static void finish_o(float*, int, int, int) {}
-};
 
 template <class S, DType kKV, int kDqk, int kDvo, int kNG,
           class Tiles = FmaTiles<S, kKV, kDqk, kDvo, kNG>>

@@ -1,0 +1,90 @@
+// The decode kernel's paced prefetch of the next tile (decode_kernel.h), its own concept: which
+// bytes the next tile reads, as streams, and when each line is asked for.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace kvattn::cpu::decode_detail {
+
+// Prefetch of the next tile, paced. The next tile's K and V bytes, as a few contiguous streams
+// (NHD with every head of the token in the task: one per page and K/V; HND: one per page, head
+// and K/V), are issued a few lines at a time from inside the QK and PV loops of the current
+// tile, line j of each stream in turn, spread evenly over the head steps. Issuing the same lines
+// in one burst per head step ran no faster than no prefetch at all (issue 14): once the core's
+// miss buffers are full the burst stalls the arithmetic queued behind it, where a steady trickle
+// keeps loads in flight while the FMAs run.
+class TilePrefetcher {
+ public:
+  static constexpr int kMaxStreams = 64;
+
+  // Empties the plan; streams are then added in the order they should be read.
+  void reset() {
+    count_ = 0;
+    total_ = issued_ = budget_ = per_call_ = max_lines_ = 0;
+    line_ = 0;
+    stream_ = 0;
+  }
+  // Adds [p, p + bytes), merged with the previous stream when it continues it.
+  void add(const std::byte* p, int64_t bytes) {
+    if (bytes <= 0) return;
+    if (count_ > 0 && end_[count_ - 1] == p) {
+      end_[count_ - 1] = p + bytes;
+      return;
+    }
+    if (count_ == kMaxStreams) return;  // unusual strides: the rest is left to the hardware
+    begin_[count_] = p;
+    end_[count_] = p + bytes;
+    ++count_;
+  }
+  // Done adding: lines per stream counted from 64-byte-aligned starts.
+  void seal() {
+    total_ = 0;
+    for (int s = 0; s < count_; ++s) {
+      const auto b = reinterpret_cast<uintptr_t>(begin_[s]) & ~uintptr_t{63};
+      begin_[s] = reinterpret_cast<const std::byte*>(b);
+      lines_[s] = (reinterpret_cast<uintptr_t>(end_[s]) - b + 63) / 64;
+      total_ += lines_[s];
+      max_lines_ = s == 0 ? lines_[s] : std::max(max_lines_, lines_[s]);
+    }
+  }
+  // Head step `step` of `steps` of this tile may issue up to its share of all the lines, spread
+  // over `calls` calls of tick().
+  void begin_step(int step, int steps, int calls) {
+    budget_ = total_ * (step + 1) / steps;
+    per_call_ = calls > 0 ? (budget_ - issued_ + calls - 1) / calls : budget_ - issued_;
+  }
+  // A few lines; call from inside the loops.
+  void tick() { issue(per_call_); }
+  // Whatever the step's share still holds.
+  void finish_step() { issue(budget_ - issued_); }
+
+ private:
+  void issue(int64_t n) {
+    n = std::min(n, budget_ - issued_);
+    while (n > 0 && line_ < max_lines_) {
+      if (line_ < lines_[stream_]) {
+        // Into L2 (locality 2): a tile of all heads does not fit L1. Inline: GCC drops a call
+        // to a function whose body is only __builtin_prefetch.
+        __builtin_prefetch(begin_[stream_] + 64 * line_, 0, 2);
+        --n;
+        ++issued_;
+      }
+      if (++stream_ == count_) {
+        stream_ = 0;
+        ++line_;
+      }
+    }
+  }
+
+  const std::byte* begin_[kMaxStreams];
+  const std::byte* end_[kMaxStreams];
+  int64_t lines_[kMaxStreams];
+  int count_ = 0;
+  int64_t total_ = 0, issued_ = 0, budget_ = 0, per_call_ = 0, max_lines_ = 0;
+  int64_t line_ = 0;
+  int stream_ = 0;
+};
+
+}  // namespace kvattn::cpu::decode_detail
