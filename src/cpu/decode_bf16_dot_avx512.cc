@@ -89,6 +89,42 @@ constexpr int accumulated_lane(int v) {
   return 16 * r + 4 * lane + m;
 }
 
+// QK of one tile for the table-widening policies: per key, each 64-code chunk of the K row is
+// widened (Widen), turned into the policy's Chunk once and accumulated into every query row of
+// the block (Tiles::accumulate, two partial sums per row); 16 keys' sums are reduced together.
+template <DType kKV, int kChunks, int kNG, class Tiles>
+void qk_widened(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
+                float* scores, TilePrefetcher* prefetch) {
+  const Widen widen(bf16_table<kKV>());
+  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+    for (int kb = 0; kb < n; kb += 16) {
+      __m512 parts[kNG][16];
+      const int count = std::min(16, n - kb);
+      for (int kk = 0; kk < count; ++kk) {
+        prefetch->tick();
+        const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]);
+        __m512 acc0[kNG], acc1[kNG];
+        for (int g = 0; g < kNG; ++g) acc0[g] = acc1[g] = _mm512_setzero_ps();
+        for (int c = 0; c < kChunks; ++c) {
+          __m512i w0, w1;
+          widen(_mm512_loadu_si512(row + c * 64), &w0, &w1);
+          const typename Tiles::Chunk k = Tiles::chunk(w0, w1);
+          for (int g = 0; g < kNG; ++g) {
+            Tiles::accumulate(k, q + (g0 + g) * q_row, c, &acc0[g], &acc1[g]);
+          }
+        }
+        for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_add_ps(acc0[g], acc1[g]);
+      }
+      for (int kk = count; kk < 16; ++kk) {
+        for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_setzero_ps();
+      }
+      for (int g = 0; g < kNG; ++g) {
+        _mm512_storeu_ps(scores + (g0 + g) * decode_detail::kTile + kb, S::reduce_rows(parts[g]));
+      }
+    }
+  }
+}
+
 template <DType kKV, int kD, int kNG>
 struct DotTiles {
   static_assert(kD % 64 == 0);
@@ -113,40 +149,19 @@ struct DotTiles {
     }
   }
 
+  // One widened chunk of a K row: the words as they are.
+  struct Chunk {
+    __m512i w0, w1;
+  };
+  static Chunk chunk(__m512i w0, __m512i w1) { return {w0, w1}; }
+  static void accumulate(const Chunk& k, const float* q_row, int c, __m512* acc0, __m512* acc1) {
+    const auto* qc = reinterpret_cast<const uint16_t*>(q_row) + c * 64;
+    *acc0 = _mm512_dpbf16_ps(*acc0, (__m512bh)_mm512_loadu_si512(qc), (__m512bh)k.w0);
+    *acc1 = _mm512_dpbf16_ps(*acc1, (__m512bh)_mm512_loadu_si512(qc + 32), (__m512bh)k.w1);
+  }
   static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
                  int, int64_t, float* scores, TilePrefetcher* prefetch) {
-    const Widen widen(bf16_table<kKV>());
-    for (int g0 = 0; g0 < group_padded; g0 += kNG) {
-      const auto* qg = reinterpret_cast<const uint16_t*>(q + g0 * q_row);
-      const int q_words = 2 * q_row;  // a query row's stride in words
-      for (int kb = 0; kb < n; kb += 16) {
-        __m512 parts[kNG][16];
-        const int count = std::min(16, n - kb);
-        for (int kk = 0; kk < count; ++kk) {
-          prefetch->tick();
-          const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]);
-          __m512 acc0[kNG], acc1[kNG];
-          for (int g = 0; g < kNG; ++g) acc0[g] = acc1[g] = _mm512_setzero_ps();
-          for (int c = 0; c < kChunks; ++c) {
-            __m512i w0, w1;
-            widen(_mm512_loadu_si512(row + c * 64), &w0, &w1);
-            for (int g = 0; g < kNG; ++g) {
-              const uint16_t* qc = qg + g * q_words + c * 64;
-              acc0[g] = _mm512_dpbf16_ps(acc0[g], (__m512bh)_mm512_loadu_si512(qc), (__m512bh)w0);
-              acc1[g] =
-                  _mm512_dpbf16_ps(acc1[g], (__m512bh)_mm512_loadu_si512(qc + 32), (__m512bh)w1);
-            }
-          }
-          for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_add_ps(acc0[g], acc1[g]);
-        }
-        for (int kk = count; kk < 16; ++kk) {
-          for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_setzero_ps();
-        }
-        for (int g = 0; g < kNG; ++g) {
-          _mm512_storeu_ps(scores + (g0 + g) * decode_detail::kTile + kb, S::reduce_rows(parts[g]));
-        }
-      }
-    }
+    qk_widened<kKV, kChunks, kNG, DotTiles>(q, q_row, group_padded, rows, n, scores, prefetch);
   }
 
   static void pv(const float* p, int group_padded, const std::byte* const* rows, int n, int,
@@ -258,42 +273,26 @@ struct TableFmaTiles {
     }
   }
 
+  // One widened chunk of a K row, split by parity into four f32 vectors.
+  struct Chunk {
+    __m512 b[4];
+  };
+  static Chunk chunk(__m512i w0, __m512i w1) {
+    Chunk k;
+    split(w0, w1, k.b);
+    return k;
+  }
+  static void accumulate(const Chunk& k, const float* q_row, int c, __m512* acc0, __m512* acc1) {
+    const float* qc = q_row + c * 64;
+    *acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(qc), k.b[0], *acc0);
+    *acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 16), k.b[1], *acc1);
+    *acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 32), k.b[2], *acc0);
+    *acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 48), k.b[3], *acc1);
+  }
   static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
                  int, int64_t, float* scores, TilePrefetcher* prefetch) {
-    const Widen widen(bf16_table<kKV>());
-    for (int g0 = 0; g0 < group_padded; g0 += kNG) {
-      const float* qg = q + g0 * q_row;
-      for (int kb = 0; kb < n; kb += 16) {
-        __m512 parts[kNG][16];
-        const int count = std::min(16, n - kb);
-        for (int kk = 0; kk < count; ++kk) {
-          prefetch->tick();
-          const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]);
-          __m512 acc0[kNG], acc1[kNG];
-          for (int g = 0; g < kNG; ++g) acc0[g] = acc1[g] = _mm512_setzero_ps();
-          for (int c = 0; c < kChunks; ++c) {
-            __m512i w0, w1;
-            widen(_mm512_loadu_si512(row + c * 64), &w0, &w1);
-            __m512 b[4];
-            split(w0, w1, b);
-            for (int g = 0; g < kNG; ++g) {
-              const float* qc = qg + g * q_row + c * 64;
-              acc0[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qc), b[0], acc0[g]);
-              acc1[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 16), b[1], acc1[g]);
-              acc0[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 32), b[2], acc0[g]);
-              acc1[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qc + 48), b[3], acc1[g]);
-            }
-          }
-          for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_add_ps(acc0[g], acc1[g]);
-        }
-        for (int kk = count; kk < 16; ++kk) {
-          for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_setzero_ps();
-        }
-        for (int g = 0; g < kNG; ++g) {
-          _mm512_storeu_ps(scores + (g0 + g) * decode_detail::kTile + kb, S::reduce_rows(parts[g]));
-        }
-      }
-    }
+    qk_widened<kKV, kChunks, kNG, TableFmaTiles>(q, q_row, group_padded, rows, n, scores,
+                                                 prefetch);
   }
 
   static void pv(const float* p, int group_padded, const std::byte* const* rows, int n, int,
