@@ -289,7 +289,8 @@ TEST_F(Fa2Stream, RunIssuesOnlyLaunchesOnTheCallersStream) {
     };
     const Call attention = launch_at(0), merge = launch_at(1);
     EXPECT_EQ(attention.grid.x, state->schedule.work.size());
-    EXPECT_EQ(attention.block.x, 32u) << "decode runs the one-warp tile";
+    EXPECT_EQ(attention.block.x, unsigned(32 * decode_key_warps(128)))
+        << "decode runs the decode tile: four warps splitting the keys";
     EXPECT_EQ(merge.grid.x, state->schedule.merge_rows.size());
     EXPECT_EQ(merge.grid.y, 8u) << "the merge runs a CTA per (row, query head)";
     EXPECT_EQ(merge.block.x, 32u) << "128 dims, four per thread";

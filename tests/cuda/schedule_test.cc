@@ -38,7 +38,7 @@ RequestStarts starts_for(const std::vector<int64_t>& qo_len) {
 void check_coverage(const Problem& p, const std::vector<int64_t>& qo_len,
                     const std::vector<int64_t>& kv_len, const Schedule& s) {
   const int group = p.group_size();
-  const int64_t tile = cta_rows(s.warps);
+  const int64_t tile = s.tile_rows;
   // (request, qo head, token, chunk) -> times covered
   std::map<std::tuple<int, int, int64_t, int64_t>, int> covered;
   for (const WorkUnit& w : s.work) {
@@ -147,7 +147,8 @@ TEST(Fa2ScheduleTest, DecodeUsesTheSmallTileAndSplitsLongContexts) {
   p.batch_size = 1;
   const std::vector<int64_t> qo = {1}, kv = {32768};
   Schedule s = make_schedule(p, qo, kv, starts_for(qo), false, 0, 132);
-  EXPECT_EQ(s.warps, kDecodeWarps);
+  EXPECT_TRUE(s.decode_tile);
+  EXPECT_EQ(s.tile_rows, kDecodeRows);
   EXPECT_GT(s.chunk_size, 0);
   EXPECT_GE(int64_t(s.work.size()), 2 * 132);
   check_coverage(p, qo, kv, s);
@@ -170,7 +171,8 @@ TEST(Fa2ScheduleTest, HeadDim512UsesTheTwoWarpPrefillTile) {
   p.batch_size = 2;
   const std::vector<int64_t> qo = {40, 3}, kv = {100, 7};
   Schedule s = make_schedule(p, qo, kv, starts_for(qo), false, -1, 132);
-  EXPECT_EQ(s.warps, prefill_warps(512));
+  EXPECT_FALSE(s.decode_tile);
+  EXPECT_EQ(s.tile_rows, prefill_rows(512));
   EXPECT_EQ(prefill_warps(512), 2);
   EXPECT_EQ(prefill_warps(256), kPrefillWarps);
   EXPECT_EQ(kv_block_keys(512), 16);

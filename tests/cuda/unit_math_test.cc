@@ -74,7 +74,7 @@ void check_visibility(const std::vector<int64_t>& qo, const std::vector<int64_t>
   std::vector<std::vector<int>> seen(qo.size());
   for (size_t b = 0; b < qo.size(); ++b)
     seen[b].assign(size_t(prob.num_qo_heads * qo[b] * kv[b]), 0);
-  const int tile_rows = cta_rows(s.warps);
+  const int tile_rows = int(s.tile_rows);
   for (const WorkUnit& w : s.work) {
     const RequestInfo& r = s.requests[w.request];
     const split::ChunkRange keys = unit_key_range(p, w, r);

@@ -43,7 +43,7 @@ function(kvattn_fa2_kernel_set sources_var keys_var)
           string(APPEND _built_rows "${_row}")
           list(APPEND _keys ${_name})
           string(APPEND _table_decls
-                 "KernelLaunchInfo attention_${_name}(int);\n")
+                 "KernelLaunchInfo attention_${_name}(bool, bool);\n")
           string(APPEND _table_rows
                  "    {KernelKey{${_q_enum}, ${_kv_enum}, ${qk}, ${vo}}, &attention_${_name}},\n")
           if(KVATTN_WITH_CUDA)

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/attention_math.h"
+#include "cuda/fa2/kernel_params.h"
 #include "cuda/fa2/kernel_table.h"
 #include "cuda/fa2/kernels/store_out.cuh"
 #include "cuda/fa2/launch.h"
@@ -74,30 +75,6 @@ Status expect_memory(const TensorView& t, MemoryKind kind, const char* name) {
   if (t.empty() || t.memory == kind) return Status::Ok();
   return make_error(ErrorCode::kInvalidArgument, "fa2: ", name, " must be in ",
                     kind == MemoryKind::kCuda ? "CUDA device" : "host", " memory");
-}
-
-OutKind out_kind(DType d) {
-  return d == DType::kF32 ? OutKind::kF32 : d == DType::kF16 ? OutKind::kF16 : OutKind::kBF16;
-}
-
-// K/V rows can be copied 16 bytes at a time when the dim is dense and every row start is
-// 16-byte aligned.
-bool rows_are_vector_aligned(const TensorView& t, const paged::CacheStrides& s) {
-  const int64_t elem = int64_t(dtype_size(t.dtype));
-  const auto aligned = [&](int64_t stride) { return (stride * elem) % 16 == 0; };
-  return s.dim == 1 && aligned(s.page) && aligned(s.slot) && aligned(s.head) &&
-         reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
-}
-
-// K / V strides by meaning, for every operation's layout.
-paged::CacheStrides kv_strides(const Problem& p, const TensorView& t) {
-  if (is_paged(p.op)) return paged::cache_strides(t.strides.data(), p.kv_layout == KVLayout::kHND);
-  paged::CacheStrides s;
-  const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
-  s.slot = hnd ? t.strides[1] : t.strides[0];
-  s.head = hnd ? t.strides[0] : t.strides[1];
-  s.dim = t.strides[2];
-  return s;
 }
 
 Status check_memory(const Problem& p, const AttentionArgs& a) {
@@ -174,7 +151,7 @@ Status make_plan_state(const Problem& p, const AttentionArgs& args, const Schedu
   }
   // A kernel's dynamic shared-memory limit is set once, here, not in run.
   if (const KernelEntry* kernel = find_kernel(kernel_key(p)); kernel && !s.work.empty()) {
-    const KernelLaunchInfo info = kernel->info(s.warps);
+    const KernelLaunchInfo info = kernel->info(s.decode_tile, p.mask_mode == MaskMode::kCustom);
     KVATTN_RETURN_IF_ERROR(
         runtime_status("cudaFuncSetAttribute",
                        runtime().set_max_dynamic_shared_memory(info.kernel, info.shared_bytes)));
@@ -228,83 +205,7 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
   if (s.work.empty()) return Status::Ok();
 
   AttentionParams k;
-  const bool single_decode = p.op == Op::kSingleDecode;
-  k.q = args.q.data;
-  k.q_stride_row = single_decode ? 0 : args.q.strides[0];
-  k.q_stride_head = single_decode ? args.q.strides[0] : args.q.strides[1];
-  k.q_stride_dim = single_decode ? args.q.strides[1] : args.q.strides[2];
-  const TensorView& kt = is_paged(p.op) ? args.paged_k_cache : args.k;
-  const TensorView& vt = is_paged(p.op) ? args.paged_v_cache : args.v;
-  k.k = kt.data;
-  k.v = vt.data;
-  k.k_strides = kv_strides(p, kt);
-  k.v_strides = kv_strides(p, vt);
-  k.paged = is_paged(p.op);
-  k.page_size = p.page_size;
-  k.kv_vector_loads =
-      rows_are_vector_aligned(kt, k.k_strides) && rows_are_vector_aligned(vt, k.v_strides);
-  k.out = args.out.data;
-  k.o_stride_row = single_decode ? 0 : args.out.strides[0];
-  k.o_stride_head = single_decode ? args.out.strides[0] : args.out.strides[1];
-  k.o_stride_dim = single_decode ? args.out.strides[1] : args.out.strides[2];
-  k.out_kind = out_kind(p.o_dtype);
-  if (p.return_lse && !args.lse.empty()) {
-    k.lse = static_cast<float*>(args.lse.data);
-    k.lse_stride_row = single_decode ? 0 : args.lse.strides[0];
-    k.lse_stride_head = single_decode ? args.lse.strides[0] : args.lse.strides[1];
-  }
-  k.chunk_size = s.chunk_size;
-  k.num_qo_heads = p.num_qo_heads;
-  k.num_kv_heads = p.num_kv_heads;
-  k.group = p.group_size();
-  k.score_scale = p.effective_sm_scale() * p.q_scale * p.k_scale;
-  k.v_scale = p.v_scale;
-  k.soft_cap = p.logits_soft_cap;
-  k.causal = p.mask_mode == MaskMode::kCausal;
-  k.window_left = p.window_left;
-  if (p.mask_mode == MaskMode::kCustom) {
-    if (args.custom_mask.strides[0] != 1) {
-      return make_error(ErrorCode::kInvalidArgument, "fa2: custom_mask must be contiguous (stride ",
-                        args.custom_mask.strides[0], ")");
-    }
-    k.custom_mask = static_cast<const uint8_t*>(args.custom_mask.data);
-    k.custom_mask_packed = args.custom_mask_packed;
-  }
-  k.alibi = p.pos_encoding_mode == PosEncoding::kAlibi;
-  if (k.alibi && !args.alibi_slopes.empty()) {
-    k.alibi_slopes = static_cast<const float*>(args.alibi_slopes.data);
-    k.alibi_stride = args.alibi_slopes.strides[0];
-  }
-  if (p.use_sinks) {
-    k.sinks = static_cast<const float*>(args.sinks.data);
-    k.sinks_stride = args.sinks.strides[0];
-  }
-  if (p.kv_scale_granularity == KVScaleGranularity::kPerHead) {
-    k.k_head_scale = static_cast<const float*>(args.k_scale.data);
-    k.v_head_scale = static_cast<const float*>(args.v_scale.data);
-    k.k_head_scale_stride = args.k_scale.strides[0];
-    k.v_head_scale_stride = args.v_scale.strides[0];
-  }
-  if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
-    // [P, page_size, H_kv] beside a paged cache (either layout), [keys, H_kv] otherwise.
-    auto scale_strides = [&](const TensorView& t) {
-      paged::CacheStrides s;
-      const int r = is_paged(p.op) ? 1 : 0;
-      s.page = is_paged(p.op) ? t.strides[0] : 0;
-      s.slot = t.strides[r];
-      s.head = t.strides[r + 1];
-      return s;
-    };
-    k.k_scale_cache = static_cast<const float*>(args.k_scale_cache.data);
-    k.v_scale_cache = static_cast<const float*>(args.v_scale_cache.data);
-    k.ks_strides = scale_strides(args.k_scale_cache);
-    k.vs_strides = scale_strides(args.v_scale_cache);
-  }
-  k.rope = p.pos_encoding_mode == PosEncoding::kRopeLlama;
-  k.rope_theta = p.rope_theta;
-  k.rope_scale = p.rope_scale;
-  k.rope_interleave = p.rope_interleave;
-
+  KVATTN_RETURN_IF_ERROR(make_kernel_params(p, args, s, &k));
   const WorkspaceLayout& l = state->layout;
   k.requests = state->at<const RequestInfo>(l.requests);
   k.work = state->at<const WorkUnit>(l.work);
@@ -316,7 +217,7 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
 
   DeviceGuard guard;
   KVATTN_RETURN_IF_ERROR(guard.enter(plan.device.index));
-  const KernelLaunchInfo info = kernel->info(s.warps);
+  const KernelLaunchInfo info = kernel->info(s.decode_tile, p.mask_mode == MaskMode::kCustom);
   void* kernel_args[] = {&k};
   KVATTN_RETURN_IF_ERROR(runtime_status(
       "fa2 attention kernel",

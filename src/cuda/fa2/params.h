@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/paged_kv.h"
+#include "cuda/fa2/kernels/fast_div.h"
 
 namespace kvattn::fa2 {
 
@@ -14,7 +15,6 @@ namespace kvattn::fa2 {
 // group) pairs packed token-major, so one CTA reads each K/V block once for the whole group.
 inline constexpr int kWarpRows = 16;
 inline constexpr int kPrefillWarps = 4;
-inline constexpr int kDecodeWarps = 1;
 // Keys per K/V block: 64, halved for the 256-wide heads and quartered for the 512-wide ones so
 // that shared memory stays under the 99 KiB per block that SM86/SM89 allow.
 constexpr int kv_block_keys(int head_dim_qk) {
@@ -22,7 +22,13 @@ constexpr int kv_block_keys(int head_dim_qk) {
 }
 // The prefill tile's warps: 512-wide heads take two (32 rows), the Q tile alone being 32 KiB.
 constexpr int prefill_warps(int head_dim_qk) { return head_dim_qk > 256 ? 2 : kPrefillWarps; }
-constexpr int cta_rows(int warps) { return warps * kWarpRows; }
+constexpr int prefill_rows(int head_dim_qk) { return prefill_warps(head_dim_qk) * kWarpRows; }
+// The decode tile (issue 13): one 16-row MMA tile (kWarpRows packed rows: a GQA group of one
+// token, or a few tokens) whose K/V blocks are split among its warps, 16 keys each: four warps
+// on 64-key blocks; one on 16-key blocks for the 512-wide heads (shared memory).
+inline constexpr int kDecodeRows = kWarpRows;
+constexpr int decode_key_warps(int head_dim_qk) { return head_dim_qk > 256 ? 1 : 4; }
+constexpr int decode_block_keys(int head_dim_qk) { return 16 * decode_key_warps(head_dim_qk); }
 // Shared-memory row width of a head dim: the swizzle permutes 16-byte chunks within groups of 8,
 // so rows are padded to a multiple of 64 elements (96 -> 128; the pad is never read).
 constexpr int smem_row(int head_dim) { return (head_dim + 63) / 64 * 64; }
@@ -77,12 +83,16 @@ struct AttentionParams {
   bool paged = false;
   int page_size = 1;
   const int32_t* kv_indices = nullptr;  // device copy
+  FastDiv page_div;  // division by page_size (a multiply and a shift)
   // True when every K/V row is 16-byte aligned and dense in the dim: cp.async 16-byte copies.
   bool kv_vector_loads = false;
 
   void* out = nullptr;
   int64_t o_stride_row = 0, o_stride_head = 0, o_stride_dim = 1;
   OutKind out_kind = OutKind::kBF16;
+  // True when dims d, d + 1 (d even) of every output row are adjacent and their pair is aligned
+  // (o dense in the dim, even row and head strides, an aligned pointer): one paired store.
+  bool out_pairs = false;
   float* lse = nullptr;  // may be null
   int64_t lse_stride_row = 0, lse_stride_head = 1;
   // Split-KV partial states: [states, H_qo, D_vo] and [states, H_qo].

@@ -74,8 +74,9 @@ Schedule make_schedule(const Problem& p, const std::vector<int64_t>& qo_len,
   const int batch = p.batch_size;
   int64_t max_rows = 0;
   for (int b = 0; b < batch; ++b) max_rows = std::max(max_rows, qo_len[b] * group);
-  s.warps = max_rows <= cta_rows(kDecodeWarps) ? kDecodeWarps : prefill_warps(p.head_dim_qk);
-  const int64_t tile_rows = cta_rows(s.warps);
+  s.decode_tile = max_rows <= kDecodeRows;
+  s.tile_rows = s.decode_tile ? kDecodeRows : prefill_rows(p.head_dim_qk);
+  const int64_t tile_rows = s.tile_rows;
 
   int64_t row_tiles = 0;
   for (int b = 0; b < batch; ++b) row_tiles += (qo_len[b] * group + tile_rows - 1) / tile_rows;

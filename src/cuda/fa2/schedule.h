@@ -14,7 +14,10 @@
 namespace kvattn::fa2 {
 
 struct Schedule {
-  int warps = kPrefillWarps;  // the tile: kDecodeWarps (16 packed rows) or kPrefillWarps
+  // The tile: decode (kDecodeRows packed rows, its warps splitting the keys) when every
+  // request's rows fit it, else prefill (prefill_rows(head_dim_qk) rows, warps split the rows).
+  bool decode_tile = false;
+  int64_t tile_rows = kDecodeRows;
   int64_t chunk_size = 0;     // split-KV chunk in keys; 0: no request is split
   std::vector<RequestInfo> requests;
   std::vector<WorkUnit> work;

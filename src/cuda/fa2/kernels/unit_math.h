@@ -75,15 +75,19 @@ KVATTN_HD RowInfo row_info(const AttentionParams& p, const WorkUnit& w, const Re
   return ri;
 }
 
-// Whether row `ri` sees key j inside the unit's range `keys` (causal, window, custom mask).
+// Whether row `ri` sees key j inside the unit's range `keys` (causal, window, and the custom
+// mask unless the kernel is compiled without one: kCustomMask = false).
+template <bool kCustomMask = true>
 KVATTN_HD bool row_sees_key(const AttentionParams& p, const RequestInfo& r, const RowInfo& ri,
                             const split::ChunkRange& keys, int64_t j) {
   bool visible = ri.valid && j >= keys.begin && j < keys.end &&
                  (!p.causal || math::causal_visible(ri.q_abs, j)) &&
                  math::window_visible(ri.q_abs, j, p.window_left);
-  if (visible && p.custom_mask) {
-    visible = math::custom_mask_bit(p.custom_mask, r.mask_offset, p.custom_mask_packed, ri.token, j,
-                                    r.kv_len);
+  if constexpr (kCustomMask) {
+    if (visible && p.custom_mask) {
+      visible = math::custom_mask_bit(p.custom_mask, r.mask_offset, p.custom_mask_packed,
+                                      ri.token, j, r.kv_len);
+    }
   }
   return visible;
 }

@@ -1,0 +1,18 @@
+// fa2's kernel parameters (params.h AttentionParams) from a problem, its tensors and the
+// schedule, on the host: everything but the device workspace's pointers (requests, work,
+// kv_indices, partial states), which the caller sets. One function for run() and for the CPU
+// replay of the kernel body (tests/cuda/cta_replay_test.cc), so the two cannot drift.
+#pragma once
+
+#include "cuda/fa2/params.h"
+#include "cuda/fa2/schedule.h"
+#include "kvattn/attention.h"
+#include "kvattn/problem.h"
+#include "kvattn/status.h"
+
+namespace kvattn::fa2 {
+
+Status make_kernel_params(const Problem& problem, const AttentionArgs& args,
+                          const Schedule& schedule, AttentionParams* params);
+
+}  // namespace kvattn::fa2
