@@ -1,9 +1,9 @@
 // fa2's warp-level index math (src/cuda/fa2/kernels/fragment_layout.h) and online softmax
-// (kernels/online_softmax.h) replayed on the CPU: an emulation of ldmatrix (plain and .trans)
-// and mma.m16n8k16 following the PTX ISA's fragment layouts runs the kernel's exact sequence for
-// S = Q K^T and O += P V over swizzled tiles, and the result must equal the plain matrix
-// products; then a warp attends over several K/V blocks with masked keys and rows, and must
-// match a plain softmax. Also: the swizzle is a bijection inside each row and every ldmatrix
+// (kernels/online_softmax.h) replayed on the CPU: the whole-warp emulations of ldmatrix (plain
+// and .trans) and mma.m16n8k16 (warp_emulation.h, the PTX ISA's fragment layouts) run the kernel's
+// exact sequence for S = Q K^T and O += P V over swizzled tiles, and the result must equal the
+// plain matrix products; then a warp attends over several K/V blocks with masked keys and rows, and
+// must match a plain softmax. Also: the swizzle is a bijection inside each row and every ldmatrix
 // phase touches 8 distinct 16-byte bank groups.
 #include "cuda/fa2/kernels/fragment_layout.h"
 
@@ -19,62 +19,28 @@
 #include "core/attention_math.h"
 #include "cuda/fa2/kernels/online_softmax.h"
 #include "cuda/fa2/params.h"
+#include "cuda/warp_emulation.h"
 
 namespace kvattn::fa2 {
 namespace {
 
-using Regs = std::array<std::array<float, 2>, 4>;  // four b32 registers of two 16-bit halves
-using Warp = std::array<Regs, 32>;
-using Acc = std::array<std::array<float, 4>, 32>;  // one m16n8 f32 tile, per lane
+using Warp = emu::WarpRegs<float, 4>;  // four b32 registers of two 16-bit halves, per lane
+using WarpB = emu::WarpRegs<float, 2>;
+using Acc = emu::WarpAcc;  // one m16n8 f32 tile, per lane
 
-// ldmatrix.x4: lane 8i + r gives the address of row r of matrix i (8 consecutive elements).
-// Plain: register i of lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of matrix i.
-// Trans:  register i of lane l holds rows 2(l%4), 2(l%4)+1 at column l/4 of matrix i.
+// ldmatrix.x4 over `mem`, lane l giving the row that starts at mem[lane_addr[l]].
 Warp ldmatrix_x4(const std::vector<float>& mem, const std::array<int, 32>& lane_addr, bool trans) {
-  Warp out{};
-  for (int lane = 0; lane < 32; ++lane) {
-    for (int i = 0; i < 4; ++i) {
-      for (int h = 0; h < 2; ++h) {
-        if (!trans) {
-          out[lane][i][h] = mem[size_t(lane_addr[8 * i + lane / 4] + 2 * (lane % 4) + h)];
-        } else {
-          out[lane][i][h] = mem[size_t(lane_addr[8 * i + 2 * (lane % 4) + h] + lane / 4)];
-        }
-      }
-    }
-  }
-  return out;
+  std::array<const float*, 32> rows;
+  for (int lane = 0; lane < 32; ++lane) rows[size_t(lane)] = mem.data() + lane_addr[size_t(lane)];
+  return emu::ldmatrix_x4(rows, trans);
 }
 
-// mma.m16n8k16.row.col: D = A B + D with the PTX fragment layouts (g = lane/4, t = lane%4):
-// A a0 (g, 2t+h), a1 (g+8, 2t+h), a2 (g, 2t+8+h), a3 (g+8, 2t+8+h); B b0 (2t+h, g),
-// b1 (2t+8+h, g); C c_e (g + 8(e/2), 2t + e%2).
-void mma(Acc& d, const Warp& a, const std::array<std::array<std::array<float, 2>, 2>, 32>& b) {
-  float A[16][16], B[16][8];
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane / 4, t = lane % 4;
-    for (int h = 0; h < 2; ++h) {
-      A[g][2 * t + h] = a[lane][0][h];
-      A[g + 8][2 * t + h] = a[lane][1][h];
-      A[g][2 * t + 8 + h] = a[lane][2][h];
-      A[g + 8][2 * t + 8 + h] = a[lane][3][h];
-      B[2 * t + h][g] = b[lane][0][h];
-      B[2 * t + 8 + h][g] = b[lane][1][h];
-    }
-  }
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane / 4, t = lane % 4;
-    for (int e = 0; e < 4; ++e) {
-      const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
-      double sum = 0;
-      for (int k = 0; k < 16; ++k) sum += double(A[row][k]) * B[k][col];
-      d[lane][e] += float(sum);
-    }
-  }
+void mma(Acc& d, const Warp& a, const WarpB& b) {
+  emu::mma_m16n8k16(d, a, b, [](float x) { return x; });
 }
 
-std::array<std::array<std::array<float, 2>, 2>, 32> pick_b(const Warp& w, int first) {
-  std::array<std::array<std::array<float, 2>, 2>, 32> b{};
+WarpB pick_b(const Warp& w, int first) {
+  WarpB b{};
   for (int lane = 0; lane < 32; ++lane) {
     b[lane][0] = w[lane][first];
     b[lane][1] = w[lane][first + 1];
