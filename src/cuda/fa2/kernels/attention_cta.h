@@ -721,6 +721,9 @@ KVATTN_HD void attention_cta(const Ops& ops, const AttentionParams& p, unsigned 
       issue_v(b + 1);
     }
   }
+  // Only empty groups can be pending here; waiting for them keeps the decode merge's overlay
+  // of the stages safe by construction.
+  ops.template cp_async_wait<0>();
   if constexpr (C::kDecode) {
     merge_store_rows<C>(ops, p, w, r, acc, reinterpret_cast<float*>(stages));
   } else {
