@@ -51,12 +51,13 @@ void run_tile(const AttentionParams& k, const Schedule& s, bool custom) {
 }
 
 // The keys replayed: fa2's CI kernel set (bf16 with bf16 and e4m3 caches, d128) and keys that
-// take the other paths of the body: f16 Q, e5m2, and the head dims whose tiles differ (d64; d256: one stage for decode; (192, 128): two
+// take the other paths of the body: the mixed 16-bit pairs (computed in f16, the bf16 operand
+// converted in place or on load), f16 Q, e5m2, and the head dims whose tiles differ (d64; d256: one stage for decode; (192, 128): two
 // head dims; d96: padded tile rows; d512: the one-warp decode tile and the two-warp prefill).
 const KernelKey kReplayKeys[] = {
     {DType::kBF16, DType::kBF16, 128, 128}, {DType::kBF16, DType::kE4M3, 128, 128},
-    {DType::kF16, DType::kF16, 64, 64},     {DType::kF16, DType::kE5M2, 256, 256},
-    {DType::kBF16, DType::kBF16, 192, 128}, {DType::kF16, DType::kF16, 96, 96},
+    {DType::kF16, DType::kBF16, 64, 64},    {DType::kF16, DType::kE5M2, 256, 256},
+    {DType::kBF16, DType::kF16, 192, 128},  {DType::kF16, DType::kF16, 96, 96},
     {DType::kBF16, DType::kBF16, 512, 512},
 };
 
@@ -68,12 +69,12 @@ bool dispatch(const KernelKey& key, const AttentionParams& k, const Schedule& s,
     run_tile<Bf16Format, KvBf16, 128, 128>(k, s, custom);
   } else if (is(DType::kBF16, DType::kE4M3, 128, 128)) {
     run_tile<Bf16Format, KvE4M3, 128, 128>(k, s, custom);
-  } else if (is(DType::kF16, DType::kF16, 64, 64)) {
-    run_tile<F16Format, KvF16, 64, 64>(k, s, custom);
+  } else if (is(DType::kF16, DType::kBF16, 64, 64)) {
+    run_tile<F16Format, KvBf16, 64, 64>(k, s, custom);
   } else if (is(DType::kF16, DType::kE5M2, 256, 256)) {
     run_tile<F16Format, KvE5M2, 256, 256>(k, s, custom);
-  } else if (is(DType::kBF16, DType::kBF16, 192, 128)) {
-    run_tile<Bf16Format, KvBf16, 192, 128>(k, s, custom);
+  } else if (is(DType::kBF16, DType::kF16, 192, 128)) {
+    run_tile<Bf16Format, KvF16, 192, 128>(k, s, custom);
   } else if (is(DType::kF16, DType::kF16, 96, 96)) {
     run_tile<F16Format, KvF16, 96, 96>(k, s, custom);
   } else if (is(DType::kBF16, DType::kBF16, 512, 512)) {

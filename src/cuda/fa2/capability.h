@@ -5,7 +5,6 @@
 #include <array>
 
 #include "core/capability.h"
-#include "core/status_macros.h"
 
 namespace kvattn::fa2 {
 
@@ -30,24 +29,6 @@ inline constexpr std::array kScaleGranularities = {KVScaleGranularity::kPerTenso
 
 // MLA's paged latent caches need their own kernel (heads as the rows of one GEMM per latent tile);
 // until it exists, MLA runs on the CPU backends.
-// A 16-bit cache must be q's own type (an FP8 cache goes with either): the MMAs take one 16-bit
-// type, and an f16 cache under bf16 q would lose 3 mantissa bits of every K/V element (bf16 q's
-// LSE then misses the tolerance rule: tests/cuda/cta_replay_test.cc measured 1.8e-4 against a
-// bound of 6.7e-5), while a bf16 cache under f16 q would overflow above 65504. As FlashInfer:
-// same-type 16-bit caches, FP8 caches with either q.
-constexpr bool kv_dtype_goes_with_q(DType q, DType kv) {
-  return kv == DType::kE4M3 || kv == DType::kE5M2 || kv == q;
-}
-inline Status kv_dtype_matches_q(const Problem& p, const Device&) {
-  if (kv_dtype_goes_with_q(p.q_dtype, p.kv_dtype)) return Status::Ok();
-  return make_error(ErrorCode::kNotSupported, "fa2: kv dtype ", dtype_name(p.kv_dtype),
-                    " with q dtype ", dtype_name(p.q_dtype),
-                    ": a 16-bit cache must be q's own type (FP8 caches go with either); the MMAs "
-                    "take one 16-bit type and converting the cache would lose precision (f16 -> "
-                    "bf16) or range (bf16 -> f16)");
-}
-inline constexpr std::array<CapabilityRule, 1> kRules = {&kv_dtype_matches_q};
-
 inline constexpr const char* kNoMla =
     "no MLA kernel yet: batch_mla_paged runs on the cpu and reference backends";
 
@@ -73,7 +54,7 @@ inline const CapabilityDecl& capability() {
       .return_lse = true,
       .sinks = true,
       .kv_scale_granularities = kScaleGranularities,
-      .rules = kRules,
+      .rules = {},
       .mla_unsupported_reason = kNoMla,
   };
   return decl;

@@ -1,6 +1,6 @@
 # fa2's kernel translation units, one per (q dtype, kv dtype, head dims), generated from
 # kernels/attention_instance.cu.in. The full set mirrors fa2/capability.h (kQDTypes x kKVDTypes x
-# kHeadDims, less the pairs its rule kv_dtype_goes_with_q refuses); tests/cuda/kernel_set_test.cc checks the two against each other both ways through
+# kHeadDims); tests/cuda/kernel_set_test.cc checks the two against each other both ways through
 # the generated kernel_keys.h, so the lists cannot drift. The CI set is the subset the tests use.
 set(KVATTN_FA2_Q_DTYPES f16 bf16)
 set(KVATTN_FA2_KV_DTYPES f16 bf16 e4m3 e5m2)
@@ -30,10 +30,6 @@ function(kvattn_fa2_kernel_set sources_var keys_var)
   set(_table_rows "")
   foreach(q IN LISTS KVATTN_FA2_Q_DTYPES)
     foreach(kv IN LISTS KVATTN_FA2_KV_DTYPES)
-      # A 16-bit cache only in q's own type (capability.h kv_dtype_goes_with_q).
-      if(NOT kv MATCHES "^e" AND NOT kv STREQUAL q)
-        continue()
-      endif()
       foreach(hd IN LISTS KVATTN_FA2_HEAD_DIMS)
         string(REPLACE "_" ";" _hd_pair ${hd})
         list(GET _hd_pair 0 qk)

@@ -42,10 +42,22 @@ namespace kvattn::fa2 {
 
 KVATTN_HD constexpr int cmax(int a, int b) { return a > b ? a : b; }
 
-template <class QFmt_, class KV_, int kDqk_, int kDvo_, bool kDecode_, bool kCustomMask_>
+// The 16-bit type the tiles and MMAs use: f16 when q or a 16-bit cache is f16, else bf16. q's
+// own type for every same-type pair; for the mixed pairs both operands are exact in f16 inside
+// f16's range (bf16 has 8 mantissa bits, f16 11), whereas bf16 would round f16 values to 8 bits
+// (measured: bf16 q over an f16 cache then misses the LSE tolerance). A bf16 value beyond
+// f16's range (|x| > 65504) becomes inf, so the output is inf/NaN, never silently finite.
+template <class QIn, class KV>
+struct ComputeFormat {
+  using type = std::conditional_t<QIn::kF16 || (KV::k16 && KV::Format::kF16), F16Format,
+                                  Bf16Format>;
+};
+
+template <class QIn_, class KV_, int kDqk_, int kDvo_, bool kDecode_, bool kCustomMask_>
 struct AttentionConfig {
-  using QFmt = QFmt_;
+  using QIn = QIn_;  // q's format in memory
   using KV = KV_;
+  using QFmt = typename ComputeFormat<QIn, KV>::type;  // the tiles' and the MMAs' format
   using Raw = typename KV::Raw;
   static constexpr bool kDecode = kDecode_;
   static constexpr bool kCustomMask = kCustomMask_;
@@ -361,8 +373,8 @@ KVATTN_HD void load_q_tile(const Ops& ops, const AttentionParams& p, const WorkU
       const int64_t token = packed / p.group;
       const int head = w.kv_head * p.group + packed % p.group;
       const uint16_t* src = q + (r.q_row + token) * p.q_stride_row + head * p.q_stride_head;
-      x1 = QFmt::to_float(ops.ldg(src + e.first * p.q_stride_dim));
-      x2 = QFmt::to_float(ops.ldg(src + e.second * p.q_stride_dim));
+      x1 = C::QIn::to_float(ops.ldg(src + e.first * p.q_stride_dim));
+      x2 = C::QIn::to_float(ops.ldg(src + e.second * p.q_stride_dim));
       if (p.rope) {
         const math::Rotated rot = math::rope_rotate(
             x1, x2,

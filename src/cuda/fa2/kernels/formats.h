@@ -93,7 +93,9 @@ using KvF16 = Kv16<F16Format>;
 template <bool kE4M3>
 struct KvFp8 {
   using Raw = uint8_t;
-  using Format = void;  // not a 16-bit format: decoded, never copied into a tile as it is
+  struct Format {  // not a 16-bit format: decoded, never copied into a tile as it is
+    static constexpr bool kF16 = false;
+  };
   static constexpr bool k16 = false;
   static KVATTN_HD float to_float(Raw x) {
 #if defined(__CUDA_ARCH__)
