@@ -355,12 +355,20 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
     prefetch.seal();
 
     const uint8_t* tile_visible = nullptr;
+    // The keys of the tile the custom mask shows (the same for every row of a decode request):
+    // PV runs over these only. The numerics policy (docs/cuda.md): a hidden key's zero weight
+    // times an inf or NaN V would be NaN; skipping it changes nothing else (its terms are 0).
+    int shown[kTile];
+    const std::byte* shown_rows[kTile];
+    int num_shown = n;
     if (p.mask) {
       const int64_t first = p.mask_begin[b] + j0;
+      num_shown = 0;
       for (int kk = 0; kk < n; ++kk) {
         const int64_t e = first + kk;
         visible[kk] = p.mask_packed ? (p.mask[(e >> 3) * p.mask_stride] >> (e & 7)) & 1
                                     : p.mask[e * p.mask_stride] != 0;
+        if (visible[kk]) shown[num_shown++] = kk;
       }
       tile_visible = visible;
     }
@@ -436,7 +444,17 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       for (int g = group; g < gp; ++g) {
         std::fill(scores + g * kTile, scores + (g + 1) * kTile, 0.0f);
       }
-      Tiles::pv(scores, gp, hv, n, dvo, p.v_elem_stride, o, o_row, &prefetch);
+      const std::byte* const* pv_rows = hv;
+      if (num_shown < n) {
+        // The shown keys' weights and V rows, moved to the front (shown[m] >= m: in place).
+        for (int m = 0; m < num_shown; ++m) shown_rows[m] = hv[shown[m]];
+        for (int g = 0; g < group; ++g) {
+          float* s = scores + g * kTile;
+          for (int m = 0; m < num_shown; ++m) s[m] = s[shown[m]];
+        }
+        pv_rows = shown_rows;
+      }
+      Tiles::pv(scores, gp, pv_rows, num_shown, dvo, p.v_elem_stride, o, o_row, &prefetch);
       prefetch.finish_step();
       if constexpr (Tiles::kPoisonE4m3Nans) {
         poison_e4m3_nans<S>(p, hk, hv, n, tile_visible, o, o_row, &nan_key[hi]);

@@ -120,6 +120,39 @@ TEST(Fa2ScheduleTest, CausalPrefillUnitsAreOrderedCostliestFirst) {
   }
 }
 
+// Without a mask the cost is the request's keys (or its chunk's): the longest requests go first,
+// and units of equal cost keep the order they were made in (request, KV head, rows, chunk), so
+// the schedule is deterministic.
+TEST(Fa2ScheduleTest, UnmaskedUnitsAreOrderedByKeysThenAsMade) {
+  Problem p;
+  p.op = Op::kBatchDecode;
+  p.num_qo_heads = 8;
+  p.num_kv_heads = 2;
+  p.batch_size = 5;
+  const std::vector<int64_t> qo = {1, 1, 1, 1, 1}, kv = {100, 5000, 0, 2000, 5000};
+  for (int64_t chunk : {int64_t(-1), int64_t(1024)}) {
+    Schedule s = make_schedule(p, qo, kv, starts_for(qo), false, chunk, 132);
+    check_coverage(p, qo, kv, s);
+    const auto keys = [&](const WorkUnit& w) {
+      const RequestInfo& r = s.requests[w.request];
+      const split::ChunkRange k = w.chunk < 0 ? split::ChunkRange{0, r.kv_len}
+                                              : split::chunk_range(r.kv_len, s.chunk_size, w.chunk);
+      return k.end - k.begin;
+    };
+    const auto made = [](const WorkUnit& w) {
+      return std::make_tuple(w.request, w.kv_head, w.row_begin, w.chunk);
+    };
+    ASSERT_FALSE(s.work.empty());
+    EXPECT_EQ(keys(s.work.front()), chunk < 0 ? 5000 : 1024);
+    EXPECT_EQ(keys(s.work.back()), 0);
+    for (size_t i = 1; i < s.work.size(); ++i) {
+      const WorkUnit &a = s.work[i - 1], &b = s.work[i];
+      EXPECT_GE(keys(a), keys(b)) << "unit " << i << " chunk " << chunk;
+      if (keys(a) == keys(b)) EXPECT_LT(made(a), made(b)) << "unit " << i << " chunk " << chunk;
+    }
+  }
+}
+
 TEST(Fa2ScheduleTest, ForcedSplitCoversEveryChunk) {
   Problem p = prefill(8, 2);
   p.batch_size = 3;

@@ -4,6 +4,7 @@
 // is inf or NaN (never 0 * inf); merge_state propagates a NaN state and ignores a -inf one.
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "reference/ref_test_util.h"
 
@@ -23,9 +24,8 @@ class Policy : public ::testing::TestWithParam<std::string> {
 };
 // Decode, split-KV and merge: every CPU-side backend.
 using NumericsPolicy = Policy;
-// Prefill rows: the reference and the cpu prefill kernels (NaN rows since issue 14's fix of
-// store_tile). A masked key's inf V: the reference only (the cpu prefill kernels still multiply
-// it by its zero weight); instantiate "cpu" there when they do not.
+// Prefill rows and a masked key's inf/NaN V: the reference and the cpu prefill kernels (f32 here:
+// the FMA kernel; tests/cpu/prefill_masked_value_test.cc runs every cpu kernel level).
 using NumericsPolicyPrefill = Policy;
 using NumericsPolicyPrefillMaskedValue = Policy;
 
@@ -110,6 +110,28 @@ TEST_P(NumericsPolicy, DecodeKeyOutsideTheWindowWithInfValueContributesNothing) 
   }
 }
 
+TEST_P(NumericsPolicy, DecodeKeyHiddenByACustomMaskWithInfValueContributesNothing) {
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    for (bool packed : {false, true}) {
+      Dense t(1, 5, 2, 1, 4, 4, /*decode=*/true);
+      for (float& x : t.q) x = 0.25f;
+      for (float& x : t.k) x = 1.0f;
+      for (float& x : t.v) x = 1.0f;
+      t.p.mask_mode = MaskMode::kCustom;
+      t.mask_packed = packed;
+      t.mask = packed ? std::vector<uint8_t>{0x1b} : std::vector<uint8_t>{1, 1, 0, 1, 1};
+      for (int d = 0; d < 4; ++d) t.v_at(2, 0, d) = bad;  // key 2: hidden
+      run(t);
+      for (int h = 0; h < 2; ++h) {
+        for (int d = 0; d < 4; ++d) {
+          EXPECT_NEAR(t.o(0, h, d), 1.0, 1e-6) << "v = " << bad << " packed " << packed;
+        }
+        EXPECT_NEAR(t.lse_at(0, h), std::log(4.0) + 0.5, 1e-5);
+      }
+    }
+  }
+}
+
 TEST_P(NumericsPolicy, SplitKvKeepsANanChunk) {
   // Decode over 600 keys cut into 256-key chunks: the NaN key sits in the last chunk only.
   Dense t(1, 600, 2, 1, 4, 4, /*decode=*/true);
@@ -150,9 +172,8 @@ TEST_P(NumericsPolicy, MergeStatePropagatesNanAndIgnoresMinusInfinity) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, NumericsPolicy, ::testing::Values("reference", "cpu"));
 INSTANTIATE_TEST_SUITE_P(Backends, NumericsPolicyPrefill, ::testing::Values("reference", "cpu"));
-// The cpu prefill kernels still multiply a masked key's inf/NaN V by its zero weight (0 * inf):
-// reference only until they do not.
-INSTANTIATE_TEST_SUITE_P(Backends, NumericsPolicyPrefillMaskedValue, ::testing::Values("reference"));
+INSTANTIATE_TEST_SUITE_P(Backends, NumericsPolicyPrefillMaskedValue,
+                         ::testing::Values("reference", "cpu"));
 
 }  // namespace
 }  // namespace kvattn::reftest

@@ -3,7 +3,7 @@
 // and instruction, accumulated in f32 (twice the f32 FMA rate). P is rounded to bf16 before P V,
 // as a 16-bit MMA consumes it on a GPU (and as the tolerance's baseline does); the row sums use
 // the unrounded P. Everything else (masks, soft cap, ALiBi, online softmax, epilogue) is the
-// f32 kernel's code from kernel.inc.
+// f32 kernel's code from kernel.inc (with the numerics policy's guard, masked_values.inc).
 //
 // Layout: the pairs of a dot product sit in one dword. Q^T holds (q[r][2p], q[r][2p+1]) at
 // [p][r], which a bf16 row already stores side by side, so K rows are broadcast straight from
@@ -315,9 +315,14 @@ inline void run_tile_bf16(const PrefillParams& p, const RequestInfo& req, int kv
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
     if (!full) mask_scores(p, req, t, j0, n, scratch);
     softmax_pack(p, t, n, softmax_scale, scratch);
-    accumulate_values(reinterpret_cast<const uint32_t*>(scratch + p.scratch.vf), p.head_dim_vo,
-                      reinterpret_cast<const uint32_t*>(st), t.rows_pad, t.row_vecs, (n + 1) / 2,
-                      scratch + p.scratch.ot);
+    // The numerics policy (masked_values.inc): only a tile that masks a key checks its V.
+    auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
+    if (!full && any_non_finite_pairs(vp, int64_t{(n + 1) / 2} * p.head_dim_vo)) {
+      add_non_finite_pair_values(n, t.rows, t.rows_pad, p.head_dim_vo,
+                                 reinterpret_cast<uint32_t*>(st), vp, scratch + p.scratch.ot);
+    }
+    accumulate_values(vp, p.head_dim_vo, reinterpret_cast<const uint32_t*>(st), t.rows_pad,
+                      t.row_vecs, (n + 1) / 2, scratch + p.scratch.ot);
   }
   store_tile(p, req, kv_head, t, v_scale, scratch);
 }
