@@ -18,6 +18,7 @@
 #include "core/capability.h"
 #include "core/status_macros.h"
 #include "cta_emulator.h"
+#include "fa2_case_spec.h"
 #include "cuda/fa2/capability.h"
 #include "cuda/fa2/kernel_key.h"
 #include "cuda/fa2/kernel_params.h"
@@ -148,24 +149,7 @@ testing::RunBackend run_replay(int64_t kv_chunk_size) {
 
 testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
                            std::vector<int64_t> kv, int qo_heads = 4, int kv_heads = 2) {
-  testing::CaseSpec s;
-  s.problem.op = op;
-  s.problem.batch_size = int(kv.size());
-  s.problem.num_qo_heads = qo_heads;
-  s.problem.num_kv_heads = kv_heads;
-  s.problem.head_dim_qk = key.head_dim_qk;
-  s.problem.head_dim_vo = key.head_dim_vo;
-  s.problem.q_dtype = key.q;
-  s.problem.kv_dtype = key.kv;
-  s.problem.o_dtype = key.q;
-  s.problem.page_size = 16;
-  s.qo_lens = std::move(qo);
-  s.kv_lens = std::move(kv);
-  if (is_fp8(key.kv)) {
-    s.problem.k_scale = 0.5f;
-    s.problem.v_scale = 2.0f;
-  }
-  return s;
+  return fa2_case_spec(key, op, std::move(qo), std::move(kv), qo_heads, kv_heads);
 }
 
 void expect_matches(const testing::CaseSpec& spec, const std::string& what,
