@@ -23,17 +23,6 @@ bool rows_are_vector_aligned(const TensorView& t, const paged::CacheStrides& s) 
          reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
 }
 
-// K / V strides by meaning, for every operation's layout.
-paged::CacheStrides kv_strides(const Problem& p, const TensorView& t) {
-  if (is_paged(p.op)) return paged::cache_strides(t.strides.data(), p.kv_layout == KVLayout::kHND);
-  paged::CacheStrides s;
-  const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
-  s.slot = hnd ? t.strides[1] : t.strides[0];
-  s.head = hnd ? t.strides[0] : t.strides[1];
-  s.dim = t.strides[2];
-  return s;
-}
-
 // Dims d, d + 1 (d even) of every output row form one aligned pair: o dense in the dim, row and
 // head strides even, the pointer aligned to the pair.
 bool output_pairs_aligned(const TensorView& out, const AttentionParams& k) {
@@ -43,6 +32,16 @@ bool output_pairs_aligned(const TensorView& out, const AttentionParams& k) {
 }
 
 }  // namespace
+
+paged::CacheStrides kv_strides(const Problem& p, const TensorView& t) {
+  if (is_paged(p.op)) return paged::cache_strides(t.strides.data(), p.kv_layout == KVLayout::kHND);
+  paged::CacheStrides s;
+  const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
+  s.slot = hnd ? t.strides[1] : t.strides[0];
+  s.head = hnd ? t.strides[0] : t.strides[1];
+  s.dim = t.strides[2];
+  return s;
+}
 
 Status make_kernel_params(const Problem& p, const AttentionArgs& args, const Schedule& s,
                           AttentionParams* out) {

@@ -12,6 +12,9 @@
 
 namespace kvattn::fa2 {
 
+// K / V strides by meaning (page, slot, head, dim), for every operation's layout (fa3 too).
+paged::CacheStrides kv_strides(const Problem& problem, const TensorView& t);
+
 Status make_kernel_params(const Problem& problem, const AttentionArgs& args,
                           const Schedule& schedule, AttentionParams* params);
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/common/device_buffer.h"
+#include "cuda/fa2/kernel_params.h"
 #include "cuda/fa2/schedule.h"
 #include "cuda/fa3/kernel_table.h"
 #include "cuda/fa3/kernels/merge.cuh"
@@ -52,17 +53,6 @@ Status check_memory(const Problem& p, const AttentionArgs& a) {
   KVATTN_RETURN_IF_ERROR(expect_memory(a.kv_indptr, host, "kv_indptr"));
   KVATTN_RETURN_IF_ERROR(expect_memory(a.kv_indices, host, "kv_indices"));
   return expect_memory(a.kv_last_page_len, host, "kv_last_page_len");
-}
-
-// K / V strides by meaning, for every operation's layout.
-paged::CacheStrides kv_strides(const Problem& p, const TensorView& t) {
-  if (is_paged(p.op)) return paged::cache_strides(t.strides.data(), p.kv_layout == KVLayout::kHND);
-  paged::CacheStrides s;
-  const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
-  s.slot = hnd ? t.strides[1] : t.strides[0];
-  s.head = hnd ? t.strides[0] : t.strides[1];
-  s.dim = t.strides[2];
-  return s;
 }
 
 // The kernel copies rows 16 bytes at a time: the dim must be dense and every row start aligned.
@@ -163,8 +153,8 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
       check_rows("q", args.q, {k.q_stride_row, k.q_stride_head}, args.q.strides[dim_axis]));
   k.k = kt.data;
   k.v = vt.data;
-  k.k_strides = kv_strides(p, kt);
-  k.v_strides = kv_strides(p, vt);
+  k.k_strides = fa2::kv_strides(p, kt);
+  k.v_strides = fa2::kv_strides(p, vt);
   KVATTN_RETURN_IF_ERROR(
       check_rows("k", kt, {k.k_strides.page, k.k_strides.slot, k.k_strides.head}, k.k_strides.dim));
   KVATTN_RETURN_IF_ERROR(
