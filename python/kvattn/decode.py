@@ -102,7 +102,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if q_len_per_req is None:
             q_len_per_req = 1
         if q_len_per_req < 1:
-            raise InvalidArgumentError(f"q_len_per_req = {q_len_per_req}: must be >= 1")
+            # FlashInfer's tests match "q_len_per_req must be >= 1"
+            raise InvalidArgumentError(
+                f"q_len_per_req must be >= 1 (q_len_per_req = {q_len_per_req})")
         causal = (q_len_per_req > 1) if is_causal is None else bool(is_causal)
         if causal and q_len_per_req == 1 and is_causal is not None:
             causal = False  # one query row: causal and non-causal are the same mask

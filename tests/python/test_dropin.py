@@ -70,8 +70,10 @@ def test_fast_decode_plan_is_plan_with_every_keyword_honoured():
         o, _ = attention(f64(q2[2 * b:2 * b + 2]), batch.request_kv(b, 0),
                          batch.request_kv(b, 1), causal=True)
         check_close(out[2 * b:2 * b + 2], o, torch.bfloat16)
-    with pytest.raises(kvattn.InvalidArgumentError, match="q_len_per_req"):
-        w.plan(batch.indptr, batch.indices, batch.last_page_len, 8, 2, 64, 16, q_len_per_req=0)
+    for bad in (0, -1):  # FlashInfer's own test matches this message
+        with pytest.raises(ValueError, match="q_len_per_req must be >= 1"):
+            w.plan(batch.indptr, batch.indices, batch.last_page_len, 8, 2, 64, 16,
+                   q_len_per_req=bad)
     with pytest.raises(kvattn.InvalidArgumentError, match="BatchDecodeWithPagedKVCacheWrapper"):
         kvattn.fast_decode_plan(object(), batch.indptr, batch.indices, batch.last_page_len, 8,
                                 2, 64, 16)
