@@ -281,6 +281,11 @@ def rope_quantize_fp8_append_paged_kv_cache(
         if c.dtype != dtype:
             raise InvalidArgumentError(f"{name}: dtype {c.dtype}: must be quantize_dtype "
                                        f"{dtype}")
+    # A padded row (batch index -1) is written nowhere and its q outputs are unspecified (as in
+    # FlashInfer, which skips it): its pos_ids entry is not read (rotated at position 0).
+    padded = torch.as_tensor(to_numpy(batch_indices) == -1)
+    if bool(padded.any()):
+        pos_ids = torch.as_tensor(to_numpy(pos_ids)).to(torch.int32).masked_fill(padded, 0)
     is_mla = len(k_rope.shape) == 2
     if is_mla and v is not None:
         raise InvalidArgumentError("v: must be None for MLA (2-D k_rope: ckv is the value)")

@@ -303,7 +303,8 @@ def test_rope_quantize_fp8_append_paged_kv_cache(kv_layout):
     # 3 real rows and 2 padded ones (batch index -1)
     batch_indices = torch.tensor([1, -1, 0, 1, -1], dtype=torch.int32)
     positions = torch.tensor([9, 0, 2, 4, 0], dtype=torch.int32)
-    pos_ids = torch.tensor([9, 0, 2, 4, 0], dtype=torch.int32)
+    # a padded row's pos_ids entry is not read (here past the cos/sin cache)
+    pos_ids = torch.tensor([9, 1 << 20, 2, 4, -3], dtype=torch.int32)
     nnz = 5
     q_rope, q_nope = rand((nnz, hq, rd), torch.bfloat16), rand((nnz, hq, nd), torch.bfloat16)
     k_rope, k_nope = rand((nnz, hk, rd), torch.bfloat16), rand((nnz, hk, nd), torch.bfloat16)
@@ -313,9 +314,10 @@ def test_rope_quantize_fp8_append_paged_kv_cache(kv_layout):
         kv_indptr, batch_indices, positions, quant_scale_q=2.0, quant_scale_kv=0.5,
         page_size=page, kv_layout=kv_layout)
     p = pos_ids.numpy()
-    check_fp8(qr, rope(f64(q_rope), p) * 2.0, dtype, "q_rope_out")
+    real = (batch_indices >= 0).numpy()
+    check_fp8(qr[real], rope(f64(q_rope), p)[real] * 2.0, dtype, "q_rope_out")
     check_fp8(qn, f64(q_nope) * 2.0, dtype, "q_nope_out")
-    k_ref = np.concatenate([rope(f64(k_rope), p), f64(k_nope)], axis=-1) * 0.5
+    k_ref = np.concatenate([rope(f64(k_rope), np.where(real, p, 0)), f64(k_nope)], axis=-1) * 0.5
     want_k, want_v = k0.clone(), v0.clone()
     for i in range(nnz):
         b = int(batch_indices[i])
