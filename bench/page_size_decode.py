@@ -6,7 +6,10 @@ more than 1.3x slower per decode step at B 16 x 4k.
     python bench/page_size_decode.py [--repeats N] [--batch 16] [--ctx 4096]
 
 Llama-3-8B decode shape: 32/8 heads, d 128, bf16 cache, randomly permuted pages (slots).
-Reports medians of run() (one layer's decode) and of plan() (once per step), in ms."""
+Slots: page_size 16 with randomly permuted pages; page_size 1 with randomly permuted tokens
+(a fragmented pool) and with each request's tokens in order (a fresh pool). Reports medians of
+run() (one layer's decode) and of plan() (once per step), in ms; two interleaved rounds, the
+better median of the two."""
 
 import argparse
 import platform
@@ -18,11 +21,14 @@ import torch
 import kvattn
 
 
-def build(batch, ctx, page, h_qo=32, h_kv=8, d=128, dtype=torch.bfloat16):
+def build(batch, ctx, page, slots="random", h_qo=32, h_kv=8, d=128, dtype=torch.bfloat16):
     pages = (ctx + page - 1) // page
     total = batch * pages
     indptr = torch.arange(0, total + 1, pages, dtype=torch.int32)
-    indices = torch.randperm(total, dtype=torch.int32)
+    # random: pages (for page_size 1: tokens) anywhere in the pool; sequential: each request's
+    # in order (a fresh token pool hands out consecutive slots)
+    indices = (torch.randperm(total, dtype=torch.int32) if slots == "random"
+               else torch.arange(total, dtype=torch.int32))
     last = torch.full((batch,), ctx - (pages - 1) * page, dtype=torch.int32)
     if page == 1:  # SGLang's pool: k and v buffers [slots, H_kv, D]
         cache = (torch.randn(total, h_kv, d).to(dtype), torch.randn(total, h_kv, d).to(dtype))
@@ -56,7 +62,8 @@ def main():
           f"B {a.batch} x ctx {a.ctx}, 32/8 heads, d 128, bf16; medians of {a.repeats}")
     res = {}
     # interleaved: both page sizes see the same machine noise
-    cases = {p: build(a.batch, a.ctx, p) for p in (16, 1)}
+    cases = {"16 random": build(a.batch, a.ctx, 16), "1 random": build(a.batch, a.ctx, 1),
+             "1 sequential": build(a.batch, a.ctx, 1, "sequential")}
     for _ in range(2):
         for p, (w, args, q, cache) in cases.items():
             out = torch.empty_like(q)
@@ -64,13 +71,15 @@ def main():
             plan = median_ms(lambda: w.plan(*args, q_data_type=q.dtype, kv_data_type=q.dtype),
                              max(3, a.repeats // 4))
             res.setdefault(p, []).append((run, plan))
-    for p in (16, 1):
-        run = min(r for r, _ in res[p])
+    best = {}
+    for p in cases:
+        best[p] = min(r for r, _ in res[p])
         plan = min(pl for _, pl in res[p])
-        print(f"page_size {p:2d}: run {run:8.3f} ms   plan {plan:7.3f} ms   backend "
+        print(f"page_size {p:13s}: run {best[p]:8.3f} ms   plan {plan:7.3f} ms   backend "
               f"{cases[p][0].backend}")
-    r16, r1 = min(r for r, _ in res[16]), min(r for r, _ in res[1])
-    print(f"page_size 1 / page_size 16, run: {r1 / r16:.2f}x (bar: <= 1.3x)")
+    for p in ("1 random", "1 sequential"):
+        print(f"page_size {p} / page_size 16 random, run: {best[p] / best['16 random']:.2f}x "
+              "(bar: <= 1.3x)")
 
 
 if __name__ == "__main__":
