@@ -27,6 +27,14 @@ bool set_positive_int(std::string_view value, int* out, std::string* why) {
   return true;
 }
 
+bool set_nonnegative_int(std::string_view value, int* out, std::string* why) {
+  if (!parse_int(value, out) || *out < 0) {
+    *why = "expected an integer >= 0";
+    return false;
+  }
+  return true;
+}
+
 bool set_float(std::string_view value, float* out, std::string* why) {
   if (!parse_float(value, out)) {
     *why = "expected a finite decimal number";
@@ -136,7 +144,7 @@ const std::vector<ProblemField>& fields() {
        }},
       {"head_dim_kpe", false, "N", "MLA: width of the RoPE part kpe (DeepSeek-V3: 64)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
-         return set_positive_int(v, &d->problem.head_dim_kpe, why);
+         return set_nonnegative_int(v, &d->problem.head_dim_kpe, why);  // 0: no pe term
        },
        [](const Problem& p) -> std::optional<std::string> {
          if (!is_mla(p.op)) return std::nullopt;

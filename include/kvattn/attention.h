@@ -149,8 +149,12 @@ struct PagedKVCache {
   KVScaleGranularity scale_granularity = KVScaleGranularity::kPerTensor;
   TensorView k_scale_cache, v_scale_cache;
 };
+// batch_indices[i] == kPaddedAppendRow marks a padded row (FlashInfer's convention: engines size
+// the append arrays for the largest step): it writes nothing, and its position is not read.
+inline constexpr int32_t kPaddedAppendRow = -1;
 // Writes append_k/v [nnz, H_kv, D] at (batch_indices[i], positions[i]) of the paged cache,
-// converting (and for fp8 quantizing, saturating) to the cache dtype.
+// converting (and for fp8 quantizing, saturating) to the cache dtype. Rows whose batch index is
+// kPaddedAppendRow are skipped; any other negative index is an error.
 Status append_paged_kv_cache(const TensorView& append_k, const TensorView& append_v,
                              const TensorView& batch_indices, const TensorView& positions,
                              const PagedKVCache& cache, const OpOptions& options = {});

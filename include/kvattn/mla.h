@@ -18,7 +18,8 @@ struct PagedMLACache {
 
 // Writes append_ckv [nnz, D_ckv] and append_kpe [nnz, D_kpe] at (batch_indices[i], positions[i])
 // of the paged latent cache, converting (for fp8 quantizing with k_scale, saturating) to the
-// cache dtype. As FlashInfer's append_paged_mla_kv_cache.
+// cache dtype. As FlashInfer's append_paged_mla_kv_cache; a batch index of kPaddedAppendRow (-1)
+// marks a padded row, which writes nothing.
 Status append_paged_mla_kv_cache(const TensorView& append_ckv, const TensorView& append_kpe,
                                  const TensorView& batch_indices, const TensorView& positions,
                                  const PagedMLACache& cache, const OpOptions& options = {});

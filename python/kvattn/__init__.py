@@ -14,20 +14,33 @@ from ._errors import (AliasingError, Error, InternalError, InvalidArgumentError,
                       InvalidShapeError, IoError, NotSupportedError, OutOfBoundsError, ParseError,
                       SizeOverflowError, UnavailableError)
 from . import cascade, decode, mla, page, prefill, quantization, rope, selection
-from .cascade import (MultiLevelCascadeAttentionWrapper, merge_state, merge_state_in_place,
+from . import attention, pod, unsupported
+from .attention import (BatchAttention, BatchAttentionWithAttentionSinkWrapper,
+                        BatchDecodeWithAttentionSinkWrapper)
+from .cascade import (BatchDecodeWithSharedPrefixPagedKVCacheWrapper,
+                      BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
+                      MultiLevelCascadeAttentionWrapper, merge_state, merge_state_in_place,
                       merge_states)
-from .decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
+from .decode import (BatchDecodeWithPagedKVCacheWrapper,
+                     CUDAGraphBatchDecodeWithPagedKVCacheWrapper, fast_decode_plan,
+                     single_decode_with_kv_cache)
+from .pod import BatchPODWithPagedKVCacheWrapper, PODWithPagedKVCacheWrapper
 from .mla import BatchMLAPagedAttentionWrapper
 from .page import (append_paged_kv_cache, append_paged_mla_kv_cache, get_batch_indices_positions,
                    get_seq_lens)
 from .prefill import (BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper,
-                      single_prefill_with_kv_cache)
+                      single_prefill_with_kv_cache, single_prefill_with_kv_cache_return_lse)
 from .quantization import packbits, segment_packbits
 from .rope import (apply_llama31_rope, apply_llama31_rope_inplace, apply_llama31_rope_pos_ids,
                    apply_llama31_rope_pos_ids_inplace, apply_rope, apply_rope_inplace,
                    apply_rope_pos_ids, apply_rope_pos_ids_inplace, apply_rope_with_cos_sin_cache,
-                   apply_rope_with_cos_sin_cache_inplace)
+                   apply_rope_with_cos_sin_cache_inplace, mla_rope_quantize_fp8,
+                   rope_quantize_fp8, rope_quantize_fp8_append_paged_kv_cache)
 from .selection import backend_names, devices, explain, select_backend
+
+from .unsupported import STUBS as _STUBS
+
+globals().update(_STUBS)  # FlashInfer names kvattn does not provide: NotSupportedError on call
 
 __version__ = _kvattn.__version__
 
@@ -44,4 +57,11 @@ __all__ = [
     "get_batch_indices_positions", "get_seq_lens", "merge_state", "merge_state_in_place",
     "merge_states", "packbits", "segment_packbits", "select_backend",
     "single_decode_with_kv_cache", "single_prefill_with_kv_cache",
-]
+    "BatchAttention", "BatchAttentionWithAttentionSinkWrapper",
+    "BatchDecodeWithAttentionSinkWrapper", "BatchDecodeWithSharedPrefixPagedKVCacheWrapper",
+    "BatchPrefillWithSharedPrefixPagedKVCacheWrapper",
+    "CUDAGraphBatchDecodeWithPagedKVCacheWrapper", "BatchPODWithPagedKVCacheWrapper",
+    "PODWithPagedKVCacheWrapper", "fast_decode_plan", "mla_rope_quantize_fp8",
+    "rope_quantize_fp8", "rope_quantize_fp8_append_paged_kv_cache",
+    "single_prefill_with_kv_cache_return_lse",
+] + sorted(_STUBS)

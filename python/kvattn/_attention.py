@@ -199,9 +199,14 @@ def run_once(op: str, fields: Dict[str, str], tensors: Dict[str, Any], backend: 
 
 def resolve_dtypes(q_data_type: Any, kv_data_type: Any, o_data_type: Any,
                    data_type: Any = None) -> Tuple[str, str, str]:
-    """FlashInfer's dtype defaults: kv follows q, o follows q (bf16 for an fp8 q)."""
+    """FlashInfer's dtype defaults: kv follows q, o follows q (bf16 for an fp8 q). The
+    deprecated data_type only fills q_data_type / kv_data_type where they are left unset (None),
+    as FlashInfer's decode plan does; an explicit dtype always wins."""
     if data_type is not None:
-        q_data_type = kv_data_type = data_type
+        if q_data_type is None:
+            q_data_type = data_type
+        if kv_data_type is None:
+            kv_data_type = data_type
     q = dtype_name(q_data_type, "q_data_type")
     kv = dtype_name(kv_data_type, "kv_data_type") if kv_data_type is not None else q
     if o_data_type is not None:

@@ -165,6 +165,15 @@ def as_kernel_array(x: Any) -> Any:
     return x
 
 
+def _expand_4d(x: Any, kv_layout: str) -> Any:
+    """FlashInfer's page_size-1 form: a 3-D K or V cache [P, H, D] of a (k, v) tuple is the
+    4-D cache with one slot per page ([P, 1, H, D] NHD, [P, H, 1, D] HND), as a view."""
+    if len(x.shape) != 3:
+        return x
+    axis = 1 if kv_layout == "NHD" else 2
+    return x.unsqueeze(axis) if is_torch(x) else np.expand_dims(x, axis)
+
+
 def split_paged_kv_cache(paged_kv_cache: Union[Any, Tuple[Any, Any]], kv_layout: str,
                          argument: str = "paged_kv_cache") -> Tuple[Any, Any]:
     """(k_cache, v_cache) views of FlashInfer's cache forms: a tuple, or one tensor
@@ -174,7 +183,8 @@ def split_paged_kv_cache(paged_kv_cache: Union[Any, Tuple[Any, Any]], kv_layout:
             raise InvalidArgumentError(
                 f"{argument}: a tuple of {len(paged_kv_cache)} tensors: expected (k_cache, "
                 "v_cache)")
-        return paged_kv_cache[0], paged_kv_cache[1]
+        return (_expand_4d(paged_kv_cache[0], kv_layout),
+                _expand_4d(paged_kv_cache[1], kv_layout))
     shape = tuple(paged_kv_cache.shape)
     if len(shape) != 5 or shape[1] != 2:
         raise InvalidArgumentError(
@@ -183,15 +193,17 @@ def split_paged_kv_cache(paged_kv_cache: Union[Any, Tuple[Any, Any]], kv_layout:
     return paged_kv_cache[:, 0], paged_kv_cache[:, 1]
 
 
-def cache_tensors(paged_kv_cache: Union[Any, Tuple[Any, Any]]) -> dict:
-    """The run arguments of FlashInfer's cache forms: a (k, v) tuple, or one [P, 2, ...] tensor
+def cache_tensors(paged_kv_cache: Union[Any, Tuple[Any, Any]], kv_layout: str = "NHD") -> dict:
+    """The run arguments of FlashInfer's cache forms: a (k, v) tuple (each 4-D, or 3-D
+    [P, H, D] for page_size 1, as SGLang's token pool passes them), or one [P, 2, ...] tensor
     that the extension splits into K and V views itself (no slicing per call)."""
     if isinstance(paged_kv_cache, (tuple, list)):
         if len(paged_kv_cache) != 2:
             raise InvalidArgumentError(
                 f"paged_kv_cache: a tuple of {len(paged_kv_cache)} tensors: expected (k_cache, "
                 "v_cache)")
-        return {"paged_k_cache": paged_kv_cache[0], "paged_v_cache": paged_kv_cache[1]}
+        return {"paged_k_cache": _expand_4d(paged_kv_cache[0], kv_layout),
+                "paged_v_cache": _expand_4d(paged_kv_cache[1], kv_layout)}
     return {"paged_kv_cache": paged_kv_cache}
 
 

@@ -135,3 +135,92 @@ class MultiLevelCascadeAttentionWrapper:
         return out
 
     forward = run
+
+
+class BatchDecodeWithSharedPrefixPagedKVCacheWrapper:
+    """FlashInfer's legacy shared-prefix decode (superseded by MultiLevelCascadeAttentionWrapper):
+    every request's query attends to one shared prefix k_shared/v_shared (NHD [L, H_kv, D] or
+    HND [H_kv, L, D]) and to its own pages; the two states merge."""
+
+    def __init__(self, float_workspace_buffer: Any, kv_layout: str = "NHD") -> None:
+        from .decode import BatchDecodeWithPagedKVCacheWrapper
+        self._kv_layout = check_kv_layout(kv_layout)
+        self._batch_decode_wrapper = BatchDecodeWithPagedKVCacheWrapper(float_workspace_buffer,
+                                                                        kv_layout)
+
+    def reset_workspace_buffer(self, float_workspace_buffer: Any,
+                               int_workspace_buffer: Any) -> None:
+        self._batch_decode_wrapper.reset_workspace_buffer(float_workspace_buffer,
+                                                          int_workspace_buffer)
+
+    def begin_forward(self, unique_kv_indptr: Any, unique_kv_indices: Any,
+                      unique_kv_last_page_len: Any, num_qo_heads: int, num_kv_heads: int,
+                      head_dim: int, page_size: int, data_type: Any = "float16") -> None:
+        """Plans the unique part (each request's pages); data_type is q's and the cache's."""
+        self._batch_decode_wrapper.begin_forward(
+            unique_kv_indptr, unique_kv_indices, unique_kv_last_page_len, num_qo_heads,
+            num_kv_heads, head_dim, page_size, q_data_type=data_type, kv_data_type=data_type)
+
+    plan = begin_forward
+
+    def forward(self, q: Any, k_shared: Any, v_shared: Any, unique_kv_cache: Any) -> Any:
+        """out [B, H_qo, D]: q [B, H_qo, D] over the shared prefix and each request's pages."""
+        from .prefill import single_prefill_with_kv_cache
+        v_shared_out, s_shared = single_prefill_with_kv_cache(
+            q, k_shared, v_shared, causal=False, pos_encoding_mode="NONE",
+            kv_layout=self._kv_layout, return_lse=True)
+        v_unique, s_unique = self._batch_decode_wrapper.forward_return_lse(q, unique_kv_cache)
+        merge_state_in_place(v_shared_out, s_shared, v_unique, s_unique)
+        return v_shared_out
+
+    run = forward
+
+    def end_forward(self) -> None:
+        """Deprecated no-op (FlashInfer)."""
+
+
+class BatchPrefillWithSharedPrefixPagedKVCacheWrapper:
+    """FlashInfer's legacy shared-prefix prefill: ragged queries (qo_indptr) attend to one
+    shared prefix (non-causal) and to their own pages (causal if asked); the states merge."""
+
+    def __init__(self, float_workspace_buffer: Any, kv_layout: str = "NHD") -> None:
+        self._kv_layout = check_kv_layout(kv_layout)
+        self._batch_prefill_wrapper = BatchPrefillWithPagedKVCacheWrapper(
+            float_workspace_buffer, kv_layout)
+
+    def reset_workspace_buffer(self, float_workspace_buffer: Any,
+                               int_workspace_buffer: Any) -> None:
+        self._batch_prefill_wrapper.reset_workspace_buffer(float_workspace_buffer,
+                                                           int_workspace_buffer)
+
+    def begin_forward(self, qo_indptr: Any, paged_kv_indptr: Any, paged_kv_indices: Any,
+                      paged_kv_last_page_len: Any, num_qo_heads: int, num_kv_heads: int,
+                      head_dim: int, page_size: int) -> None:
+        """Plans the unique part: ragged queries over each request's pages."""
+        self._batch_prefill_wrapper.begin_forward(
+            qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
+            num_kv_heads, head_dim, page_size)
+
+    plan = begin_forward
+
+    def forward(self, q: Any, k_shared: Any, v_shared: Any, unique_kv_cache: Any,
+                causal: bool = False, use_fp16_qk_reduction: bool = False,
+                sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
+                rope_theta: Optional[float] = None) -> Any:
+        """out [qo_indptr[-1], H_qo, D]; `causal` masks the unique part (bottom-right)."""
+        from .prefill import single_prefill_with_kv_cache
+        v_shared_out, s_shared = single_prefill_with_kv_cache(
+            q, k_shared, v_shared, causal=False, pos_encoding_mode="NONE",
+            kv_layout=self._kv_layout, use_fp16_qk_reduction=use_fp16_qk_reduction,
+            sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta, return_lse=True)
+        v_unique, s_unique = self._batch_prefill_wrapper.forward_return_lse(
+            q, unique_kv_cache, causal=causal, pos_encoding_mode="NONE",
+            use_fp16_qk_reduction=use_fp16_qk_reduction, sm_scale=sm_scale,
+            rope_scale=rope_scale, rope_theta=rope_theta)
+        merge_state_in_place(v_shared_out, s_shared, v_unique, s_unique)
+        return v_shared_out
+
+    run = forward
+
+    def end_forward(self) -> None:
+        """Deprecated no-op (FlashInfer)."""

@@ -44,7 +44,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._workspace = float_workspace_buffer
         self._device = device_of(float_workspace_buffer)
         self._use_cuda_graph = use_cuda_graph
+        # FlashInfer's attribute (engines read it to pick their decode path). kvattn's kernel
+        # choice is the backend's (selection), so the flag is recorded, not a kernel switch.
+        self.use_tensor_cores = bool(use_tensor_cores)
         self._plan: Optional[AttentionPlan] = None
+        self._cached_o_data_type: Optional[str] = None
 
     @property
     def is_cuda_graph_enabled(self) -> bool:
@@ -86,6 +90,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
                    fixed_split_size: Optional[int] = None, disable_split_kv: bool = False,
                    q_len_per_req: int = 1, is_causal: Optional[bool] = None,
                    use_token_head_sf: bool = False, num_threads: int = 0) -> None:
+        # What this plan was made from (the deprecated forward() may replan with other
+        # problem parameters, as FlashInfer's forward sets them for run).
+        self._plan_args = {k: v for k, v in locals().items() if k != "self"}
         if window_right != 0:
             raise unsupported("window_right", f"{window_right}: kvattn's window is left-only "
                               "(keys after the query are masked only by causality)")
@@ -95,7 +102,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if q_len_per_req is None:
             q_len_per_req = 1
         if q_len_per_req < 1:
-            raise InvalidArgumentError(f"q_len_per_req = {q_len_per_req}: must be >= 1")
+            # FlashInfer's tests match "q_len_per_req must be >= 1"
+            raise InvalidArgumentError(
+                f"q_len_per_req must be >= 1 (q_len_per_req = {q_len_per_req})")
         causal = (q_len_per_req > 1) if is_causal is None else bool(is_causal)
         if causal and q_len_per_req == 1 and is_causal is not None:
             causal = False  # one query row: causal and non-causal are the same mask
@@ -130,6 +139,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                                    batch * q_len_per_req, num_threads=num_threads,
                                    kv_chunk_size=chunk)
         self._q_dtype, self._kv_dtype = q, kv
+        self._cached_o_data_type = o
         self._window_left = window_left
         self._use_token_head_sf = bool(use_token_head_sf)
 
@@ -158,7 +168,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if skip_softmax_threshold_scale_factor is not None:
             raise unsupported("skip_softmax_threshold_scale_factor",
                               "kvattn computes exact softmax")
-        tensors = cache_tensors(paged_kv_cache)
+        tensors = cache_tensors(paged_kv_cache, self._kv_layout)
         if self._use_token_head_sf:
             if kv_cache_sf is None:
                 raise InvalidArgumentError("kv_cache_sf: required, the plan has "
@@ -179,7 +189,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 v_scale: Optional[float] = None, window_left: int = -1,
                 logits_soft_cap: Optional[float] = None, sm_scale: Optional[float] = None,
                 rope_scale: Optional[float] = None, rope_theta: Optional[float] = None) -> Any:
-        """Deprecated (FlashInfer): use `run`. The problem parameters must be the planned ones."""
+        """Deprecated (FlashInfer): use `run`. The problem parameters given here replace the
+        planned ones, as in FlashInfer (the wrapper plans again where they differ)."""
+        self._forward_params(pos_encoding_mode=pos_encoding_mode, window_left=window_left,
+                             logits_soft_cap=logits_soft_cap, sm_scale=sm_scale,
+                             rope_scale=rope_scale, rope_theta=rope_theta)
         return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale)
 
     def forward_return_lse(self, q: Any, paged_kv_cache: Any, pos_encoding_mode: str = "NONE",
@@ -188,9 +202,21 @@ class BatchDecodeWithPagedKVCacheWrapper:
                            logits_soft_cap: Optional[float] = None,
                            sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
                            rope_theta: Optional[float] = None) -> Tuple[Any, Any]:
-        """Deprecated (FlashInfer): use `run_return_lse`."""
+        """Deprecated (FlashInfer): use `run_return_lse`; the parameters as for `forward`."""
+        self._forward_params(pos_encoding_mode=pos_encoding_mode, window_left=window_left,
+                             logits_soft_cap=logits_soft_cap, sm_scale=sm_scale,
+                             rope_scale=rope_scale, rope_theta=rope_theta)
         return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale,
                         return_lse=True)
+
+    def _forward_params(self, **params: Any) -> None:
+        """Plans again with the deprecated forward()'s problem parameters where they differ
+        from the plan's (FlashInfer's forward sets them on the wrapper for run)."""
+        self._planned()
+        args = self._plan_args
+        if all(args[k] == v for k, v in params.items()):
+            return
+        self._plan_impl(**dict(args, **params))
 
     def end_forward(self) -> None:
         """Deprecated no-op (FlashInfer)."""
@@ -199,6 +225,36 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if self._plan is None:
             raise InvalidArgumentError("run before plan: call plan() first")
         return self._plan
+
+
+def fast_decode_plan(self: BatchDecodeWithPagedKVCacheWrapper, indptr: Any, indices: Any,
+                     last_page_len: Any, num_qo_heads: int, num_kv_heads: int, head_dim: int,
+                     page_size: int, pos_encoding_mode: str = "NONE", window_left: int = -1,
+                     logits_soft_cap: Optional[float] = None, q_data_type: Any = None,
+                     kv_data_type: Any = None, data_type: Any = None,
+                     sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
+                     rope_theta: Optional[float] = None, non_blocking: bool = True,
+                     fixed_split_size: Optional[int] = None, disable_split_kv: bool = False,
+                     q_len_per_req: int = 1, global_override_indptr_cpu: Any = None) -> None:
+    """FlashInfer's fast_decode_plan (SGLang binds it as ``wrapper.plan``): the wrapper's plan
+    with every keyword honoured. In FlashInfer it skips device copies of CUDA-graph buffers;
+    kvattn's plan reads the page table on the host either way, so it is the same plan.
+    global_override_indptr_cpu, when given, is the indptr planned with (a host copy of indptr);
+    q_data_type None means data_type or float16, and o_data_type is the previous plan's."""
+    if not isinstance(self, BatchDecodeWithPagedKVCacheWrapper):
+        raise InvalidArgumentError(
+            f"fast_decode_plan: self is {type(self).__name__}: must be a "
+            "BatchDecodeWithPagedKVCacheWrapper")
+    self._plan_impl(
+        indptr if global_override_indptr_cpu is None else global_override_indptr_cpu, indices,
+        last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
+        pos_encoding_mode=pos_encoding_mode, window_left=window_left,
+        logits_soft_cap=logits_soft_cap,
+        q_data_type=q_data_type if q_data_type is not None else (data_type or "float16"),
+        kv_data_type=kv_data_type, data_type=data_type,
+        o_data_type=self._cached_o_data_type, sm_scale=sm_scale, rope_scale=rope_scale,
+        rope_theta=rope_theta, non_blocking=non_blocking, fixed_split_size=fixed_split_size,
+        disable_split_kv=disable_split_kv, q_len_per_req=q_len_per_req)
 
 
 def single_decode_with_kv_cache(q: Any, k: Any, v: Any, kv_layout: str = "NHD",
@@ -233,3 +289,14 @@ def single_decode_with_kv_cache(q: Any, k: Any, v: Any, kv_layout: str = "NHD",
         k_scale=float_scale(k_scale, "k_scale"), v_scale=float_scale(v_scale, "v_scale"))
     return run_once("single_decode", fields, {"q": q, "k": k, "v": v}, "auto", q,
                     (heads, v.shape[-1]), return_lse)
+
+
+class CUDAGraphBatchDecodeWithPagedKVCacheWrapper(BatchDecodeWithPagedKVCacheWrapper):
+    """FlashInfer's CUDA-graph decode wrapper: BatchDecodeWithPagedKVCacheWrapper with
+    use_cuda_graph=True and the page-table buffers given up front."""
+
+    def __init__(self, workspace_buffer: Any, indptr_buffer: Any, indices_buffer: Any,
+                 last_page_len_buffer: Any, kv_layout: str = "NHD",
+                 use_tensor_cores: bool = False) -> None:
+        super().__init__(workspace_buffer, kv_layout, True, use_tensor_cores, indptr_buffer,
+                         indices_buffer, last_page_len_buffer)

@@ -71,10 +71,15 @@ class BatchMLAPagedAttentionWrapper:
         qo = host_i32(qo_indptr, "qo_indptr")
         pages = host_i32(kv_indptr, "kv_indptr")
         lens = host_i32(kv_len_arr, "kv_len_arr").astype(np.int64)
-        counts = pages[1:].astype(np.int64) - pages[:-1]
-        if len(lens) != len(counts):
+        # FlashInfer's batch size is qo_indptr's (B + 1 entries); engines size kv_indptr and
+        # kv_len_arr for the largest batch, and the entries past B are not read.
+        batch = max(len(qo) - 1, 0)
+        if len(pages) < batch + 1 or len(lens) < batch:
             raise InvalidArgumentError(
-                f"kv_len_arr: {len(lens)} entries, kv_indptr has {len(counts)} requests")
+                f"kv_indptr: {len(pages)} entries, kv_len_arr: {len(lens)}: must be at least "
+                f"B + 1 = {batch + 1} and B = {batch} (B from qo_indptr)")
+        pages, lens = pages[:batch + 1], lens[:batch]
+        counts = pages[1:].astype(np.int64) - pages[:-1]
         if np.any(lens > counts * page_size) or np.any((lens <= (counts - 1) * page_size) &
                                                         (counts > 0)) or np.any(
                                                             (lens > 0) & (counts == 0)):
@@ -83,7 +88,7 @@ class BatchMLAPagedAttentionWrapper:
                 "< kv_len <= pages * page_size")
         last = np.where(counts > 0, lens - (counts - 1) * page_size, 0).astype(np.int32)
         q, kv, o = resolve_dtypes(q_data_type or "bfloat16", kv_data_type, None)
-        fields = problem_fields(batch_size=max(len(qo) - 1, 0), num_qo_heads=num_heads,
+        fields = problem_fields(batch_size=batch, num_qo_heads=num_heads,
                                 head_dim_ckv=head_dim_ckv, head_dim_kpe=head_dim_kpe,
                                 page_size=page_size, causal=bool(causal),
                                 sm_scale=float(sm_scale), q_data_type=q, kv_data_type=kv,

@@ -88,6 +88,9 @@ class _PrefillWrapper:
                    rope_scale: Optional[float], rope_theta: Optional[float], q_data_type: Any,
                    kv_data_type: Any, o_data_type: Any, chunk: int, num_threads: int,
                    use_token_head_sf: bool = False) -> None:
+        # What this plan was made from: the deprecated forward() may change the problem
+        # parameters (FlashInfer's forward sets them on the wrapper for run), and replans.
+        self._plan_args = {k: v for k, v in locals().items() if k != "self"}
         mask, packed, causal = _mask_fields(custom_mask, packed_custom_mask, causal)
         q, kv, o = resolve_dtypes(q_data_type, kv_data_type, o_data_type)
         fields = problem_fields(
@@ -119,6 +122,18 @@ class _PrefillWrapper:
             raise unsupported("kv_cache_sf", "given without use_token_head_sf=True at plan "
                               "(NVFP4 block scales are not kvattn's)")
         return {}
+
+    def _forward_params(self, **params: Any) -> None:
+        """FlashInfer's deprecated forward()/forward_return_lse() set causal, pos_encoding_mode,
+        use_fp16_qk_reduction, window_left, logits_soft_cap, sm_scale, rope_scale and
+        rope_theta on the wrapper, and run uses them: where they differ from the plan's, the
+        same page table is planned again with them (once; later calls find them planned)."""
+        if self._plan is None:
+            raise InvalidArgumentError("run before plan: call plan() first")
+        args = self._plan_args
+        if all(args[k] == v for k, v in params.items()):
+            return
+        self._make_plan(**dict(args, **params))
 
     def _planned(self, window_left: Optional[int]) -> AttentionPlan:
         if self._plan is None:
@@ -198,7 +213,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
             raise unsupported("use_fp16_softmax", "kvattn's softmax is fp32")
         if uses_spcompress:
             raise unsupported("uses_spcompress", "not supported by kvattn")
-        tensors = cache_tensors(paged_kv_cache)
+        tensors = cache_tensors(paged_kv_cache, self._kv_layout)
         tensors.update(self._scale_tensors(kv_cache_sf))
         return plan.run(q, tensors, sinks=sinks, out=out,
                         lse=lse, return_lse=return_lse, lse_base=lse_base,
@@ -214,7 +229,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
                 window_left: int = -1, logits_soft_cap: Optional[float] = None,
                 sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
                 rope_theta: Optional[float] = None) -> Any:
-        """Deprecated (FlashInfer): use `run`. The problem parameters must be the planned ones."""
+        """Deprecated (FlashInfer): use `run`. The problem parameters given here replace the
+        planned ones, as in FlashInfer (the wrapper plans again where they differ)."""
+        self._forward_params(causal=causal, pos_encoding_mode=pos_encoding_mode,
+                             use_fp16_qk_reduction=use_fp16_qk_reduction,
+                             window_left=window_left, logits_soft_cap=logits_soft_cap,
+                             sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta)
         return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale)
 
     def forward_return_lse(self, q: Any, paged_kv_cache: Any, causal: bool = False,
@@ -223,7 +243,11 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
                            window_left: int = -1, logits_soft_cap: Optional[float] = None,
                            sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
                            rope_theta: Optional[float] = None) -> Tuple[Any, Any]:
-        """Deprecated (FlashInfer): use `run_return_lse`."""
+        """Deprecated (FlashInfer): use `run_return_lse`; the parameters as for `forward`."""
+        self._forward_params(causal=causal, pos_encoding_mode=pos_encoding_mode,
+                             use_fp16_qk_reduction=use_fp16_qk_reduction,
+                             window_left=window_left, logits_soft_cap=logits_soft_cap,
+                             sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta)
         return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale, return_lse=True)
 
 
@@ -298,7 +322,12 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
                 window_left: int = -1, logits_soft_cap: Optional[float] = None,
                 sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
                 rope_theta: Optional[float] = None) -> Any:
-        """Deprecated (FlashInfer): use `run`."""
+        """Deprecated (FlashInfer): use `run`. The problem parameters given here replace the
+        planned ones, as in FlashInfer (the wrapper plans again where they differ)."""
+        self._forward_params(causal=causal, pos_encoding_mode=pos_encoding_mode,
+                             use_fp16_qk_reduction=use_fp16_qk_reduction,
+                             window_left=window_left, logits_soft_cap=logits_soft_cap,
+                             sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta)
         return self.run(q, k, v)
 
     def forward_return_lse(self, q: Any, k: Any, v: Any, causal: bool = False,
@@ -306,7 +335,11 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
                            window_left: int = -1, logits_soft_cap: Optional[float] = None,
                            sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
                            rope_theta: Optional[float] = None) -> Tuple[Any, Any]:
-        """Deprecated (FlashInfer): use `run_return_lse`."""
+        """Deprecated (FlashInfer): use `run_return_lse`; the parameters as for `forward`."""
+        self._forward_params(causal=causal, pos_encoding_mode=pos_encoding_mode,
+                             use_fp16_qk_reduction=use_fp16_qk_reduction,
+                             window_left=window_left, logits_soft_cap=logits_soft_cap,
+                             sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta)
         return self.run(q, k, v, return_lse=True)
 
 
@@ -369,3 +402,7 @@ def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
     return run_once("single_prefill", fields, dict({"q": q, "k": k, "v": v}, **mask, **scales),
                     check_backend(backend), q, (q.shape[0], q.shape[1], v.shape[-1]),
                     return_lse, custom_mask_packed=packed)
+
+
+single_prefill_with_kv_cache_return_lse = functools.partial(single_prefill_with_kv_cache,
+                                                            return_lse=True)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 FUNCTIONS = {
-    "decode.py": ["single_decode_with_kv_cache"],
+    "decode.py": ["single_decode_with_kv_cache", "fast_decode_plan"],
     "prefill.py": ["single_prefill_with_kv_cache"],
     "cascade.py": ["merge_state", "merge_state_in_place", "merge_states"],
     "page.py": ["append_paged_kv_cache", "get_batch_indices_positions", "get_seq_lens",
@@ -22,15 +22,26 @@ FUNCTIONS = {
     "rope.py": ["apply_rope", "apply_rope_inplace", "apply_rope_pos_ids",
                 "apply_rope_pos_ids_inplace", "apply_llama31_rope", "apply_llama31_rope_inplace",
                 "apply_llama31_rope_pos_ids", "apply_llama31_rope_pos_ids_inplace",
-                "apply_rope_with_cos_sin_cache", "apply_rope_with_cos_sin_cache_inplace"],
+                "apply_rope_with_cos_sin_cache", "apply_rope_with_cos_sin_cache_inplace",
+                "rope_quantize_fp8", "rope_quantize_fp8_append_paged_kv_cache",
+                "mla_rope_quantize_fp8"],
     "quantization/packbits.py": ["packbits", "segment_packbits"],
 }
 CLASSES = {
     "decode.py": ["BatchDecodeWithPagedKVCacheWrapper"],
     "prefill.py": ["BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper"],
-    "cascade.py": ["MultiLevelCascadeAttentionWrapper"],
+    "cascade.py": ["MultiLevelCascadeAttentionWrapper",
+                   "BatchDecodeWithSharedPrefixPagedKVCacheWrapper",
+                   "BatchPrefillWithSharedPrefixPagedKVCacheWrapper"],
     "mla/_batch_mla/_wrapper.py": ["BatchMLAPagedAttentionWrapper"],
+    "attention/_core.py": ["BatchAttention", "BatchAttentionWithAttentionSinkWrapper"],
+    "pod.py": ["PODWithPagedKVCacheWrapper", "BatchPODWithPagedKVCacheWrapper"],
 }
+# The modules of FlashInfer's attention API: every public name flashinfer/__init__.py imports
+# from them is listed under "attention_names" (kvattn provides each: working, or raising
+# NotSupportedError on call).
+ATTENTION_MODULES = {"attention", "cascade", "decode", "prefill", "page", "rope", "mla", "pod",
+                     "sparse", "xqa"}
 METHODS = ["__init__", "plan", "_plan_impl", "run", "forward", "run_return_lse", "begin_forward",
            "forward_return_lse", "end_forward", "reset_workspace_buffer"]
 
@@ -101,6 +112,13 @@ def main(root: Path):
                                           "keywords": {k.arg: ast.unparse(k.value)
                                                        for k in v.keywords}}
             result["classes"][name] = methods
+    names = {}
+    for node in ast.parse((root / "__init__.py").read_text()).body:
+        if (isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+                and node.module.split(".")[0] in ATTENTION_MODULES):
+            for alias in node.names:
+                names[alias.asname or alias.name] = node.module
+    result["attention_names"] = dict(sorted(names.items()))
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
 

@@ -171,9 +171,10 @@ Status validate_mla_problem(const Problem& p) {
     return make_error(ErrorCode::kInvalidShape, "head_dim_ckv = ", p.head_dim_ckv,
                       ": must be in [1, ", kMaxLatentDim, "] (DeepSeek-V2/V3: 512)");
   }
-  if (p.head_dim_kpe <= 0 || p.head_dim_kpe > kMaxLatentDim) {
+  // head_dim_kpe 0 (no positional part: s = q_nope · ckv only) is accepted, as FlashInfer does.
+  if (p.head_dim_kpe < 0 || p.head_dim_kpe > kMaxLatentDim) {
     return make_error(ErrorCode::kInvalidShape, "head_dim_kpe = ", p.head_dim_kpe,
-                      ": must be in [1, ", kMaxLatentDim, "] (DeepSeek-V2/V3: 64)");
+                      ": must be in [0, ", kMaxLatentDim, "] (DeepSeek-V2/V3: 64; 0: no pe term)");
   }
   // The fields MLA fixes, so that shape-generic code sees one latent KV head.
   if (p.num_kv_heads != 1) {

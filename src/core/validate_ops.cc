@@ -206,9 +206,10 @@ Status validate_append_paged_kv_cache(const TensorView& append_k, const TensorVi
       cache.kv_indptr, cache.kv_indices, cache.kv_last_page_len, batch, num_pages, page_size));
   for (int64_t i = 0; i < nnz; ++i) {
     const int32_t b = index_at(batch_indices, i);
+    if (b == kPaddedAppendRow) continue;  // a padded row writes nothing; its position is not read
     if (b < 0 || b >= batch) {
       return make_error(ErrorCode::kOutOfBounds, "batch_indices[", i, "] = ", b,
-                        ": must be in [0, B = ", batch, ")");
+                        ": must be in [0, B = ", batch, ") or -1 (a padded row, written nowhere)");
     }
     const int32_t pos = index_at(positions, i);
     const int64_t kv_len =

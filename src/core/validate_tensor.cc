@@ -174,6 +174,88 @@ int64_t reachable_bytes(const TensorView& t) {
   return extent_bytes(t, &bytes) ? bytes : 0;
 }
 
+namespace {
+
+// A view as runs of contiguous bytes: `run` bytes starting at every
+// sum_k i_k * stride[k] (bytes, 0 <= i_k < shape[k]) over its outer dims, smallest stride first.
+struct Runs {
+  int64_t run = 0;
+  int n = 0;
+  std::array<int64_t, kMaxRank> shape{}, stride{};
+  // Each outer stride steps past everything the smaller dims reach (no two runs interleave): then
+  // the largest run start <= x is found greedily, one dim at a time, largest stride first.
+  bool nested = false;
+  int64_t count = 1;  // number of runs (saturating)
+};
+
+Runs runs_of(const TensorView& t) {
+  const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
+  std::array<int, kMaxRank> order{};
+  int n = 0;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] > 1) order[n++] = i;
+  }
+  std::sort(order.begin(), order.begin() + n,
+            [&](int x, int y) { return t.strides[x] < t.strides[y]; });
+  Runs r;
+  r.run = es;
+  int k = 0;
+  // Inner dims whose stride is exactly the run so far extend it (checked arithmetic: the view
+  // was checked, so every product below is within its extent).
+  while (k < n && t.strides[order[k]] * es == r.run) {
+    r.run *= t.shape[order[k]];
+    ++k;
+  }
+  int64_t reach = r.run;  // bytes from a run's start to one past the farthest byte so far
+  r.nested = true;
+  for (; k < n; ++k) {
+    const int i = order[k];
+    const int64_t stride = t.strides[i] * es;
+    if (stride < reach) r.nested = false;
+    r.shape[r.n] = t.shape[i];
+    r.stride[r.n] = stride;
+    ++r.n;
+    reach += (t.shape[i] - 1) * stride;
+    r.count = r.count > (int64_t{1} << 40) / t.shape[i] ? (int64_t{1} << 40) : r.count * t.shape[i];
+  }
+  return r;
+}
+
+// Whether some run of `r` (offsets relative to its data) shares a byte with [lo, hi). `r` nested.
+bool hits(const Runs& r, int64_t lo, int64_t hi) {
+  if (hi <= 0) return false;
+  // The largest run start <= hi - 1.
+  int64_t x = hi - 1, start = 0;
+  for (int k = r.n - 1; k >= 0; --k) {
+    const int64_t i = std::min(x / r.stride[k], r.shape[k] - 1);
+    x -= i * r.stride[k];
+    start += i * r.stride[k];
+  }
+  return start + r.run > lo;
+}
+
+// The most runs enumerated to decide one pair exactly; past it the byte ranges decide.
+constexpr int64_t kMaxRunsEnumerated = int64_t{1} << 22;
+
+// Whether a run of `a` shares a byte with a run of `b` (b nested), `delta` = a.data - b.data.
+bool runs_meet(const Runs& a, const Runs& b, int64_t delta) {
+  std::array<int64_t, kMaxRank> idx{};
+  int64_t offset = delta;
+  while (true) {
+    if (hits(b, offset, offset + a.run)) return true;
+    int k = 0;
+    for (; k < a.n; ++k) {
+      offset += a.stride[k];
+      if (++idx[k] < a.shape[k]) break;
+      offset -= idx[k] * a.stride[k];
+      idx[k] = 0;
+    }
+    if (k == a.n) return false;
+  }
+}
+
+}  // namespace
+
 bool overlaps(const TensorView& a, const TensorView& b) {
   if (a.empty() || b.empty()) return false;
   if (a.memory != b.memory || (a.memory == MemoryKind::kCuda && a.device_index != b.device_index)) {
@@ -183,8 +265,37 @@ bool overlaps(const TensorView& a, const TensorView& b) {
   if (a_bytes == 0 || b_bytes == 0) return false;
   const uintptr_t a_begin = reinterpret_cast<uintptr_t>(a.data);
   const uintptr_t b_begin = reinterpret_cast<uintptr_t>(b.data);
-  return a_begin < b_begin + static_cast<uintptr_t>(b_bytes) &&
-         b_begin < a_begin + static_cast<uintptr_t>(a_bytes);
+  if (!(a_begin < b_begin + static_cast<uintptr_t>(b_bytes) &&
+        b_begin < a_begin + static_cast<uintptr_t>(a_bytes))) {
+    return false;
+  }
+  // The byte ranges meet; element-exact from here (views of one packed qkv tensor interleave
+  // without sharing a byte). Runs of one view are tested against the other's, which must not
+  // interleave its own runs; when neither can be decided within the budget, the byte ranges
+  // decide (a refusal, never a missed overlap).
+  const Runs ra = runs_of(a), rb = runs_of(b);
+  const int64_t delta = static_cast<int64_t>(a_begin - b_begin);
+  if (rb.nested && ra.count <= kMaxRunsEnumerated && (!ra.nested || ra.count <= rb.count)) {
+    return runs_meet(ra, rb, delta);
+  }
+  if (ra.nested && rb.count <= kMaxRunsEnumerated) return runs_meet(rb, ra, -delta);
+  if (!ra.nested && !rb.nested && ra.count <= kMaxRunsEnumerated / rb.count) {
+    // Both interleave their own runs (broadcast or repeating strides): split b along its largest
+    // stride until it does not.
+    int dim = -1;
+    for (int i = 0; i < b.rank; ++i) {
+      if (b.shape[i] > 1 && (dim < 0 || b.strides[i] > b.strides[dim])) dim = i;
+    }
+    TensorView part = b;
+    part.shape[dim] = 1;
+    const int64_t step = b.strides[dim] * static_cast<int64_t>(dtype_size(b.dtype));
+    for (int64_t i = 0; i < b.shape[dim]; ++i) {
+      part.data = static_cast<char*>(b.data) + i * step;
+      if (overlaps(a, part)) return true;
+    }
+    return false;
+  }
+  return true;
 }
 
 Status check_no_overlap(const TensorView& out, std::string_view out_name, const TensorView& in,

@@ -54,8 +54,10 @@ Status check_shape(const TensorView& t, std::string_view name, std::string_view 
 // Bytes from t.data to one past the last reachable byte (0 for a view without elements). Only
 // meaningful after check_view succeeded.
 int64_t reachable_bytes(const TensorView& t);
-// Whether the byte ranges of two checked views share a byte (views in different memories never
-// do).
+// Whether two checked views share a byte of an element (views in different memories never do).
+// Element-exact for strided views (the split views of one packed qkv tensor interleave without
+// sharing a byte); a pair too large to decide within a fixed budget, where neither view is free
+// of self-interleaving, is judged by its byte ranges (refused, never missed).
 bool overlaps(const TensorView& a, const TensorView& b);
 // kAliasing when output `out` overlaps input `in`.
 Status check_no_overlap(const TensorView& out, std::string_view out_name, const TensorView& in,

@@ -189,6 +189,10 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
   std::vector<int64_t> page_of(nnz), slot_of(nnz);
   for (int64_t i = 0; i < nnz; ++i) {
     const int64_t b = load_i32(batch_indices, i);
+    if (b == kPaddedAppendRow) {  // a padded row writes nothing
+      page_of[i] = -1;
+      continue;
+    }
     const int64_t pos = load_i32(positions, i);
     if (b < 0 || b >= batch || pos < 0) {
       return make_error(ErrorCode::kInvalidArgument, "append_paged_kv_cache: entry ", i,
@@ -235,6 +239,7 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
     }
   };
   for_rows(num_threads, nnz, [&](int64_t i) {
+    if (page_of[i] < 0) return;  // padded
     write(append_k, cache.k_cache, cache.k_scale_cache, cache.k_scale, i);
     write(append_v, cache.v_cache, cache.v_scale_cache, cache.v_scale, i);
   });

@@ -108,6 +108,7 @@ Status append_paged_kv_cache(const TensorView& append_k, const TensorView& appen
   const int64_t page_size = cache_page_size(cache);
   for (int64_t i = 0; i < nnz; ++i) {
     const int64_t b = load_i32(batch_indices, i);
+    if (b == kPaddedAppendRow) continue;  // a padded row writes nothing
     const int64_t pos = load_i32(positions, i);
     // Validation proves these; the reference re-checks because an out-of-range page here would
     // be a write outside the cache.

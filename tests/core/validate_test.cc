@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <random>
 #include <vector>
 
 #include "core/validate_tensor.h"
@@ -110,6 +111,109 @@ TEST(ValidateView, OverlapIsByteExact) {
   EXPECT_FALSE(validation::overlaps(a, b));
   expect_error(validation::check_no_overlap(a, "out", a, "q"), ErrorCode::kAliasing,
                {"out", "overlaps q"});
+}
+
+TEST(ValidateView, OverlapIsElementExactForStridedViews) {
+  // A packed qkv tensor [n, (Hq + 2 Hk) * D] split into q [n, Hq, D], k and v [n, Hk, D].
+  const int64_t n = 5, hq = 4, hk = 2, d = 8, row = (hq + 2 * hk) * d;
+  std::vector<uint16_t> qkv(n * row);
+  const int64_t bytes = static_cast<int64_t>(qkv.size()) * 2;
+  TensorView q = raw_view(qkv.data(), DType::kBF16, {n, hq, d}, {row, d, 1}, bytes);
+  TensorView k = raw_view(qkv.data() + hq * d, DType::kBF16, {n, hk, d}, {row, d, 1},
+                          bytes - hq * d * 2);
+  TensorView v = raw_view(qkv.data() + (hq + hk) * d, DType::kBF16, {n, hk, d}, {row, d, 1},
+                          bytes - (hq + hk) * d * 2);
+  EXPECT_FALSE(validation::overlaps(q, k));
+  EXPECT_FALSE(validation::overlaps(k, q));
+  EXPECT_FALSE(validation::overlaps(q, v));
+  EXPECT_FALSE(validation::overlaps(k, v));
+  EXPECT_TRUE(validation::check_no_overlap(q, "q_out", k, "k").ok());
+  // One element more of q's heads reaches k's first element: a true overlap.
+  TensorView q5 = raw_view(qkv.data(), DType::kBF16, {n, hq + 1, d}, {row, d, 1}, bytes);
+  EXPECT_TRUE(validation::overlaps(q5, k));
+  EXPECT_TRUE(validation::overlaps(k, q5));
+  // Only the last row: q's last element is shared.
+  TensorView q_tail = q;
+  q_tail.shape = {1, hq, d + 1};  // rows of d + 1 elements step one into the next head
+  q_tail.data = qkv.data() + (n - 1) * row;
+  q_tail.buffer_bytes = row * 2;
+  TensorView k_tail = raw_view(qkv.data() + (n - 1) * row + hq * d, DType::kBF16, {1, hk, d},
+                               {row, d, 1}, (row - hq * d) * 2);
+  EXPECT_TRUE(validation::overlaps(q_tail, k_tail));
+  // Interleaved elements: even and odd columns of one [8, 16] f32 buffer share no byte.
+  std::vector<float> buf(8 * 16);
+  TensorView even = raw_view(buf.data(), DType::kF32, {8, 8}, {16, 2}, 8 * 16 * 4);
+  TensorView odd = raw_view(buf.data() + 1, DType::kF32, {8, 8}, {16, 2}, 8 * 16 * 4 - 4);
+  EXPECT_FALSE(validation::overlaps(even, odd));
+  EXPECT_FALSE(validation::overlaps(odd, even));
+  // A bf16 view over the same bytes reads half of an odd f32 element: they share a byte.
+  TensorView halves = raw_view(buf.data(), DType::kBF16, {8, 8}, {32, 3}, 8 * 16 * 4);
+  EXPECT_TRUE(validation::overlaps(even, halves) || validation::overlaps(odd, halves));
+  TensorView odd_halves =
+      raw_view(reinterpret_cast<uint16_t*>(buf.data()) + 2, DType::kBF16, {8, 4}, {32, 4},
+               8 * 16 * 4 - 4);  // the first half of every odd f32 element
+  EXPECT_FALSE(validation::overlaps(even, odd_halves));
+  EXPECT_TRUE(validation::overlaps(odd, odd_halves));
+  // Columns 0..3 and 2..5: truly overlapping.
+  TensorView left = raw_view(buf.data(), DType::kF32, {8, 4}, {16, 1}, 8 * 16 * 4);
+  TensorView mid = raw_view(buf.data() + 2, DType::kF32, {8, 4}, {16, 1}, 8 * 16 * 4 - 8);
+  EXPECT_TRUE(validation::overlaps(left, mid));
+  TensorView right = raw_view(buf.data() + 4, DType::kF32, {8, 4}, {16, 1}, 8 * 16 * 4 - 16);
+  EXPECT_FALSE(validation::overlaps(left, right));
+  // A broadcast input (stride 0) against a strided output: exact by enumerating the output.
+  TensorView bcast = raw_view(buf.data() + 5, DType::kF32, {8, 3}, {0, 1}, 12);
+  EXPECT_FALSE(validation::overlaps(left, bcast));  // columns 5..7 of row 0
+  bcast.data = buf.data() + 3;
+  EXPECT_TRUE(validation::overlaps(left, bcast));  // column 3 of row 0
+  // Brute force over small random views of one buffer: exact agreement.
+  std::mt19937 rng(7);
+  std::vector<uint8_t> bytes_buf(512);
+  for (int trial = 0; trial < 3000; ++trial) {
+    auto random_view = [&]() {
+      const DType dt = rng() % 2 ? DType::kF32 : DType::kBF16;
+      const int64_t es = dtype_size(dt);
+      const int rank = 1 + static_cast<int>(rng() % 3);
+      std::vector<int64_t> shape(rank), strides(rank);
+      int64_t reach = 0;
+      for (int i = 0; i < rank; ++i) {
+        shape[i] = 1 + rng() % 4;
+        strides[i] = rng() % 9;
+        reach += (shape[i] - 1) * strides[i];
+      }
+      const int64_t extent = (reach + 1) * es;
+      const int64_t offset = (rng() % (512 - extent + 1)) / es * es;
+      TensorView t;
+      t.data = bytes_buf.data() + offset;
+      t.dtype = dt;
+      t.rank = rank;
+      for (int i = 0; i < rank; ++i) {
+        t.shape[i] = shape[i];
+        t.strides[i] = strides[i];
+      }
+      t.buffer_bytes = 512 - offset;
+      return t;
+    };
+    const TensorView x = random_view(), y = random_view();
+    auto touched = [&](const TensorView& t) {
+      std::vector<bool> m(512, false);
+      const int64_t es = dtype_size(t.dtype);
+      const int64_t base = static_cast<const uint8_t*>(t.data) - bytes_buf.data();
+      for (int64_t i0 = 0; i0 < t.shape[0]; ++i0)
+        for (int64_t i1 = 0; i1 < (t.rank > 1 ? t.shape[1] : 1); ++i1)
+          for (int64_t i2 = 0; i2 < (t.rank > 2 ? t.shape[2] : 1); ++i2) {
+            const int64_t e = i0 * t.strides[0] + (t.rank > 1 ? i1 * t.strides[1] : 0) +
+                              (t.rank > 2 ? i2 * t.strides[2] : 0);
+            for (int64_t b = 0; b < es; ++b) m[base + e * es + b] = true;
+          }
+      return m;
+    };
+    const std::vector<bool> mx = touched(x), my = touched(y);
+    bool shared = false;
+    for (int i = 0; i < 512; ++i) shared |= mx[i] && my[i];
+    const bool got = validation::overlaps(x, y);
+    ASSERT_EQ(got, shared) << "trial " << trial << ": " << x.shape_string() << " strides "
+                           << x.strides[0] << " vs " << y.shape_string();
+  }
 }
 
 TEST(ValidateView, OutputLayoutsThatRepeatAnAddress) {
@@ -386,6 +490,19 @@ TEST(ValidateOps, AppendMessagesNameTheRequest) {
   expect_error(validate_append_paged_kv_cache(a.tappend_k, a.tappend_v, a.tbatch_indices,
                                               a.tpositions, a.cache),
                ErrorCode::kOutOfBounds, {"positions[2] = 9", "kv_len of request 2 = 9"});
+}
+
+TEST(ValidateOps, AppendPaddedRowsAreAcceptedWithAnyPosition) {
+  AppendFixture a;
+  a.batch_indices[1] = kPaddedAppendRow;
+  a.positions[1] = -12345;  // a padded row's position is not read
+  EXPECT_TRUE(validate_append_paged_kv_cache(a.tappend_k, a.tappend_v, a.tbatch_indices,
+                                             a.tpositions, a.cache)
+                  .ok());
+  a.batch_indices[1] = -2;
+  expect_error(validate_append_paged_kv_cache(a.tappend_k, a.tappend_v, a.tbatch_indices,
+                                              a.tpositions, a.cache),
+               ErrorCode::kOutOfBounds, {"batch_indices[1] = -2", "or -1 (a padded row"});
 }
 
 TEST(ValidateOps, RopeInPlaceMustBeTheSameView) {

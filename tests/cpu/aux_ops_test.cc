@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kvattn/attention.h"
+#include "kvattn/mla.h"
 #include "testing/case_builder.h"
 
 namespace kvattn {
@@ -149,6 +151,199 @@ TEST(CpuAppendPagedKvCache, QuantizesAndSaturatesLikeTheReference) {
               << "no code at the e4m3 maximum: the test lost its saturation case";
         }
       }
+    }
+  }
+}
+
+// FlashInfer's padding convention (DESIGN.md §2 "Appending"): a row whose batch index is -1 writes
+// nothing anywhere. Caches and scale caches start as a canary pattern; after an append where
+// every other row is padded (with garbage positions), the bytes must equal the canary everywhere
+// except the real rows' slots, and those must hold exactly what an append of the real rows
+// alone writes (the real rows alone also checked against an independent conversion for bf16).
+TEST(AppendPaddedRows, WriteNothingAndRealRowsLandExactly) {
+  std::mt19937 rng(11);
+  const int64_t heads = 2, dim = 16, page_size = 4, num_pages = 6;
+  std::vector<int32_t> indptr = {0, 2, 5}, indices = {4, 1, 0, 5, 2}, last = {3, 2};
+  // Request 0 holds 7 tokens, request 1 holds 10 (pages 0, 5, 2; slot 0..1 of page 2).
+  std::vector<int32_t> real_b = {0, 1, 1, 0, 1}, real_p = {6, 9, 0, 3, 4};
+  const int64_t nnz_real = 5, nnz = 12;
+  std::vector<int32_t> batch(nnz, kPaddedAppendRow), pos(nnz);
+  std::vector<int64_t> real_row(nnz_real);
+  for (int64_t i = 0, r = 0; i < nnz; ++i) {
+    pos[i] = static_cast<int32_t>(-7 + 1000 * i);  // garbage positions on padded rows
+    if (i % 2 == 1 && r < nnz_real) {
+      batch[i] = real_b[r];
+      pos[i] = real_p[r];
+      real_row[r++] = i;
+    }
+  }
+  // Rows past the last real one stay padded (as get_batch_indices_positions pads the tail).
+  auto k = random_tensor(nnz * heads * dim, DType::kF32, rng, 3);
+  auto v = random_tensor(nnz * heads * dim, DType::kF32, rng, 3);
+  std::vector<std::byte> k_real(nnz_real * heads * dim * 4), v_real(k_real.size());
+  for (int64_t r = 0; r < nnz_real; ++r) {
+    const size_t row = heads * dim * 4;
+    std::memcpy(k_real.data() + r * row, k.data() + real_row[r] * row, row);
+    std::memcpy(v_real.data() + r * row, v.data() + real_row[r] * row, row);
+  }
+  const int64_t cache_elems = num_pages * page_size * heads * dim;
+  const std::byte canary{0xA5};
+  const float canary_scale = -3.25f;
+  for (const char* backend : {"cpu", "reference"}) {
+    for (DType cache_type : {DType::kBF16, DType::kE4M3, DType::kF32}) {
+      for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+        for (bool per_token : {false, true}) {
+          if (per_token && !is_fp8(cache_type)) continue;
+          SCOPED_TRACE(std::string(backend) + " " + std::string(dtype_name(cache_type)) +
+                       (layout == KVLayout::kNHD ? " NHD" : " HND") +
+                       (per_token ? " per_token_head" : ""));
+          // [padded run / real rows only][k / v]
+          std::vector<std::byte> caches[2][2];
+          std::vector<float> scales[2][2];
+          for (int run = 0; run < 2; ++run) {
+            for (int kv = 0; kv < 2; ++kv) {
+              caches[run][kv].assign(cache_elems * dtype_size(cache_type), canary);
+              scales[run][kv].assign(num_pages * page_size * heads, canary_scale);
+            }
+            PagedKVCache cache;
+            auto shape = [&](void* p) {
+              return layout == KVLayout::kNHD
+                         ? TensorView::contiguous(p, cache_type, {num_pages, page_size, heads, dim})
+                         : TensorView::contiguous(p, cache_type, {num_pages, heads, page_size, dim});
+            };
+            cache.k_cache = shape(caches[run][0].data());
+            cache.v_cache = shape(caches[run][1].data());
+            cache.kv_indptr = TensorView::contiguous(indptr.data(), DType::kI32, {3});
+            cache.kv_indices = TensorView::contiguous(indices.data(), DType::kI32, {5});
+            cache.kv_last_page_len = TensorView::contiguous(last.data(), DType::kI32, {2});
+            cache.layout = layout;
+            if (per_token) {
+              cache.scale_granularity = KVScaleGranularity::kPerTokenHead;
+              cache.k_scale_cache = TensorView::contiguous(scales[run][0].data(), DType::kF32,
+                                                           {num_pages, page_size, heads});
+              cache.v_scale_cache = TensorView::contiguous(scales[run][1].data(), DType::kF32,
+                                                           {num_pages, page_size, heads});
+            }
+            const int64_t n = run == 0 ? nnz : nnz_real;
+            const Status s = append_paged_kv_cache(
+                TensorView::contiguous(run == 0 ? k.data() : k_real.data(), DType::kF32,
+                                       {n, heads, dim}),
+                TensorView::contiguous(run == 0 ? v.data() : v_real.data(), DType::kF32,
+                                       {n, heads, dim}),
+                TensorView::contiguous(run == 0 ? batch.data() : real_b.data(),
+                                       DType::kI32, {n}),
+                TensorView::contiguous(run == 0 ? pos.data() : real_p.data(),
+                                       DType::kI32, {n}),
+                cache, on(backend));
+            ASSERT_TRUE(s.ok()) << s.to_string();
+          }
+          for (int kv = 0; kv < 2; ++kv) {
+            EXPECT_EQ(caches[0][kv], caches[1][kv]) << "padded rows changed the cache";
+            EXPECT_EQ(scales[0][kv], scales[1][kv]) << "padded rows changed the scale cache";
+          }
+          // Which element slots the real rows own; everything else must still be the canary.
+          std::vector<bool> owned(cache_elems, false);
+          std::vector<bool> owned_scale(num_pages * page_size * heads, false);
+          for (int64_t r = 0; r < nnz_real; ++r) {
+            const int64_t page = indices[indptr[real_b[r]] + real_p[r] / page_size];
+            const int64_t slot = real_p[r] % page_size;
+            for (int64_t h = 0; h < heads; ++h) {
+              owned_scale[(page * page_size + slot) * heads + h] = true;
+              for (int64_t d = 0; d < dim; ++d) {
+                const int64_t e = layout == KVLayout::kNHD
+                                      ? ((page * page_size + slot) * heads + h) * dim + d
+                                      : ((page * heads + h) * page_size + slot) * dim + d;
+                owned[e] = true;
+              }
+            }
+          }
+          const size_t es = dtype_size(cache_type);
+          int64_t untouched = 0;
+          for (int kv = 0; kv < 2; ++kv) {
+            for (int64_t e = 0; e < cache_elems; ++e) {
+              if (owned[e]) continue;
+              for (size_t b = 0; b < es; ++b) {
+                ASSERT_EQ(caches[0][kv][e * es + b], canary) << "element " << e << " written";
+              }
+              ++untouched;
+            }
+            for (size_t e = 0; e < owned_scale.size(); ++e) {
+              if (!owned_scale[e]) {
+                ASSERT_EQ(scales[0][kv][e], canary_scale) << "scale " << e << " written";
+              } else if (per_token) {
+                EXPECT_GT(scales[0][kv][e], 0.0f) << "real row's scale not written";
+              }
+            }
+          }
+          EXPECT_EQ(untouched, 2 * (cache_elems - nnz_real * heads * dim));
+          if (cache_type == DType::kBF16 || cache_type == DType::kF32) {
+            // Real rows land exactly: the cache element is the converted source value.
+            for (int64_t r = 0; r < nnz_real; ++r) {
+              const int64_t page = indices[indptr[real_b[r]] + real_p[r] / page_size];
+              const int64_t slot = real_p[r] % page_size;
+              for (int64_t h = 0; h < heads; ++h) {
+                const int64_t src = (real_row[r] * heads + h) * dim;
+                std::vector<std::byte> expect(dim * es);
+                testing::from_f32(reinterpret_cast<const float*>(k.data()) + src, dim, cache_type,
+                                  expect.data());
+                const int64_t e = layout == KVLayout::kNHD
+                                      ? ((page * page_size + slot) * heads + h) * dim
+                                      : ((page * heads + h) * page_size + slot) * dim;
+                EXPECT_EQ(0, std::memcmp(expect.data(), caches[0][0].data() + e * es, dim * es))
+                    << "row " << r << " head " << h;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AppendPaddedRows, MlaAppendSkipsPaddedRows) {
+  std::mt19937 rng(12);
+  const int64_t d_ckv = 32, d_kpe = 8, page_size = 3, num_pages = 4;
+  const std::vector<int32_t> indptr = {0, 1, 3}, indices = {2, 0, 3}, last = {2, 3};
+  std::vector<int32_t> batch = {-1, 1, -1, 0, 1, -1}, pos = {99, 5, -4, 1, 0, 0};
+  const int64_t nnz = 6;
+  auto ckv = random_tensor(nnz * d_ckv, DType::kF32, rng, 2);
+  auto kpe = random_tensor(nnz * d_kpe, DType::kF32, rng, 2);
+  for (const char* backend : {"cpu", "reference"}) {
+    SCOPED_TRACE(backend);
+    std::vector<std::byte> c(num_pages * page_size * d_ckv * 2, std::byte{0x5A});
+    std::vector<std::byte> p(num_pages * page_size * d_kpe * 2, std::byte{0x5A});
+    const std::vector<std::byte> c0 = c, p0 = p;
+    PagedMLACache cache;
+    cache.ckv_cache = TensorView::contiguous(c.data(), DType::kBF16, {num_pages, page_size, d_ckv});
+    cache.kpe_cache = TensorView::contiguous(p.data(), DType::kBF16, {num_pages, page_size, d_kpe});
+    cache.kv_indptr = TensorView::contiguous(const_cast<int32_t*>(indptr.data()), DType::kI32, {3});
+    cache.kv_indices = TensorView::contiguous(const_cast<int32_t*>(indices.data()), DType::kI32, {3});
+    cache.kv_last_page_len =
+        TensorView::contiguous(const_cast<int32_t*>(last.data()), DType::kI32, {2});
+    const Status s = append_paged_mla_kv_cache(
+        TensorView::contiguous(ckv.data(), DType::kF32, {nnz, d_ckv}),
+        TensorView::contiguous(kpe.data(), DType::kF32, {nnz, d_kpe}),
+        TensorView::contiguous(batch.data(), DType::kI32, {nnz}),
+        TensorView::contiguous(pos.data(), DType::kI32, {nnz}), cache, on(backend));
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    // Real rows: (row 1: b1 pos5 -> page 3 slot 2), (row 3: b0 pos1 -> page 2 slot 1),
+    // (row 4: b1 pos0 -> page 0 slot 0). Everything else keeps the canary.
+    const int64_t real[3][3] = {{1, 3, 2}, {3, 2, 1}, {4, 0, 0}};
+    std::vector<bool> owned(num_pages * page_size, false);
+    for (const auto& r : real) {
+      owned[r[1] * page_size + r[2]] = true;
+      std::vector<std::byte> expect(d_ckv * 2);
+      testing::from_f32(reinterpret_cast<const float*>(ckv.data()) + r[0] * d_ckv, d_ckv,
+                        DType::kBF16, expect.data());
+      EXPECT_EQ(0, std::memcmp(expect.data(), c.data() + (r[1] * page_size + r[2]) * d_ckv * 2,
+                               d_ckv * 2));
+    }
+    for (int64_t t = 0; t < num_pages * page_size; ++t) {
+      if (owned[t]) continue;
+      EXPECT_EQ(0, std::memcmp(c.data() + t * d_ckv * 2, c0.data() + t * d_ckv * 2, d_ckv * 2))
+          << "ckv slot " << t;
+      EXPECT_EQ(0, std::memcmp(p.data() + t * d_kpe * 2, p0.data() + t * d_kpe * 2, d_kpe * 2))
+          << "kpe slot " << t;
     }
   }
 }

@@ -125,7 +125,11 @@ std::vector<AppendCase> append_cases() {
       {"append_v_scale_inf", [](A& f) { f.cache.v_scale = kInf; }, ErrorCode::kInvalidScale},
       {"append_batch_index_out_of_range", [](A& f) { f.batch_indices[1] = 3; },
        ErrorCode::kOutOfBounds},
-      {"append_batch_index_negative", [](A& f) { f.batch_indices[0] = -1; },
+      // -1 is a padded row (written nowhere); every other negative index is refused.
+      {"append_batch_index_negative", [](A& f) { f.batch_indices[0] = -2; },
+       ErrorCode::kOutOfBounds},
+      {"append_batch_index_int_min",
+       [](A& f) { f.batch_indices[0] = std::numeric_limits<int32_t>::min(); },
        ErrorCode::kOutOfBounds},
       {"append_position_past_kv_len", [](A& f) { f.positions[2] = 9; }, ErrorCode::kOutOfBounds},
       {"append_position_negative", [](A& f) { f.positions[3] = -1; }, ErrorCode::kOutOfBounds},

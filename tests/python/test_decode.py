@@ -120,6 +120,31 @@ def test_legacy_aliases_and_positional_plan():
     assert torch.equal(o, o2) and torch.equal(lse, lse2)
 
 
+def test_deprecated_data_type_only_fills_unset_dtypes():
+    # FlashInfer: data_type fills q_data_type / kv_data_type only where they are None; the
+    # explicit q_data_type (here float16, also plan's default) wins, and the KV takes data_type.
+    batch = paged_batch([9, 30], 16, 2, 64, torch.float8_e4m3fn)
+    q = rand((2, 4, 64), torch.float16)
+    ref = reference_decode(batch, q)[0]
+    w = kvattn.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(batch.indptr, batch.indices, batch.last_page_len, 4, 2, 64, 16,
+           data_type=torch.float8_e4m3fn, q_data_type=torch.float16)
+    out = w.run(q, batch.cache)
+    assert out.dtype == torch.float16
+    check_close(out, ref, torch.float16)
+    # q_data_type=None: data_type fills both (an f16 cache and query).
+    b16 = paged_batch([9, 30], 16, 2, 64, torch.float16)
+    w.plan(b16.indptr, b16.indices, b16.last_page_len, 4, 2, 64, 16, data_type=torch.float16,
+           q_data_type=None)
+    check_close(w.run(q, b16.cache), reference_decode(b16, q)[0], torch.float16)
+    # An explicit kv_data_type wins over data_type too: the fp8 cache is refused for a bf16 plan.
+    w.plan(batch.indptr, batch.indices, batch.last_page_len, 4, 2, 64, 16,
+           data_type=torch.float8_e4m3fn, q_data_type=torch.float16,
+           kv_data_type=torch.float16)
+    with pytest.raises(kvattn.InvalidDTypeError):
+        w.run(q, batch.cache)
+
+
 @pytest.mark.parametrize("q_name,kv_name", [("f32", "f32"), ("f16", "f16"), ("bf16", "e4m3")])
 @pytest.mark.parametrize("kv_layout", ["NHD", "HND"])
 def test_single_decode(q_name, kv_name, kv_layout):

@@ -80,3 +80,35 @@ def test_mla_needs_sm_scale_and_append():
                                      torch.tensor([1], dtype=torch.int32))
     assert torch.equal(ckv[1, 0], a_ckv[0]) and torch.equal(ckv[1, 1], a_ckv[1])
     assert torch.equal(ckv[0, 0], a_ckv[2]) and torch.equal(kpe[0, 0], a_kpe[2])
+
+
+@pytest.mark.parametrize("d_kpe", [64, 0])
+def test_mla_plan_takes_batch_from_qo_indptr(d_kpe):
+    # FlashInfer: the batch size is qo_indptr's; kv_indptr and kv_len_arr sized for a larger
+    # batch (CUDA-graph buffers) have their extra entries ignored. head_dim_kpe 0: no pe term.
+    heads, d_ckv, page = 16, 64, 4
+    kv_lens = [5, 9]
+    kv_indptr = torch.tensor([0, 2, 5, 9, 9, 9], dtype=torch.int32)  # 5 slots, 2 used
+    kv_len_arr = torch.tensor(kv_lens + [16, 0, 0], dtype=torch.int32)
+    kv_indices = torch.tensor([3, 0, 6, 1, 4, 2, 5, 7, 8], dtype=torch.int32)
+    qo_indptr = torch.tensor([0, 1, 3], dtype=torch.int32)
+    ckv = rand((9, page, d_ckv), torch.bfloat16)
+    kpe = rand((9, page, d_kpe), torch.bfloat16)
+    q_nope = rand((3, heads, d_ckv), torch.bfloat16)
+    q_pe = rand((3, heads, d_kpe), torch.bfloat16)
+    sm_scale = 0.125
+    w = kvattn.BatchMLAPagedAttentionWrapper(workspace())
+    w.plan(qo_indptr, kv_indptr, kv_indices, kv_len_arr, heads, d_ckv, d_kpe, page, True,
+           sm_scale, torch.bfloat16, torch.bfloat16)
+    out = w.run(q_nope, q_pe, ckv, kpe)
+    for b in range(2):
+        ids = kv_indices[kv_indptr[b]:kv_indptr[b + 1]]
+        c = ckv[ids].reshape(-1, d_ckv)[:kv_lens[b]]
+        p = kpe[ids].reshape(len(ids) * page, d_kpe)[:kv_lens[b]]
+        r = slice(int(qo_indptr[b]), int(qo_indptr[b + 1]))
+        o, _ = mla_reference(q_nope[r], q_pe[r], c, p, sm_scale, True)
+        check_close(out[r], o, torch.bfloat16, inputs_eps=2.0**-8)
+    # Too few kv_indptr entries for qo_indptr's batch is still an error.
+    with pytest.raises(kvattn.InvalidArgumentError, match="kv_indptr"):
+        w.plan(qo_indptr, kv_indptr[:2], kv_indices, kv_len_arr, heads, d_ckv, d_kpe, page,
+               True, sm_scale, torch.bfloat16, torch.bfloat16)

@@ -75,3 +75,32 @@ def test_cos_sin_cache(is_neox):
     assert torch.equal(q, qo) and torch.equal(k, ko)
     with pytest.raises(kvattn.OutOfBoundsError):
         kvattn.apply_rope_with_cos_sin_cache(torch.tensor([0, 0, 0, 0, 50]), q, k, head, cache)
+
+
+def test_inplace_rope_on_packed_qkv_views():
+    # vLLM / SGLang: q, k, v = qkv.split(...) of one packed [nnz, (Hq + 2 Hk) * D] tensor; the
+    # views interleave row by row but share no element, so in-place RoPE on them is allowed.
+    nnz, hq, hk, d = 9, 4, 2, 64
+    qkv = rand((nnz, (hq + 2 * hk) * d), torch.bfloat16)
+    before = qkv.clone()
+    q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
+    pos = torch.arange(nnz, dtype=torch.int32) * 7
+    kvattn.apply_rope_pos_ids_inplace(q.view(nnz, hq, d), k.view(nnz, hk, d), pos)
+    p = pos.numpy()
+    check_close(q.reshape(nnz, hq, d), rope(f64(before[:, :hq * d].reshape(nnz, hq, d)), p),
+                torch.bfloat16)
+    check_close(k.reshape(nnz, hk, d),
+                rope(f64(before[:, hq * d:(hq + hk) * d].reshape(nnz, hk, d)), p), torch.bfloat16)
+    assert torch.equal(v, before[:, (hq + hk) * d:])  # v untouched
+    # Interleaved strided slices (even and odd heads of one tensor) share no element either.
+    x = rand((nnz, 2 * hk, d), torch.float32)
+    xb = x.clone()
+    kvattn.apply_rope_pos_ids_inplace(x[:, 0::2], x[:, 1::2], pos)
+    check_close(x[:, 0::2], rope(f64(xb[:, 0::2]), p), torch.float32)
+    check_close(x[:, 1::2], rope(f64(xb[:, 1::2]), p), torch.float32)
+    # Views that share elements are refused, and nothing is written.
+    y = rand((nnz, 4, d), torch.float32)
+    y0 = y.clone()
+    with pytest.raises(kvattn.AliasingError, match="overlaps"):
+        kvattn.apply_rope_pos_ids_inplace(y[:, 0:3], y[:, 2:4], pos)  # head 2 in both
+    assert torch.equal(y, y0)

@@ -78,3 +78,35 @@ def test_class_methods(name):
             assert {k: repr(v) for k, v in got.keywords.items()} == want["keywords"]
         else:
             check(want, getattr(cls, method), where)
+
+
+# Every public attention name of FlashInfer's (recorded from its flashinfer/__init__.py) exists
+# in kvattn: working (its own tests), or one of kvattn.unsupported's, which raise
+# NotSupportedError naming the function on call.
+ATTENTION_NAMES = sorted(RECORDED["attention_names"])
+
+
+def test_attention_names_were_recorded():
+    assert len(ATTENTION_NAMES) >= 40
+    for name in ("fast_decode_plan", "BatchAttention", "PODWithPagedKVCacheWrapper",
+                 "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "xqa"):
+        assert name in RECORDED["attention_names"]
+
+
+@pytest.mark.parametrize("name", ATTENTION_NAMES)
+def test_every_flashinfer_attention_name_exists(name):
+    assert hasattr(kvattn, name), f"kvattn has no {name} (FlashInfer's {name} from " \
+        f"flashinfer.{RECORDED['attention_names'][name]})"
+    if name in kvattn.unsupported.NOT_SUPPORTED:
+        with pytest.raises(kvattn.NotSupportedError, match=name):
+            getattr(kvattn, name)(None, None, backend="auto")
+
+
+def test_unsupported_names_are_flashinfer_names_not_working_ones():
+    # The refusal list holds only recorded FlashInfer names, and none that kvattn provides
+    # working elsewhere in its modules.
+    for name in kvattn.unsupported.NOT_SUPPORTED:
+        assert name in RECORDED["attention_names"], name
+        for module in (kvattn.decode, kvattn.prefill, kvattn.cascade, kvattn.page, kvattn.rope,
+                       kvattn.mla, kvattn.attention, kvattn.pod):
+            assert not hasattr(module, name), f"{name} is in kvattn.{module.__name__} too"

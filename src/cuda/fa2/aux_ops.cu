@@ -133,6 +133,7 @@ __global__ void append_kernel(const void* src, DType src_dtype, cuda::Strides4 s
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= nnz * heads * dim) return;
   const int64_t d = idx % dim, h = (idx / dim) % heads, i = idx / (dim * heads);
+  if (page_slot[2 * i] < 0) return;  // a padded row (batch index -1)
   // Divided, not multiplied by a reciprocal: stored = round(real / scale) exactly as the other
   // backends quantize (x * (1/s) can differ from x / s in the last bit, and so in the code).
   const float x = cuda::load_f32(src, src_dtype, src_strides.at(i, h, d)) / scale;
@@ -151,6 +152,7 @@ __global__ void append_per_token_kernel(const void* src, DType src_dtype,
   const int lane = threadIdx.x % 32;
   if (row >= nnz * heads) return;  // whole warps leave together
   const int64_t h = row % heads, i = row / heads;
+  if (page_slot[2 * i] < 0) return;  // a padded row (batch index -1); the whole warp leaves
   float amax = 0.0f;
   for (int64_t d = lane; d < dim; d += 32) {
     amax = fmaxf(amax, fabsf(cuda::load_f32(src, src_dtype, src_strides.at(i, h, d))));
@@ -277,6 +279,11 @@ Status run_append_paged_kv_cache(const TensorView& append_k, const TensorView& a
   std::vector<int64_t> page_slot(size_t(2 * nnz));
   for (int64_t i = 0; i < nnz; ++i) {
     const int64_t b = b_of[size_t(i)], pos = pos_of[size_t(i)];
+    if (b == kPaddedAppendRow) {  // a padded row writes nothing: the kernels skip page -1
+      page_slot[size_t(2 * i)] = -1;
+      page_slot[size_t(2 * i + 1)] = 0;
+      continue;
+    }
     // Validation proves these; re-checked because a wrong page here is a write outside the cache.
     if (b < 0 || b + 1 >= int64_t(indptr.size()) || pos < 0 ||
         indptr[size_t(b)] + pos / page_size >= indptr[size_t(b + 1)]) {

@@ -154,6 +154,71 @@ TEST_F(Fa2GpuAux, AppendPagedKVCacheQuantizesLikeTheReference) {
   }
 }
 
+// Issue 20: a row whose batch index is -1 is padding and writes nothing (DESIGN.md §2
+// "Appending"); its position is not read. Both caches start as the same canary; the reference
+// (checked byte for byte on the CPU, tests/cpu/aux_ops_test.cc) leaves every non-real slot as
+// the canary, and fa2 must match it everywhere, scales included.
+TEST_F(Fa2GpuAux, AppendSkipsPaddedRows) {
+  const int64_t P = 9, page = 16, H = 2, D = 128;
+  for (bool per_token : {false, true}) {
+    const DType cache_t = per_token ? DType::kE4M3 : DType::kBF16;
+    const std::vector<int32_t> indptr = {0, 3, 5}, indices = {4, 0, 7, 2, 8}, last = {10, 16};
+    const std::vector<int32_t> batch = {-1, 0, -1, 1, 1, -1}, pos = {-5, 41, 9999, 3, 31, 0};
+    const int64_t nnz = int64_t(batch.size());
+    auto k_in = random_buffer(DType::kBF16, nnz * H * D, 100.0f, 11);
+    auto v_in = random_buffer(DType::kBF16, nnz * H * D, 2.0f, 12);
+    const int64_t cache_elems = P * page * H * D;
+    std::vector<std::byte> kc_ref(size_t(cache_elems) * dtype_size(cache_t), std::byte{0x11});
+    std::vector<std::byte> vc_ref(kc_ref), kc_gpu(kc_ref), vc_gpu(kc_ref);
+    std::vector<float> ks_ref(size_t(P * page * H), -3.25f), vs_ref(ks_ref), ks_gpu(ks_ref),
+        vs_gpu(ks_ref);
+    auto cache_view = [&](std::vector<std::byte>& b) {
+      return TensorView::contiguous(b.data(), cache_t, {P, page, H, D});
+    };
+    auto scale_view = [&](std::vector<float>& b) {
+      return TensorView::contiguous(b.data(), DType::kF32, {P, page, H});
+    };
+    PagedKVCache ref_cache{cache_view(kc_ref),
+                           cache_view(vc_ref),
+                           TensorView::contiguous((void*)indptr.data(), DType::kI32, {3}),
+                           TensorView::contiguous((void*)indices.data(), DType::kI32, {5}),
+                           TensorView::contiguous((void*)last.data(), DType::kI32, {2}),
+                           KVLayout::kNHD};
+    if (per_token) {
+      ref_cache.scale_granularity = KVScaleGranularity::kPerTokenHead;
+      ref_cache.k_scale_cache = scale_view(ks_ref);
+      ref_cache.v_scale_cache = scale_view(vs_ref);
+    }
+    TensorView ak = TensorView::contiguous(k_in.data(), DType::kBF16, {nnz, H, D});
+    TensorView av = TensorView::contiguous(v_in.data(), DType::kBF16, {nnz, H, D});
+    TensorView bi = TensorView::contiguous((void*)batch.data(), DType::kI32, {nnz});
+    TensorView ps = TensorView::contiguous((void*)pos.data(), DType::kI32, {nnz});
+    Status st = append_paged_kv_cache(ak, av, bi, ps, ref_cache, ref_);
+    ASSERT_TRUE(st.ok()) << st.message();
+    DeviceMirror m;
+    PagedKVCache gpu_cache = ref_cache;
+    gpu_cache.k_cache = m.to_device(cache_view(kc_gpu));
+    gpu_cache.v_cache = m.to_device(cache_view(vc_gpu));
+    if (per_token) {
+      gpu_cache.k_scale_cache = m.to_device(scale_view(ks_gpu));
+      gpu_cache.v_scale_cache = m.to_device(scale_view(vs_gpu));
+    }
+    st = append_paged_kv_cache(m.to_device(ak), m.to_device(av), bi, ps, gpu_cache, fa2_);
+    ASSERT_TRUE(st.ok()) << st.message();
+    m.to_host(gpu_cache.k_cache, cache_view(kc_gpu));
+    m.to_host(gpu_cache.v_cache, cache_view(vc_gpu));
+    if (per_token) {
+      m.to_host(gpu_cache.k_scale_cache, scale_view(ks_gpu));
+      m.to_host(gpu_cache.v_scale_cache, scale_view(vs_gpu));
+    }
+    EXPECT_EQ(ks_gpu, ks_ref);
+    EXPECT_EQ(vs_gpu, vs_ref);
+    const double step = per_token ? 1.0 / 8 : 1.0 / 128;
+    expect_close(kc_gpu, kc_ref, cache_t, cache_elems, step, 1e-6, "k cache");
+    expect_close(vc_gpu, vc_ref, cache_t, cache_elems, step, 1e-6, "v cache");
+  }
+}
+
 // Issue 11: per_token_head appends store each (token, head)'s scale beside the row.
 TEST_F(Fa2GpuAux, AppendPerTokenHeadStoresScalesLikeTheReference) {
   const int64_t P = 9, page = 16, H = 2, D = 96;
