@@ -52,7 +52,10 @@ int device() {
     best_sm = std::max(best_sm, d.sm);
   }
   if (devices.empty()) {
-    std::printf("no CUDA device: %s\n", why.empty() ? "none found" : why.c_str());
+    // The runtime query's reason already reads "no CUDA device: ..." where it has one.
+    if (why.empty()) why = "none found";
+    if (why.rfind("no CUDA device", 0) != 0) why = "no CUDA device: " + why;
+    std::printf("%s\n", why.c_str());
     return 3;
   }
   if (best_sm < 80) {
