@@ -10,9 +10,9 @@
 #include <memory>
 
 #include "core/attention_math.h"
+#include "cuda/common/store_out.cuh"
 #include "cuda/fa2/kernel_params.h"
 #include "cuda/fa2/kernel_table.h"
-#include "cuda/common/store_out.cuh"
 #include "cuda/fa2/launch.h"
 #include "cuda/fa2/launch_kernel.h"
 #include "cuda/fa2/plan_state.h"
