@@ -96,9 +96,9 @@ check_gtest() {
   if [[ -z "$tests" || "$tests" -eq 0 ]]; then
     fail "$name" "ran no test"
   elif [[ $skipped -gt 0 ]] || grep -q '^\[  SKIPPED \]' "$logf"; then
-    fail "$name" "$skipped of $tests test(s) SKIPPED (a skipped GPU test is not a pass):"
-    grep -A1 -E 'Skipped|^\[  SKIPPED \]' "$logf" | grep -v '^--' | head -10 | sed 's/^/  /' |
-      tee -a "$SUMMARY"
+    fail "$name" "$skipped of $tests test(s) SKIPPED (a skipped GPU test is not a pass); why:"
+    grep -A1 ': Skipped$' "$logf" | grep -v -e ': Skipped$' -e '^--$' | sort | uniq -c |
+      head -5 | sed 's/^/  /' | tee -a "$SUMMARY"
   else
     log "$name: passed, $tests test(s), ${secs} s"
   fi
