@@ -71,6 +71,12 @@ int device() {
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   const std::string cmd = argv[1];
+  // A death test's child: GoogleTest re-executes this binary with the flags it was given after
+  // `tests` (--gtest_filter=... --gtest_internal_run_death_test=...), without the subcommand.
+  if (cmd.rfind("--gtest_", 0) == 0) {
+    testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+  }
   // The subcommand's own argv: argv[0] kept, the subcommand dropped.
   std::vector<char*> rest{argv[0]};
   for (int i = 2; i < argc; ++i) rest.push_back(argv[i]);
