@@ -29,10 +29,17 @@ void rope_rotate_f32(float* x, int dim, int64_t pos, const Problem& p) {
   }
 }
 
-// What a 16-bit MMA does to P before multiplying it with V.
+// What the P.V MMA does to P before multiplying it with V: a 16-bit MMA takes P in q's type; an
+// FP8 query's kernel (fa3: the FP8 PV wgmma, as FlashAttention-3) takes P as e4m3, for e4m3 and
+// e5m2 queries alike (e4m3 is the finer of the two for P in [0, 1]). Unscaled: a kernel that
+// scales P by 2^8 before rounding (FA3's guard against underflow) loses less, so this bounds it
+// too.
 float round_probability(float prob, DType q_dtype) {
-  if (!is_16bit_float(q_dtype)) return prob;
-  return static_cast<float>(ref::round_to_dtype(prob, q_dtype));
+  if (is_16bit_float(q_dtype)) return static_cast<float>(ref::round_to_dtype(prob, q_dtype));
+  if (q_dtype == DType::kE4M3 || q_dtype == DType::kE5M2) {
+    return static_cast<float>(ref::round_to_dtype(prob, DType::kE4M3));
+  }
+  return prob;
 }
 
 bool visible(const Problem& p, const ref::AttentionRows& rows, int b, int64_t i, int64_t j,

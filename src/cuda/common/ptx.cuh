@@ -1,4 +1,5 @@
-// Thin wrappers over the SM80 instructions the FlashAttention-2 kernels are built from:
+// Thin wrappers over the SM80 instructions the FlashAttention kernels are built from (fa2's
+// DeviceOps, fa3's paged K/V copies), written once here:
 // mma.sync m16n8k16 (f16/bf16 in, f32 accumulate), ldmatrix (plain and transposed) and cp.async.
 // Fragment layouts follow the PTX ISA, "Matrix Fragments for mma.m16n8k16":
 //   A (16x16, row-major) a0..a3: (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)
@@ -88,9 +89,23 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem_dst)),
                "l"(gmem_src));
 }
+// The same with zero-fill: !valid reads 0 bytes of gmem and fills the 16 bytes with zeros (the
+// src-size operand; a row past the keys).
+__device__ __forceinline__ void cp_async_16_zfill(void* smem_dst, const void* gmem_src,
+                                                  bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem_dst)),
+               "l"(gmem_src), "r"(valid ? 16 : 0)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// All but this thread's newest N committed groups have landed.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Every cp.async of this thread has landed, committed or not (cp.async.wait_all).
 __device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 }  // namespace kvattn::cuda

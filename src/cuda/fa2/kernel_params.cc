@@ -10,10 +10,6 @@
 namespace kvattn::fa2 {
 namespace {
 
-OutKind out_kind(DType d) {
-  return d == DType::kF32 ? OutKind::kF32 : d == DType::kF16 ? OutKind::kF16 : OutKind::kBF16;
-}
-
 // K/V rows can be copied 16 bytes at a time when the dim is dense and every row start is
 // 16-byte aligned.
 bool rows_are_vector_aligned(const TensorView& t, const paged::CacheStrides& s) {
@@ -32,16 +28,6 @@ bool output_pairs_aligned(const TensorView& out, const AttentionParams& k) {
 }
 
 }  // namespace
-
-paged::CacheStrides kv_strides(const Problem& p, const TensorView& t) {
-  if (is_paged(p.op)) return paged::cache_strides(t.strides.data(), p.kv_layout == KVLayout::kHND);
-  paged::CacheStrides s;
-  const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
-  s.slot = hnd ? t.strides[1] : t.strides[0];
-  s.head = hnd ? t.strides[0] : t.strides[1];
-  s.dim = t.strides[2];
-  return s;
-}
 
 Status make_kernel_params(const Problem& p, const AttentionArgs& args, const Schedule& s,
                           AttentionParams* out) {
@@ -67,7 +53,7 @@ Status make_kernel_params(const Problem& p, const AttentionArgs& args, const Sch
   k.o_stride_row = single_decode ? 0 : args.out.strides[0];
   k.o_stride_head = single_decode ? args.out.strides[0] : args.out.strides[1];
   k.o_stride_dim = single_decode ? args.out.strides[1] : args.out.strides[2];
-  k.out_kind = out_kind(p.o_dtype);
+  k.out_kind = cuda::out_kind(p.o_dtype);
   k.out_pairs = output_pairs_aligned(args.out, k);
   if (p.return_lse && !args.lse.empty()) {
     k.lse = static_cast<float*>(args.lse.data);

@@ -4,6 +4,7 @@
 // replay of the kernel body (tests/cuda/cta_replay_test.cc), so the two cannot drift.
 #pragma once
 
+#include "cuda/common/problem_layout.h"
 #include "cuda/fa2/params.h"
 #include "cuda/fa2/schedule.h"
 #include "kvattn/attention.h"
@@ -12,8 +13,8 @@
 
 namespace kvattn::fa2 {
 
-// K / V strides by meaning (page, slot, head, dim), for every operation's layout (fa3 too).
-paged::CacheStrides kv_strides(const Problem& problem, const TensorView& t);
+// K / V strides by meaning (cuda/common/problem_layout.h).
+using cuda::kv_strides;
 
 Status make_kernel_params(const Problem& problem, const AttentionArgs& args,
                           const Schedule& schedule, AttentionParams* params);

@@ -10,9 +10,9 @@
 #include <memory>
 
 #include "core/attention_math.h"
+#include "cuda/common/store_out.cuh"
 #include "cuda/fa2/kernel_params.h"
 #include "cuda/fa2/kernel_table.h"
-#include "cuda/fa2/kernels/store_out.cuh"
 #include "cuda/fa2/launch.h"
 #include "cuda/fa2/launch_kernel.h"
 #include "cuda/fa2/plan_state.h"
@@ -58,7 +58,7 @@ __global__ void merge_partials_kernel(const MergeRow* rows, const float* partial
   const int64_t base = row.out_row * p.o_stride_row + h * p.o_stride_head;
 #pragma unroll
   for (int i = 0; i < kMergeDims; ++i)
-    store_out(p, base + (d0 + i) * p.o_stride_dim, o[i] * inv_sum);
+    cuda::store_out(p, base + (d0 + i) * p.o_stride_dim, o[i] * inv_sum);
   if (p.lse && threadIdx.x == 0) {
     p.lse[row.out_row * p.lse_stride_row + h * p.lse_stride_head] = merger.lse();
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/paged_kv.h"
+#include "cuda/common/out_kind.h"
 #include "cuda/fa2/kernels/fast_div.h"
 
 namespace kvattn::fa2 {
@@ -40,8 +41,8 @@ struct KernelLaunchInfo {
   int shared_bytes = 0;
 };
 
-// Output element types the epilogue writes.
-enum class OutKind : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// Output element types the epilogue writes (cuda/common/out_kind.h).
+using cuda::OutKind;
 
 struct RequestInfo {
   int64_t q_row = 0;  // first row of this request in q / out / lse

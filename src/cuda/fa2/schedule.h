@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/common/problem_layout.h"
 #include "cuda/fa2/params.h"
 #include "kvattn/attention.h"
 #include "kvattn/problem.h"
@@ -25,12 +26,9 @@ struct Schedule {
   int64_t num_partial_states = 0;
 };
 
-// Where each request starts in the (host) index tensors of validated args.
-struct RequestStarts {
-  std::vector<int64_t> q_row;     // first row in q / out
-  std::vector<int64_t> kv_first;  // paged: first kv_indices entry; ragged: first key row; else 0
-};
-RequestStarts request_starts(const Problem& problem, const AttentionArgs& args);
+// Where each request starts in the (host) index tensors (cuda/common/problem_layout.h).
+using cuda::request_starts;
+using cuda::RequestStarts;
 
 // The number of SMs assumed when the device is only described (an H100/H200 has 132).
 inline constexpr int kAssumedSms = 132;

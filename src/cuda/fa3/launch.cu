@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "cuda/common/device_buffer.h"
-#include "cuda/fa2/kernel_params.h"
-#include "cuda/fa2/schedule.h"
+#include "cuda/common/problem_layout.h"
 #include "cuda/fa3/kernel_table.h"
 #include "cuda/fa3/kernels/merge.cuh"
 #include "cuda/fa3/kernels/smem_layout.h"
+#include "cuda/fa3/kernels/tma_coords.h"
 #include "cuda/fa3/launch.h"
 #include "cuda/fa3/split_plan.h"
 #include "cuda/fa3/tile_order.h"
@@ -124,10 +124,6 @@ bool encode_kv_map(CUtensorMap* map, DType dtype, const void* data, int64_t toke
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-OutKind out_kind(DType d) {
-  return d == DType::kF32 ? OutKind::kF32 : d == DType::kF16 ? OutKind::kF16 : OutKind::kBF16;
-}
-
 }  // namespace
 
 Status run_attention(const Plan& plan, const AttentionArgs& args) {
@@ -153,8 +149,8 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
       check_rows("q", args.q, {k.q_stride_row, k.q_stride_head}, args.q.strides[dim_axis]));
   k.k = kt.data;
   k.v = vt.data;
-  k.k_strides = fa2::kv_strides(p, kt);
-  k.v_strides = fa2::kv_strides(p, vt);
+  k.k_strides = cuda::kv_strides(p, kt);
+  k.v_strides = cuda::kv_strides(p, vt);
   KVATTN_RETURN_IF_ERROR(
       check_rows("k", kt, {k.k_strides.page, k.k_strides.slot, k.k_strides.head}, k.k_strides.dim));
   KVATTN_RETURN_IF_ERROR(
@@ -166,7 +162,9 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
     // threads); the token dim is the one with the slot stride.
     const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
     const int64_t tokens = hnd ? kt.shape[1] : kt.shape[0];
-    k.tma = encode_kv_map(&k.tma_k, p.kv_dtype, kt.data, tokens, p.num_kv_heads, p.head_dim_qk,
+    // Past 2^31 - 1 tokens a box's token coordinate would wrap: cp.async copies them instead.
+    k.tma = tma_token_coordinates_fit(tokens) &&
+            encode_kv_map(&k.tma_k, p.kv_dtype, kt.data, tokens, p.num_kv_heads, p.head_dim_qk,
                           p.head_dim_qk, k.k_strides) &&
             encode_kv_map(&k.tma_v, p.kv_dtype, vt.data, tokens, p.num_kv_heads, p.head_dim_vo,
                           p.head_dim_qk, k.v_strides);
@@ -179,7 +177,7 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
                       "fa3: out needs a dense head dim; fa2 runs any "
                       "strides");
   }
-  k.out_kind = out_kind(p.o_dtype);
+  k.out_kind = cuda::out_kind(p.o_dtype);
   if (p.return_lse && !args.lse.empty()) {
     k.lse = static_cast<float*>(args.lse.data);
     k.lse_stride_row = single_decode ? 0 : args.lse.strides[0];
@@ -213,7 +211,7 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
                         " packed rows per token, more than the kernel's 2^31 - 1 rows");
     }
   }
-  const fa2::RequestStarts starts = fa2::request_starts(p, args);
+  const cuda::RequestStarts starts = cuda::request_starts(p, args);
   const split_kv::SplitPlan split =
       split_kv::make_split_plan(plan.qo_len, plan.kv_len, starts.q_row, plan.kv_chunk_size);
   k.chunk_blocks = int(plan.kv_chunk_size / block_n);

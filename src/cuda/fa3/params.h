@@ -9,13 +9,14 @@
 #include <cstdint>
 
 #include "core/paged_kv.h"
+#include "cuda/common/out_kind.h"
 #include "cuda/fa3/kernels/tile_scheduler.h"
 #include "cuda/fa3/split_plan.h"
 
 namespace kvattn::fa3 {
 
-// Output element types the epilogue writes.
-enum class OutKind : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// Output element types the epilogue writes (cuda/common/out_kind.h).
+using cuda::OutKind;
 
 struct RequestInfo {
   int64_t q_row = 0;  // first row of this request in q / out / lse

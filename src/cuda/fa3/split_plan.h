@@ -71,7 +71,7 @@ struct SplitPlan {
   std::vector<MergeRow> merge_rows;  // one per query token of a split request
 };
 
-// q_row: each request's first row in q / out (fa2::request_starts).
+// q_row: each request's first row in q / out (cuda::request_starts).
 inline SplitPlan make_split_plan(const std::vector<int64_t>& qo_len,
                                  const std::vector<int64_t>& kv_len,
                                  const std::vector<int64_t>& q_row, int64_t chunk_keys) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/cuda_query.h"
+#include "cuda/common/bench_timing.h"
 #include "cuda/fa2/runtime_calls.h"
 #include "cuda/gpu/device_mirror.h"
 #include "kvattn/kvattn.h"
@@ -22,55 +23,10 @@
 namespace kvattn::fa2::test {
 namespace {
 
-#define BENCH_CHECK(expr)                                                \
-  do {                                                                   \
-    cudaError_t err_ = (expr);                                           \
-    if (err_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(err_)); \
-      std::exit(1);                                                      \
-    }                                                                    \
-  } while (0)
-
-void* device_alloc(size_t bytes, int fill) {
-  void* p = nullptr;
-  BENCH_CHECK(cudaMalloc(&p, bytes));
-  BENCH_CHECK(cudaMemset(p, fill, bytes));
-  return p;
-}
-
-TensorView on_device(void* p, DType dtype, std::initializer_list<int64_t> shape) {
-  TensorView t = TensorView::contiguous(p, dtype, shape);
-  t.memory = MemoryKind::kCuda;
-  return t;
-}
-
-// Median-free simple timing: warm up, then the mean of `iters` runs between two events.
-template <class F>
-double time_ms(F&& f, int iters) {
-  f();
-  BENCH_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  BENCH_CHECK(cudaEventCreate(&a));
-  BENCH_CHECK(cudaEventCreate(&b));
-  BENCH_CHECK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i) f();
-  BENCH_CHECK(cudaEventRecord(b));
-  BENCH_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  BENCH_CHECK(cudaEventElapsedTime(&ms, a, b));
-  return ms / iters;
-}
-
-double copy_bandwidth_gbs() {
-  const size_t bytes = size_t(1) << 30;
-  void* src = device_alloc(bytes, 1);
-  void* dst = device_alloc(bytes, 0);
-  double ms =
-      time_ms([&] { BENCH_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice)); }, 10);
-  BENCH_CHECK(cudaFree(src));
-  BENCH_CHECK(cudaFree(dst));
-  return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;  // read + write
-}
+using cuda::test::copy_bandwidth_gbs;
+using cuda::test::device_alloc;
+using cuda::test::on_device;
+using cuda::test::time_ms;
 
 struct PagedBatch {
   Problem problem;
@@ -149,7 +105,7 @@ double run_ms(PagedBatch& b, const std::string& backend, const Device& device, i
         }
       },
       iters);
-  for (void* p : b.buffers) BENCH_CHECK(cudaFree(p));
+  for (void* p : b.buffers) KVATTN_BENCH_CHECK(cudaFree(p));
   return ms;
 }
 
@@ -182,11 +138,11 @@ class TimedLaunches final : public RuntimeCalls {
   int launch(const void* kernel, Dim3 grid, Dim3 block, void** args, size_t smem,
              void* stream) override {
     cudaEvent_t a, b;
-    BENCH_CHECK(cudaEventCreate(&a));
-    BENCH_CHECK(cudaEventCreate(&b));
-    BENCH_CHECK(cudaEventRecord(a, static_cast<cudaStream_t>(stream)));
+    KVATTN_BENCH_CHECK(cudaEventCreate(&a));
+    KVATTN_BENCH_CHECK(cudaEventCreate(&b));
+    KVATTN_BENCH_CHECK(cudaEventRecord(a, static_cast<cudaStream_t>(stream)));
     const int err = real_.launch(kernel, grid, block, args, smem, stream);
-    BENCH_CHECK(cudaEventRecord(b, static_cast<cudaStream_t>(stream)));
+    KVATTN_BENCH_CHECK(cudaEventRecord(b, static_cast<cudaStream_t>(stream)));
     events_.emplace_back(a, b);
     return err;
   }
@@ -194,12 +150,12 @@ class TimedLaunches final : public RuntimeCalls {
 
   // Milliseconds of launch `k` of every run, averaged over the runs recorded.
   double mean_ms(int k, int launches_per_run) {
-    BENCH_CHECK(cudaDeviceSynchronize());
+    KVATTN_BENCH_CHECK(cudaDeviceSynchronize());
     double total = 0;
     int n = 0;
     for (size_t i = size_t(k); i < events_.size(); i += size_t(launches_per_run), ++n) {
       float ms = 0;
-      BENCH_CHECK(cudaEventElapsedTime(&ms, events_[i].first, events_[i].second));
+      KVATTN_BENCH_CHECK(cudaEventElapsedTime(&ms, events_[i].first, events_[i].second));
       total += ms;
     }
     return n ? total / n : 0.0;
@@ -216,7 +172,7 @@ class TimedLaunches final : public RuntimeCalls {
 void profile_long_decode(const Device& device, int iters) {
   PagedBatch b = make_batch(Op::kBatchDecode, 1, 1, 32768, DType::kBF16);
   cudaStream_t stream;
-  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  KVATTN_BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   PlanOptions options;
   options.backend = "fa2";
   options.device = device;
@@ -251,31 +207,31 @@ void profile_long_decode(const Device& device, int iters) {
   // Graph capture: run issues only launches on `stream`, so it can be captured and replayed.
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  KVATTN_BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   st = kvattn::run(plan, b.args);
-  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
+  KVATTN_BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
   if (!st.ok()) {
     std::fprintf(stderr, "run under capture: %s\n", st.message().c_str());
     std::exit(1);
   }
-  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  KVATTN_BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   cudaEvent_t a, e;
-  BENCH_CHECK(cudaEventCreate(&a));
-  BENCH_CHECK(cudaEventCreate(&e));
-  BENCH_CHECK(cudaGraphLaunch(exec, stream));
-  BENCH_CHECK(cudaEventRecord(a, stream));
-  for (int i = 0; i < iters; ++i) BENCH_CHECK(cudaGraphLaunch(exec, stream));
-  BENCH_CHECK(cudaEventRecord(e, stream));
-  BENCH_CHECK(cudaEventSynchronize(e));
+  KVATTN_BENCH_CHECK(cudaEventCreate(&a));
+  KVATTN_BENCH_CHECK(cudaEventCreate(&e));
+  KVATTN_BENCH_CHECK(cudaGraphLaunch(exec, stream));
+  KVATTN_BENCH_CHECK(cudaEventRecord(a, stream));
+  for (int i = 0; i < iters; ++i) KVATTN_BENCH_CHECK(cudaGraphLaunch(exec, stream));
+  KVATTN_BENCH_CHECK(cudaEventRecord(e, stream));
+  KVATTN_BENCH_CHECK(cudaEventSynchronize(e));
   float ms = 0;
-  BENCH_CHECK(cudaEventElapsedTime(&ms, a, e));
+  KVATTN_BENCH_CHECK(cudaEventElapsedTime(&ms, a, e));
   std::printf("profile decode B=1 kv_len=32768 as a CUDA graph: %.3f ms per replay\n", ms / iters);
-  BENCH_CHECK(cudaGraphExecDestroy(exec));
-  BENCH_CHECK(cudaGraphDestroy(graph));
-  BENCH_CHECK(cudaEventDestroy(a));
-  BENCH_CHECK(cudaEventDestroy(e));
-  BENCH_CHECK(cudaStreamDestroy(stream));
-  for (void* p : b.buffers) BENCH_CHECK(cudaFree(p));
+  KVATTN_BENCH_CHECK(cudaGraphExecDestroy(exec));
+  KVATTN_BENCH_CHECK(cudaGraphDestroy(graph));
+  KVATTN_BENCH_CHECK(cudaEventDestroy(a));
+  KVATTN_BENCH_CHECK(cudaEventDestroy(e));
+  KVATTN_BENCH_CHECK(cudaStreamDestroy(stream));
+  for (void* p : b.buffers) KVATTN_BENCH_CHECK(cudaFree(p));
 }
 
 int bench_fa3(bool quick) {
@@ -336,7 +292,8 @@ int bench_main(bool quick) {
 }  // namespace
 }  // namespace kvattn::fa2::test
 
-int main(int argc, char** argv) {
+// The entry point (gpu/bench_main.cc makes it main; the GPU bundle calls it by name).
+int kvattn_fa2_gpu_bench_main(int argc, char** argv) {
   bool quick = false, fa3 = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/bench_timing.h"
 #include "cuda/fa3/kernel_keys.h"
 #include "cuda/gpu/device_mirror.h"
 #include "kvattn/kvattn.h"
@@ -19,56 +20,12 @@
 namespace kvattn::fa3::test {
 namespace {
 
-#define BENCH_CHECK(expr)                                                \
-  do {                                                                   \
-    cudaError_t err_ = (expr);                                           \
-    if (err_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(err_)); \
-      std::exit(1);                                                      \
-    }                                                                    \
-  } while (0)
+using cuda::test::copy_bandwidth_gbs;
+using cuda::test::device_alloc;
+using cuda::test::on_device;
+using cuda::test::time_ms;
 
 constexpr int kQoHeads = 32, kKvHeads = 8, kDim = 128;
-
-void* device_alloc(size_t bytes, int fill) {
-  void* p = nullptr;
-  BENCH_CHECK(cudaMalloc(&p, bytes));
-  BENCH_CHECK(cudaMemset(p, fill, bytes));
-  return p;
-}
-
-TensorView on_device(void* p, DType dtype, std::initializer_list<int64_t> shape) {
-  TensorView t = TensorView::contiguous(p, dtype, shape);
-  t.memory = MemoryKind::kCuda;
-  return t;
-}
-
-template <class F>
-double time_ms(F&& f, int iters) {
-  f();
-  BENCH_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  BENCH_CHECK(cudaEventCreate(&a));
-  BENCH_CHECK(cudaEventCreate(&b));
-  BENCH_CHECK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i) f();
-  BENCH_CHECK(cudaEventRecord(b));
-  BENCH_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  BENCH_CHECK(cudaEventElapsedTime(&ms, a, b));
-  return ms / iters;
-}
-
-double copy_bandwidth_gbs() {
-  const size_t bytes = size_t(1) << 30;
-  void* src = device_alloc(bytes, 1);
-  void* dst = device_alloc(bytes, 0);
-  const double ms =
-      time_ms([&] { BENCH_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice)); }, 10);
-  BENCH_CHECK(cudaFree(src));
-  BENCH_CHECK(cudaFree(dst));
-  return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;  // read + write
-}
 
 bool built(DType q, DType kv) {
   for (int i = 0; i < kBuiltKernelCount; ++i) {
@@ -208,7 +165,8 @@ int bench(bool quick) {
 }  // namespace
 }  // namespace kvattn::fa3::test
 
-int main(int argc, char** argv) {
+// The entry point (gpu/bench_main.cc makes it main; the GPU bundle calls it by name).
+int kvattn_fa3_gpu_bench_main(int argc, char** argv) {
   bool quick = false;
   for (int i = 1; i < argc; ++i) quick = quick || std::strcmp(argv[i], "--quick") == 0;
   return kvattn::fa3::test::bench(quick);

@@ -29,13 +29,16 @@
 
 #if defined(__CUDACC__)
 #include <cuda_runtime.h>
+
+#include "cuda/common/ptx.cuh"
 #endif
 
 namespace kvattn::fa2 {
 
 #if defined(__CUDACC__)
-// The device's operations. Its methods are host-device so that the host-device body compiles
-// for both sides; only the device side is ever run (the host side traps).
+// The device's operations (the SM80 instructions through cuda/common/ptx.cuh's wrappers). Its
+// methods are host-device so that the host-device body compiles for both sides; only the device
+// side is ever run (the host side traps).
 struct DeviceOps {
   KVATTN_HD int thread() const {
 #if defined(__CUDA_ARCH__)
@@ -72,18 +75,14 @@ struct DeviceOps {
   }
   KVATTN_HD void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) const {
 #if defined(__CUDA_ARCH__)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_address(row)));
+    cuda::ldmatrix_x4(r, row);
 #else
     r[0] = r[1] = r[2] = r[3] = row ? 0u : 0u;
 #endif
   }
   KVATTN_HD void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) const {
 #if defined(__CUDA_ARCH__)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_address(row)));
+    cuda::ldmatrix_x4_trans(r, row);
 #else
     r[0] = r[1] = r[2] = r[3] = row ? 0u : 0u;
 #endif
@@ -92,17 +91,9 @@ struct DeviceOps {
   KVATTN_HD void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) const {
 #if defined(__CUDA_ARCH__)
     if constexpr (F::kF16) {
-      asm volatile(
-          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-          "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+      cuda::mma_16816<cuda::F16Tag>(d, a, b0, b1);
     } else {
-      asm volatile(
-          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-          "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+      cuda::mma_16816<cuda::Bf16Tag>(d, a, b0, b1);
     }
 #else
     (void)d, (void)a, (void)b0, (void)b1;
@@ -110,22 +101,20 @@ struct DeviceOps {
   }
   KVATTN_HD void cp_async_16(void* smem, const void* gmem, bool valid) const {
 #if defined(__CUDA_ARCH__)
-    // The src-size operand: 0 bytes read and 16 zero-filled for a row past the keys.
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)),
-                 "l"(gmem), "r"(valid ? 16 : 0));
+    cuda::cp_async_16_zfill(smem, gmem, valid);
 #else
     (void)smem, (void)gmem, (void)valid;
 #endif
   }
   KVATTN_HD void cp_async_commit() const {
 #if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.commit_group;\n" ::);
+    cuda::cp_async_commit();
 #endif
   }
   template <int N>
   KVATTN_HD void cp_async_wait() const {
 #if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+    cuda::cp_async_wait<N>();
 #endif
   }
   template <class T>
@@ -134,15 +123,6 @@ struct DeviceOps {
     return __ldg(p);
 #else
     return *p;
-#endif
-  }
-
- private:
-  static KVATTN_HD uint32_t smem_address(const void* p) {
-#if defined(__CUDA_ARCH__)
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-#else
-    return p ? 1u : 0u;
 #endif
   }
 };

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/hd.h"
+#include "cuda/common/row_finish.h"
 
 #if defined(__CUDACC__)
 #define KVATTN_UNROLL _Pragma("unroll")
@@ -54,34 +55,11 @@ KVATTN_HD void softmax_block_update(float (&s)[kNTiles][4], float (&o)[kDTiles][
   }
 }
 
-// Step 3, with the quad's row sum: the factor for the outputs (v_scale folded in) and the
-// natural-log LSE. A row with no visible key: o = 0 and lse = -inf (DESIGN.md §2). A NaN score
-// of a visible key made the sum NaN: o = NaN and lse = NaN (docs/cuda.md "Numerics policy"),
-// never an empty row that a split-KV merge would then drop.
-struct RowFinish {
-  float o_scale;
-  float lse;
-};
-KVATTN_HD RowFinish finish_row(float m, float quad_sum, float v_scale) {
-  constexpr float kLn2 = 0.6931471805599453f;
-  if (quad_sum != quad_sum) return RowFinish{quad_sum, quad_sum};
-  if (!(quad_sum > 0.0f)) return RowFinish{0.0f, -INFINITY};
-  return RowFinish{v_scale / quad_sum, (m + log2f(quad_sum)) * kLn2};
-}
-// Step 3 with an attention sink (natural-log logit) joining the denominator (DESIGN.md §2):
-// m' = max(m, sink2), sum' = sum 2^(m - m') + 2^(sink2 - m'); a row with no visible key gives
-// o = 0 and lse = sink.
-KVATTN_HD RowFinish finish_row_with_sink(float m, float quad_sum, float v_scale, float sink) {
-  constexpr float kLn2 = 0.6931471805599453f;
-  constexpr float kLog2e = 1.4426950408889634f;
-  if (quad_sum != quad_sum) return RowFinish{quad_sum, quad_sum};
-  if (!(quad_sum > 0.0f)) return RowFinish{0.0f, sink};
-  const float sink2 = sink * kLog2e;
-  const float m_new = fmaxf(m, sink2);
-  const float keys = exp2f(m - m_new);
-  const float total = quad_sum * keys + exp2f(sink2 - m_new);
-  return RowFinish{v_scale * keys / total, (m_new + log2f(total)) * kLn2};
-}
+// Step 3, with the quad's row sum: the factor for the outputs and the natural-log LSE
+// (cuda/common/row_finish.h, fa3's epilogue too).
+using cuda::finish_row;
+using cuda::finish_row_with_sink;
+using cuda::RowFinish;
 
 // O += P V of one block, exactly, for a block whose V tile holds a non-finite value (rare: the
 // loader flags it). The MMA would add p * v for every key of the tile, and a masked key (p = 0)

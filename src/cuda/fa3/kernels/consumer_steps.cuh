@@ -94,8 +94,14 @@ __device__ __forceinline__ void rescale(float (&o)[N], const float (&alpha)[2]) 
   for (int i = 0; i < N; ++i) o[i] *= alpha[frag::acc_row_half(i)];
 }
 
+// FP8's P is scaled by 2^8 before its e4m3 rounding (FlashAttention-3's guard against underflow:
+// e4m3's smallest subnormal is 2^-9, so unscaled every P below 2^-10 would vanish; scaled, P down
+// to 2^-17 keeps a value, and P = 1 becomes 2^8, exact), and O by 2^-8 in the epilogue.
+inline constexpr float kFp8PScale = 256.0f;
+inline constexpr float kFp8PUnscale = 1.0f / 256.0f;
+
 // P as the register A operand: 16-bit pairs (k16 steps) or FP8 quads (k32 steps, keys renumbered
-// as V^T's columns are).
+// as V^T's columns are; scaled by kFp8PScale).
 template <class Tag, bool kFp8, int BN, int kPSteps>
 __device__ __forceinline__ void pack_p(const float (&s)[BN / 2], uint32_t (&a)[kPSteps][4]) {
 #pragma unroll
@@ -103,9 +109,10 @@ __device__ __forceinline__ void pack_p(const float (&s)[BN / 2], uint32_t (&a)[k
 #pragma unroll
     for (int rr = 0; rr < 4; ++rr) {
       if constexpr (kFp8) {
-        a[kk][rr] =
-            ptx::pack_e4m3x4(s[frag::p_a_register8(kk, rr, 0)], s[frag::p_a_register8(kk, rr, 1)],
-                             s[frag::p_a_register8(kk, rr, 2)], s[frag::p_a_register8(kk, rr, 3)]);
+        a[kk][rr] = ptx::pack_e4m3x4(kFp8PScale * s[frag::p_a_register8(kk, rr, 0)],
+                                     kFp8PScale * s[frag::p_a_register8(kk, rr, 1)],
+                                     kFp8PScale * s[frag::p_a_register8(kk, rr, 2)],
+                                     kFp8PScale * s[frag::p_a_register8(kk, rr, 3)]);
       } else {
         a[kk][rr] = cuda::Compute16<Tag>::pack(s[frag::p_a_register(kk, rr, 0)],
                                                s[frag::p_a_register(kk, rr, 1)]);

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "core/attention_math.h"
-#include "cuda/fa3/kernels/store_out.cuh"
+#include "cuda/common/store_out.cuh"
 #include "cuda/fa3/params.h"
 
 namespace kvattn::fa3 {
@@ -33,7 +33,8 @@ __global__ void __launch_bounds__(kMergeThreads)
         merger.add(lse, &scale_acc, &scale_c);
         o = o * scale_acc + p.partial_o[(state * p.num_qo_heads + h) * head_dim_vo + d] * scale_c;
       }
-      store_out(p, row.out_row * p.o_stride_row + h * p.o_stride_head + d, o * merger.inv_sum());
+      cuda::store_out(p, row.out_row * p.o_stride_row + h * p.o_stride_head + d,
+                      o * merger.inv_sum());
       if (p.lse && d == 0) {
         p.lse[row.out_row * p.lse_stride_row + h * p.lse_stride_head] = merger.lse();
       }

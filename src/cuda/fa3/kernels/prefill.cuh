@@ -27,13 +27,14 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/row_finish.h"
+#include "cuda/common/store_out.cuh"
 #include "cuda/fa3/kernels/consumer_steps.cuh"
 #include "cuda/fa3/kernels/packed_rows.h"
 #include "cuda/fa3/kernels/pipeline_state.h"
 #include "cuda/fa3/kernels/sm90_ptx.cuh"
 #include "cuda/fa3/kernels/sm90_wgmma_fp8.cuh"
 #include "cuda/fa3/kernels/smem_layout.h"
-#include "cuda/fa3/kernels/store_out.cuh"
 #include "cuda/fa3/kernels/tile_scheduler.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
 #include "cuda/fa3/params.h"
@@ -139,7 +140,8 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
       for (int n = kr.begin; n < kr.end; ++n) {
         ptx::mbarrier_wait(&empty[st.index], st.phase);
         ptx::mbarrier_arrive_expect_tx(&full[st.index], Plan::kKBytes + Plan::kVBytes);
-        const int token = int(r.kv_first) + n * BN;
+        // < the map's tokens <= 2^31 - 1 (launch.cu: tma_token_coordinates_fit, else cp.async)
+        const int token = int(r.kv_first + int64_t(n) * BN);
 #pragma unroll
         for (int panel = 0; panel < QK / smem::kPanelCols16; ++panel) {
           ptx::tma_load_3d(smem + Plan::k(st.index) + smem::tma_panel_offset(panel, BN), &p.tma_k,
@@ -175,7 +177,7 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
         const uint8_t* src = kv_row<EB>(p, r, p.k, p.k_strides, src_key, kv_head) + byte_col;
         const uint32_t dst = Elem<Tag>::kFp8 ? smem::tile_offset8(row, byte_col, BN)
                                              : smem::tile_offset(row, byte_col / 2, BN);
-        ptx::cp_async_16_zfill(k_smem + dst, src, in ? 16 : 0);
+        cuda::cp_async_16_zfill(k_smem + dst, src, in);
       }
 #pragma unroll(Elem <Tag>::kFp8 ? 1 : 2)
       for (int c = tid; c < BN * kVRowChunks; c += frag::kWarpgroupThreads) {
@@ -185,8 +187,7 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
         const int64_t src_key = in ? key : 0;
         const uint8_t* src = kv_row<EB>(p, r, p.v, p.v_strides, src_key, kv_head) + byte_col;
         if constexpr (!Elem<Tag>::kFp8) {
-          ptx::cp_async_16_zfill(v_smem + smem::tile_offset(row, byte_col / 2, BN), src,
-                                 in ? 16 : 0);
+          cuda::cp_async_16_zfill(v_smem + smem::tile_offset(row, byte_col / 2, BN), src, in);
         } else {
           // V^T [dim][key], its columns renumbered as P's A fragment needs (wgmma_fragment.h).
           uint4 vals = make_uint4(0, 0, 0, 0);
@@ -199,7 +200,7 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint8_t* smem, u
           }
         }
       }
-      ptx::cp_async_wait_all();
+      cuda::cp_async_wait_all();
       ptx::fence_proxy_async();
       ptx::mbarrier_arrive(&full[st.index]);
       st.advance();
@@ -340,7 +341,6 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
-    constexpr float kLn2 = 0.6931471805599453f;
     // Where each of this thread's two rows goes: out (and lse), or, for a split request, the
     // partial state of (token, chunk) (split_plan.h), merged by merge_kernel. The request is read
     // again here (the mbarrier waits' memory clobbers keep it a load) so that its split fields
@@ -354,7 +354,11 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
       if (row >= rows) continue;
       const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
       const int64_t state = re.partial_base + th.token * re.chunks + tile.chunk;
-      const float inv = l[h] > 0.0f ? p.v_scale / l[h] : 0.0f;
+      // The row's end (cuda/common/row_finish.h, fa2's too): o = 0 and lse = -inf without a
+      // visible key, o = lse = NaN after a NaN score (the numerics policy; a split merge then
+      // folds the NaN in instead of dropping the row). FP8's O carries P's 2^8 (pack_p).
+      const cuda::RowFinish fin = cuda::finish_row(m[h], l[h], p.v_scale);
+      const float inv = kFp8 ? fin.o_scale * step::kFp8PUnscale : fin.o_scale;
       if (split) {
         float* dst = p.partial_o + (state * p.num_qo_heads + th.qo_head) * VO;
 #pragma unroll
@@ -366,11 +370,11 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem, u
 #pragma unroll
         for (int i = 0; i < kORegs; ++i) {
           if (frag::acc_row_half(i) == h)
-            store_out(p, base + frag::acc_element(ctid, i).col, o[i] * inv);
+            cuda::store_out(p, base + frag::acc_element(ctid, i).col, o[i] * inv);
         }
       }
       if (lane % 4 != 0) continue;
-      const float lse = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+      const float lse = fin.lse;
       if (split) {
         p.partial_lse[state * p.num_qo_heads + th.qo_head] = lse;
       } else if (p.lse) {
@@ -406,6 +410,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::setmaxnreg_inc<kConsumerRegs>();
     consume<Tag, QK, VO>(p, smem, full, empty, wg - 1);
   }
+#elif defined(__CUDA_ARCH__)
+  // Never an empty kernel: a device pass for any other target (sm_80, sm_90 without the "a",
+  // sm_100...) is a build error, not a kernel that returns without writing its output.
+#error "fa3's kernels use wgmma and setmaxnreg: compile them for sm_90a only (--generate-code=arch=compute_90a,code=sm_90a)"
 #endif
 }
 

@@ -69,16 +69,8 @@ __device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tensor_m
       : "memory");
 }
 
-// 16 bytes global -> shared; src_bytes 0 writes zeros (keys past the end of a request).
-__device__ __forceinline__ void cp_async_16_zfill(void* smem_dst, const void* gmem_src,
-                                                  int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem_dst)),
-               "l"(gmem_src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
+// cp.async (16 bytes, zero-fill) and its waits: cuda/common/ptx.cuh (cp_async_16_zfill,
+// cp_async_wait_all).
 // Orders this thread's generic-proxy shared-memory writes (st.shared, cp.async) before later
 // async-proxy reads (wgmma operands).
 __device__ __forceinline__ void fence_proxy_async() {

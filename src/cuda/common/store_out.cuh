@@ -1,4 +1,6 @@
-// Writing one output element in the o dtype the plan chose (f32, f16 or bf16).
+// One output element in the output's type (f32, f16 or bf16): fa2's and fa3's epilogues and
+// split-KV merges alike. Params: any kernel parameter block with `void* out` and
+// `cuda::OutKind out_kind`.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -6,11 +8,12 @@
 
 #include <cstdint>
 
-#include "cuda/fa2/params.h"
+#include "cuda/common/out_kind.h"
 
-namespace kvattn::fa2 {
+namespace kvattn::cuda {
 
-__device__ __forceinline__ void store_out(const AttentionParams& p, int64_t offset, float x) {
+template <class Params>
+__device__ __forceinline__ void store_out(const Params& p, int64_t offset, float x) {
   switch (p.out_kind) {
     case OutKind::kF32:
       static_cast<float*>(p.out)[offset] = x;
@@ -24,4 +27,4 @@ __device__ __forceinline__ void store_out(const AttentionParams& p, int64_t offs
   }
 }
 
-}  // namespace kvattn::fa2
+}  // namespace kvattn::cuda
