@@ -82,9 +82,10 @@ def test_left_padded_batch_equals_sdpa(arch):
     attention_mask = torch.zeros(2, 11, dtype=torch.long)
     input_ids[0, 6:], attention_mask[0, 6:] = short, 1
     input_ids[1], attention_mask[1] = long, 1
-    calls = kvattn_transformers.calls
+    calls, masked = kvattn_transformers.calls, kvattn_transformers.masked_calls
     ours = greedy(model, "kvattn", input_ids, 16, attention_mask=attention_mask, pad_token_id=0)
     assert kvattn_transformers.calls - calls == 16 * SMALL["num_hidden_layers"]
+    assert kvattn_transformers.masked_calls == masked  # left padding: page starts, no mask
     theirs = greedy(model, "sdpa", input_ids, 16, attention_mask=attention_mask, pad_token_id=0)
     assert ours.tolist() == theirs.tolist()
     # Padding is honoured, not merely consistent: the short prompt alone gives the same tokens.
@@ -92,7 +93,8 @@ def test_left_padded_batch_equals_sdpa(arch):
     assert ours[0].tolist() == alone[0].tolist()
 
 
-def test_sliding_window_left_padded_equals_sdpa():
+@pytest.mark.parametrize("cache_kind", ["dynamic", "static"])
+def test_sliding_window_left_padded_equals_sdpa(cache_kind):
     """Qwen2 with a 5-token sliding window on every layer: prompts longer than the window,
     left padding, and decode steps past the window."""
     torch.manual_seed(0)
@@ -101,8 +103,13 @@ def test_sliding_window_left_padded_equals_sdpa():
     assert set(model.config.layer_types) == {"sliding_attention"}
     input_ids = torch.tensor([[0, 0, 0, 5, 6, 7, 8, 9, 10], [1, 2, 3, 4, 5, 6, 7, 8, 9]])
     attention_mask = (torch.arange(9) >= torch.tensor([[3], [0]])).long()
-    ours = greedy(model, "kvattn", input_ids, 12, attention_mask=attention_mask, pad_token_id=0)
-    theirs = greedy(model, "sdpa", input_ids, 12, attention_mask=attention_mask, pad_token_id=0)
+    extra = {"cache_implementation": "static"} if cache_kind == "static" else {}
+    masked = kvattn_transformers.masked_calls
+    ours = greedy(model, "kvattn", input_ids, 12, attention_mask=attention_mask, pad_token_id=0,
+                  **extra)
+    assert kvattn_transformers.masked_calls == masked  # window + padding: page starts, no mask
+    theirs = greedy(model, "sdpa", input_ids, 12, attention_mask=attention_mask, pad_token_id=0,
+                    **extra)
     assert ours.tolist() == theirs.tolist()
 
 
