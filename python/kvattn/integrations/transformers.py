@@ -78,7 +78,6 @@ num_threads: int = 1
 OpenMP workers keep spinning between ops, and a second pool competing with them for the same
 cores made generate() 10-30x slower on a 2-core machine (both kvattn's and torch's parts)."""
 
-_workspace = torch.empty(0, dtype=torch.uint8)
 
 
 class _Layout:
@@ -134,8 +133,9 @@ def _offset_layout(start: np.ndarray, end: np.ndarray, key: torch.Tensor,
     within = np.arange(int(indptr[-1]), dtype=np.int64) - np.repeat(indptr[:-1], pages)
     indices = np.repeat(first, pages) + within * page_size
     num_pages = int(indices.max()) + 1
-    # The view's last element must lie inside each tensor: its last page's last token is the
-    # last row's last token (page_size = capacity - start of the last row).
+    # The view (num_pages pages of page_size tokens, one token apart) must end inside each
+    # tensor: with page_size = capacity - start of the last row, it ends at the last row's last
+    # token. Only the real keys of each page are ever read.
     if num_pages - 1 + page_size - 1 > (batch - 1) * rows_k + capacity - 1 or num_pages >= 2**31:
         return None
     last = lengths - (pages - 1) * page_size
@@ -187,13 +187,18 @@ class _Step:
     """A planned wrapper and the layout it was planned for, reused while the key (shapes, cache
     geometry, options) and the mask object stay the same: all layers of one forward pass."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device) -> None:
         self.key: Optional[Tuple[Any, ...]] = None
         self.mask: Optional[torch.Tensor] = None  # held, so its identity cannot be reused
         self.layout: Optional[_Layout] = None
         self.wrapper: Any = None
-        self.decode = BatchDecodeWithPagedKVCacheWrapper(_workspace, "HND")
-        self.prefill = BatchPrefillWithPagedKVCacheWrapper(_workspace, "HND")
+        self.device = device
+        # No workspace on the CPU: run allocates the few kilobytes a plan needs, cheaper than
+        # handing over a buffer each call. Elsewhere an empty one names the device to plan for.
+        workspace = None if device.type == "cpu" else torch.empty(0, dtype=torch.uint8,
+                                                                   device=device)
+        self.decode = BatchDecodeWithPagedKVCacheWrapper(workspace, "HND")
+        self.prefill = BatchPrefillWithPagedKVCacheWrapper(workspace, "HND")
 
 
 class _Steps:
@@ -213,8 +218,10 @@ class _Steps:
                 return step
         return None
 
-    def new(self) -> _Step:
-        step = self.entries.pop() if len(self.entries) >= self.size else _Step()
+    def new(self, device: torch.device) -> _Step:
+        step = self.entries.pop() if len(self.entries) >= self.size else None
+        if step is None or step.device != device:
+            step = _Step(device)
         self.entries.insert(0, step)
         return step
 
@@ -312,13 +319,13 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     softcap = kwargs.get("softcap")
 
     step_key = (batch, q_len, capacity, heads, kv_heads, head_dim, head_dim_vo, query.dtype,
-                key.dtype, key.stride(), value.stride(), is_causal, sliding_window, softcap,
-                scaling, num_threads)
+                key.dtype, key.stride(), value.stride(), query.device, is_causal, sliding_window,
+                softcap, scaling, num_threads)
     step = _steps.find(step_key, attention_mask)
     if step is None:
         layout, causal, window_left = _layout(attention_mask, key, value, q_len, is_causal,
                                               sliding_window)
-        step = _steps.new()
+        step = _steps.new(query.device)
         step.key = step.mask = step.layout = step.wrapper = None
         step.wrapper = _plan(step, layout, q_len, heads, kv_heads, head_dim, head_dim_vo,
                              causal, window_left, softcap, scaling, query.dtype, key.dtype)
