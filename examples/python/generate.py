@@ -8,7 +8,8 @@ tokens/s) and the decode rate (generated tokens/s after the first token; a strea
 every token), medians over the repeats, and whether the tokens agree. Exits 1 if they do not.
 
     python examples/python/generate.py [--contexts 16,512,4096] [--tokens 32] [--threads 2]
-                                       [--repeats 3] [--cache dynamic|static]
+                                       [--kvattn-threads N] [--repeats 3]
+                                       [--cache dynamic|static]
 """
 
 from __future__ import annotations
@@ -67,17 +68,23 @@ def main() -> int:
     parser.add_argument("--contexts", default="16,512,4096",
                         help="prompt lengths, comma separated (default 16,512,4096)")
     parser.add_argument("--tokens", type=int, default=32, help="tokens generated per call")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch's threads")
+    parser.add_argument("--kvattn-threads", type=int, default=None,
+                        help="kvattn's threads per attention call (default: the integration's "
+                             "num_threads)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cache", choices=("dynamic", "static"), default="dynamic",
                         help="transformers' KV cache (default: dynamic, generate()'s default)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.kvattn_threads is not None:
+        kvattn_transformers.num_threads = args.kvattn_threads
     contexts = [int(c) for c in args.contexts.split(",")]
 
     model = build_model(max(contexts) + args.tokens)
-    print(f"2-layer float32 Llama (hidden 1024, 16/4 heads, head_dim 64), {args.threads} "
-          f"threads, {args.cache} cache, {args.tokens} new tokens, median of {args.repeats}")
+    print(f"2-layer float32 Llama (hidden 1024, 16/4 heads, head_dim 64), torch threads "
+          f"{args.threads}, kvattn threads {kvattn_transformers.num_threads}, {args.cache} cache, "
+          f"{args.tokens} new tokens, median of {args.repeats}")
     print(f"{'context':>8} {'impl':>7} {'prefill tok/s':>14} {'decode tok/s':>13}")
     all_agree = True
     calls_before = kvattn_transformers.calls
