@@ -14,9 +14,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import kvattn  # noqa: E402
 import kvattn.integrations.transformers as kvattn_transformers  # noqa: E402  registers "kvattn"
-from transformers import (AutoModelForCausalLM, GenerationConfig, LlamaConfig,  # noqa: E402
-                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (AutoModelForCausalLM, DynamicCache, GenerationConfig,  # noqa: E402
+                          LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          StaticCache)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=8,
@@ -80,9 +82,10 @@ def test_left_padded_batch_equals_sdpa(arch):
     attention_mask = torch.zeros(2, 11, dtype=torch.long)
     input_ids[0, 6:], attention_mask[0, 6:] = short, 1
     input_ids[1], attention_mask[1] = long, 1
-    calls = kvattn_transformers.calls
+    calls, masked = kvattn_transformers.calls, kvattn_transformers.masked_calls
     ours = greedy(model, "kvattn", input_ids, 16, attention_mask=attention_mask, pad_token_id=0)
     assert kvattn_transformers.calls - calls == 16 * SMALL["num_hidden_layers"]
+    assert kvattn_transformers.masked_calls == masked  # left padding: page starts, no mask
     theirs = greedy(model, "sdpa", input_ids, 16, attention_mask=attention_mask, pad_token_id=0)
     assert ours.tolist() == theirs.tolist()
     # Padding is honoured, not merely consistent: the short prompt alone gives the same tokens.
@@ -90,7 +93,8 @@ def test_left_padded_batch_equals_sdpa(arch):
     assert ours[0].tolist() == alone[0].tolist()
 
 
-def test_sliding_window_left_padded_equals_sdpa():
+@pytest.mark.parametrize("cache_kind", ["dynamic", "static"])
+def test_sliding_window_left_padded_equals_sdpa(cache_kind):
     """Qwen2 with a 5-token sliding window on every layer: prompts longer than the window,
     left padding, and decode steps past the window."""
     torch.manual_seed(0)
@@ -99,8 +103,13 @@ def test_sliding_window_left_padded_equals_sdpa():
     assert set(model.config.layer_types) == {"sliding_attention"}
     input_ids = torch.tensor([[0, 0, 0, 5, 6, 7, 8, 9, 10], [1, 2, 3, 4, 5, 6, 7, 8, 9]])
     attention_mask = (torch.arange(9) >= torch.tensor([[3], [0]])).long()
-    ours = greedy(model, "kvattn", input_ids, 12, attention_mask=attention_mask, pad_token_id=0)
-    theirs = greedy(model, "sdpa", input_ids, 12, attention_mask=attention_mask, pad_token_id=0)
+    extra = {"cache_implementation": "static"} if cache_kind == "static" else {}
+    masked = kvattn_transformers.masked_calls
+    ours = greedy(model, "kvattn", input_ids, 12, attention_mask=attention_mask, pad_token_id=0,
+                  **extra)
+    assert kvattn_transformers.masked_calls == masked  # window + padding: page starts, no mask
+    theirs = greedy(model, "sdpa", input_ids, 12, attention_mask=attention_mask, pad_token_id=0,
+                    **extra)
     assert ours.tolist() == theirs.tolist()
 
 
@@ -147,8 +156,120 @@ def test_generate_batch_equals_sdpa():
             == {k: v.generated_tokens for k, v in theirs.items()})
 
 
+def left_padded(lengths, total, seed):
+    """input_ids and attention_mask of prompts of `lengths`, left padded to `total` (pad 0)."""
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.zeros(len(lengths), total, dtype=torch.long)
+    attention_mask = torch.zeros(len(lengths), total, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        input_ids[row, total - length:] = torch.randint(1, SMALL["vocab_size"], (length,),
+                                                        generator=gen)
+        attention_mask[row, total - length:] = 1
+    return input_ids, attention_mask
+
+
+class ReadRecorder:
+    """Records, for every run of kvattn's paged wrappers, which wrapper ran and the K/V tensors
+    it was handed: what the extension reads (by their data pointers)."""
+
+    def __init__(self, monkeypatch, on_run):
+        self.names = []
+        self.on_run = on_run
+        for cls in (kvattn.BatchDecodeWithPagedKVCacheWrapper,
+                    kvattn.BatchPrefillWithPagedKVCacheWrapper):
+            monkeypatch.setattr(cls, "run", self._recording(cls.run, cls.__name__))
+
+    def _recording(self, run, name):
+        def recorded(wrapper, q, paged_kv_cache, *args, **kwargs):
+            self.names.append(name)
+            self.on_run(*paged_kv_cache)
+            return run(wrapper, q, paged_kv_cache, *args, **kwargs)
+        return recorded
+
+
+@pytest.mark.parametrize("cache_kind", ["dynamic", "static"])
+@pytest.mark.parametrize("lengths", [(12,), (5, 11), (11, 9, 4)],
+                         ids=["one", "pad_first", "pad_last"])
+def test_cache_read_in_place(monkeypatch, cache_kind, lengths):
+    """kvattn reads K/V in transformers' cache tensors themselves (same data pointer, same
+    storage: nothing copied), decode steps run on the decode wrapper, one plan per forward
+    pass, no custom mask for left padding; and the tokens equal sdpa's."""
+    model = make_model("llama")
+    layers, tokens = SMALL["num_hidden_layers"], 8
+    total = max(lengths)
+    input_ids, attention_mask = left_padded(lengths, total, seed=4)
+
+    def new_cache():
+        if cache_kind == "static":
+            return StaticCache(config=model.config, max_cache_len=total + tokens + 3)
+        return DynamicCache(config=model.config)
+
+    cache = new_cache()
+    in_place = []
+
+    def check(k, v):  # layer l's call sees layer l's tensors, just updated by transformers
+        layer = cache.layers[len(in_place) % layers]
+        in_place.append(k.data_ptr() == layer.keys.data_ptr()
+                        and v.data_ptr() == layer.values.data_ptr()
+                        and k.untyped_storage().data_ptr() == layer.keys.untyped_storage().data_ptr()
+                        and v.untyped_storage().data_ptr()
+                        == layer.values.untyped_storage().data_ptr())
+
+    recorder = ReadRecorder(monkeypatch, check)
+    calls, plans, masked = (kvattn_transformers.calls, kvattn_transformers.plans,
+                            kvattn_transformers.masked_calls)
+    ours = greedy(model, "kvattn", input_ids, tokens, attention_mask=attention_mask,
+                  pad_token_id=0, cache=cache)
+    assert kvattn_transformers.calls - calls == tokens * layers
+    assert len(in_place) == tokens * layers and all(in_place), in_place
+    assert recorder.names == (["BatchPrefillWithPagedKVCacheWrapper"] * layers +
+                              ["BatchDecodeWithPagedKVCacheWrapper"] * (tokens - 1) * layers)
+    assert kvattn_transformers.plans - plans == tokens  # one per forward pass, not per layer
+    assert kvattn_transformers.masked_calls == masked  # left padding needs no custom mask
+    monkeypatch.undo()
+    theirs = greedy(model, "sdpa", input_ids, tokens, attention_mask=attention_mask,
+                    pad_token_id=0, cache=new_cache())
+    assert ours.tolist() == theirs.tolist()
+
+
+def test_left_padded_logits_equal_sdpa():
+    """One forward of a left-padded batch whose last row is the shortest (rows spread over
+    several pages): float32 logits at every real position within float32 rounding of sdpa's."""
+    model = make_model("qwen2")
+    input_ids, attention_mask = left_padded((13, 9, 3), 13, seed=5)
+
+    def logits(impl):
+        model.set_attn_implementation(impl)
+        with torch.inference_mode():
+            return model(input_ids, attention_mask=attention_mask).logits.double()
+
+    masked = kvattn_transformers.masked_calls
+    ours, theirs = logits("kvattn"), logits("sdpa")
+    assert kvattn_transformers.masked_calls == masked
+    real = attention_mask.bool()
+    err = (ours - theirs)[real].abs().max().item()
+    assert err <= theirs[real].abs().max().item() * 2.0 ** -16, err
+
+
+def test_mask_with_holes_takes_the_custom_mask_path():
+    """A 2-D mask that is not left padding (a masked token inside the prompt) is honoured
+    through the custom mask, over the cache tensors in place; tokens equal sdpa's."""
+    model = make_model("llama")
+    input_ids = torch.randint(1, SMALL["vocab_size"], (2, 10),
+                              generator=torch.Generator().manual_seed(6))
+    attention_mask = torch.ones(2, 10, dtype=torch.long)
+    attention_mask[0, 4] = 0
+    attention_mask[1, :3] = 0
+    masked = kvattn_transformers.masked_calls
+    ours = greedy(model, "kvattn", input_ids, 8, attention_mask=attention_mask, pad_token_id=0)
+    assert kvattn_transformers.masked_calls - masked == 8 * SMALL["num_hidden_layers"]
+    theirs = greedy(model, "sdpa", input_ids, 8, attention_mask=attention_mask, pad_token_id=0)
+    assert ours.tolist() == theirs.tolist()
+
+
 def test_generate_example_runs():
     result = subprocess.run([sys.executable, str(ROOT / "examples/python/generate.py"),
-                             "--tokens", "16", "--repeats", "1"], capture_output=True, text=True, timeout=120)
+                             "--contexts", "16,40", "--tokens", "8", "--repeats", "1"],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "tokens agree: True" in result.stdout
