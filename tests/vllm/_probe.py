@@ -1,5 +1,5 @@
-"""Functions run inside vLLM's worker (LLM.apply_model; pickled by value, so the worker needs
-no access to this folder): count calls of vLLM's own CPU attention ops, and report which impl
+"""Functions run inside vLLM's worker (LLM.apply_model; pickled by reference: conftest puts this
+folder on the PYTHONPATH of vLLM's processes): count calls of vLLM's own CPU attention ops, and report which impl
 class serves each attention layer and what kvattn's plugin counted."""
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
 # LLM.apply_model sends the probe functions to the worker pickled (vLLM refuses without this)
 os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# vLLM's engine and worker processes import _probe (the functions LLM.apply_model sends them are
+# pickled by reference) from this folder.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 UNAVAILABLE: Optional[str] = os.environ.get("KVATTN_VLLM_UNAVAILABLE") or None
 if UNAVAILABLE is None:
@@ -121,11 +126,9 @@ def run_llm(model: str, *, backend: Optional[str], multiprocess: bool, dtype: st
     """Serves `batches` (default: prompts()) greedily with an offline LLM and returns
     {"tokens": [[ids] per prompt], "probe": _probe.read() of the worker, "prompt_logprobs",
     "seconds"}. backend None = vLLM's default choice."""
-    import cloudpickle
     from vllm import LLM, SamplingParams
 
     import _probe
-    cloudpickle.register_pickle_by_value(_probe)
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1" if multiprocess else "0")
     kwargs: Dict[str, Any] = {}
     if backend is not None:
