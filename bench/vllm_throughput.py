@@ -10,9 +10,10 @@ machine class.
 Each engine is an offline LLM in its own engine process (vLLM's default), both alive for the
 whole run so their measurements interleave (kvattn, vLLM, kvattn, vLLM, ...; an idle engine
 waits on its socket). Decode: the 16 prompts are first prefilled once (prefix caching keeps
-their blocks), then each repetition times generate(max_tokens=1 + N) and generate(max_tokens=1)
-over the same cached prompts; decode tokens/s = 16 * N / (difference). Prefill: each
-repetition serves new random 2k-token prompts (no cache hits) with max_tokens=1."""
+their blocks), then each repetition serves them again with max_tokens=1 + N; decode tokens/s =
+16 * N / (the last request's last-token time - the last first-token time), vLLM's own
+per-request timestamps (RequestOutput.metrics). Prefill: each repetition serves new random
+2k-token prompts (no cache hits) with max_tokens=1, timed around generate."""
 
 from __future__ import annotations
 
@@ -95,7 +96,8 @@ def main() -> None:
                                     max_model_len=args.context + args.decode_tokens + 64,
                                     max_num_seqs=args.batch, max_num_batched_tokens=4096,
                                     enable_prefix_caching=True, enforce_eager=True,
-                                    kv_cache_memory_bytes=2 << 30, seed=0, **extra)
+                                    kv_cache_memory_bytes=2 << 30, seed=0,
+                                    disable_log_stats=False, **extra)
             except Exception as e:  # vLLM's CPU backend refuses FP8 KV without AVX-512/AMX
                 print(f"[{kv}] {name}: cannot run: {type(e).__name__}: {str(e)[:300]}")
                 rows.append({"kv": kv, "engine": name, "error": f"{type(e).__name__}: {e}"[:300]})
@@ -111,13 +113,12 @@ def main() -> None:
                 t0 = time.perf_counter()
                 llm.generate(prefill_prompts, greedy(1), use_tqdm=False)
                 t1 = time.perf_counter()
-                llm.generate(decode_prompts, greedy(1), use_tqdm=False)
-                t2 = time.perf_counter()
-                llm.generate(decode_prompts, greedy(1 + args.decode_tokens), use_tqdm=False)
-                t3 = time.perf_counter()
+                outs = llm.generate(decode_prompts, greedy(1 + args.decode_tokens),
+                                    use_tqdm=False)
+                first = max(o.metrics.first_token_ts for o in outs)
+                last = max(o.metrics.last_token_ts for o in outs)
                 times[name]["prefill"].append(args.prefill_batch * args.prefill_len / (t1 - t0))
-                times[name]["decode"].append(args.batch * args.decode_tokens
-                                             / ((t3 - t2) - (t2 - t1)))
+                times[name]["decode"].append(args.batch * args.decode_tokens / (last - first))
                 print(f"[{kv}] rep {rep} {name}: prefill {times[name]['prefill'][-1]:.0f} tok/s, "
                       f"decode {times[name]['decode'][-1]:.1f} tok/s", flush=True)
         for name, t in times.items():
