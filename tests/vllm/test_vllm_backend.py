@@ -181,3 +181,28 @@ def test_refusals_name_the_feature():
         **dict(common, attn_type=AttentionType.ENCODER_DECODER)))
     assert "MLA not supported" in KvattnAttentionBackend.validate_configuration(
         **dict(common, use_mla=True))
+
+
+def test_cpu_platform_selection():
+    import torch
+    import kvattn.integrations.vllm as plugin
+    from vllm.platforms.cpu import CpuPlatform
+    from vllm.v1.attention.backend import AttentionType
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+    plugin.register()
+    config = AttentionSelectorConfig(head_size=64, dtype=torch.float32, kv_cache_dtype="auto",
+                                     block_size=BLOCK)
+    custom = AttentionBackendEnum.CUSTOM
+    assert CpuPlatform.get_attn_backend_cls(custom, config) == KVATTN_PATH
+    # everything else is vLLM's own choice
+    assert CpuPlatform.get_attn_backend_cls(None, config) == \
+        AttentionBackendEnum.CPU_ATTN.get_path()
+    assert CpuPlatform.get_attn_backend_cls(AttentionBackendEnum.CPU_ATTN, config) == \
+        AttentionBackendEnum.CPU_ATTN.get_path()
+    # what kvattn cannot serve raises with the reasons, never falls back
+    with pytest.raises(ValueError, match="ENCODER_ONLY not supported"):
+        CpuPlatform.get_attn_backend_cls(
+            custom, config._replace(attn_type=AttentionType.ENCODER_ONLY))
+    with pytest.raises(ValueError, match="non-causal"):
+        CpuPlatform.get_attn_backend_cls(custom, config._replace(use_non_causal=True))
