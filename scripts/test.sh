@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs every test. Usage: scripts/test.sh [preset]   (release by default; also debug,
 # asan = AddressSanitizer + UndefinedBehaviorSanitizer, tsan = ThreadSanitizer). The release run
-# also builds the Python package and runs its pytest suite (scripts/test-python.sh).
+# also builds the Python package and runs its pytest suite (scripts/test-python.sh), then the vLLM
+# plugin's tests in their own vLLM venv (scripts/test-vllm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:-release}
@@ -19,4 +20,5 @@ ctest --preset "$preset" -j "$(nproc)" --timeout 1200
 # The Python package and its tests (pytest) after the C++ tests, in the release configuration.
 if [ "$preset" = release ]; then
   scripts/test-python.sh
+  scripts/test-vllm.sh
 fi
