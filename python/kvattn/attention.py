@@ -88,6 +88,23 @@ class BatchAttention:
                                  lse=lse, return_lse=True, kv_cache_sf=kv_cache_sf)
 
 
+def _run_with_sinks(wrapper: Any, base_run: Any, q: Any, paged_kv_cache: Any, args: Tuple,
+                    q_scale: Optional[float], k_scale: Optional[float],
+                    kwargs: dict) -> Any:
+    """The attention-sink wrappers' run(q, paged_kv_cache, sinks, sm_scale, ...): FlashInfer's
+    positional (sinks, sm_scale) onto the base wrapper's keywords."""
+    if len(args) > 2:
+        raise unsupported("args", f"{len(args)} extra positional arguments: the sink "
+                          "wrapper takes (sinks, sm_scale)")
+    sinks = args[0] if len(args) > 0 else kwargs.pop("sinks", None)
+    sm_scale = args[1] if len(args) > 1 else kwargs.pop("sm_scale", None)
+    if sinks is None:
+        raise InvalidArgumentError("sinks: required (float32 [num_qo_heads])")
+    if sm_scale is not None:
+        wrapper._forward_params(sm_scale=float(sm_scale))
+    return base_run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, sinks=sinks, **kwargs)
+
+
 class BatchAttentionWithAttentionSinkWrapper(BatchPrefillWithPagedKVCacheWrapper):
     """Batch prefill / decode over a paged cache with a learned sink logit per head (as
     gpt-oss): run(q, paged_kv_cache, sinks, sm_scale). FlashInfer's constructor arguments that
@@ -111,17 +128,8 @@ class BatchAttentionWithAttentionSinkWrapper(BatchPrefillWithPagedKVCacheWrapper
             q_scale: Optional[float] = None, k_scale: Optional[float] = None,
             **kwargs: Any) -> Any:
         """run(q, paged_kv_cache, sinks, sm_scale, ...): sinks float32 [H_qo]."""
-        if len(args) > 2:
-            raise unsupported("args", f"{len(args)} extra positional arguments: the sink "
-                              "wrapper takes (sinks, sm_scale)")
-        sinks = args[0] if len(args) > 0 else kwargs.pop("sinks", None)
-        sm_scale = args[1] if len(args) > 1 else kwargs.pop("sm_scale", None)
-        if sinks is None:
-            raise InvalidArgumentError("sinks: required (float32 [num_qo_heads])")
-        if sm_scale is not None:
-            self._forward_params(sm_scale=float(sm_scale))
-        return super().run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, sinks=sinks,
-                           **kwargs)
+        return _run_with_sinks(self, super().run, q, paged_kv_cache, args, q_scale, k_scale,
+                               kwargs)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -151,16 +159,7 @@ class BatchDecodeWithAttentionSinkWrapper(BatchDecodeWithPagedKVCacheWrapper):
             q_scale: Optional[float] = None, k_scale: Optional[float] = None,
             **kwargs: Any) -> Any:
         """run(q, paged_kv_cache, sinks, sm_scale, ...): sinks float32 [H_qo]."""
-        if len(args) > 2:
-            raise unsupported("args", f"{len(args)} extra positional arguments: the sink "
-                              "wrapper takes (sinks, sm_scale)")
-        sinks = args[0] if len(args) > 0 else kwargs.pop("sinks", None)
-        sm_scale = args[1] if len(args) > 1 else kwargs.pop("sm_scale", None)
-        if sinks is None:
-            raise InvalidArgumentError("sinks: required (float32 [num_qo_heads])")
-        if sm_scale is not None:
-            self._forward_params(sm_scale=float(sm_scale))
-        return super().run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, sinks=sinks,
-                           **kwargs)
+        return _run_with_sinks(self, super().run, q, paged_kv_cache, args, q_scale, k_scale,
+                               kwargs)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
