@@ -206,3 +206,35 @@ def test_cpu_platform_selection():
             custom, config._replace(attn_type=AttentionType.ENCODER_ONLY))
     with pytest.raises(ValueError, match="non-causal"):
         CpuPlatform.get_attn_backend_cls(custom, config._replace(use_non_causal=True))
+
+
+def test_kv_cache_update_skips_padded_slots():
+    """Slot -1 (a padded row of a CUDA-graph-sized batch) writes nothing; the other rows land
+    at page slot // block_size, position slot % block_size of vLLM's per-layer cache
+    [blocks, kv_heads, block_size, 2 * head_size] (K in the first half, V in the second)."""
+    import torch
+    from kvattn.integrations.vllm import KvattnAttentionImpl
+
+    class Layer:
+        layer_name = "model.layers.0.self_attn.attn"
+        _k_scale_float = 1.0
+        _v_scale_float = 1.0
+
+    heads, kv_heads, d, block, blocks = 4, 2, 64, BLOCK, 3
+    impl = KvattnAttentionImpl(heads, d, d ** -0.5, kv_heads)
+    canary = -7.0
+    cache = torch.full((blocks, kv_heads, block, 2 * d), canary, dtype=torch.float32)
+    for slots in ([block + 3, -1, 2, -1, 3 * block - 1], [-1, -1]):
+        slots = torch.tensor(slots, dtype=torch.int64)
+        n = slots.shape[0]
+        gen = torch.Generator().manual_seed(n)
+        key = torch.randn(n + 2, kv_heads, d, generator=gen)  # vLLM may hand longer buffers
+        value = torch.randn(n + 2, kv_heads, d, generator=gen)
+        expect = cache.clone()
+        impl.do_kv_cache_update(Layer(), key, value, cache, slots)
+        for i, s in enumerate(slots.tolist()):
+            if s >= 0:
+                expect[s // block, :, s % block, :d] = key[i]
+                expect[s // block, :, s % block, d:] = value[i]
+        assert torch.equal(cache, expect)
+    assert int((cache == canary).sum()) == cache.numel() - 3 * kv_heads * 2 * d

@@ -302,21 +302,22 @@ class KvattnAttentionImpl(AttentionImpl[KvattnMetadata]):
             return
         slots = slot_mapping
         key, value = key[:n], value[:n]
-        if bool((slots < 0).any()):  # padding rows: not written
-            keep = slots >= 0
-            slots, key, value = slots[keep], key[keep], value[keep]
-            n = slots.shape[0]
-            if n == 0:
-                return
         block = kv_cache.shape[2]
-        # Each token is its own one-page "request": page slot // N, position slot % N.
+        # Each token is its own one-page "request": page slot // N, position slot % N. A padded
+        # row (slot -1, as vLLM pads a CUDA-graph batch) gets batch index -1, which kvattn's
+        # append writes nowhere (FlashInfer's convention, kvattn::kPaddedAppendRow); its
+        # one-page request points at page 0, position 0, so every table entry stays in range.
+        # No filtering copy, no host-side test of the slots.
         if self._arange.shape[0] < n + 1:
             self._arange = torch.arange(max(n + 1, 2 * self._arange.shape[0]),
                                         dtype=torch.int32)
-        pages = torch.div(slots, block, rounding_mode="floor").to(torch.int32)
-        positions = (slots - pages.to(slots.dtype) * block).to(torch.int32)
+        padded = slots < 0
+        live = slots.clamp(min=0)
+        pages = torch.div(live, block, rounding_mode="floor").to(torch.int32)
+        positions = (live - pages.to(live.dtype) * block).to(torch.int32)
+        batch = torch.where(padded, -1, self._arange[:n])
         last = torch.full((n,), block, dtype=torch.int32)
-        kvattn.append_paged_kv_cache(key, value, self._arange[:n], positions,
+        kvattn.append_paged_kv_cache(key, value, batch, positions,
                                      self._caches(kv_cache), pages, self._arange[:n + 1], last,
                                      kv_layout="HND", k_scale=layer._k_scale_float,
                                      v_scale=layer._v_scale_float)
