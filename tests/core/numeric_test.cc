@@ -1,5 +1,6 @@
 // Exhaustive tests of the scalar conversions (DESIGN.md §2 "Data types").
 #include "core/numeric.h"
+#include "core/cpu_features.h"
 
 #include <gtest/gtest.h>
 #include <immintrin.h>
@@ -195,7 +196,7 @@ __attribute__((target("f16c"))) uint16_t hw_f16(float f) {
 }
 
 TEST(NumericTest, F16MatchesHardwareRounding) {
-  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU";
+  if (!detail::cpu_features().f16c) GTEST_SKIP() << "no F16C on this CPU";
   std::mt19937 rng(11);
   for (uint32_t hi = 0; hi < (1u << 20); ++hi) {
     uint32_t bits = (hi << 12) | (rng() & 0xfffu);
