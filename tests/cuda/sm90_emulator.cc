@@ -217,6 +217,7 @@ struct ThreadState {
   std::function<bool()> wake;
   std::function<std::string()> waiting;  // describes the wait, for a deadlock report
   uint64_t wgmma_fences = 0;
+  bool cp_landing = false;
   std::vector<CpCopy> open_copies;
   std::deque<std::vector<CpCopy>> committed_copies;
   std::vector<std::pair<uint32_t, uint32_t>> unfenced;  // generic writes since fence.proxy.async
@@ -245,6 +246,8 @@ struct WgmmaOp {
   float* d[128] = {};
   RegTrack* dt[128] = {};
   AFrag* af[128] = {};
+  std::vector<uint32_t> chunks;  // the 16-byte shared-memory chunks its operands occupy
+  int warpgroup = 0;
 };
 
 struct WarpgroupState {
@@ -314,6 +317,8 @@ class CtaState {
     smem = static_cast<unsigned char*>(p);
     std::memset(smem, 0xff, smem_bytes);
     writer.assign(smem_bytes, 0);
+    readers.assign((smem_bytes + 15) / 16, 0);
+    reader_group.assign((smem_bytes + 15) / 16, 0);
     warpgroups.resize(std::size_t(l.threads / 128));
     warps.resize(std::size_t(l.threads / 32));
     for (auto& w : warps) w.size = 32;
@@ -328,7 +333,9 @@ class CtaState {
   Sm90Launch launch;
   unsigned char* smem = nullptr;
   std::size_t smem_bytes = 0;
-  std::vector<uint16_t> writer;  // thread + 1 of an unfenced generic write, per byte
+  std::vector<uint16_t> writer;       // thread + 1 of an unfenced generic write, per byte
+  std::vector<uint16_t> readers;      // per 16-byte chunk: in-flight wgmmas that read it
+  std::vector<uint8_t> reader_group;  // the warpgroup of the last of them
   std::vector<ThreadState> threads;
   std::vector<Rendezvous> warps;
   std::vector<WarpgroupState> warpgroups;
@@ -344,6 +351,7 @@ class CtaState {
   const void* sched_stack = nullptr;  // the scheduler's stack, for ASan's fiber switches
   std::size_t sched_stack_bytes = 0;
   bool failed = false;
+  bool preempt = false;
   std::string error;
   std::exception_ptr body_error;
   const std::function<void(Sm90Ops&)>* body = nullptr;
@@ -370,7 +378,20 @@ class CtaState {
     }
     return off;
   }
+  // A write to shared memory that an in-flight wgmma reads (operands are read until the
+  // wgmma.wait_group that retires it: e.g. a K/V slot released to the producer too early).
+  void check_write(const std::string& who, uint32_t off, uint32_t bytes) {
+    for (uint32_t c = off / 16; c <= (off + bytes - 1) / 16 && c < readers.size(); ++c) {
+      if (readers[c] != 0) {
+        fail(who + " writes shared byte " + hex(std::max(off, c * 16)) +
+             ", an operand of a wgmma.mma_async of warpgroup " + std::to_string(reader_group[c]) +
+             " still in flight (operands are read until the wgmma.wait_group that retires it)");
+      }
+    }
+  }
   void mark_generic(ThreadState& t, uint32_t off, uint32_t bytes) {
+    check_write(warp_name(t.id) + (t.cp_landing ? " (a cp.async landing)" : " (st.shared)"), off,
+                bytes);
     for (uint32_t i = 0; i < bytes; ++i) writer[off + i] = uint16_t(t.id + 1);
     t.unfenced.emplace_back(off, bytes);
   }
@@ -455,6 +476,7 @@ class CtaState {
       ++m.phase;
       m.pending = m.count;
       ++epoch;
+      preempt = true;  // its waiters run next (the adversarial order: they race the arriver)
     }
   }
   void add_tx(const ThreadState* t, Mbar& m, int64_t delta, const std::string& instr) {
@@ -571,6 +593,9 @@ void CtaState::land_tma() {
   const uint32_t eb = uint32_t(m.elem_bytes);
   uint32_t idx[5] = {};
   const uint32_t total = m.box_bytes() / eb;
+  {  // the box's destination: box_bytes contiguous bytes, permuted inside by the swizzle
+    check_write("a TMA load issued by " + warp_name(c.thread), c.dst, m.box_bytes());
+  }
   for (uint32_t e = 0; e < total; ++e) {
     uint32_t rem = e;
     bool oob = false;
@@ -619,6 +644,7 @@ void CtaState::run(const std::function<void(Sm90Ops&)>& fn) {
   }
   reg_pool = kSmRegisters - regs * launch.threads;
   std::fill(writer.begin(), writer.end(), uint16_t(0));
+  std::fill(readers.begin(), readers.end(), uint16_t(0));
 #ifdef KVATTN_EMU_ASAN
   const std::size_t stack_bytes = std::size_t(launch.fiber_stack_bytes) * 4;
 #else
@@ -653,6 +679,26 @@ void CtaState::run(const std::function<void(Sm90Ops&)>& fn) {
     }
     switch_to(t);
   };
+  // After each switch: in early-landing mode the TMA loads issued so far land; and the waiters of
+  // an mbarrier phase that just completed run before anyone else.
+  std::function<void()> after_switch = [&] {
+    if (launch.tma_lands_early) {
+      while (!tma.empty()) land_tma();
+    }
+    while (preempt && !failed) {
+      preempt = false;
+      for (auto& w : threads) {
+        if (w.done || !w.blocked || !w.wake()) continue;
+        w.blocked = false;
+        ++epoch;
+        resume(w);
+        if (failed) return;
+        if (launch.tma_lands_early) {
+          while (!tma.empty()) land_tma();
+        }
+      }
+    }
+  };
   bool all_done = false;
   while (!all_done && !failed) {
     const uint64_t before = epoch;
@@ -667,6 +713,8 @@ void CtaState::run(const std::function<void(Sm90Ops&)>& fn) {
           ++epoch;
         }
         resume(t);
+        if (failed) break;
+        after_switch();
         if (failed) break;
       }
     } catch (const EmulatorError& e) {  // a wake condition found a broken rule
@@ -804,7 +852,26 @@ void wgmma_issue(ThreadState& t, int n, WgmmaType ta, WgmmaType tb, uint64_t a_d
           tr->owner = (t.id / 128) * 128 + m;
           if (op.af[m]) ++op.af[m]->track().in_flight;
         }
+        op.warpgroup = t.id / 128;
+        const int eb2 = wgmma_type_bytes(ta);
+        const int K = 32 / eb2;
+        auto add = [&](const MatrixDesc& desc, bool trans, int rows) {
+          for (int r = 0; r < rows; ++r)
+            for (int k = 0; k < K; ++k) {
+              const uint32_t a = desc_address(desc, trans, r, k, eb2);
+              if (a < cta.smem_bytes) op.chunks.push_back(a / 16);
+            }
+        };
+        if (!op.a_regs) add(op.a, a_trans, 64);
+        add(op.b, b_trans, n);
+        std::sort(op.chunks.begin(), op.chunks.end());
+        op.chunks.erase(std::unique(op.chunks.begin(), op.chunks.end()), op.chunks.end());
+        for (uint32_t c : op.chunks) {
+          ++cta.readers[c];
+          cta.reader_group[c] = uint8_t(op.warpgroup);
+        }
         g.open.push_back(op);
+        op.chunks.clear();
       });
 }
 
@@ -865,6 +932,7 @@ void retire(CtaState& cta, ThreadState& t, const WgmmaOp& op) {
       cta.shadows.erase(tr);
     }
   }
+  for (uint32_t c : op.chunks) --cta.readers[c];
   (void)wg0;
 }
 
@@ -922,6 +990,7 @@ void Sm90Ops::mbarrier_arrive(uint64_t* bar) const {
   --m.pending;
   ++c.epoch;
   c.complete_phase_if_done(m);
+  if (c.preempt) c.yield_to_scheduler(*t_);  // still ready: its waiters go first
 }
 void Sm90Ops::mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) const {
   CtaState& c = *t_->cta;
@@ -936,6 +1005,7 @@ void Sm90Ops::mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) const {
   --m.pending;
   ++c.epoch;
   c.complete_phase_if_done(m);
+  if (c.preempt) c.yield_to_scheduler(*t_);  // still ready: its waiters go first
 }
 
 namespace {
@@ -1046,12 +1116,14 @@ void Sm90Ops::cp_async_commit() const {
 void Sm90Ops::cp_async_wait(int newest_pending) const {
   CtaState& c = *t_->cta;
   while (int(t_->committed_copies.size()) > newest_pending) {
+    t_->cp_landing = true;
     for (const detail::CpCopy& k : t_->committed_copies.front()) {
       if (k.src_bytes > 0) std::memcpy(c.smem + k.dst, k.src, std::size_t(k.src_bytes));
       std::memset(c.smem + k.dst + k.src_bytes, 0, std::size_t(k.bytes - k.src_bytes));
       c.mark_generic(*t_, k.dst, uint32_t(k.bytes));  // cp.async writes through the generic proxy
     }
     t_->committed_copies.pop_front();
+    t_->cp_landing = false;
   }
   ++c.epoch;
 }

@@ -44,6 +44,11 @@
 //     bytes, when swizzled) and inside shared memory; out-of-range elements zero-filled.
 //   cp.async: 4/8/16 bytes, both addresses aligned to the size, the source size at most the copy
 //     size (the rest zero-filled), every copy committed and waited for before the thread exits.
+//   operands in flight: a shared-memory write (st.shared, a cp.async or TMA landing) to a
+//     16-byte chunk an unretired wgmma reads fails naming the writer (a K/V slot handed back
+//     before its readers' wgmma.wait_group). With Sm90Launch::tma_lands_early and the schedule
+//     below (an mbarrier phase's waiters run right after the arrival that completes it, racing
+//     the arriver's warpgroup), a slot released early is overwritten while still read.
 //   proxy: each shared-memory byte remembers an unfenced generic-proxy write (st.shared or a
 //     landed cp.async) until its writer executes fence.proxy.async; an async-proxy read of it
 //     (a wgmma operand, read at retire) fails naming both threads.
@@ -226,6 +231,11 @@ struct Sm90Launch {
   std::size_t smem_bytes = 0;         // dynamic shared memory, at most 227 KiB
   int regs_per_thread = 168;          // the kernel's register count at launch (ptxas)
   int fiber_stack_bytes = 256 << 10;  // each emulated thread's stack
+  // When TMA loads land. false: only once no thread can make progress otherwise (a body that
+  // reads a box before its mbarrier says so reads the old bytes). true: at the issuing thread's
+  // next switch (a slot handed back to the producer while a wgmma still reads it is overwritten
+  // under it, and fails). Replays run both.
+  bool tma_lands_early = false;
 };
 
 namespace detail {
