@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -344,6 +345,7 @@ class CtaState {
   NamedBar named[16];
   std::deque<TmaCopy> tma;
   std::unordered_map<const RegTrack*, std::vector<float>> shadows;
+  std::unordered_set<const RegTrack*> dead;  // registers gone out of scope while in flight
   int reg_pool = 0;
   uint64_t epoch = 0;
   ucontext_t sched_ctx{};
@@ -418,6 +420,7 @@ class CtaState {
   void switch_to(ThreadState& t);
   void yield_to_scheduler(ThreadState& t);
   void block(ThreadState& t, std::function<bool()> wake, std::function<std::string()> what) {
+    if (failed) throw Cancelled{};
     if (wake()) return;
     t.blocked = true;
     t.wake = std::move(wake);
@@ -432,6 +435,7 @@ class CtaState {
   template <class OnArrive, class OnComplete>
   void rendezvous(ThreadState& t, Rendezvous& rv, int member, const std::string& op,
                   OnArrive on_arrive, OnComplete on_complete) {
+    if (failed) throw Cancelled{};
     if (rv.arrived == 0) {
       rv.op = op;
       rv.first = t.id;
@@ -632,6 +636,7 @@ void CtaState::run(const std::function<void(Sm90Ops&)>& fn) {
   mbars.clear();
   tma.clear();
   shadows.clear();
+  dead.clear();
   for (auto& n : named) n = NamedBar{};
   for (auto& w : warps) w.arrived = 0;
   const int regs = (launch.regs_per_thread + 7) / 8 * 8;
@@ -772,6 +777,19 @@ void reg_read(const RegTrack& t, int index) {
                         "retires it)");
   }
 }
+void reg_destroyed(RegTrack& t) noexcept {
+  ThreadState* cur = g_current;
+  if (cur == nullptr) return;
+  CtaState& c = *cur->cta;
+  c.dead.insert(&t);
+  // Unwinding (another failure, or the run's cancellation) is not this fault.
+  if (!c.failed && std::uncaught_exceptions() == 0) {
+    c.failed = true;
+    c.error = warp_name(cur->id) + ": " + t.what +
+              " registers go out of scope while a wgmma.mma_async in flight uses them (no "
+              "wgmma.wait_group retired it)";
+  }
+}
 void reg_write(RegTrack& t, int index) {
   ThreadState* cur = g_current;
   if (t.in_flight > 0) {
@@ -876,6 +894,7 @@ void wgmma_issue(ThreadState& t, int n, WgmmaType ta, WgmmaType tb, uint64_t a_d
 }
 
 void retire(CtaState& cta, ThreadState& t, const WgmmaOp& op) {
+  if (cta.failed) throw Cancelled{};  // e.g. its registers went out of scope
   const int eb = wgmma_type_bytes(op.ta);
   const int K = 32 / eb;
   const int n = op.n;

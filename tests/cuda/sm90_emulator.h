@@ -99,6 +99,8 @@ struct RegTrack {
 };
 void reg_read(const RegTrack& t, int index);
 void reg_write(RegTrack& t, int index);
+// Registers going out of scope while a wgmma in flight still writes or reads them: fails the run.
+void reg_destroyed(RegTrack& t) noexcept;
 }  // namespace detail
 
 // wgmma's f32 accumulator registers of one thread (N registers: the thread's share of an
@@ -132,6 +134,11 @@ class Acc {
   };
   static constexpr int kSize = N;
   Acc() { track_.what = "accumulator"; }
+  Acc(const Acc&) = delete;
+  Acc& operator=(const Acc&) = delete;
+  ~Acc() {
+    if (track_.in_flight > 0) detail::reg_destroyed(track_);
+  }
   Ref operator[](int i) { return Ref(this, i); }
   float operator[](int i) const {
     detail::reg_read(track_, i);
@@ -168,6 +175,11 @@ class AFrag {
     int i_;
   };
   AFrag() { track_.what = "A-fragment"; }
+  AFrag(const AFrag&) = delete;
+  AFrag& operator=(const AFrag&) = delete;
+  ~AFrag() {
+    if (track_.in_flight > 0) detail::reg_destroyed(track_);
+  }
   Ref operator[](int i) { return Ref(this, i); }
   uint32_t* raw() { return v_; }
   detail::RegTrack& track() { return track_; }

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -421,10 +422,23 @@ TEST(Sm90Emulator, WgmmaAccumulatorsAreNanAndUntouchableUntilTheirWait) {
                                 (void)bad;
                               }),
                     "reads accumulator register 0", "in flight");
-  // Exiting with a wgmma in flight.
+  // Its registers going out of scope before the wait.
   EXPECT_FAILS_WITH(run_error(rig.cta,
                               [](Sm90Ops& ops, unsigned char*) {
-                                Acc<64> d;
+                                {
+                                  Acc<64> d;
+                                  ops.wgmma_fence();
+                                  WgmmaRig::mma(ops, d, false);
+                                  ops.wgmma_commit();
+                                }
+                                ops.wgmma_wait<0>();
+                              }),
+                    "(warpgroup 0, thread", "accumulator registers go out of scope");
+  // Exiting with a wgmma in flight (registers that outlive the thread).
+  std::unique_ptr<Acc<64>[]> outliving(new Acc<64>[128]);
+  EXPECT_FAILS_WITH(run_error(rig.cta,
+                              [&](Sm90Ops& ops, unsigned char*) {
+                                Acc<64>& d = outliving[std::size_t(ops.thread())];
                                 ops.wgmma_fence();
                                 WgmmaRig::mma(ops, d, false);
                                 ops.wgmma_commit();
