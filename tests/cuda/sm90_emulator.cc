@@ -18,13 +18,26 @@
 
 #include "core/numeric.h"
 
+// The sanitizers' fiber annotations (gcc defines __SANITIZE_*__, clang has __has_feature).
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/common_interface_defs.h>
 #define KVATTN_EMU_ASAN 1
 #endif
 #if defined(__SANITIZE_THREAD__)
-#include <sanitizer/tsan_interface.h>
 #define KVATTN_EMU_TSAN 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KVATTN_EMU_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define KVATTN_EMU_TSAN 1
+#endif
+#endif
+#ifdef KVATTN_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef KVATTN_EMU_TSAN
+#include <sanitizer/tsan_interface.h>
 #endif
 
 namespace kvattn::fa3::emu {
