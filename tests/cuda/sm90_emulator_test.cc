@@ -1,0 +1,534 @@
+// The SM90 CTA emulator (sm90_emulator.h) against the definitions of what it emulates, and one
+// test per rule it enforces (the violation caught, the message naming the warp and the
+// instruction): launch limits, shared-memory bounds, collectives, wgmma (products over every
+// descriptor layout, register and FP8 forms; the fence / in-flight rules; proxy fences; writes to
+// operands in flight). The mbarrier / TMA / cp.async / named-barrier / setmaxnreg rules are in
+// sm90_async_test.cc, a fa3-shaped pipeline in sm90_pipeline_test.cc. The operand tiles of the
+// wgmma tests are laid out by fa3's own layout code (src/cuda/fa3/kernels/smem_layout.h,
+// wgmma_fragment.h), which the emulator does not use: the kernel's index math against the
+// emulator's reading of the PTX ISA.
+#include "cuda/sm90_emulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/numeric.h"
+#include "cuda/fa3/kernels/pipeline_state.h"
+#include "cuda/fa3/kernels/smem_layout.h"
+#include "cuda/fa3/kernels/wgmma_fragment.h"
+#include "cuda/sm90_emulator_test_util.h"
+
+namespace kvattn::fa3::emu {
+namespace {
+using namespace test;  // NOLINT(google-build-using-namespace): the tests' helpers
+
+TEST(Sm90Emulator, LaunchLimitsAreRefused) {
+  EXPECT_NO_THROW(Sm90Cta(launch(384, kMaxSmemBytes)));
+  try {
+    Sm90Cta cta(launch(384, kMaxSmemBytes + 1));
+    ADD_FAILURE() << "over 227 KiB accepted";
+  } catch (const EmulatorError& e) {
+    EXPECT_FAILS_WITH(e.what(), "227 KiB");
+  }
+  EXPECT_THROW(Sm90Cta(launch(96, 0)), EmulatorError);  // not whole warpgroups
+  Sm90Launch l = launch(384, 0);
+  l.regs_per_thread = 200;  // 384 x 200 > 64 K
+  EXPECT_THROW(Sm90Cta{l}, EmulatorError);
+  Sm90Cta cta(launch(128, 4096));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(cta.smem()) % 1024, 0u);
+  for (int i = 0; i < 4096; ++i) ASSERT_EQ(cta.smem()[i], 0xff);
+}
+
+TEST(Sm90Emulator, SharedMemoryAccessesOutsideOrMisalignedFail) {
+  Sm90Cta cta(launch(128, 1024));
+  EXPECT_EQ(run_error(cta,
+                      [](Sm90Ops& ops, unsigned char* s) {
+                        ops.st_shared(reinterpret_cast<uint32_t*>(s + 4 * ops.thread()),
+                                      uint32_t(1));
+                      }),
+            "");
+  EXPECT_FAILS_WITH(run_error(cta,
+                              [](Sm90Ops& ops, unsigned char* s) {
+                                if (ops.thread() == 77) ops.st_shared(s + 1024, uint8_t(1));
+                              }),
+                    "warp 2", "thread 77", "st.shared", "outside");
+  EXPECT_FAILS_WITH(run_error(cta,
+                              [](Sm90Ops& ops, unsigned char* s) {
+                                if (ops.thread() == 5) {
+                                  (void)ops.ld_shared(reinterpret_cast<uint32_t*>(s + 2));
+                                }
+                              }),
+                    "warp 0", "ld.shared", "4-byte aligned");
+}
+
+TEST(Sm90Emulator, ShuffleAndDivergentCollectives) {
+  Sm90Cta cta(launch(128, 0));
+  std::vector<float> got(128);
+  EXPECT_EQ(run_error(cta,
+                      [&](Sm90Ops& ops, unsigned char*) {
+                        got[std::size_t(ops.thread())] = ops.shfl_xor(float(ops.thread()), 5);
+                      }),
+            "");
+  for (int t = 0; t < 128; ++t) EXPECT_EQ(got[std::size_t(t)], float(t ^ 5));
+  // Half a warpgroup at wgmma.fence, the other half at wgmma.commit_group.
+  EXPECT_FAILS_WITH(run_error(cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                if (ops.thread() < 64) {
+                                  ops.wgmma_fence();
+                                } else {
+                                  ops.wgmma_commit();
+                                }
+                              }),
+                    "warp 2", "divergent collective", "wgmma.commit_group", "wgmma.fence");
+  // A lane that exits while its warp waits at a shuffle.
+  EXPECT_FAILS_WITH(run_error(cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                if (ops.thread() != 3) (void)ops.shfl_xor(1.0f, 1);
+                              }),
+                    "warp 0", "shfl.sync.bfly");
+}
+
+// ---- wgmma
+
+// One warpgroup computes D = A B^T over `ksteps` k-steps from fa3's K-major 128B-swizzled tiles
+// (A [64 x 16 ks] of Q's layout, B [128 x 16 ks] of K's), compared with a plain product.
+TEST(Sm90Emulator, WgmmaSsBf16OverFa3TilesIsTheProduct) {
+  constexpr int kCols = 64, kSteps = 4;
+  const uint32_t a_base = 0, b_base = smem::tile_bytes(kM, kCols);
+  Sm90Cta cta(launch(128, b_base + smem::tile_bytes(kN, kCols)));
+  unsigned char* s = cta.smem();
+  for (int r = 0; r < kM; ++r)
+    for (int c = 0; c < kCols; ++c) {
+      const uint16_t v = bf16(small_value(r, c, 1));
+      std::memcpy(s + a_base + smem::tile_offset(r, c, kM), &v, 2);
+    }
+  for (int r = 0; r < kN; ++r)
+    for (int c = 0; c < kCols; ++c) {
+      const uint16_t v = bf16(small_value(r, c, 2));
+      std::memcpy(s + b_base + smem::tile_offset(r, c, kN), &v, 2);
+    }
+  std::vector<float> out(128 * 64);
+  EXPECT_EQ(run_error(cta,
+                      [&](Sm90Ops& ops, unsigned char*) {
+                        Acc<64> d;
+                        ops.wgmma_fence();
+                        for (int ks = 0; ks < kSteps; ++ks) {
+                          ops.wgmma_ss(d, WgmmaType::kBf16, WgmmaType::kBf16,
+                                       smem::encode(smem::k_major(a_base, kM, 0, ks)), false,
+                                       smem::encode(smem::k_major(b_base, kN, 0, ks)), false,
+                                       ks > 0);
+                        }
+                        ops.wgmma_commit();
+                        ops.wgmma_wait<0>();
+                        for (int i = 0; i < 64; ++i) out[std::size_t(ops.thread() * 64 + i)] = d[i];
+                      }),
+            "");
+  for (int t = 0; t < 128; ++t)
+    for (int i = 0; i < 64; ++i) {
+      const auto rc = frag::acc_element(t, i);
+      float want = 0;
+      for (int k = 0; k < 16 * kSteps; ++k)
+        want += small_value(rc.row, k, 1) * small_value(rc.col, k, 2);
+      ASSERT_EQ(out[std::size_t(t * 64 + i)], want) << t << " " << i;
+    }
+}
+
+// O = P V with P from registers (fa3's A fragment map) and V MN-major (fa3's V tile, two panels).
+TEST(Sm90Emulator, WgmmaRsBf16WithMnMajorBIsTheProduct) {
+  constexpr int kKeys = 64, kD = 128;
+  Sm90Cta cta(launch(128, smem::tile_bytes(kKeys, kD)));
+  for (int key = 0; key < kKeys; ++key)
+    for (int c = 0; c < kD; ++c) {
+      const uint16_t v = bf16(small_value(key, c, 3));
+      std::memcpy(cta.smem() + smem::tile_offset(key, c, kKeys), &v, 2);
+    }
+  std::vector<float> out(128 * 64);
+  EXPECT_EQ(run_error(cta,
+                      [&](Sm90Ops& ops, unsigned char*) {
+                        const int t = ops.thread();
+                        Acc<64> o;
+                        for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+                        AFrag p[4];
+                        for (int kk = 0; kk < 4; ++kk)
+                          for (int r = 0; r < 4; ++r) {
+                            uint32_t word = 0;
+                            for (int h = 0; h < 2; ++h) {
+                              const auto rc = frag::a_element(t, r, h);
+                              word |= uint32_t(bf16(small_value(rc.row, 16 * kk + rc.col, 4)))
+                                      << (16 * h);
+                            }
+                            p[kk][r] = word;
+                          }
+                        ops.wgmma_fence();
+                        for (int kk = 0; kk < 4; ++kk) {
+                          ops.wgmma_rs(o, WgmmaType::kBf16, WgmmaType::kBf16, p[kk],
+                                       smem::encode(smem::mn_major(0, kKeys, kk)), true);
+                        }
+                        ops.wgmma_commit();
+                        ops.wgmma_wait<0>();
+                        for (int i = 0; i < 64; ++i) out[std::size_t(t * 64 + i)] = o[i];
+                      }),
+            "");
+  for (int t = 0; t < 128; ++t)
+    for (int i = 0; i < 64; ++i) {
+      const auto rc = frag::acc_element(t, i);
+      float want = 0;
+      for (int key = 0; key < kKeys; ++key)
+        want += small_value(rc.row, key, 4) * small_value(key, rc.col, 3);
+      ASSERT_EQ(out[std::size_t(t * 64 + i)], want) << t << " " << i;
+    }
+}
+
+// FP8 (k32): e4m3 Q and K in fa3's 8-bit tiles (128 columns per panel).
+TEST(Sm90Emulator, WgmmaSsE4m3IsTheProduct) {
+  constexpr int kCols = 128, kSteps = 4;
+  const uint32_t b_base = uint32_t(kM * kCols);
+  Sm90Cta cta(launch(128, b_base + uint32_t(kN * kCols)));
+  for (int r = 0; r < kM; ++r)
+    for (int c = 0; c < kCols; ++c)
+      cta.smem()[smem::tile_offset8(r, c, kM)] = num::f32_to_e4m3(small_value(r, c, 5));
+  for (int r = 0; r < kN; ++r)
+    for (int c = 0; c < kCols; ++c)
+      cta.smem()[b_base + smem::tile_offset8(r, c, kN)] = num::f32_to_e4m3(small_value(r, c, 6));
+  std::vector<float> out(128 * 64);
+  EXPECT_EQ(run_error(cta,
+                      [&](Sm90Ops& ops, unsigned char*) {
+                        Acc<64> d;
+                        ops.wgmma_fence();
+                        for (int ks = 0; ks < kSteps; ++ks) {
+                          ops.wgmma_ss(d, WgmmaType::kE4m3, WgmmaType::kE4m3,
+                                       smem::encode(smem::k_major(0, kM, 0, ks)), false,
+                                       smem::encode(smem::k_major(b_base, kN, 0, ks)), false,
+                                       ks > 0);
+                        }
+                        ops.wgmma_commit();
+                        ops.wgmma_wait<0>();
+                        for (int i = 0; i < 64; ++i) out[std::size_t(ops.thread() * 64 + i)] = d[i];
+                      }),
+            "");
+  for (int t = 0; t < 128; ++t)
+    for (int i = 0; i < 64; ++i) {
+      const auto rc = frag::acc_element(t, i);
+      float want = 0;
+      for (int k = 0; k < 32 * kSteps; ++k)
+        want += small_value(rc.row, k, 5) * small_value(rc.col, k, 6);
+      ASSERT_EQ(out[std::size_t(t * 64 + i)], want) << t << " " << i;
+    }
+  // FP8 has no transpose.
+  EXPECT_FAILS_WITH(run_error(cta,
+                              [&](Sm90Ops& ops, unsigned char*) {
+                                Acc<64> d;
+                                ops.wgmma_fence();
+                                ops.wgmma_ss(d, WgmmaType::kE4m3, WgmmaType::kE4m3, 0, false, 0,
+                                             true, false);
+                              }),
+                    "warpgroup 0", "wgmma.mma_async.m64n128k32.f32.e4m3.e4m3", "K-major");
+}
+
+// Every layout type, K-major and MN-major: a tile written row by row with the swizzle applied as
+// an XOR on the byte address (written here without the emulator's address function), read back
+// through a descriptor of that layout, m64n8k16.
+TEST(Sm90Emulator, WgmmaDescriptorsOfEveryLayoutTypeReadTheirCanonicalLayout) {
+  struct Case {
+    Swizzle sw;
+    bool mn_major;
+  };
+  for (const Case c :
+       {Case{Swizzle::kNone, false}, Case{Swizzle::k32B, false}, Case{Swizzle::k64B, false},
+        Case{Swizzle::k128B, false}, Case{Swizzle::kNone, true}, Case{Swizzle::k32B, true},
+        Case{Swizzle::k64B, true}, Case{Swizzle::k128B, true}}) {
+    SCOPED_TRACE(::testing::Message() << "layout " << int(c.sw) << " mn_major " << c.mn_major);
+    const int span = swizzle_span_bytes(c.sw);
+    const int xor_mask = span == 128 ? 7 : span == 64 ? 3 : span == 32 ? 1 : 0;
+    auto xr = [&](uint32_t a) { return a ^ (((a >> 7) & uint32_t(xor_mask)) << 4); };
+    // B: n = 8 (MN) x k = 16, stored with (for K-major) rows of `span` bytes per mn, the 8-row
+    // groups SBO apart, or (none) 8x16-byte core matrices, k halves LBO apart; MN-major: rows
+    // of span bytes per k, mn groups of span/2 elements LBO apart, 8-k groups SBO apart.
+    constexpr int n = 8, K = 16;
+    MatrixDesc b;
+    b.layout = c.sw;
+    b.start = 8192;                               // after A's 64 x 64 tile
+    std::vector<std::pair<int, uint32_t>> where;  // (value index, address)
+    auto store = [&](int mn, int k, uint32_t addr) { where.emplace_back(mn * K + k, addr); };
+    if (!c.mn_major) {
+      if (c.sw == Swizzle::kNone) {
+        b.lbo = 128;  // the second 8-element half of k
+        b.sbo = 256;
+        for (int mn = 0; mn < n; ++mn)
+          for (int k = 0; k < K; ++k) store(mn, k, b.start + (k / 8) * 128 + mn * 16 + (k % 8) * 2);
+      } else {
+        b.sbo = uint32_t(8 * span);
+        for (int mn = 0; mn < n; ++mn)
+          for (int k = 0; k < K; ++k) store(mn, k, xr(b.start + uint32_t(mn * span + k * 2)));
+      }
+    } else {
+      if (c.sw == Swizzle::kNone) {
+        b.sbo = 128;  // (next 8 mn) — unused at n = 8
+        b.lbo = 128;  // the second 8 k
+        for (int mn = 0; mn < n; ++mn)
+          for (int k = 0; k < K; ++k) store(mn, k, b.start + (k / 8) * 128 + (k % 8) * 16 + mn * 2);
+      } else {
+        b.lbo = 2048;                // next span/2 mn: unused at n = 8
+        b.sbo = uint32_t(8 * span);  // the second 8 k
+        for (int mn = 0; mn < n; ++mn)
+          for (int k = 0; k < K; ++k)
+            store(mn, k, xr(b.start + uint32_t((k / 8) * 8 * span + (k % 8) * span + mn * 2)));
+      }
+    }
+    // A: fa3's K-major 128B tile at 0.
+    Sm90Cta cta(launch(128, 16384));
+    for (int r = 0; r < kM; ++r)
+      for (int k = 0; k < 64; ++k) {
+        const uint16_t v = bf16(small_value(r, k, 7));
+        std::memcpy(cta.smem() + smem::tile_offset(r, k, kM), &v, 2);
+      }
+    for (auto [idx, addr] : where) {
+      const uint16_t v = bf16(small_value(idx / K, idx % K, 8));
+      std::memcpy(cta.smem() + addr, &v, 2);
+    }
+    std::vector<float> out(128 * 4);
+    ASSERT_EQ(run_error(cta,
+                        [&](Sm90Ops& ops, unsigned char*) {
+                          Acc<4> d;
+                          ops.wgmma_fence();
+                          ops.wgmma_ss(d, WgmmaType::kBf16, WgmmaType::kBf16,
+                                       smem::encode(smem::k_major(0, kM, 0, 0)), false,
+                                       encode_desc(b), c.mn_major, false);
+                          ops.wgmma_commit();
+                          ops.wgmma_wait<0>();
+                          for (int i = 0; i < 4; ++i) out[std::size_t(ops.thread() * 4 + i)] = d[i];
+                        }),
+              "");
+    for (int t = 0; t < 128; ++t)
+      for (int i = 0; i < 4; ++i) {
+        const auto rc = frag::acc_element(t, i);
+        float want = 0;
+        for (int k = 0; k < K; ++k) want += small_value(rc.row, k, 7) * small_value(rc.col, k, 8);
+        ASSERT_EQ(out[std::size_t(t * 4 + i)], want) << t << " " << i;
+      }
+  }
+  MatrixDesc d;
+  d.start = 0x1230;
+  d.lbo = 0x40;
+  d.sbo = 0x400;
+  d.layout = Swizzle::k64B;
+  const MatrixDesc r = decode_desc(encode_desc(d));
+  EXPECT_EQ(r.start, d.start);
+  EXPECT_EQ(r.lbo, d.lbo);
+  EXPECT_EQ(r.sbo, d.sbo);
+  EXPECT_EQ(r.layout, d.layout);
+  // fa3's descriptor encoding agrees with the ISA's bit positions.
+  const MatrixDesc f = decode_desc(smem::encode(smem::k_major(2048, 64, 8, 1)));
+  EXPECT_EQ(f.layout, Swizzle::k128B);
+  EXPECT_EQ(f.start, 2048u + 8u * 128u + 32u);
+  EXPECT_EQ(f.sbo, 1024u);
+}
+
+TEST(Sm90Emulator, WgmmaAccumulatorsAreNanAndUntouchableUntilTheirWait) {
+  WgmmaRig rig;
+  std::vector<int> nan_before(128), zero_after(128);
+  EXPECT_EQ(run_error(rig.cta,
+                      [&](Sm90Ops& ops, unsigned char*) {
+                        Acc<64> d;
+                        ops.wgmma_fence();
+                        WgmmaRig::mma(ops, d, false);
+                        ops.wgmma_commit();
+                        nan_before[std::size_t(ops.thread())] = std::isnan(d.raw()[7]);
+                        ops.wgmma_wait<0>();
+                        zero_after[std::size_t(ops.thread())] = d[7] == 0.0f;
+                      }),
+            "");
+  for (int t = 0; t < 128; ++t) {
+    EXPECT_TRUE(nan_before[std::size_t(t)]) << t;
+    EXPECT_TRUE(zero_after[std::size_t(t)]) << t;
+  }
+  EXPECT_FAILS_WITH(run_error(rig.cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                Acc<64> d;
+                                ops.wgmma_fence();
+                                WgmmaRig::mma(ops, d, false);
+                                ops.wgmma_commit();
+                                const float x = d[3];  // before the wait
+                                (void)x;
+                                ops.wgmma_wait<0>();
+                              }),
+                    "(warpgroup 0, thread", "reads accumulator register 3", "in flight");
+  EXPECT_FAILS_WITH(run_error(rig.cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                Acc<64> d;
+                                ops.wgmma_fence();
+                                WgmmaRig::mma(ops, d, false);
+                                ops.wgmma_commit();
+                                d[0] = 1.0f;
+                                ops.wgmma_wait<0>();
+                              }),
+                    "writes accumulator register 0", "in flight");
+  // wait_group 1 retires only the older of two groups.
+  EXPECT_FAILS_WITH(run_error(rig.cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                Acc<64> d0, d1;
+                                ops.wgmma_fence();
+                                WgmmaRig::mma(ops, d0, false);
+                                ops.wgmma_commit();
+                                WgmmaRig::mma(ops, d1, false);
+                                ops.wgmma_commit();
+                                ops.wgmma_wait<1>();
+                                const float ok = d0[0];
+                                const float bad = d1[0];
+                                (void)ok;
+                                (void)bad;
+                              }),
+                    "reads accumulator register 0", "in flight");
+  // Its registers going out of scope before the wait.
+  EXPECT_FAILS_WITH(run_error(rig.cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                {
+                                  Acc<64> d;
+                                  ops.wgmma_fence();
+                                  WgmmaRig::mma(ops, d, false);
+                                  ops.wgmma_commit();
+                                }
+                                ops.wgmma_wait<0>();
+                              }),
+                    "(warpgroup 0, thread", "accumulator registers go out of scope");
+  // Exiting with a wgmma in flight (registers that outlive the thread).
+  std::unique_ptr<Acc<64>[]> outliving(new Acc<64>[128]);
+  EXPECT_FAILS_WITH(run_error(rig.cta,
+                              [&](Sm90Ops& ops, unsigned char*) {
+                                Acc<64>& d = outliving[std::size_t(ops.thread())];
+                                ops.wgmma_fence();
+                                WgmmaRig::mma(ops, d, false);
+                                ops.wgmma_commit();
+                              }),
+                    "exit", "not retired");
+}
+
+TEST(Sm90Emulator, WgmmaNeedsAFenceAfterRegisterWrites) {
+  WgmmaRig rig;
+  EXPECT_FAILS_WITH(run_error(rig.cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                Acc<64> d;
+                                WgmmaRig::mma(ops, d, false);  // no wgmma.fence at all
+                              }),
+                    "warp 0", "wgmma.mma_async.m64n128k16.f32.bf16.bf16", "first wgmma");
+  EXPECT_FAILS_WITH(run_error(rig.cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                Acc<64> d;
+                                ops.wgmma_fence();
+                                for (int i = 0; i < 64; ++i) d[i] = 0.0f;  // after the fence
+                                WgmmaRig::mma(ops, d, true);
+                                ops.wgmma_commit();
+                                ops.wgmma_wait<0>();
+                              }),
+                    "accumulator registers written since", "wgmma.fence");
+  // The same with the fence after the writes, and chained accumulation without one: clean.
+  EXPECT_EQ(run_error(rig.cta,
+                      [](Sm90Ops& ops, unsigned char*) {
+                        Acc<64> d;
+                        for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+                        ops.wgmma_fence();
+                        WgmmaRig::mma(ops, d, true);
+                        WgmmaRig::mma(ops, d, true);
+                        ops.wgmma_commit();
+                        ops.wgmma_wait<0>();
+                        d[0] *= 2.0f;
+                      }),
+            "");
+  // The A fragment of the register form, written after the fence.
+  EXPECT_FAILS_WITH(run_error(rig.cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                Acc<64> d;
+                                AFrag a;
+                                ops.wgmma_fence();
+                                for (int r = 0; r < 4; ++r) a[r] = 0u;
+                                ops.wgmma_rs(d, WgmmaType::kBf16, WgmmaType::kBf16, a,
+                                             smem::encode(smem::mn_major(8192, 64, 0)), true,
+                                             false);
+                              }),
+                    "A-fragment registers written since");
+}
+
+TEST(Sm90Emulator, WgmmaOperandsOutsideSharedMemoryFail) {
+  Sm90Cta cta(launch(128, 8192));
+  EXPECT_FAILS_WITH(run_error(cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                Acc<64> d;
+                                ops.wgmma_fence();
+                                ops.wgmma_ss(d, WgmmaType::kBf16, WgmmaType::kBf16, WgmmaRig::a(),
+                                             false, WgmmaRig::b(), false, false);
+                                ops.wgmma_commit();
+                                ops.wgmma_wait<0>();
+                              }),
+                    "operand B", "outside");
+}
+
+// A generic-proxy write (st.shared, or a landed cp.async) read by wgmma without
+// fence.proxy.async in between fails, naming the writer; with the fence it is clean.
+TEST(Sm90Emulator, AsyncProxyReadOfAnUnfencedGenericWriteFails) {
+  for (int variant = 0; variant < 3; ++variant) {
+    WgmmaRig rig;
+    std::vector<uint16_t> src(8, bf16(1.0f));
+    const std::string err = run_error(rig.cta, [&](Sm90Ops& ops, unsigned char* s) {
+      if (ops.thread() == 40) {
+        if (variant == 1) {
+          ops.cp_async_16_zfill(s + 8192 + 16, src.data(), true);
+          ops.cp_async_wait_all();
+        } else {
+          ops.st_shared(reinterpret_cast<uint16_t*>(s + 8192 + 16), bf16(1.0f));
+        }
+        if (variant == 2) ops.fence_proxy_async();
+      }
+      ops.sync_threads();
+      Acc<64> d;
+      ops.wgmma_fence();
+      WgmmaRig::mma(ops, d, false);
+      ops.wgmma_commit();
+      ops.wgmma_wait<0>();
+    });
+    if (variant == 2) {
+      EXPECT_EQ(err, "");
+    } else {
+      EXPECT_FAILS_WITH(err, "wgmma.mma_async", "operand B", "async-proxy read",
+                        "warp 1 (warpgroup 0, thread 40)", "fence.proxy.async");
+    }
+  }
+}
+
+// Shared memory a wgmma in flight reads may not be written until its wait: a store, and a TMA
+// load landing there, both fail naming the writer.
+TEST(Sm90Emulator, WritingAnOperandOfAWgmmaInFlightFails) {
+  WgmmaRig rig;
+  EXPECT_FAILS_WITH(run_error(rig.cta,
+                              [](Sm90Ops& ops, unsigned char* s) {
+                                Acc<64> d;
+                                ops.wgmma_fence();
+                                WgmmaRig::mma(ops, d, false);
+                                ops.wgmma_commit();
+                                if (ops.thread() == 70) {
+                                  ops.st_shared(reinterpret_cast<uint32_t*>(s + 8192 + 16), 0u);
+                                }
+                                ops.wgmma_wait<0>();
+                              }),
+                    "warp 2 (warpgroup 0, thread 70) (st.shared)", "operand of a wgmma.mma_async",
+                    "in flight");
+  // After the wait the same store is fine.
+  EXPECT_EQ(run_error(rig.cta,
+                      [](Sm90Ops& ops, unsigned char* s) {
+                        Acc<64> d;
+                        ops.wgmma_fence();
+                        WgmmaRig::mma(ops, d, false);
+                        ops.wgmma_commit();
+                        ops.wgmma_wait<0>();
+                        if (ops.thread() == 70) {
+                          ops.st_shared(reinterpret_cast<uint32_t*>(s + 8192 + 16), 0u);
+                        }
+                      }),
+            "");
+}
+}  // namespace
+}  // namespace kvattn::fa3::emu
