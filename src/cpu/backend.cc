@@ -1,14 +1,14 @@
 // The fast CPU backend: decode kernels per ISA (decode.h), the prefill path (prefill/prefill.h),
-// and the operations that are not attention (aux_ops.h).
+// and the operations that are not attention (ops/ops.h).
 #include "core/backend.h"
 
 #include <array>
 
 #include "core/capability.h"
 #include "core/status_macros.h"
-#include "cpu/aux_ops.h"
-#include "cpu/decode.h"
-#include "cpu/mla.h"
+#include "cpu/ops/ops.h"
+#include "cpu/decode/decode.h"
+#include "cpu/mla/mla.h"
 #include "cpu/prefill/prefill.h"
 
 namespace kvattn {

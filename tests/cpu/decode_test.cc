@@ -1,7 +1,7 @@
 // The cpu decode kernels against the reference over random problems (every variant, dtype pair,
 // head-dim pair, layout and page size, lengths around the tile size), at every ISA level this
 // machine has; long contexts that split; bit-identical results across batch compositions.
-#include "cpu/decode.h"
+#include "cpu/decode/decode.h"
 
 #include <gtest/gtest.h>
 
@@ -107,7 +107,7 @@ TEST_P(CpuDecodeGrid, MatchesTheReferenceOnRandomProblems) {
   }
 }
 
-// The bf16 dot-product kernel for FP8 caches (decode_bf16_dot_avx512.cc) is what avx512 runs
+// The bf16 dot-product kernel for FP8 caches (decode_fp8_table_avx512bf16.cc) is what avx512 runs
 // for bf16 queries over e4m3/e5m2 where the CPU has AVX512_BF16 + VBMI: checked here on its own
 // grid (both FP8 types, head dims 64/128/256, GQA groups 1-16, lengths around the 32-key tile
 // and the pair of keys PV takes, both layouts, pages of 16 and 5, every variant it takes, split

@@ -2,7 +2,7 @@
 // the cpu kernels against the reference over heads 16/64/128, page sizes 1/16/64, lengths around
 // the tile, causal prefill, FP8 caches, empty requests, forced split-KV, at every ISA level;
 // the append quantizing to FP8 with the cache's scale.
-#include "cpu/mla.h"
+#include "cpu/mla/mla.h"
 
 #include <gtest/gtest.h>
 

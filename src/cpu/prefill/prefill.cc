@@ -17,7 +17,7 @@
 #include "core/status_macros.h"
 #include "cpu/prefill/params.h"
 #include "cpu/prefill/tile_config.h"
-#include "cpu/thread_pool.h"
+#include "cpu/common/thread_pool.h"
 
 namespace kvattn::cpu {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "core/numeric.h"
 #include "cpu/prefill/params.h"
-#include "cpu/simd_scalar.h"
+#include "cpu/common/simd_scalar.h"
 
 namespace kvattn::cpu::prefill::scalar {
 namespace {
@@ -76,7 +76,7 @@ struct Vec {
   }
 };
 
-#include "cpu/prefill/kernel.inc"
+#include "cpu/prefill/kernel.h"
 
 }  // namespace
 }  // namespace kvattn::cpu::prefill::scalar

@@ -1,5 +1,5 @@
 // Decode planning (the split-KV decision), the run driver and the merge of split requests.
-#include "cpu/decode.h"
+#include "cpu/decode/decode.h"
 
 #include <algorithm>
 #include <atomic>
@@ -14,7 +14,7 @@
 #include "core/cpu_features.h"
 #include "core/numeric.h"
 #include "core/status_macros.h"
-#include "cpu/thread_pool.h"
+#include "cpu/common/thread_pool.h"
 
 namespace kvattn::cpu {
 namespace {

@@ -1,6 +1,6 @@
 // The CPU MLA path: planning (items of query tokens x key chunks), running them on the thread
 // pool, merging split-KV partial states, and the portable f32 item kernel.
-#include "cpu/mla.h"
+#include "cpu/mla/mla.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "core/numeric.h"
 #include "core/split_kv.h"
 #include "core/status_macros.h"
-#include "cpu/thread_pool.h"
+#include "cpu/common/thread_pool.h"
 
 namespace kvattn::cpu {
 namespace {

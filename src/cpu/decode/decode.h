@@ -109,7 +109,7 @@ DecodeItemFn find_decode_kernel_avx2(DType kv, int dqk, int dvo, int group_padde
 DecodeItemFn find_decode_kernel_avx512(DType kv, int dqk, int dvo, int group_padded);
 DecodeItemFn find_decode_kernel(CpuIsa isa, DType kv, int dqk, int dvo, int group_padded,
                                 bool contiguous_rows);
-// FP8 caches widened to bf16 by byte tables (decode_bf16_dot_avx512.cc), then bf16 dot products
+// FP8 caches widened to bf16 by byte tables (decode_fp8_table_avx512bf16.cc), then bf16 dot products
 // (`bf16_dot`) or fp32 FMAs on the parity-split words: e4m3/e5m2 at head dims 64, 128, 256
 // (equal); nullptr otherwise.
 DecodeItemFn find_decode_kernel_fp8_table_avx512(DType kv, int dqk, int dvo, int group_padded,

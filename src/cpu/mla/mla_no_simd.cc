@@ -1,5 +1,5 @@
 // Builds without x86 vector kernels: MLA runs on the portable kernel.
-#include "cpu/mla.h"
+#include "cpu/mla/mla.h"
 
 namespace kvattn::cpu {
 
