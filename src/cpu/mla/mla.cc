@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "core/cpu_features.h"
 #include "core/numeric.h"
 #include "core/split_kv.h"
 #include "core/status_macros.h"
 #include "cpu/common/thread_pool.h"
+#include "cpu/kernel_table.h"
 
 namespace kvattn::cpu {
 namespace {
@@ -320,12 +320,14 @@ Status run_mla(const Plan& plan, const AttentionArgs& args, void* workspace,
   std::vector<int64_t> qo_begin(pb.batch_size + 1, 0);
   for (int b = 0; b < pb.batch_size; ++b) qo_begin[b + 1] = qo_begin[b] + plan.qo_len[b];
   const MlaParams params = make_params(pb, args, qo_begin, plan);
-  MlaItemFn kernel = nullptr;
-  if (detail::effective_cpu_isa() == CpuIsa::kAvx512) {
-    kernel = find_mla_kernel_amx(params);
-    if (!kernel) kernel = find_mla_kernel_avx512_bf16(params);
+  // The plan's kernel (kernel_table.h); a vector one returns nullptr on strided rows.
+  const CpuKernel* planned = nullptr;
+  KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan.kernel, KernelOp::kMla, &planned));
+  MlaItemFn kernel = planned->mla(params);
+  if (!kernel) kernel = strided_cpu_kernel(*planned).mla(params);
+  if (!kernel) {
+    return make_error(ErrorCode::kInternal, "cpu mla: kernel ", planned->name, " found none");
   }
-  if (!kernel) kernel = mla_item_portable;
 
   const int heads = pb.num_qo_heads, d_ckv = pb.head_dim_ckv;
   ThreadPool::global().parallel_for(
