@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/numeric.h"
 #include "core/status_macros.h"
+#include "cpu/common/split_merge.h"
 #include "cpu/common/thread_pool.h"
 #include "cpu/kernel_table.h"
 
@@ -76,47 +78,16 @@ void merge_split(const Plan& plan, const DecodeParams& p, const std::vector<int6
   const int group = p.group, dvo = p.head_dim_vo;
   const int64_t o_bytes = static_cast<int64_t>(dtype_size(p.o_dtype));
   const int64_t count = static_cast<int64_t>(items.size());
-  std::vector<double> weight(count);
   std::vector<float> merged(dvo);
   for (int g = 0; g < group; ++g) {
     const int qo_head = w0.kv_head * group + g;
-    double max_lse = -std::numeric_limits<double>::infinity();
-    bool nan = false;
-    for (int64_t i : items) {
-      const double s = p.partial_lse[int64_t{plan.work[i].partial} * group + g];
-      nan |= std::isnan(s);
-      max_lse = std::max(max_lse, s);
-    }
-    // The sink joins once, here, as one more state with no value (the partials exclude it).
-    const double sink =
-        p.sinks ? double{p.sinks[qo_head]} : -std::numeric_limits<double>::infinity();
-    const bool no_key = max_lse == -std::numeric_limits<double>::infinity();
-    max_lse = std::max(max_lse, sink);
-    double lse;
-    if (nan) {
-      lse = std::numeric_limits<double>::quiet_NaN();
-      std::fill(merged.begin(), merged.end(), static_cast<float>(lse));
-    } else if (no_key) {
-      lse = max_lse;  // -inf, or the sink
-      std::fill(merged.begin(), merged.end(), 0.0f);
-    } else {
-      double sum = p.sinks ? std::exp(sink - max_lse) : 0.0;
-      for (int64_t k = 0; k < count; ++k) {
-        const double s = p.partial_lse[int64_t{plan.work[items[k]].partial} * group + g];
-        weight[k] = s == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(s - max_lse);
-        sum += weight[k];
-      }
-      for (int d = 0; d < dvo; ++d) {
-        double acc = 0;
-        for (int64_t k = 0; k < count; ++k) {
-          if (weight[k] == 0.0) continue;
-          acc +=
-              weight[k] * p.partial_o[(int64_t{plan.work[items[k]].partial} * group + g) * dvo + d];
-        }
-        merged[d] = static_cast<float>(acc / sum);
-      }
-      lse = max_lse + std::log(sum);
-    }
+    const float lse = merge_partial_states(
+        count, dvo,
+        [&](int64_t k) {
+          const int64_t state = int64_t{plan.work[items[k]].partial} * group + g;
+          return std::pair{p.partial_lse[state], p.partial_o + state * dvo};
+        },
+        p.sinks ? p.sinks + qo_head : nullptr, merged.data());
     std::byte* dst = p.out + (w0.request * p.o_stride_b + qo_head * p.o_stride_h) * o_bytes;
     for (int d = 0; d < dvo; ++d) {
       std::byte* e = dst + d * p.o_stride_d * o_bytes;
@@ -129,7 +100,7 @@ void merge_split(const Plan& plan, const DecodeParams& p, const std::vector<int6
       }
     }
     if (p.lse) {
-      p.lse[w0.request * p.lse_stride_b + qo_head * p.lse_stride_h] = static_cast<float>(lse);
+      p.lse[w0.request * p.lse_stride_b + qo_head * p.lse_stride_h] = lse;
     }
   }
 }

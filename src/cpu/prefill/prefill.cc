@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/math_constants.h"
 #include "core/status_macros.h"
 #include "cpu/common/thread_pool.h"
 #include "cpu/kernel_table.h"
@@ -24,7 +25,7 @@ using prefill::PrefillTile;
 using prefill::RequestInfo;
 using prefill::ScratchLayout;
 
-constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLog2e = math::kLog2eF64;
 constexpr std::size_t kAlign = 64;
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
