@@ -10,7 +10,7 @@
 #include "bench/harness.h"
 #include "bench/machine.h"
 #include "core/cpu_features.h"
-#include "cpu/thread_pool.h"
+#include "cpu/common/thread_pool.h"
 
 namespace kvattn::bench {
 namespace {

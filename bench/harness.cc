@@ -12,7 +12,7 @@
 #include <optional>
 #include <vector>
 
-#include "cpu/thread_pool.h"
+#include "cpu/common/thread_pool.h"
 #include "kvattn/attention.h"
 
 #if defined(__x86_64__)

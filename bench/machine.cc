@@ -11,8 +11,8 @@
 #include <memory>
 #include <vector>
 
-#include "cpu/mla.h"
-#include "cpu/thread_pool.h"
+#include "cpu/mla/mla.h"
+#include "cpu/common/thread_pool.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

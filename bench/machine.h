@@ -24,8 +24,7 @@ double measure_fma_gflops(int num_threads);
 // the FMA peak; 0 where the CPU lacks AVX512_BF16.
 double measure_bf16_dot_gflops(int num_threads);
 // AMX-BF16 tile peak in GFLOP/s (TDPBF16PS: 16 x 16 x 32 multiply-adds), measured likewise; 0
-// where the MLA kernels do not use AMX (no AMX, the OS refuses the tile state, or
-// KVATTN_MLA_AMX=0).
+// where the MLA kernels cannot use AMX (no AMX, or the OS refuses the tile state).
 double measure_amx_bf16_gflops(int num_threads);
 
 }  // namespace kvattn::bench

@@ -26,7 +26,9 @@ void print_help() {
          "For a described device this machine does not have, `selected` is what a build\n"
          "with every backend would pick; availability is reported beside each verdict.\n"
          "JSON: {\"device\": ..., \"selected\": \"<name>\" or null, \"verdicts\": [{\"backend\","
-         " \"supported\", \"reason\", \"available\", \"availability\"}]}\n"
+         " \"supported\", \"reason\", \"available\", \"availability\"}]}; the cpu verdict\n"
+         "also has \"cpu_kernel\": the CPU kernel its plan would run (KVATTN_CPU_KERNEL=<name>|\n"
+         "reference overrides the choice; null, with \"cpu_kernel_error\", where it cannot).\n"
          "Exit: 0 a backend is selected, 3 none can run it, 2 usage error.\n\nflags:\n"
       << flags_help(explain_flags());
 }

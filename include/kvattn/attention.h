@@ -87,6 +87,9 @@ struct Plan {
   Device device;
   Problem problem;
   int num_threads = 1;
+  // The kernel chosen at plan time, which run() calls (cpu: a name from its kernel table, as
+  // `kvattn explain` shows it); empty for a backend that does not name one.
+  std::string kernel;
   int64_t kv_chunk_size = 0;  // 0: no split
   std::vector<WorkItem> work;
   std::vector<int64_t> kv_len;      // per request

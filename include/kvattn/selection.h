@@ -13,17 +13,22 @@ namespace kvattn {
 
 struct Verdict {
   std::string backend;
-  bool supported = false;     // can_implement(problem, device)
-  std::string reason;         // why not (empty when supported)
-  bool available = false;     // built, and the device is present on this machine
-  std::string availability;   // why not available (empty when available)
+  bool supported = false;    // can_implement(problem, device)
+  std::string reason;        // why not (empty when supported)
+  bool available = false;    // built, and the device is present on this machine
+  std::string availability;  // why not available (empty when available)
+  // The cpu backend: the kernel-table entry its plan would run (set when supported), or why
+  // none can be chosen (an override that does not apply). Empty for the other backends.
+  std::string cpu_kernel;
+  std::string cpu_kernel_error;
 };
 
 struct Explanation {
   Device device;
   std::optional<std::string> selected;  // the first supported backend of the priority list
   std::vector<Verdict> verdicts;        // every registered backend, priority order first
-  std::string to_json() const;          // {"device":..., "selected":..., "verdicts":[...]}
+  // {"device":..., "selected":..., "verdicts":[...]}; the cpu verdict carries "cpu_kernel".
+  std::string to_json() const;
   std::string to_text() const;
 };
 

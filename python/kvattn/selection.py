@@ -25,9 +25,12 @@ def _fields(op: str, problem: Dict[str, Any]) -> Dict[str, str]:
 
 def explain(op: str, *, device: str = "cpu", **problem: Any) -> Dict[str, Any]:
     """Every backend's verdict on a problem: {"device", "selected", "verdicts": [{"backend",
-    "supported", "reason", "available", "availability"}]}. `op` and the keywords are the
-    command line's names in snake case (num_qo_heads, head_dim_qk, causal, q_data_type, ...);
-    dtypes as in `plan`; device "cpu" or a described GPU such as "cuda:sm90"."""
+    "supported", "reason", "available", "availability"}]}; the cpu verdict also names the CPU
+    kernel its plan would run ("cpu_kernel", from the cpu backend's kernel table; null with
+    "cpu_kernel_error" where KVATTN_CPU_KERNEL names one that does not apply). `op` and the
+    keywords are the command line's names in snake case (num_qo_heads, head_dim_qk, causal,
+    q_data_type, ...); dtypes as in `plan`; device "cpu" or a described GPU such as
+    "cuda:sm90"."""
     return json.loads(_kvattn.explain(_fields(op, problem), device))
 
 

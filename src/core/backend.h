@@ -33,6 +33,17 @@ class Backend {
     return Status::Ok();
   }
 
+  // The kernel its plan for `problem` on `device` would run (the cpu backend: a name from its
+  // kernel table), for explain; "" where the backend has no such choice to name. Asked only
+  // after can_implement is OK; an error says why no kernel can be chosen.
+  virtual Status planned_kernel(const Problem& problem, const Device& device,
+                                std::string* name) const {
+    (void)problem;
+    (void)device;
+    name->clear();
+    return Status::Ok();
+  }
+
   // Cuts the work; `args` has been validated against `problem`. The default: one work item per
   // (request, KV head) over all of its queries and keys, no split, no workspace.
   virtual Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,

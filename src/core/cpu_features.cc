@@ -1,11 +1,13 @@
 #include "core/cpu_features.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <string_view>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace kvattn::detail {
@@ -48,6 +50,18 @@ CpuFeatures detect() {
                      c == 0x444d4163u;  // "AuthenticAMD"
     f.fast_bf16_dot = f.avx512_bf16 && amd;
   }
+#if defined(__x86_64__) && defined(__linux__)
+  {
+    // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE (clang 14's __builtin_cpu_supports does
+    // not know the AMX names); then the OS's grant of the tile data state.
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 22) & 1) && ((d >> 24) & 1)) {
+      constexpr long kArchReqXcompPerm = 0x1023;
+      constexpr long kXfeatureXtiledata = 18;
+      f.amx_bf16 = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+    }
+  }
+#endif
   if (f.avx2 && f.fma && f.f16c) f.best = CpuIsa::kAvx2;
   if (f.best == CpuIsa::kAvx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq) {
     f.best = CpuIsa::kAvx512;
@@ -57,11 +71,6 @@ CpuFeatures detect() {
 
 constexpr int kNoLimit = -1;
 std::atomic<int> g_isa_limit{kNoLimit};
-
-std::string_view env_isa() {
-  const char* v = std::getenv("KVATTN_CPU_ISA");
-  return v ? std::string_view(v) : std::string_view();
-}
 
 }  // namespace
 
@@ -83,6 +92,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512_fp16, "avx512_fp16");
   add(avx512_vbmi, "avx512_vbmi");
   add(fast_bf16_dot, "fast_bf16_dot");
+  add(amx_bf16, "amx_bf16");
   return s.empty() ? "none" : s;
 }
 
@@ -93,13 +103,10 @@ const CpuFeatures& cpu_features() {
 
 CpuIsa effective_cpu_isa() {
   CpuIsa isa = cpu_features().best;
-  if (auto forced = parse_cpu_isa(env_isa()); forced && *forced < isa) isa = *forced;
   int limit = g_isa_limit.load();
   if (limit != kNoLimit && static_cast<CpuIsa>(limit) < isa) isa = static_cast<CpuIsa>(limit);
   return isa;
 }
-
-bool cpu_forced_reference() { return env_isa() == "reference"; }
 
 void set_cpu_isa_limit(CpuIsa isa) { g_isa_limit.store(static_cast<int>(isa)); }
 void clear_cpu_isa_limit() { g_isa_limit.store(kNoLimit); }

@@ -16,15 +16,18 @@ struct CpuFeatures {
   // at a quarter of the FMA rate, and the fp32-FMA kernels are faster there (issue 14 note):
   // set from the vendor (AMD), the kernels' choice between the two.
   bool fast_bf16_dot = false;
+  // AMX-BF16 and AMX-TILE (CPUID), with the tile state granted by the OS (Linux hands it out
+  // only on request: arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
+  bool amx_bf16 = false;
   CpuIsa best = CpuIsa::kScalar;  // what the hardware and OS allow
   std::string to_string() const;
 };
 const CpuFeatures& cpu_features();
 
-// The ISA level kernels use: the hardware's best, lowered by KVATTN_CPU_ISA (scalar|avx2|avx512)
-// or set_cpu_isa_limit. KVATTN_CPU_ISA=reference makes `auto` on the CPU pick the reference.
+// The ISA level kernels use: the hardware's best, lowered by set_cpu_isa_limit (tests). Which
+// kernel runs is the cpu backend's kernel table's choice (src/cpu/kernel_table.h; its one
+// override is KVATTN_CPU_KERNEL).
 CpuIsa effective_cpu_isa();
-bool cpu_forced_reference();
 void set_cpu_isa_limit(CpuIsa isa);  // for tests and debugging
 void clear_cpu_isa_limit();
 

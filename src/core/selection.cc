@@ -15,10 +15,7 @@ namespace {
 
 // The priority list for a device and operation; the only place that orders backends.
 std::vector<std::string_view> priority_list(const Problem& problem, const Device& device) {
-  if (device.is_cpu()) {
-    if (detail::cpu_forced_reference()) return {"reference"};
-    return {"cpu", "reference"};
-  }
+  if (device.is_cpu()) return {"cpu", "reference"};
   if (device.sm == 90) {
     // FA3 is slower than FA2 on decode shapes (one query row per request).
     if (is_decode(problem.op)) return {"fa2", "fa3"};
@@ -43,10 +40,7 @@ std::vector<const Backend*> explain_order(const Problem& problem, const Device& 
 }  // namespace
 
 std::vector<std::string_view> aux_priority_list(const Device& device) {
-  if (device.is_cpu()) {
-    if (detail::cpu_forced_reference()) return {"reference"};
-    return {"cpu", "reference"};
-  }
+  if (device.is_cpu()) return {"cpu", "reference"};
   if (device.sm >= 80) return {"fa2"};
   return {};
 }
@@ -68,10 +62,18 @@ std::string json_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -116,6 +118,10 @@ Explanation explain(const Problem& problem, const Device& device) {
     }
     v.available = avail.ok();
     v.availability = avail.ok() ? "" : avail.message();
+    if (cap.ok()) {
+      Status k = b->planned_kernel(problem, device, &v.cpu_kernel);
+      if (!k.ok()) v.cpu_kernel_error = k.message();
+    }
     if (!e.selected && v.supported && in_priority_list(problem, device, v.backend) &&
         (device.described || v.available)) {
       e.selected = v.backend;
@@ -139,7 +145,16 @@ std::string Explanation::to_json() const {
     os << (i ? ", " : "") << "{\"backend\": \"" << json_escape(v.backend)
        << "\", \"supported\": " << (v.supported ? "true" : "false") << ", \"reason\": \""
        << json_escape(v.reason) << "\", \"available\": " << (v.available ? "true" : "false")
-       << ", \"availability\": \"" << json_escape(v.availability) << "\"}";
+       << ", \"availability\": \"" << json_escape(v.availability) << '"';
+    if (v.backend == "cpu") {
+      os << ", \"cpu_kernel\": ";
+      if (v.cpu_kernel.empty()) {
+        os << "null, \"cpu_kernel_error\": \"" << json_escape(v.cpu_kernel_error) << '"';
+      } else {
+        os << '"' << json_escape(v.cpu_kernel) << '"';
+      }
+    }
+    os << '}';
   }
   os << "]}";
   return os.str();
@@ -154,6 +169,8 @@ std::string Explanation::to_text() const {
     if (!v.supported) os << " (" << v.reason << ")";
     os << "; " << (v.available ? "available" : "not available");
     if (!v.available) os << " (" << v.availability << ")";
+    if (!v.cpu_kernel.empty()) os << "; kernel " << v.cpu_kernel;
+    if (!v.cpu_kernel_error.empty()) os << "; no kernel (" << v.cpu_kernel_error << ")";
     os << '\n';
   }
   return os.str();
@@ -179,15 +196,15 @@ Status select_backend(const Problem& problem, const Device& device, const std::s
       reasons << "\n  " << name << ": " << s.message();
     }
     if (list.empty()) {
-      return make_error(ErrorCode::kNotSupported, "no backend runs on device ",
-                        device.to_string(), " (CUDA backends need SM80 or newer)");
+      return make_error(ErrorCode::kNotSupported, "no backend runs on device ", device.to_string(),
+                        " (CUDA backends need SM80 or newer)");
     }
     // Backends outside the priority list are named too, so the message lists every reason.
     for (const Backend* b : all_backends()) {
       if (in_priority_list(problem, device, b->name())) continue;
       Status s = b->can_implement(problem, device);
-      reasons << "\n  " << b->name() << ": " << (s.ok() ? "not in the priority list for "
-                                                        + device.to_string() : s.message());
+      reasons << "\n  " << b->name() << ": "
+              << (s.ok() ? "not in the priority list for " + device.to_string() : s.message());
     }
     return make_error(code, "no backend can run this problem on ", device.to_string(), ":",
                       reasons.str());
@@ -202,16 +219,16 @@ Status select_backend(const Problem& problem, const Device& device, const std::s
   Status cap = b->can_implement(problem, device);
   if (!cap.ok()) {
     Explanation e = explain(problem, device);
-    std::string alternative =
-        e.selected ? "backend " + *e.selected + " would run it"
-                   : std::string("no backend can run it on ") + device.to_string();
+    std::string alternative = e.selected
+                                  ? "backend " + *e.selected + " would run it"
+                                  : std::string("no backend can run it on ") + device.to_string();
     return make_error(ErrorCode::kNotSupported, "backend ", requested,
                       " cannot run this problem: ", cap.message(), "; ", alternative);
   }
   Status avail = b->available(device);
   if (!avail.ok()) {
-    return make_error(ErrorCode::kUnavailable, "backend ", requested, " is not available: ",
-                      avail.message());
+    return make_error(ErrorCode::kUnavailable, "backend ", requested,
+                      " is not available: ", avail.message());
   }
   Status built = b->kernel_built(problem, device);
   if (!built.ok()) {

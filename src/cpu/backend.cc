@@ -1,14 +1,16 @@
-// The fast CPU backend: decode kernels per ISA (decode.h), the prefill path (prefill/prefill.h),
-// and the operations that are not attention (aux_ops.h).
+// The fast CPU backend: decode (decode/), prefill (prefill/) and MLA (mla/) over the kernel table
+// (kernel_table.h: the plan chooses the kernel, run() calls it), and the operations that are not
+// attention (ops/ops.h).
 #include "core/backend.h"
 
 #include <array>
 
 #include "core/capability.h"
 #include "core/status_macros.h"
-#include "cpu/aux_ops.h"
-#include "cpu/decode.h"
-#include "cpu/mla.h"
+#include "cpu/decode/decode.h"
+#include "cpu/kernel_table.h"
+#include "cpu/mla/mla.h"
+#include "cpu/ops/ops.h"
 #include "cpu/prefill/prefill.h"
 
 namespace kvattn {
@@ -58,15 +60,31 @@ class CpuBackend final : public Backend {
     }
     return Status::Ok();
   }
+  Status planned_kernel(const Problem& problem, const Device& device,
+                        std::string* kernel) const override {
+    const cpu::CpuKernel* k = nullptr;
+    kernel->clear();
+    KVATTN_RETURN_IF_ERROR(cpu::choose_cpu_kernel(problem, cpu::plan_isa(device), &k));
+    *kernel = std::string(k->name);
+    return Status::Ok();
+  }
   Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
               Plan* plan) const override {
-    if (is_mla(problem.op)) return cpu::plan_mla(problem, args, options, plan);
-    if (is_decode(problem.op)) return cpu::plan_decode(problem, args, options, plan);
-    // plan_prefill cuts the work; what every plan carries is filled here.
-    plan->backend = std::string(name());
-    plan->device = options.device;
-    plan->problem = problem;
-    return cpu::plan_prefill(problem, args, options, plan);
+    std::string kernel;
+    KVATTN_RETURN_IF_ERROR(planned_kernel(problem, options.device, &kernel));
+    if (is_mla(problem.op)) {
+      KVATTN_RETURN_IF_ERROR(cpu::plan_mla(problem, args, options, plan));
+    } else if (is_decode(problem.op)) {
+      KVATTN_RETURN_IF_ERROR(cpu::plan_decode(problem, args, options, plan));
+    } else {
+      // plan_prefill cuts the work; what every plan carries is filled here.
+      plan->backend = std::string(name());
+      plan->device = options.device;
+      plan->problem = problem;
+      KVATTN_RETURN_IF_ERROR(cpu::plan_prefill(problem, args, options, plan));
+    }
+    plan->kernel = std::move(kernel);
+    return Status::Ok();
   }
   Status run(const Plan& plan, const AttentionArgs& args, void* workspace,
              std::size_t workspace_bytes) const override {

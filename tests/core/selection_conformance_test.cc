@@ -135,10 +135,7 @@ bool reference_spec(const Problem& p, const Device& d) {
 
 // The priority lists of issue 3, written out here independently of selection.cc.
 std::vector<std::string> expected_priority(Op op, const Device& d) {
-  if (d.is_cpu()) {
-    if (detail::cpu_forced_reference()) return {"reference"};
-    return {"cpu", "reference"};
-  }
+  if (d.is_cpu()) return {"cpu", "reference"};
   if (d.sm == 90) {
     if (is_decode(op)) return {"fa2", "fa3"};
     return {"fa3", "fa2"};
@@ -386,7 +383,7 @@ TEST(SelectionConformanceTest, PriorityOrder) {
     EXPECT_FALSE(explain(p, Device::cuda_sm(75)).selected.has_value());
     Explanation cpu = explain(p, Device::cpu());
     ASSERT_TRUE(cpu.selected.has_value());
-    EXPECT_EQ(*cpu.selected, detail::cpu_forced_reference() ? "reference" : "cpu");
+    EXPECT_EQ(*cpu.selected, "cpu");
   }
 }
 
@@ -417,7 +414,7 @@ TEST(SelectionConformanceTest, MlaVerdictsOnEveryDevice) {
       }
       if (d.is_cpu()) {
         ASSERT_TRUE(e.selected.has_value());
-        EXPECT_EQ(*e.selected, detail::cpu_forced_reference() ? "reference" : "cpu");
+        EXPECT_EQ(*e.selected, "cpu");
       } else {
         EXPECT_FALSE(e.selected.has_value());
       }

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "cpu/kernel_table.h"
 #include "kvattn/attention.h"
 #include "kvattn/device.h"
 #include "testing/case_builder.h"
@@ -15,7 +17,7 @@
 
 namespace kvattn::cputest {
 
-// Every level up to the best this machine (and KVATTN_CPU_ISA) allows, lowest first.
+// Every level up to the best this machine allows, lowest first.
 inline std::vector<CpuIsa> isa_levels() {
   std::vector<CpuIsa> levels;
   detail::clear_cpu_isa_limit();
@@ -34,6 +36,28 @@ class IsaLimit {
   IsaLimit(const IsaLimit&) = delete;
   IsaLimit& operator=(const IsaLimit&) = delete;
 };
+
+// Names a kernel of the table (kernel_table.h) for the lifetime of the object; a problem it does
+// not compute takes the default choice (the grids mix problems).
+class KernelOverride {
+ public:
+  explicit KernelOverride(std::string_view name) { cpu::set_cpu_kernel_override(name, true); }
+  ~KernelOverride() { cpu::clear_cpu_kernel_override(); }
+  KernelOverride(const KernelOverride&) = delete;
+  KernelOverride& operator=(const KernelOverride&) = delete;
+};
+
+// The kernels of `op` this machine runs, in table order.
+inline std::vector<const cpu::CpuKernel*> runnable_kernels(cpu::KernelOp op) {
+  std::vector<const cpu::CpuKernel*> out;
+  for (const cpu::CpuKernel& k : cpu::cpu_kernels()) {
+    if (k.op == op &&
+        cpu::kernel_runs_on(k, detail::cpu_features().best, detail::cpu_features()).ok()) {
+      out.push_back(&k);
+    }
+  }
+  return out;
+}
 
 struct CpuRunOptions {
   int num_threads = 0;

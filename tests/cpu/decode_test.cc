@@ -1,13 +1,15 @@
 // The cpu decode kernels against the reference over random problems (every variant, dtype pair,
 // head-dim pair, layout and page size, lengths around the tile size), at every ISA level this
 // machine has; long contexts that split; bit-identical results across batch compositions.
-#include "cpu/decode.h"
+#include "cpu/decode/decode.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "cpu_test_util.h"
@@ -107,44 +109,47 @@ TEST_P(CpuDecodeGrid, MatchesTheReferenceOnRandomProblems) {
   }
 }
 
-// The bf16 dot-product kernel for FP8 caches (decode_bf16_dot_avx512.cc) is what avx512 runs
-// for bf16 queries over e4m3/e5m2 where the CPU has AVX512_BF16 + VBMI: checked here on its own
-// grid (both FP8 types, head dims 64/128/256, GQA groups 1-16, lengths around the 32-key tile
-// and the pair of keys PV takes, both layouts, pages of 16 and 5, every variant it takes, split
-// into chunks too).
-bool bf16_dot_hardware() {
-  const detail::CpuFeatures& f = detail::cpu_features();
-  return f.best >= CpuIsa::kAvx512 && f.avx512_bf16 && f.avx512_vbmi;
+// The FP8 table-widening kernels (decode_fp8_table_avx512bf16.cc), with fp32 FMAs or bf16 dot
+// products, named through the kernel table: checked on their own grid (both FP8 types, head dims
+// 64/128/256, GQA groups 1-16, lengths around the 32-key tile and the pair of keys PV takes, both
+// layouts, pages of 16 and 5, every variant they take, split into chunks too).
+constexpr std::string_view kFp8TableFma = "decode-avx512vbmi-fp8table-fma-k32";
+constexpr std::string_view kFp8TableDot = "decode-avx512bf16-fp8table-dot-k32";
+constexpr std::string_view kFma512 = "decode-avx512-fma-k32";
+
+// The kernel named `name` where this machine runs it, else nullptr and the reason in `why`.
+const cpu::CpuKernel* runnable(std::string_view name, std::string* why) {
+  const cpu::CpuKernel* k = cpu::find_cpu_kernel(name);
+  if (k == nullptr) {
+    *why = std::string(name) + " is not built (no x86 kernels)";
+    return nullptr;
+  }
+  Status here = cpu::kernel_runs_on(*k, detail::cpu_features().best, detail::cpu_features());
+  if (!here.ok()) {
+    *why = std::string(name) + ": " + here.message();
+    return nullptr;
+  }
+  return k;
 }
 
-// Turns the bf16 dot-product kernel on (off by default on Intel CPUs) for a test's lifetime.
-class Bf16DotOn {
- public:
-  Bf16DotOn() { cpu::set_decode_bf16_dot_allowed(true); }
-  ~Bf16DotOn() { cpu::clear_decode_bf16_dot_override(); }
-  Bf16DotOn(const Bf16DotOn&) = delete;
-  Bf16DotOn& operator=(const Bf16DotOn&) = delete;
-};
-
-// The FP8 grid below, on the table kernels with fp32 FMAs (dot = false) or bf16 dot products.
-void check_fp8_table_grid(bool dot);
+void check_fp8_table_grid(const cpu::CpuKernel& kernel);
 
 TEST(CpuDecodeFp8Table, FmaTilesMatchTheReferenceOnFp8Caches) {
-  if (detail::cpu_features().best < CpuIsa::kAvx512 || !detail::cpu_features().avx512_vbmi) {
-    GTEST_SKIP() << "needs AVX-512 with VBMI";
-  }
-  cpu::set_decode_bf16_dot_allowed(false);
-  check_fp8_table_grid(false);
-  cpu::clear_decode_bf16_dot_override();
+  std::string why;
+  const cpu::CpuKernel* k = runnable(kFp8TableFma, &why);
+  if (k == nullptr) GTEST_SKIP() << why;
+  check_fp8_table_grid(*k);
 }
 
 TEST(CpuDecodeBf16Dot, MatchesTheReferenceOnFp8Caches) {
-  if (!bf16_dot_hardware()) GTEST_SKIP() << "needs AVX-512 with BF16 and VBMI";
-  Bf16DotOn on;
-  check_fp8_table_grid(true);
+  std::string why;
+  const cpu::CpuKernel* k = runnable(kFp8TableDot, &why);
+  if (k == nullptr) GTEST_SKIP() << why;
+  check_fp8_table_grid(*k);
 }
 
-void check_fp8_table_grid(bool dot) {
+void check_fp8_table_grid(const cpu::CpuKernel& kernel) {
+  KernelOverride named(kernel.name);
   const int64_t lengths[] = {1, kTile - 1, kTile, kTile + 1, 2 * kTile + 1, 3 * kTile + 7, 0};
   const int groups[] = {1, 2, 4, 8, 16, 3};
   int i = 0;
@@ -199,8 +204,10 @@ void check_fp8_table_grid(bool dot) {
           spec.kv_lens.push_back(len);
         }
         spec.seed = 500 + i;
-        ASSERT_TRUE(cpu::decode_uses_fp8_table(p, CpuIsa::kAvx512)) << p.to_string();
-        ASSERT_EQ(cpu::decode_uses_bf16_dot(p, CpuIsa::kAvx512), dot) << p.to_string();
+        ASSERT_TRUE(kernel.applies(p).ok()) << p.to_string();
+        const cpu::CpuKernel* chosen = nullptr;
+        ASSERT_TRUE(cpu::choose_cpu_kernel(p, detail::effective_cpu_isa(), &chosen).ok());
+        ASSERT_EQ(chosen, &kernel) << p.to_string();
         expect_matches_reference(spec, CpuIsa::kAvx512);
         if (i % 3 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
       }
@@ -208,45 +215,19 @@ void check_fp8_table_grid(bool dot) {
   }
 }
 
-// Where the table kernels do not apply, the fp32-FMA kernels (f16 widening) run; and with the
-// table kernels turned off they still run FP8 caches at avx512 (the random grid, FP8 only).
-TEST(CpuDecodeBf16Dot, FmaKernelsRunWhereItDoesNotApplyOrIsOff) {
-  Problem p;
-  p.op = Op::kBatchDecode;
-  p.kv_dtype = DType::kE4M3;
-  p.q_dtype = DType::kBF16;
-  p.head_dim_qk = p.head_dim_vo = 128;
-  Bf16DotOn on;
-  EXPECT_EQ(cpu::decode_uses_bf16_dot(p, CpuIsa::kAvx512), bf16_dot_hardware());
-  EXPECT_FALSE(cpu::decode_uses_bf16_dot(p, CpuIsa::kAvx2));
-  Problem f16_q = p;
-  f16_q.q_dtype = DType::kF16;
-  EXPECT_FALSE(cpu::decode_uses_bf16_dot(f16_q, CpuIsa::kAvx512));
-  Problem masked = p;
-  masked.mask_mode = MaskMode::kCustom;
-  EXPECT_FALSE(cpu::decode_uses_bf16_dot(masked, CpuIsa::kAvx512));
-  Problem bf16_kv = p;
-  bf16_kv.kv_dtype = DType::kBF16;
-  EXPECT_FALSE(cpu::decode_uses_bf16_dot(bf16_kv, CpuIsa::kAvx512));
-
-  Problem masked_table = p;
-  masked_table.mask_mode = MaskMode::kCustom;
-  EXPECT_FALSE(cpu::decode_uses_fp8_table(masked_table, CpuIsa::kAvx512));
-  Problem rope = p;
-  rope.pos_encoding_mode = PosEncoding::kRopeLlama;
-  EXPECT_FALSE(cpu::decode_uses_fp8_table(rope, CpuIsa::kAvx512));
-
-  if (detail::cpu_features().best < CpuIsa::kAvx512) GTEST_SKIP() << "needs AVX-512";
-  cpu::set_decode_bf16_dot_allowed(false);
-  cpu::set_decode_fp8_table_allowed(false);
-  EXPECT_FALSE(cpu::decode_uses_bf16_dot(p, CpuIsa::kAvx512));
-  EXPECT_FALSE(cpu::decode_uses_fp8_table(p, CpuIsa::kAvx512));
+// Where the table kernels do not apply, the fp32-FMA kernels (f16 widening) run them (the
+// rules: tests/cpu/kernel_table_test.cc); named, the fp32-FMA kernels run FP8 caches too (the
+// random grid, FP8 only).
+TEST(CpuDecodeFp8Table, FmaKernelsRunFp8CachesWhenNamed) {
+  std::string why;
+  const cpu::CpuKernel* k = runnable(kFma512, &why);
+  if (k == nullptr) GTEST_SKIP() << why;
+  KernelOverride named(kFma512);
   std::mt19937 rng(42);
   for (int i = 0; i < 72; ++i) {
     const CaseSpec spec = random_decode_spec(i, rng);
     if (is_fp8(spec.problem.kv_dtype)) expect_matches_reference(spec, CpuIsa::kAvx512);
   }
-  cpu::set_decode_fp8_table_allowed(true);
 }
 
 // The comparison these tests rely on notices a small error in one element of a kernel's output.

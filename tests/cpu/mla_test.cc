@@ -2,7 +2,7 @@
 // the cpu kernels against the reference over heads 16/64/128, page sizes 1/16/64, lengths around
 // the tile, causal prefill, FP8 caches, empty requests, forced split-KV, at every ISA level;
 // the append quantizing to FP8 with the cache's scale.
-#include "cpu/mla.h"
+#include "cpu/mla/mla.h"
 
 #include <gtest/gtest.h>
 
@@ -22,16 +22,16 @@ using testing::CaseSpec;
 constexpr int kTile = cpu::kMlaTileKeys;
 constexpr float kSmScale = 0.0721687836f;  // 1/sqrt(192)
 
-// Runs `body` with each MLA kernel this machine has at the AVX-512 level: the AMX tile kernel
-// where the CPU and OS allow it, and the AVX512_BF16 one with AMX turned off.
+// Runs `body` with each MLA kernel of the table this machine runs named (a problem a kernel
+// does not compute takes the default choice): the AMX tile kernel where the CPU and OS allow it,
+// the AVX512_BF16 one, the portable one.
 template <class Body>
 void for_each_tile_kernel(Body body) {
-  for (int amx : {-1, 0}) {
-    SCOPED_TRACE(amx == 0 ? "AMX off" : "AMX where available");
-    cpu::set_mla_amx_enabled(amx);
+  for (const cpu::CpuKernel* k : runnable_kernels(cpu::KernelOp::kMla)) {
+    SCOPED_TRACE(std::string(k->name));
+    KernelOverride named(k->name);
     body();
   }
-  cpu::set_mla_amx_enabled(-1);
 }
 
 CaseSpec mla_spec(int heads, int page_size, std::vector<int64_t> qo, std::vector<int64_t> kv,

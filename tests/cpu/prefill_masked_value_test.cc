@@ -1,6 +1,6 @@
 // The numerics policy (docs/cuda.md) on the CPU backend's kernels: a key masked for a row adds
 // nothing to it, even when its V holds an inf or NaN (never 0 * inf). The guard of the prefill
-// kernels (src/cpu/prefill/masked_values.inc) in both of its scratch layouts, then every prefill
+// kernels (src/cpu/prefill/masked_values.h) in both of its scratch layouts, then every prefill
 // kernel level this machine has (f32 FMA at each ISA, bf16 dot products) and the decode kernels
 // under a custom mask, on caches with inf/NaN V rows.
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@
 namespace kvattn::cpu::test {
 namespace guard {
 // The guard is plain C++ meant to be included inside a kernel's namespace; here, inside the test's.
-#include "cpu/prefill/masked_values.inc"
+#include "cpu/prefill/masked_values.h"
 }  // namespace guard
 namespace {
 

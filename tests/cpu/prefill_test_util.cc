@@ -6,33 +6,26 @@
 #include <memory>
 
 #include "core/validate.h"
+#include "cpu/kernel_table.h"
 #include "cpu/prefill/params.h"
 #include "cpu/prefill/prefill.h"
 #include "kvattn/device.h"
 
 namespace kvattn::cpu::test {
 
-std::string KernelLevel::name() const {
-  return std::string(cpu_isa_name(isa)) + (bf16_dot ? "+bf16dot" : "");
-}
-
 std::vector<KernelLevel> available_levels() {
-  std::vector<KernelLevel> levels = {{CpuIsa::kScalar, false}};
+  std::vector<KernelLevel> levels;
   const detail::CpuFeatures& f = detail::cpu_features();
-  if (f.best >= CpuIsa::kAvx2) levels.push_back({CpuIsa::kAvx2, false});
-  if (f.best >= CpuIsa::kAvx512) levels.push_back({CpuIsa::kAvx512, false});
-  if (f.best >= CpuIsa::kAvx512 && f.avx512_bf16) levels.push_back({CpuIsa::kAvx512, true});
+  for (const CpuKernel& k : cpu_kernels()) {
+    if (k.op == KernelOp::kPrefill && kernel_runs_on(k, f.best, f).ok()) {
+      levels.insert(levels.begin(), {std::string(k.name)});
+    }
+  }
   return levels;
 }
 
-LevelGuard::LevelGuard(const KernelLevel& level) {
-  detail::set_cpu_isa_limit(level.isa);
-  prefill::set_bf16_dot_allowed(level.bf16_dot);
-}
-LevelGuard::~LevelGuard() {
-  detail::clear_cpu_isa_limit();
-  prefill::clear_bf16_dot_override();
-}
+LevelGuard::LevelGuard(const KernelLevel& level) { set_cpu_kernel_override(level.kernel, true); }
+LevelGuard::~LevelGuard() { clear_cpu_kernel_override(); }
 
 Status run_cpu_prefill(const Problem& problem, const AttentionArgs& args, int num_threads) {
   Status st = validate_attention(problem, args);
@@ -44,6 +37,10 @@ Status run_cpu_prefill(const Problem& problem, const AttentionArgs& args, int nu
   PlanOptions options;
   options.backend = "cpu";
   options.num_threads = num_threads;
+  const CpuKernel* kernel = nullptr;
+  st = choose_cpu_kernel(problem, plan_isa(plan.device), &kernel);
+  if (!st.ok()) return st;
+  plan.kernel = std::string(kernel->name);
   st = plan_prefill(problem, args, options, &plan);
   if (!st.ok()) return st;
   std::unique_ptr<std::byte[]> workspace(new std::byte[plan.workspace_bytes]);

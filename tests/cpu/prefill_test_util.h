@@ -15,18 +15,17 @@
 
 namespace kvattn::cpu::test {
 
-// A kernel level: an ISA limit, and at AVX-512 whether the bf16 dot-product kernel may run.
+// A prefill kernel of the table (kernel_table.h).
 struct KernelLevel {
-  CpuIsa isa = CpuIsa::kScalar;
-  bool bf16_dot = false;
-  std::string name() const;
+  std::string kernel;
+  std::string name() const { return kernel; }
 };
 
-// Every level this machine can run, lowest first (AVX-512 twice when the CPU has AVX512_BF16:
-// f32 only, then with the bf16 dot products).
+// Every prefill kernel this machine can run, the portable one first.
 std::vector<KernelLevel> available_levels();
 
-// Sets a level for the lifetime of the object.
+// Names the level's kernel for the lifetime of the object (a problem it does not compute takes
+// the default choice).
 class LevelGuard {
  public:
   explicit LevelGuard(const KernelLevel& level);

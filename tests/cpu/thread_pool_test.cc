@@ -1,4 +1,4 @@
-#include "cpu/thread_pool.h"
+#include "cpu/common/thread_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 
 #include <random>
 
-#include "cpu/decode.h"
+#include "cpu/decode/decode.h"
 #include "cpu_test_util.h"
 #include "testing/variants.h"
 

@@ -102,9 +102,4 @@ PrefillItemFn prefill_item_fn_avx512();  // null when not built
 // bf16 dot products (AVX512_BF16) for bf16 q over bf16 / fp8 K/V; null when not built.
 PrefillItemFn prefill_item_fn_avx512_bf16();
 
-// Forces run_prefill's choice of the bf16 dot-product kernel where it applies (by default it is
-// used where CpuFeatures::fast_bf16_dot); tests run both kernels on the same problems.
-void set_bf16_dot_allowed(bool allowed);
-void clear_bf16_dot_override();  // back to the default (and KVATTN_CPU_PREFILL_BF16_DOT)
-
 }  // namespace kvattn::cpu::prefill

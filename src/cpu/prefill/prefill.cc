@@ -4,20 +4,18 @@
 #include "cpu/prefill/prefill.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <vector>
 
 #include "core/backend.h"
-#include "core/cpu_features.h"
+#include "core/math_constants.h"
 #include "core/status_macros.h"
+#include "cpu/common/thread_pool.h"
+#include "cpu/kernel_table.h"
 #include "cpu/prefill/params.h"
 #include "cpu/prefill/tile_config.h"
-#include "cpu/thread_pool.h"
 
 namespace kvattn::cpu {
 namespace {
@@ -27,7 +25,7 @@ using prefill::PrefillTile;
 using prefill::RequestInfo;
 using prefill::ScratchLayout;
 
-constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLog2e = math::kLog2eF64;
 constexpr std::size_t kAlign = 64;
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
@@ -120,49 +118,13 @@ void fill_rope_table(const Problem& p, const PositionRange& pos, float* table, i
   });
 }
 
-// The bf16 dot-product kernel where vdpbf16ps is fast (CpuFeatures::fast_bf16_dot: AMD), the
-// fp32-FMA one elsewhere (on the Intel Xeon of issue 14 the FMA kernel took 0.75-0.93x the
-// time). KVATTN_CPU_PREFILL_BF16_DOT=1 / =0 forces it on / off where the CPU has AVX512_BF16;
-// set_bf16_dot_allowed (tests) likewise.
-int bf16_dot_mode_from_env() {
-  const char* env = std::getenv("KVATTN_CPU_PREFILL_BF16_DOT");
-  if (env == nullptr) return -1;
-  return std::string_view(env) == "0" ? 0 : 1;
-}
-std::atomic<int> g_bf16_dot_mode{bf16_dot_mode_from_env()};
-
-// The bf16 dot-product kernel computes exactly what the f32 one does up to the rounding of P to
-// bf16, which bf16 queries allow (STYLE.md's baseline rounds P to q's type too). It needs q
-// bf16 whose pairs are adjacent, K/V that widen exactly to bf16, and no rotation or fp16
-// rounding of the raw dot product (those change q or the dot before the scales).
-bool bf16_dot_applies(const PrefillParams& params, const Problem& p) {
-  return p.q_dtype == DType::kBF16 &&
-         (p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kE4M3 || p.kv_dtype == DType::kE5M2) &&
-         p.pos_encoding_mode != PosEncoding::kRopeLlama && !p.use_fp16_qk_reduction &&
-         p.head_dim_qk % 2 == 0 && params.q_stride_dim == 1 && params.k.stride_dim == 1 &&
-         params.v.stride_dim == 1 && params.k_token_scale.base == nullptr;
-}
-
-prefill::PrefillItemFn kernel_for(CpuIsa isa, const PrefillParams& params, const Problem& p) {
-  prefill::PrefillItemFn fn = nullptr;
-  const int mode = g_bf16_dot_mode.load();
-  const bool wanted = mode > 0 || (mode < 0 && detail::cpu_features().fast_bf16_dot);
-  if (isa >= CpuIsa::kAvx512 && detail::cpu_features().avx512_bf16 && wanted &&
-      bf16_dot_applies(params, p)) {
-    fn = prefill::prefill_item_fn_avx512_bf16();
-  }
-  if (fn == nullptr && isa >= CpuIsa::kAvx512) fn = prefill::prefill_item_fn_avx512();
-  if (fn == nullptr && isa >= CpuIsa::kAvx2) fn = prefill::prefill_item_fn_avx2();
-  if (fn == nullptr) fn = prefill::prefill_item_fn_scalar();
-  return fn;
+// Whether the prefill kernels read this run's q, K and V rows at unit stride (the bf16
+// dot-product kernel needs it; the others take any stride).
+bool unit_stride_rows(const PrefillParams& params) {
+  return params.q_stride_dim == 1 && params.k.stride_dim == 1 && params.v.stride_dim == 1;
 }
 
 }  // namespace
-
-namespace prefill {
-void set_bf16_dot_allowed(bool allowed) { g_bf16_dot_mode.store(allowed ? 1 : 0); }
-void clear_bf16_dot_override() { g_bf16_dot_mode.store(bf16_dot_mode_from_env()); }
-}  // namespace prefill
 
 Status plan_prefill(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
                     Plan* plan) {
@@ -376,7 +338,13 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
     params.rope_interleave = p.rope_interleave;
   }
 
-  const prefill::PrefillItemFn kernel = kernel_for(detail::effective_cpu_isa(), params, p);
+  const CpuKernel* planned = nullptr;
+  KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan.kernel, KernelOp::kPrefill, &planned));
+  const CpuKernel& chosen = unit_stride_rows(params) ? *planned : strided_cpu_kernel(*planned);
+  const prefill::PrefillItemFn kernel = chosen.prefill();
+  if (kernel == nullptr) {
+    return make_error(ErrorCode::kInternal, "cpu prefill: kernel ", chosen.name, " not built");
+  }
   std::byte* scratch = base + layout.scratch;
   const std::size_t stride = layout.scratch_stride;
   ThreadPool::global().parallel_for(

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "cpu/prefill/params.h"
-#include "cpu/simd_avx2.h"
+#include "cpu/common/simd_avx2.h"
 
 namespace kvattn::cpu::prefill::avx2 {
 namespace {
@@ -147,7 +147,7 @@ struct Vec {
   }
 };
 
-#include "cpu/prefill/kernel.inc"
+#include "cpu/prefill/kernel.h"
 
 }  // namespace
 }  // namespace kvattn::cpu::prefill::avx2

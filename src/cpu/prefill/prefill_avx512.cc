@@ -6,13 +6,13 @@
 #include <cstring>
 
 #include "cpu/prefill/params.h"
-#include "cpu/simd_avx512.h"
+#include "cpu/common/simd_avx512.h"
 
 namespace kvattn::cpu::prefill::avx512 {
 namespace {
 
-#include "cpu/prefill/avx512_vec.inc"  // before the kernel body, which uses Vec
-#include "cpu/prefill/kernel.inc"
+#include "cpu/prefill/avx512_vec.h"  // before the kernel body, which uses Vec
+#include "cpu/prefill/kernel.h"
 
 }  // namespace
 }  // namespace kvattn::cpu::prefill::avx512

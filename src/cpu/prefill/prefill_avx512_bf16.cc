@@ -3,7 +3,7 @@
 // and instruction, accumulated in f32 (twice the f32 FMA rate). P is rounded to bf16 before P V,
 // as a 16-bit MMA consumes it on a GPU (and as the tolerance's baseline does); the row sums use
 // the unrounded P. Everything else (masks, soft cap, ALiBi, online softmax, epilogue) is the
-// f32 kernel's code from kernel.inc (with the numerics policy's guard, masked_values.inc).
+// f32 kernel's code from kernel.h (with the numerics policy's guard, masked_values.h).
 //
 // Layout: the pairs of a dot product sit in one dword. Q^T holds (q[r][2p], q[r][2p+1]) at
 // [p][r], which a bf16 row already stores side by side, so K rows are broadcast straight from
@@ -15,13 +15,13 @@
 #include <cstring>
 
 #include "cpu/prefill/params.h"
-#include "cpu/simd_avx512.h"
+#include "cpu/common/simd_avx512.h"
 
 namespace kvattn::cpu::prefill::avx512_bf16 {
 namespace {
 
-#include "cpu/prefill/avx512_vec.inc"  // before the kernel body, which uses Vec
-#include "cpu/prefill/kernel.inc"
+#include "cpu/prefill/avx512_vec.h"  // before the kernel body, which uses Vec
+#include "cpu/prefill/kernel.h"
 
 inline uint32_t load_u32(const unsigned char* p) {
   uint32_t x;
@@ -220,7 +220,7 @@ inline void stage_kv_tile_bf16(const PrefillParams& p, const RequestInfo& req, i
   }
 }
 
-// The online softmax of kernel.inc's softmax_update fused with the score scale (c > 0, so the
+// The online softmax of kernel.h's softmax_update fused with the score scale (c > 0, so the
 // max of c * s is c times the max of s) and with the packing of P into bf16 pairs over keys,
 // written in place: pair row p is stored after rows 2p and 2p + 1 of S were read, and no later
 // step reads them. The row sums add the unrounded P.
@@ -315,7 +315,7 @@ inline void run_tile_bf16(const PrefillParams& p, const RequestInfo& req, int kv
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
     if (!full) mask_scores(p, req, t, j0, n, scratch);
     softmax_pack(p, t, n, softmax_scale, scratch);
-    // The numerics policy (masked_values.inc): only a tile that masks a key checks its V.
+    // The numerics policy (masked_values.h): only a tile that masks a key checks its V.
     auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
     if (!full && any_non_finite_pairs(vp, int64_t{(n + 1) / 2} * p.head_dim_vo)) {
       add_non_finite_pair_values(n, t.rows, t.rows_pad, p.head_dim_vo,

@@ -1,12 +1,12 @@
 // The portable prefill kernel: one f32 lane, plain C++ (built without ISA flags), the fallback
-// and the path KVATTN_CPU_ISA=scalar forces for debugging.
+// and the path KVATTN_CPU_KERNEL=reference forces for debugging.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "core/numeric.h"
+#include "cpu/common/simd_scalar.h"
 #include "cpu/prefill/params.h"
-#include "cpu/simd_scalar.h"
 
 namespace kvattn::cpu::prefill::scalar {
 namespace {
@@ -76,7 +76,7 @@ struct Vec {
   }
 };
 
-#include "cpu/prefill/kernel.inc"
+#include "cpu/prefill/kernel.h"
 
 }  // namespace
 }  // namespace kvattn::cpu::prefill::scalar

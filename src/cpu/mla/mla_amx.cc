@@ -6,23 +6,17 @@
 //     (A: the probabilities, transposed from S^T; B: the value pairs of the AVX-512 kernel).
 // One TDPBF16PS does 16 x 16 x 32 multiply-adds: at 16 heads the latent tile no longer waits
 // on the dot products (vdpbf16ps needs 32 instructions for the same work).
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <string_view>
 
 #include "core/cpu_features.h"
-#include "cpu/mla.h"
-#include "cpu/mla_e4m3.h"
-#include "cpu/simd_avx512.h"
+#include "cpu/common/simd_avx512.h"
+#include "cpu/mla/mla.h"
+#include "cpu/mla/mla_e4m3.h"
 
 namespace kvattn::cpu {
 namespace {
@@ -31,23 +25,6 @@ using avx512::Simd;
 constexpr int T = kMlaTileKeys;  // 128 keys: eight score tiles, four probability tiles
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLn2 = 0.6931471805599453f;
-
-std::atomic<int> g_amx_override{-1};  // -1: detect; 0/1: forced (tests)
-
-// Linux hands out AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM).
-bool amx_permitted() {
-  static const bool permitted = [] {
-    // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE (clang 14's __builtin_cpu_supports does
-    // not know the AMX names).
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    if (((edx >> 22) & 1) == 0 || ((edx >> 24) & 1) == 0) return false;
-    constexpr long kArchReqXcompPerm = 0x1023;
-    constexpr long kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return permitted;
-}
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
@@ -329,23 +306,10 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
 
 }  // namespace
 
-void set_mla_amx_enabled(int enabled) { g_amx_override.store(enabled); }
-
-bool mla_amx_active() {
-  const char* v = std::getenv("KVATTN_MLA_AMX");
-  const bool env_off = v && std::string_view(v) == "0";
-  const int forced = g_amx_override.load();
-  return forced != 0 && (forced > 0 || !env_off) && amx_permitted();
-}
+bool mla_amx_active() { return detail::cpu_features().amx_bf16; }
 
 MlaItemFn find_mla_kernel_amx(const MlaParams& p) {
-  // KVATTN_MLA_AMX=0 turns the tile kernel off (the AVX512_BF16 one runs), as a debugging switch.
-  static const bool env_off = [] {
-    const char* v = std::getenv("KVATTN_MLA_AMX");
-    return v && std::string_view(v) == "0";
-  }();
-  const int forced = g_amx_override.load();
-  if (forced == 0 || (forced < 0 && env_off) || !amx_permitted()) return nullptr;
+  if (!mla_amx_active()) return nullptr;
   if (p.q_dtype != DType::kBF16 || p.heads % 16 != 0 || p.heads > kMlaMaxRows ||
       p.d_ckv % 64 != 0 || p.d_kpe % 32 != 0 || p.d_ckv + p.d_kpe > 1024) {
     return nullptr;

@@ -1,6 +1,6 @@
 // Decode kernels for the avx2 level, compiled with only its flags (src/cpu/CMakeLists.txt).
-#include "cpu/decode_kernel.h"
-#include "cpu/simd_avx2.h"
+#include "cpu/decode/decode_kernel.h"
+#include "cpu/common/simd_avx2.h"
 
 namespace kvattn::cpu {
 

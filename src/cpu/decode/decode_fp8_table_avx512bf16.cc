@@ -25,8 +25,8 @@
 #include <cstring>
 
 #include "core/numeric.h"
-#include "cpu/decode_kernel.h"
-#include "cpu/simd_avx512.h"
+#include "cpu/decode/decode_kernel.h"
+#include "cpu/common/simd_avx512.h"
 
 namespace kvattn::cpu {
 namespace {

@@ -8,7 +8,7 @@
 // exp2 underflowed), as fa2's guarded_pv does.
 //
 // Plain C++ over the kernels' scratch layouts, included inside the namespace of each kernel file
-// (kernel.inc, prefill_avx512_bf16.cc) and of its test (tests/cpu/prefill_masked_value_test.cc),
+// (kernel.h, prefill_avx512_bf16.cc) and of its test (tests/cpu/prefill_masked_value_test.cc),
 // so each ISA's copy is built with its own flags. Needs <cstdint> and <cstring>.
 
 // Whether any of the n floats at x is inf or NaN (every exponent bit set): the largest exponent
@@ -24,7 +24,7 @@ inline bool any_non_finite(const float* x, int64_t n) {
   return top == 0x7f800000u;
 }
 
-// The f32 layout (kernel.inc): P^T [keys][rows_pad], V [keys][dvo], O^T [dvo][rows_pad].
+// The f32 layout (kernel.h): P^T [keys][rows_pad], V [keys][dvo], O^T [dvo][rows_pad].
 inline void add_non_finite_values(int keys, int rows, int64_t rows_pad, int dvo, float* pt,
                                   float* vf, float* ot) {
   for (int jj = 0; jj < keys; ++jj) {

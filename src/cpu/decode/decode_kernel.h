@@ -21,9 +21,9 @@
 #include <limits>
 
 #include "core/numeric.h"
-#include "cpu/decode.h"
-#include "cpu/decode_fma_tiles.h"
-#include "cpu/decode_prefetch.h"
+#include "cpu/decode/decode.h"
+#include "cpu/decode/decode_fma_tiles.h"
+#include "cpu/decode/decode_prefetch.h"
 
 namespace kvattn::cpu::decode_detail {
 

@@ -102,36 +102,21 @@ struct DecodeScratchLayout {
 using DecodeItemFn = void (*)(const DecodeParams& params, const WorkItem* items, int num_heads,
                               std::byte* scratch);
 
-// Kernels per ISA; each returns nullptr where no kernel fits. `contiguous_rows`: K/V rows have
-// unit element stride (the vector ISAs need it; the scalar kernels take any stride).
+// Kernels per ISA (reached through the kernel table, kernel_table.h); each returns nullptr where
+// no kernel fits. The vector ISAs need unit-stride K/V rows; the scalar kernels take any stride.
 DecodeItemFn find_decode_kernel_scalar(DType kv, int dqk, int dvo, int group_padded);
 DecodeItemFn find_decode_kernel_avx2(DType kv, int dqk, int dvo, int group_padded);
 DecodeItemFn find_decode_kernel_avx512(DType kv, int dqk, int dvo, int group_padded);
-DecodeItemFn find_decode_kernel(CpuIsa isa, DType kv, int dqk, int dvo, int group_padded,
-                                bool contiguous_rows);
-// FP8 caches widened to bf16 by byte tables (decode_bf16_dot_avx512.cc), then bf16 dot products
-// (`bf16_dot`) or fp32 FMAs on the parity-split words: e4m3/e5m2 at head dims 64, 128, 256
-// (equal); nullptr otherwise.
+// FP8 caches widened to bf16 by byte tables (decode_fp8_table_avx512bf16.cc), then bf16 dot
+// products (`bf16_dot`: AVX512_BF16) or fp32 FMAs on the parity-split words (AVX512_VBMI): e4m3 /
+// e5m2 at head dims 64, 128, 256 (equal); nullptr otherwise. The table's rules for them
+// (kernel_table.cc) say which problems they compute; the bf16 dot products are its default only
+// where vdpbf16ps is fast (AMD: on the Intel Xeon measured it retires at a quarter of the FMA
+// rate, `kvattn bench`: bf16 dot peak 136 GFLOP/s against 265 for FMA, and the kernel ran ~10%
+// slower than the fp32-FMA one; on Zen 4 the issue 14 prototype found it faster, 0.59 against
+// 0.48 of the roofline).
 DecodeItemFn find_decode_kernel_fp8_table_avx512(DType kv, int dqk, int dvo, int group_padded,
                                                  bool bf16_dot);
-// Whether run_decode gives `problem` to the table-widening FP8 kernels at `isa`: an FP8 cache at
-// head dims 64/128/256, no fused RoPE, no custom mask (the table keeps NaN codes NaN, and a masked
-// key's zero probability times a NaN V must not reach the output), AVX-512 with VBMI. On by
-// default; KVATTN_CPU_DECODE_FP8_TABLE=0 turns it off (A/B benchmarks), as
-// set_decode_fp8_table_allowed does (tests).
-bool decode_uses_fp8_table(const Problem& problem, CpuIsa isa);
-void set_decode_fp8_table_allowed(bool allowed);
-// Whether run_decode gives `problem` to the bf16 dot-product kernel at ISA level `isa`: an FP8
-// cache, bf16 queries (unscaled), no fused RoPE, no custom mask, no fp16 QK reduction, and a CPU
-// with AVX512_BF16 and AVX512_VBMI. By default on AMD CPUs only: on the Intel Xeon this was
-// measured on, vdpbf16ps retires at a quarter of the FMA instruction rate (`kvattn bench`:
-// bf16 dot peak 136 GFLOP/s at 64 FLOPs per instruction against 265 at 32 for FMA) and the
-// kernel ran ~10% slower than the fp32-FMA one; on Zen 4 the issue 14 prototype found the bf16
-// dot products faster (0.59 against 0.48 of the roofline). KVATTN_CPU_DECODE_BF16_DOT=1 turns
-// it on, =0 off, and set_decode_bf16_dot_allowed likewise (A/B benchmarks, tests).
-bool decode_uses_bf16_dot(const Problem& problem, CpuIsa isa);
-void set_decode_bf16_dot_allowed(bool allowed);
-void clear_decode_bf16_dot_override();  // back to the default (and KVATTN_CPU_DECODE_BF16_DOT)
 
 // Plans a decode op: one item per (request, KV head), or per KV chunk of it when split.
 Status plan_decode(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,

@@ -12,7 +12,7 @@
 // Requires before inclusion: namespace kvattn::cpu::prefill::<isa> open, `Vec` defined, and
 // <cstdint>, <cstring>, <cmath> and cpu/prefill/params.h included.
 
-#include "cpu/prefill/masked_values.inc"
+#include "cpu/prefill/masked_values.h"
 
 inline constexpr float kNegInf = -__builtin_huge_valf();
 inline constexpr float kLn2 = 0.693147180559945309f;
@@ -487,7 +487,7 @@ inline void run_tile(const PrefillParams& p, const RequestInfo& req, int kv_head
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
     if (!full) mask_scores(p, req, t, j0, n, scratch);
     softmax_update(p, t, n, scratch);
-    // The numerics policy (masked_values.inc): only a tile that masks a key checks its V.
+    // The numerics policy (masked_values.h): only a tile that masks a key checks its V.
     float* vf = scratch + p.scratch.vf;
     if (!full && any_non_finite(vf, int64_t{n} * p.head_dim_vo)) {
       add_non_finite_values(n, t.rows, t.rows_pad, p.head_dim_vo, scratch + p.scratch.st, vf,

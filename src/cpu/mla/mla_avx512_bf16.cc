@@ -19,9 +19,9 @@
 #include <limits>
 
 #include "core/cpu_features.h"
-#include "cpu/mla.h"
-#include "cpu/mla_e4m3.h"
-#include "cpu/simd_avx512.h"
+#include "cpu/mla/mla.h"
+#include "cpu/mla/mla_e4m3.h"
+#include "cpu/common/simd_avx512.h"
 
 namespace kvattn::cpu {
 namespace {

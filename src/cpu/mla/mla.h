@@ -81,9 +81,8 @@ MlaItemFn find_mla_kernel_avx512_bf16(const MlaParams& p);
 // The AMX-BF16 tile kernel, or nullptr where it does not apply: as the AVX512_BF16 one, with
 // D_kpe % 32 == 0, on a CPU with AMX whose OS grants the tile state. Preferred where it applies.
 MlaItemFn find_mla_kernel_amx(const MlaParams& p);
-// Tests: 0 turns the AMX kernel off (the AVX512_BF16 one runs), -1 restores detection.
-void set_mla_amx_enabled(int enabled);
-// Whether bf16 MLA runs on AMX tiles here (the bench judges it against the AMX peak then).
+// Whether this CPU and OS run AMX-BF16 tiles (CpuFeatures::amx_bf16; the bench judges bf16 MLA
+// against the AMX peak then).
 bool mla_amx_active();
 // The tile kernels' e4m3 -> bf16 widening (mla_e4m3.h), for its exhaustive test; needs AVX-512
 // (BW) and is absent (returns false) in builds without the x86 kernels.

@@ -1,20 +1,19 @@
 // Decode planning (the split-KV decision), the run driver and the merge of split requests.
-#include "cpu/decode.h"
+#include "cpu/decode/decode.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <string_view>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
-#include "core/cpu_features.h"
 #include "core/numeric.h"
 #include "core/status_macros.h"
-#include "cpu/thread_pool.h"
+#include "cpu/common/split_merge.h"
+#include "cpu/common/thread_pool.h"
+#include "cpu/kernel_table.h"
 
 namespace kvattn::cpu {
 namespace {
@@ -79,47 +78,16 @@ void merge_split(const Plan& plan, const DecodeParams& p, const std::vector<int6
   const int group = p.group, dvo = p.head_dim_vo;
   const int64_t o_bytes = static_cast<int64_t>(dtype_size(p.o_dtype));
   const int64_t count = static_cast<int64_t>(items.size());
-  std::vector<double> weight(count);
   std::vector<float> merged(dvo);
   for (int g = 0; g < group; ++g) {
     const int qo_head = w0.kv_head * group + g;
-    double max_lse = -std::numeric_limits<double>::infinity();
-    bool nan = false;
-    for (int64_t i : items) {
-      const double s = p.partial_lse[int64_t{plan.work[i].partial} * group + g];
-      nan |= std::isnan(s);
-      max_lse = std::max(max_lse, s);
-    }
-    // The sink joins once, here, as one more state with no value (the partials exclude it).
-    const double sink =
-        p.sinks ? double{p.sinks[qo_head]} : -std::numeric_limits<double>::infinity();
-    const bool no_key = max_lse == -std::numeric_limits<double>::infinity();
-    max_lse = std::max(max_lse, sink);
-    double lse;
-    if (nan) {
-      lse = std::numeric_limits<double>::quiet_NaN();
-      std::fill(merged.begin(), merged.end(), static_cast<float>(lse));
-    } else if (no_key) {
-      lse = max_lse;  // -inf, or the sink
-      std::fill(merged.begin(), merged.end(), 0.0f);
-    } else {
-      double sum = p.sinks ? std::exp(sink - max_lse) : 0.0;
-      for (int64_t k = 0; k < count; ++k) {
-        const double s = p.partial_lse[int64_t{plan.work[items[k]].partial} * group + g];
-        weight[k] = s == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(s - max_lse);
-        sum += weight[k];
-      }
-      for (int d = 0; d < dvo; ++d) {
-        double acc = 0;
-        for (int64_t k = 0; k < count; ++k) {
-          if (weight[k] == 0.0) continue;
-          acc +=
-              weight[k] * p.partial_o[(int64_t{plan.work[items[k]].partial} * group + g) * dvo + d];
-        }
-        merged[d] = static_cast<float>(acc / sum);
-      }
-      lse = max_lse + std::log(sum);
-    }
+    const float lse = merge_partial_states(
+        count, dvo,
+        [&](int64_t k) {
+          const int64_t state = int64_t{plan.work[items[k]].partial} * group + g;
+          return std::pair{p.partial_lse[state], p.partial_o + state * dvo};
+        },
+        p.sinks ? p.sinks + qo_head : nullptr, merged.data());
     std::byte* dst = p.out + (w0.request * p.o_stride_b + qo_head * p.o_stride_h) * o_bytes;
     for (int d = 0; d < dvo; ++d) {
       std::byte* e = dst + d * p.o_stride_d * o_bytes;
@@ -132,7 +100,7 @@ void merge_split(const Plan& plan, const DecodeParams& p, const std::vector<int6
       }
     }
     if (p.lse) {
-      p.lse[w0.request * p.lse_stride_b + qo_head * p.lse_stride_h] = static_cast<float>(lse);
+      p.lse[w0.request * p.lse_stride_b + qo_head * p.lse_stride_h] = lse;
     }
   }
 }
@@ -177,70 +145,6 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
   }
   l.bytes = at;
   return l;
-}
-
-namespace {
-// -1: the default (AMD only, see decode.h), 0: off, 1: on where the hardware has it.
-int bf16_dot_mode_from_env() {
-  const char* env = std::getenv("KVATTN_CPU_DECODE_BF16_DOT");
-  if (env == nullptr) return -1;
-  return std::string_view(env) == "0" ? 0 : 1;
-}
-std::atomic<int> g_bf16_dot_mode{bf16_dot_mode_from_env()};
-
-}  // namespace
-
-std::atomic<bool> g_fp8_table_allowed{[] {
-  const char* env = std::getenv("KVATTN_CPU_DECODE_FP8_TABLE");
-  return env == nullptr || std::string_view(env) != "0";
-}()};
-
-void set_decode_fp8_table_allowed(bool allowed) { g_fp8_table_allowed.store(allowed); }
-
-bool decode_uses_fp8_table(const Problem& problem, CpuIsa isa) {
-#if defined(__x86_64__)
-  const int d = problem.head_dim_qk;
-  return g_fp8_table_allowed.load() && isa >= CpuIsa::kAvx512 &&
-         detail::cpu_features().avx512_vbmi && is_fp8(problem.kv_dtype) &&
-         problem.pos_encoding_mode != PosEncoding::kRopeLlama &&
-         problem.mask_mode != MaskMode::kCustom && problem.head_dim_vo == d &&
-         (d == 64 || d == 128 || d == 256);
-#else
-  (void)problem;
-  (void)isa;
-  return false;
-#endif
-}
-
-void set_decode_bf16_dot_allowed(bool allowed) { g_bf16_dot_mode.store(allowed ? 1 : 0); }
-void clear_decode_bf16_dot_override() { g_bf16_dot_mode.store(bf16_dot_mode_from_env()); }
-
-bool decode_uses_bf16_dot(const Problem& problem, CpuIsa isa) {
-#if defined(__x86_64__)
-  const detail::CpuFeatures& f = detail::cpu_features();
-  const int d = problem.head_dim_qk;
-  const int mode = g_bf16_dot_mode.load();
-  if (mode == 0 || (mode < 0 && !f.fast_bf16_dot)) return false;
-  return isa >= CpuIsa::kAvx512 && f.avx512_bf16 && f.avx512_vbmi &&
-         is_fp8(problem.kv_dtype) && problem.q_dtype == DType::kBF16 && problem.q_scale == 1.0f &&
-         problem.pos_encoding_mode != PosEncoding::kRopeLlama &&
-         problem.mask_mode != MaskMode::kCustom && !problem.use_fp16_qk_reduction &&
-         problem.head_dim_vo == d && (d == 64 || d == 128 || d == 256);
-#else
-  (void)problem;
-  (void)isa;
-  return false;
-#endif
-}
-
-DecodeItemFn find_decode_kernel(CpuIsa isa, DType kv, int dqk, int dvo, int group_padded,
-                                bool contiguous_rows) {
-  if (!contiguous_rows) isa = CpuIsa::kScalar;
-#if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512) return find_decode_kernel_avx512(kv, dqk, dvo, group_padded);
-  if (isa == CpuIsa::kAvx2) return find_decode_kernel_avx2(kv, dqk, dvo, group_padded);
-#endif
-  return find_decode_kernel_scalar(kv, dqk, dvo, group_padded);
 }
 
 Status plan_decode(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
@@ -439,19 +343,12 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   p.partial_o = reinterpret_cast<float*>(ws + layout.partial_o);
   p.partial_lse = reinterpret_cast<float*>(ws + layout.partial_lse);
 
+  // The plan's kernel (kernel_table.h); the vector ones need unit-stride K/V rows.
+  const CpuKernel* planned = nullptr;
+  KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan.kernel, KernelOp::kDecode, &planned));
   const bool contiguous = p.k_elem_stride == 1 && p.v_elem_stride == 1;
-  const CpuIsa isa = detail::effective_cpu_isa();
-  DecodeItemFn kernel = nullptr;
-#if defined(__x86_64__)
-  if (contiguous && decode_uses_fp8_table(pb, isa)) {
-    kernel = find_decode_kernel_fp8_table_avx512(pb.kv_dtype, pb.head_dim_qk, pb.head_dim_vo,
-                                                 p.group_padded, decode_uses_bf16_dot(pb, isa));
-  }
-#endif
-  if (!kernel) {
-    kernel = find_decode_kernel(isa, pb.kv_dtype, pb.head_dim_qk, pb.head_dim_vo, p.group_padded,
-                                contiguous);
-  }
+  const CpuKernel& chosen = contiguous ? *planned : strided_cpu_kernel(*planned);
+  DecodeItemFn kernel = chosen.decode(pb, p.group_padded);
   if (!kernel) {
     return make_error(ErrorCode::kInternal, "cpu decode: no kernel for kv ",
                       dtype_name(pb.kv_dtype), ", head dims ", pb.head_dim_qk, "/", pb.head_dim_vo,

@@ -1,26 +1,29 @@
 // The CPU MLA path: planning (items of query tokens x key chunks), running them on the thread
 // pool, merging split-KV partial states, and the portable f32 item kernel.
-#include "cpu/mla.h"
+#include "cpu/mla/mla.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
-#include "core/cpu_features.h"
+#include "core/math_constants.h"
 #include "core/numeric.h"
 #include "core/split_kv.h"
 #include "core/status_macros.h"
-#include "cpu/thread_pool.h"
+#include "cpu/common/split_merge.h"
+#include "cpu/common/thread_pool.h"
+#include "cpu/kernel_table.h"
 
 namespace kvattn::cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+using math::kLn2;
+using math::kLog2e;
 // Split only into chunks of at least this many keys: a smaller chunk costs more to merge
 // (128 rows x D_ckv per state) than it saves.
 constexpr int64_t kMinAutoChunk = 512;
@@ -320,12 +323,14 @@ Status run_mla(const Plan& plan, const AttentionArgs& args, void* workspace,
   std::vector<int64_t> qo_begin(pb.batch_size + 1, 0);
   for (int b = 0; b < pb.batch_size; ++b) qo_begin[b + 1] = qo_begin[b] + plan.qo_len[b];
   const MlaParams params = make_params(pb, args, qo_begin, plan);
-  MlaItemFn kernel = nullptr;
-  if (detail::effective_cpu_isa() == CpuIsa::kAvx512) {
-    kernel = find_mla_kernel_amx(params);
-    if (!kernel) kernel = find_mla_kernel_avx512_bf16(params);
+  // The plan's kernel (kernel_table.h); a vector one returns nullptr on strided rows.
+  const CpuKernel* planned = nullptr;
+  KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan.kernel, KernelOp::kMla, &planned));
+  MlaItemFn kernel = planned->mla(params);
+  if (!kernel) kernel = strided_cpu_kernel(*planned).mla(params);
+  if (!kernel) {
+    return make_error(ErrorCode::kInternal, "cpu mla: kernel ", planned->name, " found none");
   }
-  if (!kernel) kernel = mla_item_portable;
 
   const int heads = pb.num_qo_heads, d_ckv = pb.head_dim_ckv;
   ThreadPool::global().parallel_for(
@@ -368,27 +373,14 @@ Status run_mla(const Plan& plan, const AttentionArgs& args, void* workspace,
                                            static_cast<std::size_t>(thread) * layout.thread_bytes);
         float* lse = o + rows * d_ckv;
         for (int64_t r = 0; r < rows; ++r) {
-          float mx = kNegInf;
-          for (int c = 0; c < run.count; ++c) {
-            const float* st = partial + plan.work[run.first_item + c].partial * layout.state_floats;
-            mx = std::max(mx, st[rows * d_ckv + r]);
-          }
-          float* orow = o + r * d_ckv;
-          std::fill(orow, orow + d_ckv, 0.0f);
-          if (mx == kNegInf) {
-            lse[r] = kNegInf;
-            continue;
-          }
-          double sum = 0.0;
-          for (int c = 0; c < run.count; ++c) {
-            const float* st = partial + plan.work[run.first_item + c].partial * layout.state_floats;
-            const float weight = std::exp(st[rows * d_ckv + r] - mx);
-            sum += weight;
-            for (int d = 0; d < d_ckv; ++d) orow[d] += weight * st[r * d_ckv + d];
-          }
-          const float inv = static_cast<float>(1.0 / sum);
-          for (int d = 0; d < d_ckv; ++d) orow[d] *= inv;
-          lse[r] = mx + static_cast<float>(std::log(sum));
+          lse[r] = merge_partial_states(
+              run.count, d_ckv,
+              [&](int64_t c) {
+                const float* st =
+                    partial + plan.work[run.first_item + c].partial * layout.state_floats;
+                return std::pair{st[rows * d_ckv + r], st + r * d_ckv};
+              },
+              nullptr, o + r * d_ckv);
         }
         store_rows(pb, args, qo_begin[w0.request] + w0.qo_begin, w0.qo_end - w0.qo_begin, o, lse);
       });

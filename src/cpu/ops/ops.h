@@ -1,6 +1,7 @@
 // The cpu backend's operations that are not attention (same semantics as src/reference/):
 // merge_state(s), append_paged_kv_cache (converting, fp8 quantizing with saturation), apply_rope.
 // Arguments are validated by the public entry points before these run.
+// One file each: merge.cc, append.cc, rope.cc (their row helpers: row_io.h).
 #pragma once
 
 #include "kvattn/attention.h"

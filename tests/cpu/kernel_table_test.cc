@@ -1,0 +1,323 @@
+// The cpu backend's kernel table (src/cpu/kernel_table.h): its entries are well formed, the
+// plan-time choice on every CPU class (described here for the kernels this machine cannot run),
+// the one override KVATTN_CPU_KERNEL with its errors, the plan and explain naming the kernel, and
+// every entry this machine runs against the reference on the variant grid (testing/variants.h).
+#include "cpu/kernel_table.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "cpu_test_util.h"
+#include "kvattn/selection.h"
+#include "testing/variants.h"
+
+namespace kvattn::cputest {
+namespace {
+
+using cpu::CpuKernel;
+using cpu::KernelOp;
+using testing::CaseSpec;
+
+// CPU classes kvattn meets, described (a test of the dispatch to kernels this CPU lacks).
+detail::CpuFeatures avx2_class() {  // AMD Zen 3
+  detail::CpuFeatures f;
+  f.avx2 = f.fma = f.f16c = true;
+  f.best = CpuIsa::kAvx2;
+  return f;
+}
+detail::CpuFeatures zen4_class() {  // AVX-512 with BF16 and VBMI, fast vdpbf16ps
+  detail::CpuFeatures f = avx2_class();
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = true;
+  f.avx512_bf16 = f.avx512_vbmi = f.fast_bf16_dot = true;
+  f.best = CpuIsa::kAvx512;
+  return f;
+}
+detail::CpuFeatures sapphire_rapids_class() {  // as Zen 4, slow vdpbf16ps, AMX granted
+  detail::CpuFeatures f = zen4_class();
+  f.fast_bf16_dot = false;
+  f.avx512_fp16 = true;
+  f.amx_bf16 = true;
+  return f;
+}
+
+Problem decode_problem(DType q, DType kv, int d = 128) {
+  Problem p;
+  p.op = Op::kBatchDecode;
+  p.batch_size = 2;
+  p.num_qo_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim_qk = p.head_dim_vo = d;
+  p.q_dtype = q;
+  p.kv_dtype = kv;
+  p.o_dtype = DType::kBF16;
+  return p;
+}
+
+std::string choice(const Problem& p, CpuIsa isa, const detail::CpuFeatures& f) {
+  const CpuKernel* k = nullptr;
+  Status s = cpu::choose_cpu_kernel(p, isa, f, &k);
+  return s.ok() ? std::string(k->name) : "error: " + s.message();
+}
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+TEST(CpuKernelTable, EntriesAreWellFormed) {
+  std::set<std::string_view> names;
+  for (const CpuKernel& k : cpu::cpu_kernels()) {
+    EXPECT_TRUE(names.insert(k.name).second) << "duplicate name " << k.name;
+    const std::string prefix = std::string(cpu::kernel_op_name(k.op)) + "-";
+    EXPECT_EQ(std::string(k.name).rfind(prefix, 0), 0u) << k.name << " does not start with the op";
+    const int entries = (k.decode != nullptr) + (k.prefill != nullptr) + (k.mla != nullptr);
+    EXPECT_EQ(entries, 1) << k.name;
+    EXPECT_EQ(k.decode != nullptr, k.op == KernelOp::kDecode) << k.name;
+    EXPECT_EQ(k.prefill != nullptr, k.op == KernelOp::kPrefill) << k.name;
+    if (!k.strided.empty()) {
+      const CpuKernel* s = cpu::find_cpu_kernel(k.strided);
+      ASSERT_NE(s, nullptr) << k.name << " names a strided kernel that is not in the table";
+      EXPECT_EQ(s->op, k.op) << k.name;
+      EXPECT_TRUE(s->strided.empty()) << k.name << ": the strided kernel takes any stride";
+      EXPECT_LE(s->isa, k.isa) << k.name;
+    }
+  }
+  // Each op ends with its portable kernel: scalar, for any problem on any CPU.
+  for (KernelOp op : {KernelOp::kDecode, KernelOp::kPrefill, KernelOp::kMla}) {
+    const CpuKernel& portable = cpu::portable_cpu_kernel(op);
+    EXPECT_EQ(portable.isa, CpuIsa::kScalar) << portable.name;
+    EXPECT_TRUE(portable.strided.empty()) << portable.name;
+    EXPECT_TRUE(portable.runs_on(detail::CpuFeatures{}).ok()) << portable.name;
+    EXPECT_EQ(portable.preferred, nullptr) << portable.name;
+  }
+}
+
+#if defined(__x86_64__)
+// The choice per CPU class, made at plan time from the features (AVX-512 and AMX kernels are
+// built on every x86 machine; this one may not run them, but it chooses them for those CPUs).
+TEST(CpuKernelTable, DecodeChoicePerCpuClass) {
+  const Problem fp8 = decode_problem(DType::kBF16, DType::kE4M3);
+  EXPECT_EQ(choice(fp8, CpuIsa::kAvx2, avx2_class()), "decode-avx2-fma-k32");
+  EXPECT_EQ(choice(fp8, CpuIsa::kAvx512, zen4_class()), "decode-avx512bf16-fp8table-dot-k32");
+  // vdpbf16ps at a quarter of the FMA rate: the table widening with fp32 FMAs.
+  EXPECT_EQ(choice(fp8, CpuIsa::kAvx512, sapphire_rapids_class()),
+            "decode-avx512vbmi-fp8table-fma-k32");
+  // An ISA level lowered below the CPU's: that level's kernels.
+  EXPECT_EQ(choice(fp8, CpuIsa::kAvx2, zen4_class()), "decode-avx2-fma-k32");
+  EXPECT_EQ(choice(fp8, CpuIsa::kScalar, zen4_class()), "decode-scalar-k32");
+  // f16 queries: no bf16 dot products, the table widening still.
+  EXPECT_EQ(choice(decode_problem(DType::kF16, DType::kE4M3), CpuIsa::kAvx512, zen4_class()),
+            "decode-avx512vbmi-fp8table-fma-k32");
+  // Where the table kernels do not apply: the fp32-FMA kernels of the level.
+  Problem masked = fp8;
+  masked.mask_mode = MaskMode::kCustom;
+  EXPECT_EQ(choice(masked, CpuIsa::kAvx512, zen4_class()), "decode-avx512-fma-k32");
+  Problem rope = fp8;
+  rope.pos_encoding_mode = PosEncoding::kRopeLlama;
+  EXPECT_EQ(choice(rope, CpuIsa::kAvx512, zen4_class()), "decode-avx512-fma-k32");
+  EXPECT_EQ(choice(decode_problem(DType::kBF16, DType::kE4M3, 96), CpuIsa::kAvx512, zen4_class()),
+            "decode-avx512-fma-k32");
+  EXPECT_EQ(choice(decode_problem(DType::kBF16, DType::kBF16), CpuIsa::kAvx512, zen4_class()),
+            "decode-avx512-fma-k32");
+  // AVX-512 without VBMI: no table widening.
+  detail::CpuFeatures no_vbmi = zen4_class();
+  no_vbmi.avx512_vbmi = false;
+  EXPECT_EQ(choice(fp8, CpuIsa::kAvx512, no_vbmi), "decode-avx512-fma-k32");
+}
+
+TEST(CpuKernelTable, PrefillChoicePerCpuClass) {
+  Problem p = decode_problem(DType::kBF16, DType::kBF16);
+  p.op = Op::kBatchPrefillPaged;
+  EXPECT_EQ(choice(p, CpuIsa::kAvx2, avx2_class()), "prefill-avx2-fma-r128k64");
+  EXPECT_EQ(choice(p, CpuIsa::kAvx512, zen4_class()), "prefill-avx512bf16-dot-r128k64");
+  EXPECT_EQ(choice(p, CpuIsa::kAvx512, sapphire_rapids_class()), "prefill-avx512-fma-r128k64");
+  Problem f16 = p;
+  f16.q_dtype = f16.kv_dtype = DType::kF16;
+  EXPECT_EQ(choice(f16, CpuIsa::kAvx512, zen4_class()), "prefill-avx512-fma-r128k64");
+  Problem rope = p;
+  rope.pos_encoding_mode = PosEncoding::kRopeLlama;
+  EXPECT_EQ(choice(rope, CpuIsa::kAvx512, zen4_class()), "prefill-avx512-fma-r128k64");
+  Problem per_token = p;
+  per_token.kv_dtype = DType::kE4M3;
+  per_token.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+  EXPECT_EQ(choice(per_token, CpuIsa::kAvx512, zen4_class()), "prefill-avx512-fma-r128k64");
+}
+
+TEST(CpuKernelTable, MlaChoicePerCpuClass) {
+  Problem p = make_mla_problem(2, 16, 16, 0.07f);
+  p.q_dtype = p.kv_dtype = DType::kBF16;
+  EXPECT_EQ(choice(p, CpuIsa::kAvx2, avx2_class()), "mla-scalar-f32");
+  EXPECT_EQ(choice(p, CpuIsa::kAvx512, zen4_class()), "mla-avx512bf16-dot-k128");
+  EXPECT_EQ(choice(p, CpuIsa::kAvx512, sapphire_rapids_class()), "mla-amx-bf16-k128");
+  Problem heads8 = make_mla_problem(2, 8, 16, 0.07f);
+  EXPECT_EQ(choice(heads8, CpuIsa::kAvx512, sapphire_rapids_class()), "mla-scalar-f32");
+}
+#endif
+
+TEST(CpuKernelTable, OverrideNamesOneKernelOrReference) {
+  const Problem decode = decode_problem(DType::kBF16, DType::kE4M3);
+  Problem prefill = decode;
+  prefill.op = Op::kBatchPrefillPaged;
+  const CpuIsa here = detail::cpu_features().best;
+  {
+    ScopedEnv env("KVATTN_CPU_KERNEL", "reference");
+    EXPECT_EQ(choice(decode, here, detail::cpu_features()), "decode-scalar-k32");
+    EXPECT_EQ(choice(prefill, here, detail::cpu_features()), "prefill-scalar-r128k64");
+    EXPECT_EQ(choice(make_mla_problem(1, 16, 16, 0.07f), here, detail::cpu_features()),
+              "mla-scalar-f32");
+  }
+  const std::string prefill_default = choice(prefill, here, detail::cpu_features());
+  {
+    ScopedEnv env("KVATTN_CPU_KERNEL", "decode-scalar-k32");
+    EXPECT_EQ(choice(decode, here, detail::cpu_features()), "decode-scalar-k32");
+    // A kernel of another op leaves this op's default.
+    EXPECT_EQ(choice(prefill, here, detail::cpu_features()), prefill_default);
+  }
+  {
+    ScopedEnv env("KVATTN_CPU_KERNEL", "decode-avx1024-magic");
+    const std::string e = choice(decode, here, detail::cpu_features());
+    EXPECT_NE(e.find("KVATTN_CPU_KERNEL=decode-avx1024-magic is not a cpu kernel"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("decode-scalar-k32"), std::string::npos) << e;  // the names are listed
+  }
+#if defined(__x86_64__)
+  {
+    // Not applicable: the rule named.
+    ScopedEnv env("KVATTN_CPU_KERNEL", "decode-avx512vbmi-fp8table-fma-k32");
+    const std::string e =
+        choice(decode_problem(DType::kBF16, DType::kBF16), CpuIsa::kAvx512, zen4_class());
+    EXPECT_NE(e.find("does not apply to this problem: it needs an FP8"), std::string::npos) << e;
+    // Not runnable on this CPU class: the missing feature named.
+    const std::string f = choice(decode, CpuIsa::kAvx2, avx2_class());
+    EXPECT_NE(f.find("cannot run here: it needs ISA level avx512"), std::string::npos) << f;
+    detail::CpuFeatures no_vbmi = zen4_class();
+    no_vbmi.avx512_vbmi = false;
+    const std::string g = choice(decode, CpuIsa::kAvx512, no_vbmi);
+    EXPECT_NE(g.find("cannot run here: this CPU lacks AVX512_VBMI"), std::string::npos) << g;
+  }
+#endif
+}
+
+// The plan records the kernel; explain (text and JSON) names it; the override reaches both.
+TEST(CpuKernelTable, PlanAndExplainNameTheKernel) {
+  CaseSpec spec;
+  spec.problem = decode_problem(DType::kBF16, DType::kBF16);
+  spec.kv_lens = {40, 9};
+  testing::Case c = testing::Case::make(spec);
+  PlanOptions options;
+  options.backend = "cpu";
+  Plan plan;
+  ASSERT_TRUE(kvattn::plan(c.problem(), c.args(), options, &plan).ok());
+  const CpuKernel* expected = nullptr;
+  ASSERT_TRUE(cpu::choose_cpu_kernel(c.problem(), cpu::plan_isa(options.device), &expected).ok());
+  EXPECT_EQ(plan.kernel, expected->name);
+  const Explanation e = explain(c.problem(), Device::cpu());
+  EXPECT_NE(e.to_json().find("\"cpu_kernel\": \"" + std::string(expected->name) + "\""),
+            std::string::npos)
+      << e.to_json();
+  EXPECT_NE(e.to_text().find("kernel " + std::string(expected->name)), std::string::npos);
+  {
+    ScopedEnv env("KVATTN_CPU_KERNEL", "reference");
+    Plan forced;
+    ASSERT_TRUE(kvattn::plan(c.problem(), c.args(), options, &forced).ok());
+    EXPECT_EQ(forced.kernel, "decode-scalar-k32");
+    EXPECT_NE(explain(c.problem(), Device::cpu()).to_json().find("\"cpu_kernel\": \"decode-scalar"),
+              std::string::npos);
+    EXPECT_TRUE(kvattn::run(forced, c.args()).ok());
+  }
+  {
+    ScopedEnv env("KVATTN_CPU_KERNEL", "no-such-kernel");
+    Plan bad;
+    Status s = kvattn::plan(c.problem(), c.args(), options, &bad);
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+    const std::string json = explain(c.problem(), Device::cpu()).to_json();
+    EXPECT_NE(json.find("\"cpu_kernel\": null, \"cpu_kernel_error\": \"KVATTN_CPU_KERNEL=no-such"),
+              std::string::npos)
+        << json;
+  }
+}
+
+// Every kernel this machine runs, named, against the reference on the cross-backend variant
+// grid (its op's operations, a 16-bit and an FP8 cache, lengths around the tiles and pages);
+// a problem the kernel does not compute takes the default choice and is not counted for it.
+TEST(CpuKernelTable, EveryRunnableKernelOnTheVariantGrid) {
+  const DType kv_dtypes[] = {DType::kBF16, DType::kE4M3};
+  for (const CpuKernel& k : cpu::cpu_kernels()) {
+    if (!cpu::kernel_runs_on(k, detail::cpu_features().best, detail::cpu_features()).ok()) continue;
+    SCOPED_TRACE(std::string(k.name));
+    KernelOverride named(k.name);
+    int checked = 0;
+    if (k.op == KernelOp::kMla) {
+      for (bool causal : {false, true}) {
+        for (DType kv : kv_dtypes) {
+          CaseSpec s;
+          s.seed = 91 + checked;
+          s.problem = make_mla_problem(2, 16, 16, 0.0721687836f);
+          s.problem.kv_dtype = kv;
+          if (is_fp8(kv)) s.problem.k_scale = 0.375f;
+          s.problem.mask_mode = causal ? MaskMode::kCausal : MaskMode::kNone;
+          s.problem.return_lse = true;
+          s.qo_lens = {1, 2};
+          s.kv_lens = {300, 129};
+          if (!k.applies(s.problem).ok()) continue;
+          expect_matches_reference(s, CpuIsa::kAvx512, {.num_threads = 2, .kv_chunk_size = 50});
+          ++checked;
+        }
+      }
+      EXPECT_GT(checked, 0);
+      continue;
+    }
+    const std::vector<Op> ops =
+        k.op == KernelOp::kDecode
+            ? std::vector<Op>{Op::kBatchDecode, Op::kSingleDecode}
+            : std::vector<Op>{Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kSinglePrefill};
+    for (Op op : ops) {
+      for (DType kv : kv_dtypes) {
+        for (const testing::AttentionVariant& v : testing::attention_variants()) {
+          CaseSpec s;
+          s.seed = 7 + checked;
+          Problem& p = s.problem;
+          p.op = op;
+          p.num_qo_heads = 8;
+          p.num_kv_heads = 2;
+          p.head_dim_qk = p.head_dim_vo = 64;
+          p.q_dtype = p.o_dtype = DType::kBF16;
+          p.kv_dtype = kv;
+          p.page_size = 16;
+          if (is_fp8(kv)) {
+            p.k_scale = 0.5f;
+            p.v_scale = 2.0f;
+          }
+          if (is_batch(op)) {
+            p.batch_size = 4;
+            s.kv_lens = {40, 17, 130, 33};
+            if (!is_decode(op)) s.qo_lens = {1, 17, 64, 5};
+          } else {
+            p.batch_size = 1;
+            s.kv_lens = {83};
+            if (!is_decode(op)) s.qo_lens = {37};
+          }
+          v.apply(s);
+          if (!testing::variant_applies(v, p) || !k.applies(p).ok()) continue;
+          SCOPED_TRACE(std::string(op_name(op)) + "/" + v.name + "/" + std::string(dtype_name(kv)));
+          expect_matches_reference(s, CpuIsa::kAvx512);
+          ++checked;
+        }
+      }
+    }
+    EXPECT_GT(checked, 10);
+  }
+}
+
+}  // namespace
+}  // namespace kvattn::cputest
