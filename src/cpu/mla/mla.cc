@@ -321,9 +321,14 @@ Status run_mla(const Plan& plan, const AttentionArgs& args, void* workspace,
   for (int b = 0; b < pb.batch_size; ++b) qo_begin[b + 1] = qo_begin[b] + plan.qo_len[b];
   const MlaParams params = make_params(pb, args, qo_begin, plan);
   MlaItemFn kernel = nullptr;
-  if (detail::effective_cpu_isa() == CpuIsa::kAvx512) {
+  const CpuIsa isa = detail::effective_cpu_isa();
+  if (isa == CpuIsa::kAvx512) {
     kernel = find_mla_kernel_amx(params);
     if (!kernel) kernel = find_mla_kernel_avx512_bf16(params);
+  }
+  // AVX2 + FMA (f32): where no AVX-512 kernel applies, and the only one on AVX2-only CPUs.
+  if (!kernel && (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512)) {
+    kernel = find_mla_kernel_avx2(params);
   }
   if (!kernel) kernel = mla_item_portable;
 
