@@ -95,6 +95,24 @@ Status mla_bf16_rule(const Problem& p, int kpe_multiple) {
   }
   return ok();
 }
+// The AVX2 kernel computes in f32: any 16-bit or f32 query over a 16-bit or FP8 cache.
+Status mla_avx2_rule(const Problem& p) {
+  if (p.q_dtype != DType::kBF16 && p.q_dtype != DType::kF16 && p.q_dtype != DType::kF32) {
+    return rule("needs bf16, f16 or f32 queries, not ", dtype_name(p.q_dtype));
+  }
+  if (p.kv_dtype != DType::kBF16 && p.kv_dtype != DType::kF16 && !is_fp8(p.kv_dtype)) {
+    return rule("needs a bf16, f16 or FP8 cache, not ", dtype_name(p.kv_dtype));
+  }
+  const int heads = p.num_qo_heads;
+  if (heads % 8 != 0 || heads > kMlaMaxRows) {
+    return rule("needs a multiple of 8 heads up to ", kMlaMaxRows, ", not ", heads);
+  }
+  if (p.head_dim_ckv % 8 != 0 || p.head_dim_kpe % 8 != 0) {
+    return rule("needs D_ckv % 8 == 0 and D_kpe % 8 == 0, not ", p.head_dim_ckv, "/",
+                p.head_dim_kpe);
+  }
+  return ok();
+}
 Status mla_amx_rule(const Problem& p) { return mla_bf16_rule(p, 32); }
 Status mla_avx512_bf16_rule(const Problem& p) { return mla_bf16_rule(p, 16); }
 
@@ -177,6 +195,8 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
                  kMlaPortable),
       mla_kernel("mla-avx512bf16-dot-k128", CpuIsa::kAvx512, has_bf16, mla_avx512_bf16_rule,
                  find_mla_kernel_avx512_bf16, kMlaPortable),
+      mla_kernel("mla-avx2-fma-f32-k64", CpuIsa::kAvx2, any_cpu, mla_avx2_rule,
+                 find_mla_kernel_avx2, kMlaPortable),
 #endif
       mla_kernel(kMlaPortable, CpuIsa::kScalar, any_cpu, any_problem, mla_portable, ""),
 });

@@ -155,11 +155,15 @@ TEST(CpuKernelTable, PrefillChoicePerCpuClass) {
 TEST(CpuKernelTable, MlaChoicePerCpuClass) {
   Problem p = make_mla_problem(2, 16, 16, 0.07f);
   p.q_dtype = p.kv_dtype = DType::kBF16;
-  EXPECT_EQ(choice(p, CpuIsa::kAvx2, avx2_class()), "mla-scalar-f32");
+  EXPECT_EQ(choice(p, CpuIsa::kAvx2, avx2_class()), "mla-avx2-fma-f32-k64");
+  EXPECT_EQ(choice(p, CpuIsa::kScalar, avx2_class()), "mla-scalar-f32");
   EXPECT_EQ(choice(p, CpuIsa::kAvx512, zen4_class()), "mla-avx512bf16-dot-k128");
   EXPECT_EQ(choice(p, CpuIsa::kAvx512, sapphire_rapids_class()), "mla-amx-bf16-k128");
   Problem heads8 = make_mla_problem(2, 8, 16, 0.07f);
-  EXPECT_EQ(choice(heads8, CpuIsa::kAvx512, sapphire_rapids_class()), "mla-scalar-f32");
+  // 8 heads: no bf16 tile kernel applies (16-head vectors); the AVX2 f32 one does.
+  EXPECT_EQ(choice(heads8, CpuIsa::kAvx512, sapphire_rapids_class()), "mla-avx2-fma-f32-k64");
+  Problem heads12 = make_mla_problem(2, 12, 16, 0.07f);
+  EXPECT_EQ(choice(heads12, CpuIsa::kAvx512, sapphire_rapids_class()), "mla-scalar-f32");
 }
 #endif
 
