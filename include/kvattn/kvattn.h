@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kvattn/attention.h"
+#include "kvattn/cpu_threads.h"
 #include "kvattn/device.h"
 #include "kvattn/dtype.h"
 #include "kvattn/mla.h"

@@ -37,6 +37,7 @@ from .rope import (apply_llama31_rope, apply_llama31_rope_inplace, apply_llama31
                    apply_rope_with_cos_sin_cache_inplace, mla_rope_quantize_fp8,
                    rope_quantize_fp8, rope_quantize_fp8_append_paged_kv_cache)
 from .selection import backend_names, devices, explain, select_backend
+from .threads import cpu_threads, host_openmp_runtime, set_cpu_threads
 
 from .unsupported import STUBS as _STUBS
 
@@ -44,13 +45,16 @@ globals().update(_STUBS)  # FlashInfer names kvattn does not provide: NotSupport
 
 __version__ = _kvattn.__version__
 
+# CPU work on the process's OpenMP team (torch's) when one is loaded: kvattn.threads says why.
+set_cpu_threads("auto")
+
 __all__ = [
     "AliasingError", "BatchDecodeWithPagedKVCacheWrapper", "BatchMLAPagedAttentionWrapper", "BatchPrefillWithPagedKVCacheWrapper",
     "BatchPrefillWithRaggedKVCacheWrapper", "Error", "InternalError", "InvalidArgumentError",
     "InvalidDTypeError", "InvalidPageTableError", "InvalidScaleError", "InvalidShapeError",
     "IoError", "MultiLevelCascadeAttentionWrapper", "NotSupportedError", "OutOfBoundsError",
     "ParseError", "SizeOverflowError", "UnavailableError", "append_paged_kv_cache", "append_paged_mla_kv_cache",
-    "apply_llama31_rope", "apply_llama31_rope_inplace", "apply_llama31_rope_pos_ids",
+    "apply_llama31_rope", "cpu_threads", "host_openmp_runtime", "set_cpu_threads", "apply_llama31_rope_inplace", "apply_llama31_rope_pos_ids",
     "apply_llama31_rope_pos_ids_inplace", "apply_rope", "apply_rope_inplace",
     "apply_rope_pos_ids", "apply_rope_pos_ids_inplace", "apply_rope_with_cos_sin_cache",
     "apply_rope_with_cos_sin_cache_inplace", "backend_names", "devices", "explain",

@@ -397,6 +397,22 @@ NB_MODULE(_kvattn, m) {
   });
   m.def("backend_names", &backend_names);
   m.def("devices", &devices);
+  m.def("set_cpu_threads", [](const std::string& mode) {
+    if (mode != "own" && mode != "openmp" && mode != "auto") {
+      check(Status(ErrorCode::kInvalidArgument,
+                   "cpu_threads: '" + mode + "': must be \"own\", \"openmp\" or \"auto\""));
+    }
+    check(set_cpu_threads(mode == "own"      ? CpuThreads::kOwnPool
+                          : mode == "openmp" ? CpuThreads::kHostOpenMp
+                                             : CpuThreads::kAuto));
+  });
+  m.def("cpu_threads", [] {
+    const CpuThreads mode = cpu_threads();
+    return std::string(mode == CpuThreads::kOwnPool      ? "own"
+                       : mode == CpuThreads::kHostOpenMp ? "openmp"
+                                                         : "auto");
+  });
+  m.def("host_openmp_runtime", &host_openmp_runtime);
 
   m.def(
       "merge_state",

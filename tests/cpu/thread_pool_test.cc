@@ -5,6 +5,8 @@
 #include <atomic>
 #include <vector>
 
+#include "kvattn/cpu_threads.h"
+
 namespace kvattn::cpu {
 namespace {
 
@@ -39,6 +41,24 @@ TEST(CpuThreadPool, NestedCallsRunInline) {
 TEST(CpuThreadPool, ResolvesThreadCounts) {
   EXPECT_GE(resolve_num_threads(0), 1);
   EXPECT_EQ(resolve_num_threads(3), 3);
+}
+
+// This executable links no OpenMP runtime: asking for the host's team is an error naming what was
+// looked for, and kAuto keeps kvattn's own pool.
+TEST(CpuThreadPool, HostOpenMpUnavailableWithoutARuntime) {
+  ASSERT_EQ(host_openmp_runtime(), "");
+  const Status s = set_cpu_threads(CpuThreads::kHostOpenMp);
+  EXPECT_EQ(s.code(), ErrorCode::kUnavailable);
+  EXPECT_NE(s.message().find("GOMP_parallel"), std::string::npos) << s.message();
+  EXPECT_EQ(cpu_threads(), CpuThreads::kOwnPool);
+  ASSERT_TRUE(set_cpu_threads(CpuThreads::kAuto).ok());
+  std::vector<std::atomic<int>> runs(100);
+  ThreadPool::global().parallel_for(2, 100, [&](int64_t item, int thread_id) {
+    EXPECT_TRUE(thread_id == 0 || thread_id == 1);
+    runs[item].fetch_add(1);
+  });
+  for (const auto& r : runs) EXPECT_EQ(r.load(), 1);
+  ASSERT_TRUE(set_cpu_threads(CpuThreads::kOwnPool).ok());
 }
 
 }  // namespace

@@ -73,10 +73,11 @@ masked_calls: int = 0
 """Attention calls that took the custom-mask path (a mask that is not causal + per-row key
 ranges + window)."""
 
-num_threads: int = 1
-"""CPU threads per attention call (0: all cores). 1 by default: inside a torch model, torch's
-OpenMP workers keep spinning between ops, and a second pool competing with them for the same
-cores made generate() 10-30x slower on a 2-core machine (both kvattn's and torch's parts)."""
+num_threads: int = 0
+"""CPU threads per attention call (0: all cores). kvattn runs them on torch's OpenMP team
+(``kvattn.threads``, "auto"): a pool of its own would compete with torch's workers, which keep
+spinning between ops (it made generate() 10-30x slower on a 2-core machine; the integration then
+ran kvattn on one thread)."""
 
 
 

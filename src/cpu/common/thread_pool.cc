@@ -1,8 +1,16 @@
 #include "cpu/common/thread_pool.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "core/status_macros.h"
+#include "kvattn/cpu_threads.h"
 
 #if defined(__linux__)
+#include <dlfcn.h>
+#include <link.h>
 #include <sched.h>
 #endif
 
@@ -25,6 +33,125 @@ int available_cores() {
 #endif
   unsigned n = std::thread::hardware_concurrency();
   return n > 0 ? static_cast<int>(n) : 1;
+}
+
+// --- The host process's OpenMP runtime (kvattn/cpu_threads.h).
+
+// The two entries kvattn calls: the GNU ABI that GCC's -fopenmp code calls (libgomp; LLVM's
+// libomp and Intel's libiomp5 export it as well) and the thread number within the team.
+struct HostOpenMp {
+  void (*parallel)(void (*body)(void*), void* data, unsigned num_threads, unsigned flags) = nullptr;
+  int (*thread_num)() = nullptr;
+  std::string file;
+};
+
+std::atomic<CpuThreads> g_mode{CpuThreads::kOwnPool};
+std::mutex g_host_mutex;
+std::atomic<const HostOpenMp*> g_host{nullptr};  // found once, kept (and kept loaded) for good
+std::atomic<uint64_t> g_host_missing_at{~uint64_t{0}};  // objects loaded at the last failed look
+
+#if defined(__linux__)
+bool is_openmp_runtime(std::string_view path) {
+  const std::string_view base = path.substr(path.find_last_of('/') + 1);
+  const bool named = base.starts_with("libgomp") || base.starts_with("libiomp5") ||
+                     base.starts_with("libomp");
+  return named && base.find(".so") != std::string_view::npos;
+}
+
+// Both entries of a loaded object, which stays loaded from then on (dlopen takes a reference).
+const HostOpenMp* resolve(const char* file) {
+  void* handle = dlopen(file, RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return nullptr;
+  void* parallel = dlsym(handle, "GOMP_parallel");
+  void* thread_num = dlsym(handle, "omp_get_thread_num");
+  if (parallel == nullptr || thread_num == nullptr) {
+    dlclose(handle);
+    return nullptr;
+  }
+  auto* host = new HostOpenMp;
+  host->parallel = reinterpret_cast<decltype(host->parallel)>(parallel);
+  host->thread_num = reinterpret_cast<int (*)()>(thread_num);
+  host->file = file;
+  return host;
+}
+
+const HostOpenMp* look_up_host_openmp() {
+  // The global scope first (an executable built with -fopenmp, a runtime in LD_PRELOAD as vLLM's
+  // CPU worker has it): the runtime that scope's callers reach.
+  if (void* symbol = dlsym(RTLD_DEFAULT, "GOMP_parallel")) {
+    Dl_info info;
+    if (dladdr(symbol, &info) != 0 && info.dli_fname != nullptr) {
+      if (const HostOpenMp* host = resolve(info.dli_fname)) return host;
+    }
+  }
+  // Then one loaded privately (RTLD_LOCAL: Python loads torch, and torch its libgomp, so).
+  std::vector<std::string> candidates;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* data) {
+        if (info->dlpi_name != nullptr && is_openmp_runtime(info->dlpi_name)) {
+          static_cast<std::vector<std::string>*>(data)->emplace_back(info->dlpi_name);
+        }
+        return 0;
+      },
+      &candidates);
+  for (const std::string& file : candidates) {
+    if (const HostOpenMp* host = resolve(file.c_str())) return host;
+  }
+  return nullptr;
+}
+
+// How many objects the process has loaded so far (glibc's dlpi_adds): a failed look is repeated
+// only once it has changed, so kAuto costs one loader-lock round trip per job without a runtime.
+uint64_t objects_loaded() {
+  uint64_t adds = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t size, void* data) {
+        if (size >= offsetof(dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds)) {
+          *static_cast<uint64_t*>(data) = info->dlpi_adds;
+        }
+        return 1;  // the counters are the same in every entry
+      },
+      &adds);
+  return adds;
+}
+#else
+const HostOpenMp* look_up_host_openmp() { return nullptr; }
+uint64_t objects_loaded() { return 0; }
+#endif
+
+const HostOpenMp* host_openmp() {
+  if (const HostOpenMp* host = g_host.load(std::memory_order_acquire)) return host;
+  const uint64_t loaded = objects_loaded();
+  if (loaded == g_host_missing_at.load(std::memory_order_relaxed)) return nullptr;
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  if (const HostOpenMp* host = g_host.load(std::memory_order_acquire)) return host;
+  const HostOpenMp* host = look_up_host_openmp();
+  if (host != nullptr) {
+    g_host.store(host, std::memory_order_release);
+  } else {
+    g_host_missing_at.store(loaded, std::memory_order_relaxed);
+  }
+  return host;
+}
+
+// One job on the host's team: each thread takes items until none is left.
+struct HostJob {
+  ThreadPool::ItemFn fn;
+  void* context;
+  int64_t num_items;
+  int (*thread_num)();
+  std::atomic<int64_t> next{0};
+};
+
+void host_team_body(void* data) {
+  auto* job = static_cast<HostJob*>(data);
+  const int thread_id = job->thread_num();
+  const bool was_inside = t_inside_job;
+  t_inside_job = true;
+  for (int64_t item; (item = job->next.fetch_add(1, std::memory_order_relaxed)) < job->num_items;) {
+    job->fn(job->context, item, thread_id);
+  }
+  t_inside_job = was_inside;
 }
 
 }  // namespace
@@ -89,7 +216,21 @@ void ThreadPool::worker_main(int worker_index) {
 
 void ThreadPool::run(int num_threads, int64_t num_items, ItemFn fn, void* context) {
   if (num_items <= 0) return;
-  int threads = static_cast<int>(std::min<int64_t>(resolve_num_threads(num_threads), num_items));
+  // The same count either way: callers size per-thread scratch for it.
+  const int threads =
+      static_cast<int>(std::min<int64_t>(resolve_num_threads(num_threads), num_items));
+  const CpuThreads mode = g_mode.load(std::memory_order_relaxed);
+  if (threads > 1 && !t_inside_job && mode != CpuThreads::kOwnPool) {
+    if (const HostOpenMp* host = host_openmp()) {
+      HostJob job{fn, context, num_items, host->thread_num};
+      host->parallel(&host_team_body, &job, static_cast<unsigned>(threads), 0);
+      return;
+    }
+  }
+  run_own(threads, num_items, fn, context);
+}
+
+void ThreadPool::run_own(int threads, int64_t num_items, ItemFn fn, void* context) {
   std::unique_lock<std::mutex> submit(submit_mutex_, std::defer_lock);
   if (threads <= 1 || t_inside_job || !submit.try_lock()) {
     for (int64_t item = 0; item < num_items; ++item) fn(context, item, 0);
@@ -120,3 +261,25 @@ void ThreadPool::run(int num_threads, int64_t num_items, ItemFn fn, void* contex
 }
 
 }  // namespace kvattn::cpu
+
+namespace kvattn {
+
+Status set_cpu_threads(CpuThreads mode) {
+  if (mode == CpuThreads::kHostOpenMp && cpu::host_openmp() == nullptr) {
+    return make_error(ErrorCode::kUnavailable,
+                      "set_cpu_threads: kHostOpenMp needs an OpenMP runtime loaded in this process "
+                      "(GOMP_parallel and omp_get_thread_num of libgomp, libomp or libiomp5); "
+                      "none is: use kOwnPool, or kAuto to take one when it is loaded");
+  }
+  cpu::g_mode.store(mode, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+CpuThreads cpu_threads() { return cpu::g_mode.load(std::memory_order_relaxed); }
+
+std::string host_openmp_runtime() {
+  const cpu::HostOpenMp* host = cpu::host_openmp();
+  return host != nullptr ? host->file : std::string();
+}
+
+}  // namespace kvattn

@@ -1,5 +1,7 @@
 // A persistent pool of worker threads for the CPU backend. One job runs at a time; the calling
 // thread takes part as thread 0, so `thread_id` indexes per-thread scratch in [0, threads).
+// Where kvattn::set_cpu_threads asks for it (kvattn/cpu_threads.h), a job runs on the OpenMP
+// team of the host process instead (omp_get_thread_num() is then the thread id).
 #pragma once
 
 #include <atomic>
@@ -44,6 +46,7 @@ class ThreadPool {
   void run(int num_threads, int64_t num_items, ItemFn fn, void* context);
 
  private:
+  void run_own(int threads, int64_t num_items, ItemFn fn, void* context);
   void worker_main(int worker_index);
   void ensure_workers(int count);  // under submit_mutex_
 
