@@ -327,6 +327,8 @@ class Sm90Ops {
 
   float shfl_xor(float v, int lane_mask) const;
   float shfl(float v, int src_lane) const;
+  // bar.warp.sync (__syncwarp) over the full warp: every lane reaches it before any goes on.
+  void syncwarp() const;
 
   void wgmma_fence() const;
   void wgmma_commit() const;

@@ -345,6 +345,13 @@ float Sm90Ops::shfl(float v, int src_lane) const {
   return w.out[lane];
 }
 
+void Sm90Ops::syncwarp() const {
+  CtaState& c = *t_->cta;
+  detail::Rendezvous& w = c.warps[std::size_t(t_->id / 32)];
+  c.rendezvous(
+      *t_, w, t_->id % 32, "bar.warp.sync 0xffffffff", [](int) {}, [] {});
+}
+
 void Sm90Ops::wgmma_fence() const {
   CtaState& c = *t_->cta;
   detail::WarpgroupState& g = c.warpgroups[std::size_t(t_->id / 128)];

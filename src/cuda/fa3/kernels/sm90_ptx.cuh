@@ -9,17 +9,7 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
-
-namespace kvattn::fa3 {
-
-// FP8 element tags (q = kv e4m3 or e5m2); the 16-bit ones are cuda::Bf16Tag and cuda::F16Tag.
-struct E4m3Tag {};
-struct E5m2Tag {};
-// Mixed FP8 pairs: q e4m3 over an e5m2 cache, and q e5m2 over an e4m3 cache.
-struct E4m3E5m2Tag {};
-struct E5m2E4m3Tag {};
-
-}  // namespace kvattn::fa3
+#include "cuda/fa3/kernels/elem.h"
 
 namespace kvattn::fa3::ptx {
 

@@ -1,0 +1,158 @@
+// fa3's kernel parameters on the host (kernel_params.h).
+#include "cuda/fa3/kernel_params.h"
+
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "core/status_macros.h"
+#include "cuda/common/problem_layout.h"
+#include "cuda/fa3/kernels/packed_rows.h"
+#include "cuda/fa3/kernels/smem_layout.h"
+#include "cuda/fa3/kernels/tile_scheduler.h"
+#include "cuda/fa3/kernels/tma_coords.h"
+#include "cuda/fa3/tile_order.h"
+
+namespace kvattn::fa3 {
+namespace {
+
+// The kernel copies rows 16 bytes at a time: the dim must be dense and every row start aligned.
+Status check_rows(const char* name, const TensorView& t, std::initializer_list<int64_t> strides,
+                  int64_t dim_stride) {
+  const int64_t elem = int64_t(dtype_size(t.dtype));
+  bool ok = dim_stride == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+  for (int64_t s : strides) ok = ok && (s * elem) % 16 == 0;
+  if (ok) return Status::Ok();
+  return make_error(ErrorCode::kNotSupported, "fa3: ", name,
+                    " needs a dense head dim and 16-byte aligned rows (strides multiples of 16 "
+                    "bytes)");
+}
+
+std::vector<int32_t> read_indices(const TensorView& t) {
+  std::vector<int32_t> v(t.rank == 1 ? size_t(t.shape[0]) : 0);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<const int32_t*>(t.data)[i * t.strides[0]];
+  return v;
+}
+
+// The map over dense K or V [tokens, H_kv, D] with strides `s` (elements): box 64 x 1 x the K/V
+// block of head dim `block_n_head_dim`.
+KvMapSpec kv_map_spec(DType dtype, const void* data, int64_t tokens, int heads, int head_dim,
+                      int block_n_head_dim, const paged::CacheStrides& s) {
+  KvMapSpec m;
+  m.dtype = dtype;
+  m.data = data;
+  m.dims[0] = uint64_t(head_dim);
+  m.dims[1] = uint64_t(heads);
+  m.dims[2] = uint64_t(tokens);
+  m.strides[0] = uint64_t(s.head * 2);
+  m.strides[1] = uint64_t(s.slot * 2);
+  m.box[0] = uint32_t(smem::kPanelCols16);
+  m.box[1] = 1;
+  m.box[2] = uint32_t(sched::block_n_for(block_n_head_dim));
+  return m;
+}
+
+}  // namespace
+
+Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const EncodeKvMap& encode,
+                          KernelInputs* out) {
+  const Problem& p = plan.problem;
+  const TensorView& kt = is_paged(p.op) ? args.paged_k_cache : args.k;
+  const TensorView& vt = is_paged(p.op) ? args.paged_v_cache : args.v;
+  PrefillParams& k = out->params;
+  k = PrefillParams{};
+  // Single decode: q [H_qo, D_qk], out [H_qo, D_vo], lse [H_qo] (one token, row stride 0).
+  const bool single_decode = p.op == Op::kSingleDecode;
+  const int dim_axis = single_decode ? 1 : 2;
+  k.q = args.q.data;
+  k.q_stride_row = single_decode ? 0 : args.q.strides[0];
+  k.q_stride_head = args.q.strides[dim_axis - 1];
+  KVATTN_RETURN_IF_ERROR(
+      check_rows("q", args.q, {k.q_stride_row, k.q_stride_head}, args.q.strides[dim_axis]));
+  k.k = kt.data;
+  k.v = vt.data;
+  k.k_strides = cuda::kv_strides(p, kt);
+  k.v_strides = cuda::kv_strides(p, vt);
+  KVATTN_RETURN_IF_ERROR(
+      check_rows("k", kt, {k.k_strides.page, k.k_strides.slot, k.k_strides.head}, k.k_strides.dim));
+  KVATTN_RETURN_IF_ERROR(
+      check_rows("v", vt, {k.v_strides.page, k.v_strides.slot, k.v_strides.head}, k.v_strides.dim));
+  k.paged = is_paged(p.op);
+  k.page_size = p.page_size;
+  if (!k.paged && is_16bit_float(p.kv_dtype)) {
+    // Dense and ragged 16-bit K/V go through TMA (FP8 V is transposed by the producer's
+    // threads); the token dim is the one with the slot stride.
+    const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
+    const int64_t tokens = hnd ? kt.shape[1] : kt.shape[0];
+    // Past 2^31 - 1 tokens a box's token coordinate would wrap: cp.async copies them instead.
+    k.tma = tokens > 0 && tma_token_coordinates_fit(tokens) &&
+            encode(&k.tma_k, kv_map_spec(p.kv_dtype, kt.data, tokens, p.num_kv_heads, p.head_dim_qk,
+                                         p.head_dim_qk, k.k_strides)) &&
+            encode(&k.tma_v, kv_map_spec(p.kv_dtype, vt.data, tokens, p.num_kv_heads, p.head_dim_vo,
+                                         p.head_dim_qk, k.v_strides));
+  }
+  k.out = args.out.data;
+  k.o_stride_row = single_decode ? 0 : args.out.strides[0];
+  k.o_stride_head = args.out.strides[dim_axis - 1];
+  if (args.out.strides[dim_axis] != 1) {
+    return make_error(ErrorCode::kNotSupported,
+                      "fa3: out needs a dense head dim; fa2 runs any "
+                      "strides");
+  }
+  k.out_kind = cuda::out_kind(p.o_dtype);
+  if (p.return_lse && !args.lse.empty()) {
+    k.lse = static_cast<float*>(args.lse.data);
+    k.lse_stride_row = single_decode ? 0 : args.lse.strides[0];
+    k.lse_stride_head = args.lse.strides[single_decode ? 0 : 1];
+  }
+  k.group = p.group_size();
+  k.num_qo_heads = p.num_qo_heads;
+  k.rows_per_token = pack::rows_per_token(is_decode(p.op), k.group);
+  const double score_scale = double(p.effective_sm_scale()) * p.q_scale * p.k_scale;
+  k.score_scale_log2 = float(score_scale * M_LOG2E);
+  if (p.logits_soft_cap > 0) {
+    k.soft_cap = p.logits_soft_cap;
+    k.cap_log2 = float(double(p.logits_soft_cap) * M_LOG2E);
+    k.score_scale_over_cap = float(score_scale / p.logits_soft_cap);
+  }
+  k.v_scale = p.v_scale;
+  k.causal = p.mask_mode == MaskMode::kCausal;
+  k.window_left = p.window_left;
+
+  // The plan's split-KV chunk (Fa3Backend::plan chose it with split_kv::choose_chunk_keys).
+  const int block_n = sched::block_n_for(p.head_dim_qk);
+  if (plan.kv_chunk_size < 0 || plan.kv_chunk_size % block_n != 0) {
+    return make_error(ErrorCode::kInvalidArgument, "fa3: plan.kv_chunk_size ", plan.kv_chunk_size,
+                      " must be 0 (no split) or a positive multiple of the K/V block of ", block_n,
+                      " keys at head dim ", p.head_dim_qk, " (make the plan with fa3)");
+  }
+  for (size_t b = 0; b < plan.qo_len.size(); ++b) {
+    if (plan.qo_len[b] > pack::kMaxPackedRows / k.rows_per_token) {
+      return make_error(ErrorCode::kNotSupported, "fa3: request ", b, " has qo_len ",
+                        plan.qo_len[b], " x ", k.rows_per_token,
+                        " packed rows per token, more than the kernel's 2^31 - 1 rows");
+    }
+  }
+  const cuda::RequestStarts starts = cuda::request_starts(p, args);
+  out->split =
+      split_kv::make_split_plan(plan.qo_len, plan.kv_len, starts.q_row, plan.kv_chunk_size);
+  k.chunk_blocks = int(plan.kv_chunk_size / block_n);
+  out->requests.assign(plan.qo_len.size(), RequestInfo{});
+  for (size_t b = 0; b < out->requests.size(); ++b) {
+    out->requests[b] = RequestInfo{starts.q_row[b],
+                                   plan.qo_len[b],
+                                   plan.kv_len[b],
+                                   starts.kv_first[b],
+                                   out->split.partial_base[b],
+                                   out->split.chunks[b]};
+  }
+  out->tiles = sched::ordered_tiles(plan.qo_len, plan.kv_len, p.num_qo_heads, k.causal,
+                                    k.window_left, block_n, k.rows_per_token, plan.kv_chunk_size);
+  out->kv_indices = k.paged ? read_indices(args.kv_indices) : std::vector<int32_t>{};
+  k.num_tiles = int(out->tiles.size());
+  return Status::Ok();
+}
+
+}  // namespace kvattn::fa3

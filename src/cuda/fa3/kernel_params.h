@@ -1,0 +1,47 @@
+// fa3's kernel parameters (params.h PrefillParams) from a plan and its tensors, on the host: the
+// checks of what the kernel's copies need (a dense head dim, 16-byte aligned rows), the
+// parameters with TMA maps for dense and ragged 16-bit K/V, the split-KV plan of the plan's chunk
+// (split_plan.h) and the longest-first tile list (decode: GQA rows packed). The device pointers
+// (requests, tiles, kv_indices, partial states) are left for the caller, who points them at its
+// copies of the host vectors made here. One function for run() (launch.cu: the driver's
+// cuTensorMapEncodeTiled, device copies) and the CPU replay of the kernel body
+// (tests/cuda/fa3_replay_test.cc: the emulator's tensor maps, host memory), so the two cannot
+// drift.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "cuda/fa3/params.h"
+#include "cuda/fa3/split_plan.h"
+#include "kvattn/attention.h"
+#include "kvattn/status.h"
+
+namespace kvattn::fa3 {
+
+// cuTensorMapEncodeTiled's arguments for a K or V map over [tokens, H_kv, D] (3-d, innermost
+// first: D, H_kv, tokens), 16-bit elements, no interleave, element strides 1, the 128-byte
+// swizzle, out-of-range elements read as zero.
+struct KvMapSpec {
+  DType dtype = DType::kBF16;
+  const void* data = nullptr;
+  uint64_t dims[3] = {};
+  uint64_t strides[2] = {};  // bytes, of dims 1 and 2
+  uint32_t box[3] = {};
+};
+// Encodes `spec` into `map`; false when it cannot (the producer then copies with cp.async).
+using EncodeKvMap = std::function<bool(CUtensorMap* map, const KvMapSpec& spec)>;
+
+struct KernelInputs {
+  PrefillParams params;  // requests, tiles, kv_indices, partial_o / partial_lse unset
+  std::vector<RequestInfo> requests;
+  std::vector<sched::Tile> tiles;   // empty: nothing to run
+  std::vector<int32_t> kv_indices;  // paged: the page table
+  split_kv::SplitPlan split;
+};
+
+Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const EncodeKvMap& encode,
+                          KernelInputs* out);
+
+}  // namespace kvattn::fa3

@@ -1,0 +1,158 @@
+// The device's operations for fa3's kernel body (prefill_cta.h): one SM90 thread's instructions,
+// the inline PTX of sm90_ptx.cuh and sm90_wgmma_fp8.cuh and the SM80 wrappers of
+// cuda/common/ptx.cuh. Every method is a forced-inline host/device function so that the one body
+// compiles for both sides of nvcc; only the device side ever runs (the host side is empty). The
+// CPU's counterpart binds the same names to the SM90 CTA emulator (tests/cuda/fa3_emu_ops.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/hd.h"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/store_out.cuh"
+#include "cuda/fa3/kernels/elem.h"
+#include "cuda/fa3/kernels/sm90_ptx.cuh"
+#include "cuda/fa3/kernels/sm90_wgmma_fp8.cuh"
+
+namespace kvattn::fa3 {
+
+struct DeviceOps {
+  template <int N>
+  using Acc = float[N];
+  using AFrag = uint32_t[4];
+  using U4 = uint4;
+
+#if defined(__CUDA_ARCH__)
+#define KVATTN_FA3_DEVICE(...) __VA_ARGS__
+#else
+#define KVATTN_FA3_DEVICE(...)
+#endif
+
+  // Unsigned, as threadIdx.x is (the body's divisions and remainders by it are unsigned).
+  KVATTN_HD unsigned thread() const {
+#if defined(__CUDA_ARCH__)
+    return threadIdx.x;
+#else
+    return 0u;
+#endif
+  }
+  KVATTN_HD int cta() const {
+#if defined(__CUDA_ARCH__)
+    return int(blockIdx.x);
+#else
+    return 0;
+#endif
+  }
+  KVATTN_HD int ctas() const {
+#if defined(__CUDA_ARCH__)
+    return int(gridDim.x);
+#else
+    return 1;
+#endif
+  }
+  KVATTN_HD uint32_t smem_addr(const void* p) const {
+#if defined(__CUDA_ARCH__)
+    return cuda::smem_addr(p);
+#else
+    return p ? 0u : 0u;
+#endif
+  }
+  // 16 bytes of global memory (q rows, FP8 V rows).
+  KVATTN_HD uint4 ld16(const void* p) const { return *reinterpret_cast<const uint4*>(p); }
+  template <class T>
+  KVATTN_HD void st_shared(T* p, T v) const {
+    *p = v;
+  }
+  template <class Params>
+  KVATTN_HD void store_out(const Params& p, int64_t offset, float x) const {
+    KVATTN_FA3_DEVICE(cuda::store_out(p, offset, x));
+  }
+
+  KVATTN_HD void mbarrier_init(uint64_t* bar, int count) const {
+    KVATTN_FA3_DEVICE(ptx::mbarrier_init(bar, count));
+  }
+  KVATTN_HD void fence_barrier_init() const { KVATTN_FA3_DEVICE(ptx::fence_barrier_init()); }
+  KVATTN_HD void mbarrier_arrive(uint64_t* bar) const {
+    KVATTN_FA3_DEVICE(ptx::mbarrier_arrive(bar));
+  }
+  KVATTN_HD void mbarrier_wait(uint64_t* bar, uint32_t parity) const {
+    KVATTN_FA3_DEVICE(ptx::mbarrier_wait(bar, parity));
+  }
+  KVATTN_HD void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) const {
+    KVATTN_FA3_DEVICE(ptx::mbarrier_arrive_expect_tx(bar, bytes));
+  }
+  KVATTN_HD void tma_load_3d(void* smem_dst, const void* tensor_map, int c0, int c1, int c2,
+                             uint64_t* bar) const {
+    KVATTN_FA3_DEVICE(ptx::tma_load_3d(smem_dst, tensor_map, c0, c1, c2, bar));
+  }
+  KVATTN_HD void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid) const {
+    KVATTN_FA3_DEVICE(cuda::cp_async_16_zfill(smem_dst, gmem_src, valid));
+  }
+  KVATTN_HD void cp_async_wait_all() const { KVATTN_FA3_DEVICE(cuda::cp_async_wait_all()); }
+  KVATTN_HD void fence_proxy_async() const { KVATTN_FA3_DEVICE(ptx::fence_proxy_async()); }
+  KVATTN_HD void named_barrier_sync(int id, int threads) const {
+    KVATTN_FA3_DEVICE(ptx::named_barrier_sync(id, threads));
+  }
+  KVATTN_HD void sync_threads() const { KVATTN_FA3_DEVICE(__syncthreads()); }
+  template <int N>
+  KVATTN_HD void setmaxnreg_inc() const {
+    KVATTN_FA3_DEVICE(ptx::setmaxnreg_inc<N>());
+  }
+  template <int N>
+  KVATTN_HD void setmaxnreg_dec() const {
+    KVATTN_FA3_DEVICE(ptx::setmaxnreg_dec<N>());
+  }
+  KVATTN_HD float shfl_xor(float v, int lane_mask) const {
+#if defined(__CUDA_ARCH__)
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+#else
+    return v + float(lane_mask) * 0.0f;
+#endif
+  }
+  KVATTN_HD void syncwarp() const { KVATTN_FA3_DEVICE(__syncwarp()); }
+
+  KVATTN_HD void wgmma_fence() const { KVATTN_FA3_DEVICE(ptx::wgmma_fence()); }
+  KVATTN_HD void wgmma_commit() const { KVATTN_FA3_DEVICE(ptx::wgmma_commit()); }
+  template <int Pending>
+  KVATTN_HD void wgmma_wait() const {
+    KVATTN_FA3_DEVICE(ptx::wgmma_wait<Pending>());
+  }
+  // S (+)= Q K^T for N keys, one k-step (sm90_ptx.cuh's wgmma_ss).
+  template <class Tag, int N>
+  KVATTN_HD void wgmma_ss(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc,
+                          int accumulate) const {
+    KVATTN_FA3_DEVICE(ptx::wgmma_ss<Tag, N>(d, a_desc, b_desc, accumulate));
+  }
+  // O += P V for N = the V head dim, one k-step (sm90_ptx.cuh's wgmma_rs).
+  template <class Tag, int N>
+  KVATTN_HD void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b_desc) const {
+    KVATTN_FA3_DEVICE(ptx::wgmma_rs<Tag, N>(d, a, b_desc));
+  }
+  template <int N>
+  KVATTN_HD void fence_registers(float (&d)[N]) const {
+    KVATTN_FA3_DEVICE(ptx::fence_registers(d));
+  }
+  KVATTN_HD void fence_registers(uint32_t (&a)[4]) const {
+    KVATTN_FA3_DEVICE(ptx::fence_registers(a));
+  }
+  template <class Tag>
+  KVATTN_HD uint32_t pack16(float lo, float hi) const {
+#if defined(__CUDA_ARCH__)
+    return cuda::Compute16<Tag>::pack(lo, hi);
+#else
+    return uint32_t(lo + hi) * 0u;
+#endif
+  }
+  KVATTN_HD uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) const {
+#if defined(__CUDA_ARCH__)
+    return ptx::pack_e4m3x4(x0, x1, x2, x3);
+#else
+    return uint32_t(x0 + x1 + x2 + x3) * 0u;
+#endif
+  }
+#undef KVATTN_FA3_DEVICE
+};
+
+}  // namespace kvattn::fa3

@@ -1,0 +1,384 @@
+// fa3's attention kernel body (prefill and decode), written once for the GPU and the CPU: a
+// host/device template over the thread-level operations of one SM90 CTA (Ops: device_ops.cuh's
+// DeviceOps, the PTX of sm90_ptx.cuh, on the GPU; tests/cuda/fa3_emu_ops.h's binding to the SM90
+// CTA emulator, tests/cuda/sm90_emulator.h, on the CPU, where tests/cuda/fa3_replay_test.cc runs
+// this exact code against the fp64 reference). What the body does: prefill.cuh's header.
+//
+// An Ops is a per-thread handle with:
+//   thread(), cta(), ctas()                       threadIdx.x, blockIdx.x, gridDim.x
+//   template <int N> using Acc                    wgmma accumulators (float[N] on the GPU)
+//   using AFrag                                   a register A fragment (uint32_t[4])
+//   using U4                                      16 bytes in registers (uint4)
+//   smem_addr, ld16 (global), st_shared, store_out, mbarrier_*, fence_barrier_init, tma_load_3d,
+//   cp_async_16_zfill, cp_async_wait_all, fence_proxy_async, named_barrier_sync, sync_threads,
+//   setmaxnreg_inc/dec<N>, shfl_xor, syncwarp, wgmma_fence/commit/wait<N>, wgmma_ss<Tag, N>,
+//   wgmma_rs<Tag, N>, fence_registers, pack16<Tag>, pack_e4m3x4       (as in sm90_ptx.cuh)
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/hd.h"
+#include "cuda/common/row_finish.h"
+#include "cuda/fa3/kernels/consumer_steps.h"
+#include "cuda/fa3/kernels/elem.h"
+#include "cuda/fa3/kernels/packed_rows.h"
+#include "cuda/fa3/kernels/pipeline_state.h"
+#include "cuda/fa3/kernels/smem_layout.h"
+#include "cuda/fa3/kernels/tile_scheduler.h"
+#include "cuda/fa3/kernels/wgmma_fragment.h"
+#include "cuda/fa3/params.h"
+
+namespace kvattn::fa3 {
+
+inline constexpr int kStages = 2;
+inline constexpr int kThreads = 3 * frag::kWarpgroupThreads;
+inline constexpr int kConsumerWarps = 8;
+// Register split between the producer and the consumers (setmaxnreg): 128 x 40 + 256 x 232 fits
+// the 64 K registers of an SM with one CTA resident. (The producer's copy loops are unrolled by
+// 2, by 1 for FP8's V, which its producer transposes through registers, and for K rows of 12
+// chunks (FP8 at 192): more spills at 40 otherwise.)
+inline constexpr int kProducerRegs = 40;
+inline constexpr int kConsumerRegs = 232;
+// The registers per thread at launch (__launch_bounds__(kThreads, 1): ptxas gives 168).
+inline constexpr int kLaunchRegs = 168;
+
+// Rows are whole 128-byte panels (smem::padded_row_bytes): FP8 Q/K rows at head dims 64 and 192,
+// and FP8 V^T rows of 64 keys (head dim 256), carry padding.
+template <int EB, int QK, int VO>
+struct SmemPlan {
+  static constexpr int BN = sched::block_n_for(QK);
+  static constexpr uint32_t kQBytes =  // per warpgroup
+      frag::kWarpgroupRows * smem::padded_row_bytes(QK * EB);
+  static constexpr uint32_t kKBytes = BN * smem::padded_row_bytes(QK * EB);
+  // 16-bit V [keys][dims]; FP8 V^T [dims][keys].
+  static constexpr uint32_t kVBytes =
+      EB == 2 ? BN * smem::padded_row_bytes(VO * EB) : VO * smem::padded_row_bytes(BN);
+  static constexpr uint32_t q(int wg) { return uint32_t(wg) * kQBytes; }
+  static constexpr uint32_t k(int stage) {
+    return 2 * kQBytes + uint32_t(stage) * (kKBytes + kVBytes);
+  }
+  static constexpr uint32_t v(int stage) { return k(stage) + kKBytes; }
+  static constexpr uint32_t barriers() { return k(kStages); }
+  // + 1024: the dynamic shared memory base is rounded up to the swizzle's alignment.
+  static constexpr uint32_t total() { return barriers() + 2 * kStages * 8 + 1024; }
+};
+
+template <int EB>
+KVATTN_HD const uint8_t* kv_row(const PrefillParams& p, const RequestInfo& r, const void* base,
+                                const paged::CacheStrides& s, int64_t key, int kv_head) {
+  int64_t off;
+  if (p.paged) {
+    const int32_t page = p.kv_indices[r.kv_first + key / p.page_size];
+    off = s.offset(page, key % p.page_size, kv_head, 0);
+  } else {
+    off = s.offset(0, r.kv_first + key, kv_head, 0);
+  }
+  return static_cast<const uint8_t*>(base) + off * EB;
+}
+
+// The K/V blocks of `tile` (its chunk's, when its request is split): one function for the
+// producer and the consumers, the same the planner ordered the tiles by.
+template <int BN>
+KVATTN_HD sched::KvRange tile_range(const PrefillParams& p, const sched::Tile& tile,
+                                    const RequestInfo& r) {
+  return sched::tile_kv_range(tile, r.qo_len, r.kv_len, p.causal, p.window_left, BN,
+                              p.rows_per_token, r.chunks, p.chunk_blocks);
+}
+
+// Warpgroup 0: K/V blocks of every tile of this CTA into the ring, in the consumers' order.
+template <class Tag, int QK, int VO, class Ops>
+KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, uint64_t* full,
+                       uint64_t* empty) {
+  constexpr int EB = Elem<Tag>::kBytes;
+  using Plan = SmemPlan<EB, QK, VO>;
+  constexpr int BN = Plan::BN;
+  const int tid = ops.thread();  // 0..127
+  pipe::PipelineState<kStages> st = pipe::producer_start<kStages>();
+  if (!Elem<Tag>::kFp8 && p.tma) {
+    // One thread issues every load: the expected bytes, then the panels of K and of V.
+    if (tid != 0) return;
+    for (int t = sched::first_tile(ops.cta()); t < p.num_tiles;
+         t = sched::next_tile(t, ops.ctas())) {
+      const sched::Tile tile = p.tiles[t];
+      const RequestInfo r = p.requests[tile.request];
+      const sched::KvRange kr = tile_range<BN>(p, tile, r);
+      const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
+      for (int n = kr.begin; n < kr.end; ++n) {
+        ops.mbarrier_wait(&empty[st.index], st.phase);
+        ops.mbarrier_arrive_expect_tx(&full[st.index], Plan::kKBytes + Plan::kVBytes);
+        // < the map's tokens <= 2^31 - 1 (launch.cu: tma_token_coordinates_fit, else cp.async)
+        const int token = int(r.kv_first + int64_t(n) * BN);
+        KVATTN_FA3_PRAGMA(unroll)
+        for (int panel = 0; panel < QK / smem::kPanelCols16; ++panel) {
+          ops.tma_load_3d(smem + Plan::k(st.index) + smem::tma_panel_offset(panel, BN), &p.tma_k,
+                          panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
+        }
+        KVATTN_FA3_PRAGMA(unroll)
+        for (int panel = 0; panel < VO / smem::kPanelCols16; ++panel) {
+          ops.tma_load_3d(smem + Plan::v(st.index) + smem::tma_panel_offset(panel, BN), &p.tma_v,
+                          panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
+        }
+        st.advance();
+      }
+    }
+    return;
+  }
+  constexpr int kKRowChunks = QK * EB / 16;  // 16-byte chunks per K row
+  constexpr int kVRowChunks = VO * EB / 16;
+  for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
+    const sched::Tile tile = p.tiles[t];
+    const RequestInfo r = p.requests[tile.request];
+    const sched::KvRange kr = tile_range<BN>(p, tile, r);
+    const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
+    for (int n = kr.begin; n < kr.end; ++n) {
+      ops.mbarrier_wait(&empty[st.index], st.phase);
+      uint8_t* k_smem = smem + Plan::k(st.index);
+      uint8_t* v_smem = smem + Plan::v(st.index);
+      KVATTN_FA3_PRAGMA(unroll(kKRowChunks % 8 == 0 ? 2 : 1))
+      for (int c = tid; c < BN * kKRowChunks; c += frag::kWarpgroupThreads) {
+        const int row = c / kKRowChunks, byte_col = (c % kKRowChunks) * 16;
+        const int64_t key = int64_t(n) * BN + row;
+        const bool in = key < r.kv_len;
+        const int64_t src_key = in ? key : 0;  // a valid address; zero bytes are read
+        const uint8_t* src = kv_row<EB>(p, r, p.k, p.k_strides, src_key, kv_head) + byte_col;
+        const uint32_t dst = Elem<Tag>::kFp8 ? smem::tile_offset8(row, byte_col, BN)
+                                             : smem::tile_offset(row, byte_col / 2, BN);
+        ops.cp_async_16_zfill(k_smem + dst, src, in);
+      }
+      KVATTN_FA3_PRAGMA(unroll(Elem<Tag>::kFp8 ? 1 : 2))
+      for (int c = tid; c < BN * kVRowChunks; c += frag::kWarpgroupThreads) {
+        const int row = c / kVRowChunks, byte_col = (c % kVRowChunks) * 16;
+        const int64_t key = int64_t(n) * BN + row;
+        const bool in = key < r.kv_len;
+        const int64_t src_key = in ? key : 0;
+        const uint8_t* src = kv_row<EB>(p, r, p.v, p.v_strides, src_key, kv_head) + byte_col;
+        if constexpr (!Elem<Tag>::kFp8) {
+          ops.cp_async_16_zfill(v_smem + smem::tile_offset(row, byte_col / 2, BN), src, in);
+        } else {
+          // V^T [dim][key], its columns renumbered as P's A fragment needs (wgmma_fragment.h).
+          typename Ops::U4 vals{0, 0, 0, 0};
+          if (in) vals = ops.ld16(src);
+          const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&vals);
+          const int col = (row / 32) * 32 + frag::fp8_column_of_key(row % 32);
+          KVATTN_FA3_PRAGMA(unroll)
+          for (int e = 0; e < 16; ++e) {
+            const uint8_t byte = bytes[e];  // read before the address, as an assignment orders it
+            ops.st_shared(&v_smem[smem::tile_offset8(byte_col + e, col, VO)], byte);
+          }
+        }
+      }
+      ops.cp_async_wait_all();
+      ops.fence_proxy_async();
+      ops.mbarrier_arrive(&full[st.index]);
+      st.advance();
+    }
+  }
+}
+
+template <class Tag, int QK, int VO, class Ops>
+KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, uint64_t* full,
+                       uint64_t* empty, int wg) {
+  constexpr int EB = Elem<Tag>::kBytes;
+  constexpr bool kFp8 = Elem<Tag>::kFp8;
+  using Plan = SmemPlan<EB, QK, VO>;
+  constexpr int BN = Plan::BN;
+  constexpr int kSRegs = BN / 2;  // S accumulators per thread (N = keys of a block)
+  constexpr int kORegs = VO / 2;  // O accumulators per thread (N = the V head dim)
+  const int ctid = ops.thread() % frag::kWarpgroupThreads;
+  const int lane = ops.thread() % 32;
+  uint8_t* q_smem = smem + Plan::q(wg);
+  const uint32_t q_addr = ops.smem_addr(q_smem);
+  pipe::PipelineState<kStages> st = pipe::consumer_start<kStages>();
+
+  for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
+    const sched::Tile tile = p.tiles[t];
+    const RequestInfo r = p.requests[tile.request];
+    const sched::KvRange kr = tile_range<BN>(p, tile, r);
+    // Rows are packed rows (packed_rows.h): query tokens, or (token, head) of a GQA group.
+    // (32 bits: a request's packed rows are at most pack::kMaxPackedRows.)
+    const int row0 = tile.q_tile * sched::kBlockM + wg * frag::kWarpgroupRows;
+    // The causal diagonal of this thread's two rows (one per accumulator row half) is
+    // diag0 + token_step[h]: the token of the warpgroup's first row plus the (32-bit) token
+    // offset of the row, both found once per tile (a division per masked block spills).
+    const int64_t token0 = pack::token_of(row0, p.rows_per_token);
+    const int64_t diag0 = token0 + r.kv_len - r.qo_len;
+    int token_step[2];
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int h = 0; h < 2; ++h) {
+      token_step[h] =
+          int(pack::token_of(row0 + frag::acc_element(ctid, 2 * h).row, p.rows_per_token) - token0);
+    }
+
+    // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
+    // the warpgroup is past the previous tile's wgmmas, which read it.
+    ops.named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
+    constexpr int kRowChunks = QK * EB / 16;
+    for (int c = ctid; c < frag::kWarpgroupRows * kRowChunks; c += frag::kWarpgroupThreads) {
+      const int tile_row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
+      const int64_t row = row0 + tile_row;
+      typename Ops::U4 val{0, 0, 0, 0};
+      if (row < pack::packed_rows(r.qo_len, p.rows_per_token)) {
+        const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
+        val = ops.ld16(static_cast<const uint8_t*>(p.q) +
+                       ((r.q_row + th.token) * p.q_stride_row + th.qo_head * p.q_stride_head) * EB +
+                       byte_col);
+      }
+      const uint32_t dst = kFp8 ? smem::tile_offset8(tile_row, byte_col, frag::kWarpgroupRows)
+                                : smem::tile_offset(tile_row, byte_col / 2, frag::kWarpgroupRows);
+      ops.st_shared(reinterpret_cast<typename Ops::U4*>(q_smem + dst), val);
+    }
+    ops.fence_proxy_async();
+    ops.named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
+
+    typename Ops::template Acc<kORegs> o;
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY};
+    float l[2] = {0.0f, 0.0f};
+
+    // Softmax of block n overlapped with O += P V of block n - 1 (FA3's intra-warpgroup
+    // overlap): S_n is issued before PV_{n-1}, waited for alone (wgmma groups complete in order),
+    // and turned into P_n while PV_{n-1} runs; O is rescaled once PV_{n-1} is done, and slot n - 1
+    // is released then (pipeline_state.h: a consumer holds at most two slots, released in
+    // order; fa3_pipeline_test replays it).
+    // FP8 keeps the blocks apart (one at a time, as below the overlap): with S, P and O live at
+    // once its consumers spill (ptxas: 64 bytes), and FP8's P is half the registers that would
+    // pay for it.
+    constexpr int kPSteps = BN * EB / 32;
+    constexpr bool kOverlap = !kFp8;
+    typename Ops::template Acc<kSRegs> s;
+    typename Ops::AFrag a[kPSteps];
+    if constexpr (!kOverlap) {
+      for (int n = kr.begin; n < kr.end; ++n) {
+        ops.mbarrier_wait(&full[st.index], st.phase);
+        step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
+        ops.template wgmma_wait<0>();
+        ops.fence_registers(s);
+        step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
+        float alpha[2];
+        step::softmax<BN>(ops, s, m, l, alpha);
+        step::rescale<kORegs>(o, alpha);
+        step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
+        step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
+                                                   ops.smem_addr(smem + Plan::v(st.index)));
+        ops.template wgmma_wait<0>();
+        step::pv_done<VO, kPSteps>(ops, o, a);
+        ops.syncwarp();
+        if (lane == 0) ops.mbarrier_arrive(&empty[st.index]);
+        st.advance();
+      }
+    } else if (kr.begin < kr.end) {
+      ops.mbarrier_wait(&full[st.index], st.phase);
+      step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
+      ops.template wgmma_wait<0>();
+      ops.fence_registers(s);
+      step::scores<BN>(s, p, kr.masked(kr.begin), kr.begin, r.kv_len, diag0, token_step, ctid);
+      float alpha[2];
+      step::softmax<BN>(ops, s, m, l, alpha);  // O is still zero: nothing to rescale
+      step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
+      pipe::PipelineState<kStages> prev = st;
+      st.advance();
+      for (int n = kr.begin + 1; n < kr.end; ++n) {
+        ops.mbarrier_wait(&full[st.index], st.phase);
+        step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
+        step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
+                                                   ops.smem_addr(smem + Plan::v(prev.index)));
+        ops.template wgmma_wait<1>();  // S_n done; PV_{n-1} may still run
+        ops.fence_registers(s);
+        step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
+        step::softmax<BN>(ops, s, m, l, alpha);
+        ops.template wgmma_wait<0>();  // PV_{n-1} done: its slot, O and P are free
+        step::pv_done<VO, kPSteps>(ops, o, a);
+        ops.syncwarp();
+        if (lane == 0) ops.mbarrier_arrive(&empty[prev.index]);
+        step::rescale<kORegs>(o, alpha);
+        step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
+        prev = st;
+        st.advance();
+      }
+      step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
+                                                 ops.smem_addr(smem + Plan::v(prev.index)));
+      ops.template wgmma_wait<0>();
+      step::pv_done<VO, kPSteps>(ops, o, a);
+      ops.syncwarp();
+      if (lane == 0) ops.mbarrier_arrive(&empty[prev.index]);
+    }
+
+    // Epilogue: normalize, write O and the natural-log LSE of the rows this request has.
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int h = 0; h < 2; ++h) {
+      l[h] += ops.shfl_xor(l[h], 1);
+      l[h] += ops.shfl_xor(l[h], 2);
+    }
+    // Where each of this thread's two rows goes: out (and lse), or, for a split request, the
+    // partial state of (token, chunk) (split_plan.h), merged by merge_kernel. The request is read
+    // again here (the mbarrier waits' memory clobbers keep it a load) so that its split fields
+    // hold no registers during the main loop.
+    const RequestInfo re = p.requests[tile.request];
+    const bool split = re.chunks > 1;
+    const int64_t rows = pack::packed_rows(re.qo_len, p.rows_per_token);
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
+      if (row >= rows) continue;
+      const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
+      const int64_t state = re.partial_base + th.token * re.chunks + tile.chunk;
+      // The row's end (cuda/common/row_finish.h, fa2's too): o = 0 and lse = -inf without a
+      // visible key, o = lse = NaN after a NaN score (the numerics policy; a split merge then
+      // folds the NaN in instead of dropping the row). FP8's O carries P's 2^8 (pack_p).
+      const cuda::RowFinish fin = cuda::finish_row(m[h], l[h], p.v_scale);
+      const float inv = kFp8 ? fin.o_scale * step::kFp8PUnscale : fin.o_scale;
+      if (split) {
+        float* dst = p.partial_o + (state * p.num_qo_heads + th.qo_head) * VO;
+        KVATTN_FA3_PRAGMA(unroll)
+        for (int i = 0; i < kORegs; ++i) {
+          if (frag::acc_row_half(i) == h) dst[frag::acc_element(ctid, i).col] = o[i] * inv;
+        }
+      } else {
+        const int64_t base = (re.q_row + th.token) * p.o_stride_row + th.qo_head * p.o_stride_head;
+        KVATTN_FA3_PRAGMA(unroll)
+        for (int i = 0; i < kORegs; ++i) {
+          if (frag::acc_row_half(i) == h)
+            ops.store_out(p, base + frag::acc_element(ctid, i).col, o[i] * inv);
+        }
+      }
+      if (lane % 4 != 0) continue;
+      const float lse = fin.lse;
+      if (split) {
+        p.partial_lse[state * p.num_qo_heads + th.qo_head] = lse;
+      } else if (p.lse) {
+        p.lse[(re.q_row + th.token) * p.lse_stride_row + th.qo_head * p.lse_stride_head] = lse;
+      }
+    }
+  }
+}
+
+// One CTA: the ring's barriers, the register split, then warpgroup 0 produces and 1 and 2
+// consume. smem_raw: the dynamic shared memory (its base rounded up to 1024 bytes here).
+template <class Tag, int QK, int VO, class Ops>
+KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem_raw) {
+  uint8_t* smem = smem_raw + ((1024u - (ops.smem_addr(smem_raw) & 1023u)) & 1023u);
+  using Plan = SmemPlan<Elem<Tag>::kBytes, QK, VO>;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Plan::barriers());
+  uint64_t* empty = full + kStages;
+  if (ops.thread() == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives.
+      ops.mbarrier_init(&full[s], !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads);
+      ops.mbarrier_init(&empty[s], kConsumerWarps);  // one arrival per consumer warp
+    }
+    ops.fence_barrier_init();
+  }
+  ops.sync_threads();
+  const int wg = ops.thread() / frag::kWarpgroupThreads;
+  if (wg == 0) {
+    ops.template setmaxnreg_dec<kProducerRegs>();
+    produce<Tag, QK, VO>(ops, p, smem, full, empty);
+  } else {
+    ops.template setmaxnreg_inc<kConsumerRegs>();
+    consume<Tag, QK, VO>(ops, p, smem, full, empty, wg - 1);
+  }
+}
+
+}  // namespace kvattn::fa3

@@ -1,0 +1,168 @@
+// fa3's kernel body (src/cuda/fa3/kernels/prefill_cta.h) over the SM90 CTA emulator
+// (sm90_emulator.h): the Ops the body is written against, each call the emulated instruction of
+// the thread (the device's are src/cuda/fa3/kernels/device_ops.cuh). S, O and P's fragments are
+// the emulator's checked registers (Acc, AFrag), so the body's wgmma fence / commit / wait
+// discipline is checked as it runs. The kernel parameters hold CUtensorMap objects; the replay's
+// encoder (fa3_replay_test.cc) writes the address of the emulated map it made into the first 8
+// bytes of each, and tma_load_3d reads it back (a map not encoded that way fails by name).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/numeric.h"
+#include "cuda/fa3/kernels/elem.h"
+#include "cuda/fa3/params.h"
+#include "cuda/sm90_emulator.h"
+
+namespace kvattn::fa3::emu {
+
+inline constexpr uint64_t kEmulatedMapTag = 0x6b76617474656d75ull;  // "kvattemu"
+
+// Writes `map`'s address into a CUtensorMap's opaque bytes (with a tag the reader checks).
+inline void store_emulated_map(CUtensorMap* cu, const TensorMap* map) {
+  std::memset(cu, 0, sizeof(*cu));
+  std::memcpy(reinterpret_cast<unsigned char*>(cu), &map, sizeof(map));
+  std::memcpy(reinterpret_cast<unsigned char*>(cu) + 8, &kEmulatedMapTag, 8);
+}
+
+inline WgmmaType wgmma_type(ElemKind k) {
+  switch (k) {
+    case ElemKind::kBf16:
+      return WgmmaType::kBf16;
+    case ElemKind::kF16:
+      return WgmmaType::kF16;
+    case ElemKind::kE4m3:
+      return WgmmaType::kE4m3;
+    case ElemKind::kE5m2:
+      return WgmmaType::kE5m2;
+  }
+  return WgmmaType::kBf16;
+}
+
+class Fa3EmuOps {
+ public:
+  template <int N>
+  using Acc = emu::Acc<N>;
+  using AFrag = emu::AFrag;
+  struct alignas(16) U4 {
+    uint32_t x, y, z, w;
+  };
+
+  Fa3EmuOps(const Sm90Ops& ops, int cta, int ctas) : ops_(ops), cta_(cta), ctas_(ctas) {}
+
+  unsigned thread() const { return unsigned(ops_.thread()); }
+  int cta() const { return cta_; }
+  int ctas() const { return ctas_; }
+  uint32_t smem_addr(const void* p) const { return ops_.smem_addr(p); }
+  U4 ld16(const void* p) const {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+      throw EmulatorError("warp " + std::to_string(ops_.warp()) + " thread " +
+                          std::to_string(ops_.thread()) +
+                          ": ld.global.v4.u32 of a global address not 16-byte aligned");
+    }
+    U4 v;
+    std::memcpy(&v, p, 16);
+    return v;
+  }
+  template <class T>
+  void st_shared(T* p, T v) const {
+    ops_.st_shared(p, v);
+  }
+  void store_out(const PrefillParams& p, int64_t offset, float x) const {
+    switch (p.out_kind) {
+      case OutKind::kF32:
+        static_cast<float*>(p.out)[offset] = x;
+        break;
+      case OutKind::kF16:
+        static_cast<uint16_t*>(p.out)[offset] = num::f32_to_f16(x);
+        break;
+      case OutKind::kBF16:
+        static_cast<uint16_t*>(p.out)[offset] = num::f32_to_bf16(x);
+        break;
+    }
+  }
+
+  void mbarrier_init(uint64_t* bar, int count) const { ops_.mbarrier_init(bar, count); }
+  void fence_barrier_init() const { ops_.fence_barrier_init(); }
+  void mbarrier_arrive(uint64_t* bar) const { ops_.mbarrier_arrive(bar); }
+  void mbarrier_wait(uint64_t* bar, uint32_t parity) const { ops_.mbarrier_wait(bar, parity); }
+  void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) const {
+    ops_.mbarrier_arrive_expect_tx(bar, bytes);
+  }
+  void tma_load_3d(void* smem_dst, const void* cu_map, int c0, int c1, int c2,
+                   uint64_t* bar) const {
+    const TensorMap* map = nullptr;
+    uint64_t tag = 0;
+    std::memcpy(&map, cu_map, sizeof(map));
+    std::memcpy(&tag, static_cast<const unsigned char*>(cu_map) + 8, 8);
+    if (tag != kEmulatedMapTag || map == nullptr) {
+      throw EmulatorError("warp " + std::to_string(ops_.warp()) +
+                          ": cp.async.bulk.tensor.3d with a tensor map the replay did not encode");
+    }
+    ops_.tma_load_3d(smem_dst, map, c0, c1, c2, bar);
+  }
+  void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid) const {
+    ops_.cp_async_16_zfill(smem_dst, gmem_src, valid);
+  }
+  void cp_async_wait_all() const { ops_.cp_async_wait_all(); }
+  void fence_proxy_async() const { ops_.fence_proxy_async(); }
+  void named_barrier_sync(int id, int threads) const { ops_.named_barrier_sync(id, threads); }
+  void sync_threads() const { ops_.sync_threads(); }
+  template <int N>
+  void setmaxnreg_inc() const {
+    ops_.setmaxnreg(true, N);
+  }
+  template <int N>
+  void setmaxnreg_dec() const {
+    ops_.setmaxnreg(false, N);
+  }
+  float shfl_xor(float v, int lane_mask) const { return ops_.shfl_xor(v, lane_mask); }
+  void syncwarp() const { ops_.syncwarp(); }
+
+  void wgmma_fence() const { ops_.wgmma_fence(); }
+  void wgmma_commit() const { ops_.wgmma_commit(); }
+  template <int Pending>
+  void wgmma_wait() const {
+    ops_.wgmma_wait(Pending);
+  }
+  // S (+)= Q K^T: A = Q (q's type), B = K (the cache's), both K-major.
+  template <class Tag, int N, int NR>
+  void wgmma_ss(Acc<NR>& d, uint64_t a_desc, uint64_t b_desc, int accumulate) const {
+    static_assert(2 * NR == N, "m64nN: N / 2 accumulators per thread");
+    ops_.wgmma_ss(d, wgmma_type(Elem<Tag>::kQ), wgmma_type(Elem<Tag>::kKv), a_desc, false, b_desc,
+                  false, accumulate != 0);
+  }
+  // O += P V: P from registers (q's 16-bit type, or e4m3 for every FP8 pair), V MN-major for
+  // 16-bit ("transposed"), K-major (stored transposed) for FP8.
+  template <class Tag, int N, int NR>
+  void wgmma_rs(Acc<NR>& d, AFrag& a, uint64_t b_desc) const {
+    static_assert(2 * NR == N, "m64nN: N / 2 accumulators per thread");
+    constexpr bool kFp8 = Elem<Tag>::kFp8;
+    ops_.wgmma_rs(d, kFp8 ? WgmmaType::kE4m3 : wgmma_type(Elem<Tag>::kQ),
+                  wgmma_type(Elem<Tag>::kKv), a, b_desc, !kFp8, true);
+  }
+  // The compiler-only register fences of the device: nothing to do here (the emulator's
+  // registers check the order themselves).
+  template <class R>
+  void fence_registers(R&) const {}
+  template <class Tag>
+  uint32_t pack16(float lo, float hi) const {
+    const bool f16 = Elem<Tag>::kQ == ElemKind::kF16;
+    const uint16_t l = f16 ? num::f32_to_f16(lo) : num::f32_to_bf16(lo);
+    const uint16_t h = f16 ? num::f32_to_f16(hi) : num::f32_to_bf16(hi);
+    return uint32_t(l) | (uint32_t(h) << 16);
+  }
+  // cvt.rn.satfinite.e4m3x2.f32 twice: x0 in the lowest byte.
+  uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) const {
+    return uint32_t(num::f32_to_e4m3(x0)) | (uint32_t(num::f32_to_e4m3(x1)) << 8) |
+           (uint32_t(num::f32_to_e4m3(x2)) << 16) | (uint32_t(num::f32_to_e4m3(x3)) << 24);
+  }
+
+ private:
+  const Sm90Ops& ops_;
+  int cta_, ctas_;
+};
+
+}  // namespace kvattn::fa3::emu
