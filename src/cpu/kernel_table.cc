@@ -62,6 +62,21 @@ Status decode_fp8_bf16_dot_rule(const Problem& p) {
   if (p.use_fp16_qk_reduction) return rule("needs no fp16 QK reduction");
   return ok();
 }
+// bf16 rows straight into bf16 dot products: bf16 queries (exact, unscaled: P rounds to their
+// type), no fp16 QK rounding; as the table widening, no fused RoPE (the rows are not rotated) and
+// no custom mask (a masked key's zero probability times a NaN V would reach the output).
+Status decode_bf16_dot_rule(const Problem& p) {
+  if (p.kv_dtype != DType::kBF16) return rule("needs a bf16 cache, not ", dtype_name(p.kv_dtype));
+  if (!dims_64_128_256(p)) {
+    return rule("needs equal head dims 64, 128 or 256, not ", p.head_dim_qk, "/", p.head_dim_vo);
+  }
+  if (p.pos_encoding_mode == PosEncoding::kRopeLlama) return rule("needs no fused RoPE");
+  if (p.mask_mode == MaskMode::kCustom) return rule("needs no custom mask");
+  if (p.q_dtype != DType::kBF16) return rule("needs bf16 queries, not ", dtype_name(p.q_dtype));
+  if (p.q_scale != 1.0f) return rule("needs q_scale 1, not ", p.q_scale);
+  if (p.use_fp16_qk_reduction) return rule("needs no fp16 QK reduction");
+  return ok();
+}
 // The bf16 dot products round P to bf16, which bf16 queries allow; q and K/V widen exactly to
 // bf16, and neither the rotation nor the fp16 rounding of the raw dot may change them first.
 Status prefill_bf16_dot_rule(const Problem& p) {
@@ -134,6 +149,9 @@ DecodeItemFn decode_fp8_table_fma(const Problem& p, int gp) {
 DecodeItemFn decode_fp8_table_bf16_dot(const Problem& p, int gp) {
   return find_decode_kernel_fp8_table_avx512(p.kv_dtype, p.head_dim_qk, p.head_dim_vo, gp, true);
 }
+DecodeItemFn decode_bf16_dot(const Problem& p, int gp) {
+  return find_decode_kernel_bf16_dot_avx512(p.kv_dtype, p.head_dim_qk, p.head_dim_vo, gp);
+}
 #endif
 
 using RunsOn = Status (*)(const CpuFeatures&);
@@ -170,6 +188,8 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
   decode_kernel("decode-avx512bf16-fp8table-dot-k32", CpuIsa::kAvx512, has_bf16_vbmi,
                 decode_fp8_bf16_dot_rule, fast_bf16_dot, decode_fp8_table_bf16_dot,
                 kDecodePortable),
+      decode_kernel("decode-avx512bf16-dot-k32", CpuIsa::kAvx512, has_bf16, decode_bf16_dot_rule,
+                    fast_bf16_dot, decode_bf16_dot, kDecodePortable),
       decode_kernel("decode-avx512vbmi-fp8table-fma-k32", CpuIsa::kAvx512, has_vbmi,
                     decode_fp8_table_rule, nullptr, decode_fp8_table_fma, kDecodePortable),
       decode_kernel("decode-avx512-fma-k32", CpuIsa::kAvx512, any_cpu, any_problem, nullptr,

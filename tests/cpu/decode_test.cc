@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -110,11 +111,13 @@ TEST_P(CpuDecodeGrid, MatchesTheReferenceOnRandomProblems) {
 }
 
 // The FP8 table-widening kernels (decode_fp8_table_avx512bf16.cc), with fp32 FMAs or bf16 dot
-// products, named through the kernel table: checked on their own grid (both FP8 types, head dims
+// products, and the bf16 dot-product kernel over bf16 caches (decode_bf16_dot_avx512bf16.cc),
+// named through the kernel table: checked on their own grid (both FP8 types or bf16, head dims
 // 64/128/256, GQA groups 1-16, lengths around the 32-key tile and the pair of keys PV takes, both
-// layouts, pages of 16 and 5, every variant they take, split into chunks too).
+// layouts, pages of 16 and 5 (bf16: and 1), every variant they take, split into chunks too).
 constexpr std::string_view kFp8TableFma = "decode-avx512vbmi-fp8table-fma-k32";
 constexpr std::string_view kFp8TableDot = "decode-avx512bf16-fp8table-dot-k32";
+constexpr std::string_view kBf16Dot = "decode-avx512bf16-dot-k32";
 constexpr std::string_view kFma512 = "decode-avx512-fma-k32";
 
 // The kernel named `name` where this machine runs it, else nullptr and the reason in `why`.
@@ -132,28 +135,38 @@ const cpu::CpuKernel* runnable(std::string_view name, std::string* why) {
   return k;
 }
 
-void check_fp8_table_grid(const cpu::CpuKernel& kernel);
+constexpr DType kFp8Types[] = {DType::kE4M3, DType::kE5M2};
+constexpr DType kBf16Type[] = {DType::kBF16};
+
+void check_table_grid(const cpu::CpuKernel& kernel, std::span<const DType> kv_types);
 
 TEST(CpuDecodeFp8Table, FmaTilesMatchTheReferenceOnFp8Caches) {
   std::string why;
   const cpu::CpuKernel* k = runnable(kFp8TableFma, &why);
   if (k == nullptr) GTEST_SKIP() << why;
-  check_fp8_table_grid(*k);
+  check_table_grid(*k, kFp8Types);
 }
 
 TEST(CpuDecodeBf16Dot, MatchesTheReferenceOnFp8Caches) {
   std::string why;
   const cpu::CpuKernel* k = runnable(kFp8TableDot, &why);
   if (k == nullptr) GTEST_SKIP() << why;
-  check_fp8_table_grid(*k);
+  check_table_grid(*k, kFp8Types);
 }
 
-void check_fp8_table_grid(const cpu::CpuKernel& kernel) {
+TEST(CpuDecodeBf16Dot, MatchesTheReferenceOnBf16Caches) {
+  std::string why;
+  const cpu::CpuKernel* k = runnable(kBf16Dot, &why);
+  if (k == nullptr) GTEST_SKIP() << why;
+  check_table_grid(*k, kBf16Type);
+}
+
+void check_table_grid(const cpu::CpuKernel& kernel, std::span<const DType> kv_types) {
   KernelOverride named(kernel.name);
   const int64_t lengths[] = {1, kTile - 1, kTile, kTile + 1, 2 * kTile + 1, 3 * kTile + 7, 0};
   const int groups[] = {1, 2, 4, 8, 16, 3};
   int i = 0;
-  for (DType kv : {DType::kE4M3, DType::kE5M2}) {
+  for (DType kv : kv_types) {
     for (int d : {64, 128, 256}) {
       for (int variant = 0; variant < 8; ++variant, ++i) {
         CaseSpec spec;
@@ -184,13 +197,21 @@ void check_fp8_table_grid(const cpu::CpuKernel& kernel) {
           case 4:
             p.use_sinks = true;
             break;
-          case 5:
-            p.kv_scale_granularity = KVScaleGranularity::kPerHead;
-            p.k_scale = p.v_scale = 1.0f;
+          case 5:  // scale granularities are for FP8 caches; bf16: pages of one token
+            if (is_fp8(kv)) {
+              p.kv_scale_granularity = KVScaleGranularity::kPerHead;
+              p.k_scale = p.v_scale = 1.0f;
+            } else {
+              p.page_size = 1;
+            }
             break;
           case 6:
-            p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
-            p.k_scale = p.v_scale = 1.0f;
+            if (is_fp8(kv)) {
+              p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+              p.k_scale = p.v_scale = 1.0f;
+            } else {
+              p.o_dtype = DType::kF16;
+            }
             break;
           case 7:
             p.sm_scale = 0.3f;

@@ -117,6 +117,10 @@ DecodeItemFn find_decode_kernel_avx512(DType kv, int dqk, int dvo, int group_pad
 // 0.48 of the roofline).
 DecodeItemFn find_decode_kernel_fp8_table_avx512(DType kv, int dqk, int dvo, int group_padded,
                                                  bool bf16_dot);
+// bf16 caches with bf16 dot products (decode_bf16_dot_avx512bf16.cc; AVX512_BF16): head dims 64,
+// 128, 256 (equal); nullptr otherwise. Preferred over the fp32-FMA kernel where vdpbf16ps is
+// fast, as above.
+DecodeItemFn find_decode_kernel_bf16_dot_avx512(DType kv, int dqk, int dvo, int group_padded);
 
 // Plans a decode op: one item per (request, KV head), or per KV chunk of it when split.
 Status plan_decode(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,

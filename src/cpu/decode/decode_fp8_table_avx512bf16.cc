@@ -1,23 +1,20 @@
-// Decode over an FP8 (e4m3 / e5m2) cache with bf16 dot products (AVX512_BF16 + AVX512_VBMI),
-// for bf16 queries: the decode kernel of decode_kernel.h with other QK and PV tiles.
+// Decode over an FP8 (e4m3 / e5m2) cache for bf16 queries (AVX512_BF16 + AVX512_VBMI): the
+// decode kernel of decode_kernel.h with other QK and PV tiles.
 //
 // An FP8 decode moves half the bytes of a bf16 one, and with fp32 FMAs it is compute-bound:
 // widening each code to f32 (5 instructions per 16 values) and one FMA per value per query head
 // cost more than the bytes take to arrive (issue 14: e4m3 decode took the time of bf16 decode).
 // Here every code is widened exactly to bf16 by two 128-entry byte tables (vpermi2b: low and
 // high byte of the bf16 of the code's magnitude, then the sign or'ed in), 64 codes per 5
-// instructions, and vdpbf16ps does two products per lane: QK pairs adjacent dims of q and K, PV
-// pairs two keys' probabilities with their V rows. The probabilities are rounded to bf16, the
-// queries' type, as the baseline rule allows (testing/baseline.h; the bf16 prefill kernel does
-// the same); q and K are exact in bf16, the sums f32.
+// instructions, then either multiplied by vdpbf16ps (the bf16 dot-product tiles of
+// decode_dot_tiles.h) or split into f32 for fp32 FMAs (TableFmaTiles, below).
 //
 // The unpacks that interleave the table bytes work inside 128-bit lanes, so the 64 values of a
 // chunk come out permuted; q is permuted the same way once per task (prepare_q), and the output
-// accumulators, permuted by the PV unpacks, are put back in order once per task (finish_o).
-// NaN codes widen to bf16 NaN and propagate through the products as the reference's do (a NaN
-// in a visible K row makes the row NaN, in a V row its column), so no NaN scan is needed; the
-// kernel is used without a custom mask only (a masked key's zero probability times a NaN V
-// would otherwise reach the output).
+// accumulators are put back in order once per task (finish_o). NaN codes widen to bf16 NaN and
+// propagate through the products as the reference's do (a NaN in a visible K row makes the row
+// NaN, in a V row its column), so no NaN scan is needed; the kernels are used without a custom
+// mask only (a masked key's zero probability times a NaN V would otherwise reach the output).
 #include <immintrin.h>
 
 #include <array>
@@ -25,14 +22,16 @@
 #include <cstring>
 
 #include "core/numeric.h"
-#include "cpu/decode/decode_kernel.h"
 #include "cpu/common/simd_avx512.h"
+#include "cpu/decode/decode_dot_tiles.h"
+#include "cpu/decode/decode_kernel.h"
 
 namespace kvattn::cpu {
 namespace {
 
 using S = avx512::Simd;
 using decode_detail::TilePrefetcher;
+using decode_detail::kTile;
 
 // Low and high byte of the bf16 of each FP8 magnitude (code & 0x7F), in two halves of 64.
 struct Bf16Table {
@@ -81,145 +80,21 @@ constexpr int widened_word(int v) {
   const int lane = v / 16, i = v % 16;
   return i < 8 ? 8 * lane + i : 32 + 8 * lane + (i - 8);
 }
-// Where output dim v (0..63) of a chunk sits among the 64 f32 accumulators of the PV tile: the
-// 16-bit unpacks of w0/w1 of two keys give pairs r = 0..3 holding dims 16L + 4r + m at lane
-// 4L + m.
-constexpr int accumulated_lane(int v) {
-  const int lane = v / 16, r = (v % 16) / 4, m = v % 4;
-  return 16 * r + 4 * lane + m;
-}
 
-// QK of one tile for the table-widening policies: per key, each 64-code chunk of the K row is
-// widened (Widen), turned into the policy's Chunk once and accumulated into every query row of
-// the block (Tiles::accumulate, two partial sums per row); 16 keys' sums are reduced together.
-template <DType kKV, int kChunks, int kNG, class Tiles>
-void qk_widened(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
-                float* scores, TilePrefetcher* prefetch) {
-  const Widen widen(bf16_table<kKV>());
-  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
-    for (int kb = 0; kb < n; kb += 16) {
-      __m512 parts[kNG][16];
-      const int count = std::min(16, n - kb);
-      for (int kk = 0; kk < count; ++kk) {
-        prefetch->tick();
-        const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]);
-        __m512 acc0[kNG], acc1[kNG];
-        for (int g = 0; g < kNG; ++g) acc0[g] = acc1[g] = _mm512_setzero_ps();
-        for (int c = 0; c < kChunks; ++c) {
-          __m512i w0, w1;
-          widen(_mm512_loadu_si512(row + c * 64), &w0, &w1);
-          const typename Tiles::Chunk k = Tiles::chunk(w0, w1);
-          for (int g = 0; g < kNG; ++g) {
-            Tiles::accumulate(k, q + (g0 + g) * q_row, c, &acc0[g], &acc1[g]);
-          }
-        }
-        for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_add_ps(acc0[g], acc1[g]);
-      }
-      for (int kk = count; kk < 16; ++kk) {
-        for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_setzero_ps();
-      }
-      for (int g = 0; g < kNG; ++g) {
-        _mm512_storeu_ps(scores + (g0 + g) * decode_detail::kTile + kb, S::reduce_rows(parts[g]));
-      }
-    }
+// The table widening as a Loader of decode_dot_tiles.h.
+template <DType kKV>
+struct Fp8TableLoader {
+  static constexpr int kChunkBytes = 64;
+  Widen widen{bf16_table<kKV>()};
+  void operator()(const uint8_t* chunk, __m512i* w0, __m512i* w1) const {
+    widen(_mm512_loadu_si512(chunk), w0, w1);
   }
-}
-
-template <DType kKV, int kD, int kNG>
-struct DotTiles {
-  static_assert(kD % 64 == 0);
-  static constexpr int kChunks = kD / 64;
-  static constexpr float kKRaw = 1.0f;
-  static constexpr float kVRaw = 1.0f;
-  static constexpr bool kPoisonE4m3Nans = false;
-
-  // Each query row in f32 -> bf16 (q is bf16 here: exact), permuted like the widened K chunks,
-  // written over the start of the row.
-  static void prepare_q(float* q, int rows, int q_row, int dqk) {
-    float tmp[kD];
-    for (int g = 0; g < rows; ++g) {
-      float* row = q + g * q_row;
-      std::memcpy(tmp, row, sizeof(float) * dqk);
-      auto* words = reinterpret_cast<uint16_t*>(row);
-      for (int c = 0; c < kChunks; ++c) {
-        for (int v = 0; v < 64; ++v) {
-          words[c * 64 + widened_word(v)] = num::f32_to_bf16(tmp[c * 64 + v]);
-        }
-      }
-    }
-  }
-
-  // One widened chunk of a K row: the words as they are.
-  struct Chunk {
-    __m512i w0, w1;
-  };
-  static Chunk chunk(__m512i w0, __m512i w1) { return {w0, w1}; }
-  static void accumulate(const Chunk& k, const float* q_row, int c, __m512* acc0, __m512* acc1) {
-    const auto* qc = reinterpret_cast<const uint16_t*>(q_row) + c * 64;
-    *acc0 = _mm512_dpbf16_ps(*acc0, (__m512bh)_mm512_loadu_si512(qc), (__m512bh)k.w0);
-    *acc1 = _mm512_dpbf16_ps(*acc1, (__m512bh)_mm512_loadu_si512(qc + 32), (__m512bh)k.w1);
-  }
-  static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
-                 int, int64_t, float* scores, TilePrefetcher* prefetch) {
-    qk_widened<kKV, kChunks, kNG, DotTiles>(q, q_row, group_padded, rows, n, scores, prefetch);
-  }
-
-  static void pv(const float* p, int group_padded, const std::byte* const* rows, int n, int,
-                 int64_t, float* o, int o_row, TilePrefetcher* prefetch) {
-    constexpr int kTile = decode_detail::kTile;
-    static_assert(kTile == 32);
-    alignas(64) static constexpr uint8_t kZeroRow[kD] = {};
-    const Widen widen(bf16_table<kKV>());
-    const int pairs = (n + 1) / 2;
-    for (int g0 = 0; g0 < group_padded; g0 += kNG) {
-      // Probabilities of two keys as one bf16 pair per 32 bits: pair t = keys 2t, 2t + 1.
-      alignas(64) uint32_t pp[kNG][kTile / 2];
-      for (int g = 0; g < kNG; ++g) {
-        const float* pg = p + (g0 + g) * kTile;
-        const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(pg + 16), _mm512_loadu_ps(pg));
-        _mm512_store_si512(pp[g], (__m512i)b);
-      }
-      float* og = o + g0 * o_row;
-      for (int c = 0; c < kChunks; ++c) {
-        __m512 acc[kNG][4];
-        for (int g = 0; g < kNG; ++g) {
-          for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_loadu_ps(og + g * o_row + c * 64 + 16 * r);
-        }
-        for (int t = 0; t < pairs; ++t) {
-          if (c == 0) {
-            prefetch->tick();
-            prefetch->tick();
-          }
-          const auto* r0 = reinterpret_cast<const uint8_t*>(rows[2 * t]);
-          const auto* r1 =
-              2 * t + 1 < n ? reinterpret_cast<const uint8_t*>(rows[2 * t + 1]) : kZeroRow;
-          __m512i a0, a1, b0, b1;
-          widen(_mm512_loadu_si512(r0 + c * 64), &a0, &a1);
-          widen(_mm512_loadu_si512(r1 + c * 64), &b0, &b1);
-          const __m512i v[4] = {_mm512_unpacklo_epi16(a0, b0), _mm512_unpackhi_epi16(a0, b0),
-                                _mm512_unpacklo_epi16(a1, b1), _mm512_unpackhi_epi16(a1, b1)};
-          for (int g = 0; g < kNG; ++g) {
-            const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[g][t]));
-            for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_dpbf16_ps(acc[g][r], (__m512bh)v[r], w);
-          }
-        }
-        for (int g = 0; g < kNG; ++g) {
-          for (int r = 0; r < 4; ++r) _mm512_storeu_ps(og + g * o_row + c * 64 + 16 * r, acc[g][r]);
-        }
-      }
-    }
-  }
-
-  // The accumulators back in dim order.
-  static void finish_o(float* o, int rows, int o_row, int) {
-    float tmp[64];
-    for (int g = 0; g < rows; ++g) {
-      for (int c = 0; c < kChunks; ++c) {
-        float* chunk = o + g * o_row + c * 64;
-        std::memcpy(tmp, chunk, sizeof(tmp));
-        for (int v = 0; v < 64; ++v) chunk[v] = tmp[accumulated_lane(v)];
-      }
-    }
+  static constexpr int word(int v) { return widened_word(v); }
+  // The 16-bit unpacks of w0/w1 of two keys give pairs r = 0..3 holding dims 16L + 4r + m at
+  // lane 4L + m.
+  static constexpr int pv_lane(int v) {
+    const int lane = v / 16, r = (v % 16) / 4, m = v % 4;
+    return 16 * r + 4 * lane + m;
   }
 };
 
@@ -291,13 +166,12 @@ struct TableFmaTiles {
   }
   static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
                  int, int64_t, float* scores, TilePrefetcher* prefetch) {
-    qk_widened<kKV, kChunks, kNG, TableFmaTiles>(q, q_row, group_padded, rows, n, scores,
-                                                 prefetch);
+    decode_detail::qk_chunks<Fp8TableLoader<kKV>, kChunks, kNG, TableFmaTiles>(
+        q, q_row, group_padded, rows, n, scores, prefetch);
   }
 
   static void pv(const float* p, int group_padded, const std::byte* const* rows, int n, int,
                  int64_t, float* o, int o_row, TilePrefetcher* prefetch) {
-    constexpr int kTile = decode_detail::kTile;
     const Widen widen(bf16_table<kKV>());
     for (int g0 = 0; g0 < group_padded; g0 += kNG) {
       const float* pg = p + g0 * kTile;
@@ -343,33 +217,20 @@ DecodeItemFn pick_table_fma_group(int group_padded) {
 }
 
 template <DType kKV, int kD>
-DecodeItemFn pick_group(int group_padded) {
-  switch (std::min(group_padded, 8)) {
-    case 1:
-      return &decode_detail::decode_task<S, kKV, kD, kD, 1, DotTiles<kKV, kD, 1>>;
-    case 2:
-      return &decode_detail::decode_task<S, kKV, kD, kD, 2, DotTiles<kKV, kD, 2>>;
-    case 4:
-      return &decode_detail::decode_task<S, kKV, kD, kD, 4, DotTiles<kKV, kD, 4>>;
-    case 8:
-      // 8 rows x 4 accumulators would not fit the registers: two blocks of 4.
-      return &decode_detail::decode_task<S, kKV, kD, kD, 4, DotTiles<kKV, kD, 4>>;
-    default:
-      return nullptr;
-  }
+DecodeItemFn pick_group(int group_padded, bool dot) {
+  return dot ? decode_detail::pick_dot_group<Fp8TableLoader<kKV>, kKV, kD>(group_padded)
+             : pick_table_fma_group<kKV, kD>(group_padded);
 }
 
 template <DType kKV>
 DecodeItemFn pick_dim(int d, int group_padded, bool dot) {
   switch (d) {
     case 64:
-      return dot ? pick_group<kKV, 64>(group_padded) : pick_table_fma_group<kKV, 64>(group_padded);
+      return pick_group<kKV, 64>(group_padded, dot);
     case 128:
-      return dot ? pick_group<kKV, 128>(group_padded)
-                 : pick_table_fma_group<kKV, 128>(group_padded);
+      return pick_group<kKV, 128>(group_padded, dot);
     case 256:
-      return dot ? pick_group<kKV, 256>(group_padded)
-                 : pick_table_fma_group<kKV, 256>(group_padded);
+      return pick_group<kKV, 256>(group_padded, dot);
     default:
       return nullptr;
   }

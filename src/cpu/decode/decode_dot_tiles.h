@@ -1,0 +1,190 @@
+// The bf16 dot-product QK and PV tiles of the decode kernel (decode_kernel.h), over any way of
+// turning a 64-value chunk of a K/V row into bf16 words (a Loader): the FP8 table widening
+// (decode_fp8_table_avx512bf16.cc) and plain bf16 rows (decode_bf16_dot_avx512bf16.cc). Include
+// only from files compiled with the AVX512_BF16 flags.
+//
+// vdpbf16ps does two products per f32 lane: QK pairs adjacent words of q and K (q stored once
+// per task in the Loader's word order), PV pairs two keys' probabilities with the same word of
+// their V rows (16-bit unpacks of the two rows). The probabilities are rounded to bf16, the
+// queries' type, as the baseline rule allows (testing/baseline.h; the bf16 prefill kernel does
+// the same); q and K/V are exact in bf16, the sums f32. The unpacks work inside 128-bit lanes, so
+// the output accumulators come out permuted (Loader::pv_lane) and are put back in order once per
+// task (finish_o). NaN and inf in K/V propagate through the products as the reference's do, so
+// no scan is needed; the kernels are used without a custom mask only (a masked key's zero
+// probability times a NaN V would otherwise reach the output).
+//
+// A Loader:
+//   Loader()                               once per tile (e.g. the table registers)
+//   kChunkBytes                            bytes of a 64-value chunk of a row
+//   operator()(chunk, &w0, &w1)            the chunk as 64 bf16 words, w0 first
+//   static constexpr int word(int v)       where value v of a chunk sits among the 64 words
+//   static constexpr int pv_lane(int v)    where output dim v of a chunk sits among the 64 f32
+//                                          accumulators of the PV tile
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "core/numeric.h"
+#include "cpu/common/simd_avx512.h"
+#include "cpu/decode/decode_kernel.h"
+
+namespace kvattn::cpu::decode_detail {
+// Internal linkage, as simd_avx512.h: each including file has its own ISA flags.
+namespace {
+
+// QK of one tile: per key, each 64-value chunk of the K row is loaded as bf16 words (Loader),
+// turned into the policy's Chunk once and accumulated into every query row of the block
+// (Tiles::accumulate, two partial sums per row); 16 keys' sums are reduced together.
+template <class Loader, int kChunks, int kNG, class Tiles>
+void qk_chunks(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
+               float* scores, TilePrefetcher* prefetch) {
+  const Loader load;
+  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+    for (int kb = 0; kb < n; kb += 16) {
+      __m512 parts[kNG][16];
+      const int count = std::min(16, n - kb);
+      for (int kk = 0; kk < count; ++kk) {
+        prefetch->tick();
+        const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]);
+        __m512 acc0[kNG], acc1[kNG];
+        for (int g = 0; g < kNG; ++g) acc0[g] = acc1[g] = _mm512_setzero_ps();
+        for (int c = 0; c < kChunks; ++c) {
+          __m512i w0, w1;
+          load(row + c * Loader::kChunkBytes, &w0, &w1);
+          const typename Tiles::Chunk k = Tiles::chunk(w0, w1);
+          for (int g = 0; g < kNG; ++g) {
+            Tiles::accumulate(k, q + (g0 + g) * q_row, c, &acc0[g], &acc1[g]);
+          }
+        }
+        for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_add_ps(acc0[g], acc1[g]);
+      }
+      for (int kk = count; kk < 16; ++kk) {
+        for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_setzero_ps();
+      }
+      for (int g = 0; g < kNG; ++g) {
+        _mm512_storeu_ps(scores + (g0 + g) * kTile + kb, avx512::Simd::reduce_rows(parts[g]));
+      }
+    }
+  }
+}
+
+template <class Loader, int kD, int kNG>
+struct DotTiles {
+  static_assert(kD % 64 == 0);
+  static constexpr int kChunks = kD / 64;
+  static constexpr float kKRaw = 1.0f;
+  static constexpr float kVRaw = 1.0f;
+  static constexpr bool kPoisonE4m3Nans = false;
+
+  // Each query row in f32 -> bf16 (q is bf16 here: exact), in the Loader's word order, written
+  // over the start of the row.
+  static void prepare_q(float* q, int rows, int q_row, int dqk) {
+    float tmp[kD];
+    for (int g = 0; g < rows; ++g) {
+      float* row = q + g * q_row;
+      std::memcpy(tmp, row, sizeof(float) * dqk);
+      auto* words = reinterpret_cast<uint16_t*>(row);
+      for (int c = 0; c < kChunks; ++c) {
+        for (int v = 0; v < 64; ++v) {
+          words[c * 64 + Loader::word(v)] = num::f32_to_bf16(tmp[c * 64 + v]);
+        }
+      }
+    }
+  }
+
+  // One chunk of a K row: the words as they are.
+  struct Chunk {
+    __m512i w0, w1;
+  };
+  static Chunk chunk(__m512i w0, __m512i w1) { return {w0, w1}; }
+  static void accumulate(const Chunk& k, const float* q_row, int c, __m512* acc0, __m512* acc1) {
+    const auto* qc = reinterpret_cast<const uint16_t*>(q_row) + c * 64;
+    *acc0 = _mm512_dpbf16_ps(*acc0, (__m512bh)_mm512_loadu_si512(qc), (__m512bh)k.w0);
+    *acc1 = _mm512_dpbf16_ps(*acc1, (__m512bh)_mm512_loadu_si512(qc + 32), (__m512bh)k.w1);
+  }
+  static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
+                 int, int64_t, float* scores, TilePrefetcher* prefetch) {
+    qk_chunks<Loader, kChunks, kNG, DotTiles>(q, q_row, group_padded, rows, n, scores, prefetch);
+  }
+
+  static void pv(const float* p, int group_padded, const std::byte* const* rows, int n, int,
+                 int64_t, float* o, int o_row, TilePrefetcher* prefetch) {
+    static_assert(kTile == 32);
+    alignas(64) static constexpr uint8_t kZeroRow[kChunks * Loader::kChunkBytes] = {};
+    const Loader load;
+    const int pairs = (n + 1) / 2;
+    for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+      // Probabilities of two keys as one bf16 pair per 32 bits: pair t = keys 2t, 2t + 1.
+      alignas(64) uint32_t pp[kNG][kTile / 2];
+      for (int g = 0; g < kNG; ++g) {
+        const float* pg = p + (g0 + g) * kTile;
+        const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(pg + 16), _mm512_loadu_ps(pg));
+        _mm512_store_si512(pp[g], (__m512i)b);
+      }
+      float* og = o + g0 * o_row;
+      for (int c = 0; c < kChunks; ++c) {
+        __m512 acc[kNG][4];
+        for (int g = 0; g < kNG; ++g) {
+          for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_loadu_ps(og + g * o_row + c * 64 + 16 * r);
+        }
+        for (int t = 0; t < pairs; ++t) {
+          if (c == 0) {
+            prefetch->tick();
+            prefetch->tick();
+          }
+          const auto* r0 = reinterpret_cast<const uint8_t*>(rows[2 * t]);
+          const auto* r1 =
+              2 * t + 1 < n ? reinterpret_cast<const uint8_t*>(rows[2 * t + 1]) : kZeroRow;
+          __m512i a0, a1, b0, b1;
+          load(r0 + c * Loader::kChunkBytes, &a0, &a1);
+          load(r1 + c * Loader::kChunkBytes, &b0, &b1);
+          const __m512i v[4] = {_mm512_unpacklo_epi16(a0, b0), _mm512_unpackhi_epi16(a0, b0),
+                                _mm512_unpacklo_epi16(a1, b1), _mm512_unpackhi_epi16(a1, b1)};
+          for (int g = 0; g < kNG; ++g) {
+            const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[g][t]));
+            for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_dpbf16_ps(acc[g][r], (__m512bh)v[r], w);
+          }
+        }
+        for (int g = 0; g < kNG; ++g) {
+          for (int r = 0; r < 4; ++r) _mm512_storeu_ps(og + g * o_row + c * 64 + 16 * r, acc[g][r]);
+        }
+      }
+    }
+  }
+
+  // The accumulators back in dim order.
+  static void finish_o(float* o, int rows, int o_row, int) {
+    float tmp[64];
+    for (int g = 0; g < rows; ++g) {
+      for (int c = 0; c < kChunks; ++c) {
+        float* chunk = o + g * o_row + c * 64;
+        std::memcpy(tmp, chunk, sizeof(tmp));
+        for (int v = 0; v < 64; ++v) chunk[v] = tmp[Loader::pv_lane(v)];
+      }
+    }
+  }
+};
+
+// The decode task over DotTiles for a padded GQA group: blocks of up to 4 query rows (8 rows x 4
+// accumulators would not fit the registers: two blocks of 4).
+template <class Loader, DType kKV, int kD>
+DecodeItemFn pick_dot_group(int group_padded) {
+  switch (std::min(group_padded, 8)) {
+    case 1:
+      return &decode_task<avx512::Simd, kKV, kD, kD, 1, DotTiles<Loader, kD, 1>>;
+    case 2:
+      return &decode_task<avx512::Simd, kKV, kD, kD, 2, DotTiles<Loader, kD, 2>>;
+    case 4:
+    case 8:
+      return &decode_task<avx512::Simd, kKV, kD, kD, 4, DotTiles<Loader, kD, 4>>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+}  // namespace kvattn::cpu::decode_detail
