@@ -126,7 +126,20 @@ TEST(CpuKernelTable, DecodeChoicePerCpuClass) {
   EXPECT_EQ(choice(rope, CpuIsa::kAvx512, zen4_class()), "decode-avx512-fma-k32");
   EXPECT_EQ(choice(decode_problem(DType::kBF16, DType::kE4M3, 96), CpuIsa::kAvx512, zen4_class()),
             "decode-avx512-fma-k32");
-  EXPECT_EQ(choice(decode_problem(DType::kBF16, DType::kBF16), CpuIsa::kAvx512, zen4_class()),
+  // bf16 caches: bf16 dot products where they are fast, fp32 FMAs where they are not or where the
+  // queries are not bf16, a custom mask or fused RoPE is asked.
+  const Problem bf16 = decode_problem(DType::kBF16, DType::kBF16);
+  EXPECT_EQ(choice(bf16, CpuIsa::kAvx512, zen4_class()), "decode-avx512bf16-dot-k32");
+  EXPECT_EQ(choice(bf16, CpuIsa::kAvx512, sapphire_rapids_class()), "decode-avx512-fma-k32");
+  EXPECT_EQ(choice(decode_problem(DType::kF16, DType::kBF16), CpuIsa::kAvx512, zen4_class()),
+            "decode-avx512-fma-k32");
+  Problem bf16_masked = bf16;
+  bf16_masked.mask_mode = MaskMode::kCustom;
+  EXPECT_EQ(choice(bf16_masked, CpuIsa::kAvx512, zen4_class()), "decode-avx512-fma-k32");
+  Problem bf16_rope = bf16;
+  bf16_rope.pos_encoding_mode = PosEncoding::kRopeLlama;
+  EXPECT_EQ(choice(bf16_rope, CpuIsa::kAvx512, zen4_class()), "decode-avx512-fma-k32");
+  EXPECT_EQ(choice(decode_problem(DType::kBF16, DType::kBF16, 96), CpuIsa::kAvx512, zen4_class()),
             "decode-avx512-fma-k32");
   // AVX-512 without VBMI: no table widening.
   detail::CpuFeatures no_vbmi = zen4_class();
