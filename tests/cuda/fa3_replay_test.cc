@@ -4,28 +4,26 @@
 // checked against cuTensorMapEncodeTiled's rules, cp.async, per-byte proxy fences, named
 // barriers, setmaxnreg; fa3_emu_ops.h binds the body's operations to it), with the plan of fa3's
 // own plan() and the parameters of the same host function as run() (kernel_params.h), against
-// the fp64 reference with the precision-following tolerance of testing/tolerance.h. The split-KV
-// merge runs merge.cuh's element function (merge_row.h) on the host.
+// the fp64 reference with the precision-following tolerance of testing/tolerance.h
+// (fa3_replay.h). The split-KV merge runs merge.cuh's element function (merge_row.h) on the host.
 //
-// CI runs a reduced grid; KVATTN_FA3_REPLAY_FULL=1 runs the full one (every declared key in
-// every test, both TMA landing schedules everywhere).
+// CI runs a reduced grid; KVATTN_FA3_REPLAY_FULL=1 runs the full one (every declared key through
+// every test, both TMA landing schedules).
+#include "cuda/fa3_replay.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
-#include <deque>
+#include <cstring>
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
 #include "core/capability.h"
-#include "core/status_macros.h"
+#include "core/numeric.h"
 #include "cuda/fa3/capability.h"
 #include "cuda/fa3/kernel_key.h"
-#include "cuda/fa3/kernel_params.h"
-#include "cuda/fa3/kernels/merge_row.h"
-#include "cuda/fa3/kernels/prefill_cta.h"
-#include "cuda/fa3_emu_ops.h"
+#include "cuda/fa3/kernel_keys.h"
 #include "testing/case_builder.h"
 #include "testing/tolerance.h"
 #include "testing/variants.h"
@@ -38,122 +36,10 @@ bool full_grid() {
   return v != nullptr && std::string(v) == "1";
 }
 
-struct ReplayOptions {
-  int64_t kv_chunk_size = 0;  // PlanOptions::kv_chunk_size: 0 the planner's choice
-  int ctas = 2;               // persistent CTAs (each walks every ctas-th tile)
-  bool tma_lands_early = false;
-};
-
-// The kernel body of one key on `ctas` emulated CTAs, one after the other (CTAs share nothing
-// but global memory, which the body only reads, or writes disjointly).
-template <class Tag, int QK, int VO>
-void run_ctas(const PrefillParams& k, int ctas, bool early) {
-  using Plan = SmemPlan<Elem<Tag>::kBytes, QK, VO>;
-  for (int c = 0; c < ctas; ++c) {
-    emu::Sm90Launch l;
-    l.threads = kThreads;
-    l.smem_bytes = Plan::total();
-    l.regs_per_thread = kLaunchRegs;
-    l.tma_lands_early = early;
-    emu::Sm90Cta cta(l);
-    cta.run([&](emu::Sm90Ops& ops, unsigned char* smem) {
-      prefill_cta<Tag, QK, VO>(emu::Fa3EmuOps(ops, c, ctas), k, smem);
-    });
-  }
-}
-
-bool dispatch(const KernelKey& key, const PrefillParams& k, int ctas, bool early) {
-  const auto is = [&](DType q, DType kv, int dqk, int dvo) {
-    return key == KernelKey{q, kv, dqk, dvo};
-  };
-  if (is(DType::kBF16, DType::kBF16, 128, 128)) {
-    run_ctas<cuda::Bf16Tag, 128, 128>(k, ctas, early);
-  } else if (is(DType::kE4M3, DType::kE4M3, 128, 128)) {
-    run_ctas<E4m3Tag, 128, 128>(k, ctas, early);
-  } else {
-    return false;
-  }
-  return true;
-}
-
-emu::WgmmaType map_type(DType d) {
-  return d == DType::kF16 ? emu::WgmmaType::kF16 : emu::WgmmaType::kBf16;
-}
-
-void store_out_host(const PrefillParams& p, int64_t offset, float x) {
-  switch (p.out_kind) {
-    case OutKind::kF32:
-      static_cast<float*>(p.out)[offset] = x;
-      break;
-    case OutKind::kF16:
-      static_cast<uint16_t*>(p.out)[offset] = num::f32_to_f16(x);
-      break;
-    case OutKind::kBF16:
-      static_cast<uint16_t*>(p.out)[offset] = num::f32_to_bf16(x);
-      break;
-  }
-}
-
-// A RunBackend (testing/tolerance.h) that plans with fa3's plan() for an SM90 and runs fa3's
-// kernel body on the emulator.
-testing::RunBackend run_replay(const ReplayOptions& o) {
-  return [o](const Problem& p, const AttentionArgs& args) -> Status {
-    PlanOptions options;
-    options.backend = "fa3";
-    options.device = Device::parse("cuda:sm90").value();
-    options.kv_chunk_size = o.kv_chunk_size;
-    Plan plan;
-    KVATTN_RETURN_IF_ERROR(fa3_backend().plan(p, args, options, &plan));
-    std::deque<emu::TensorMap> maps;  // the emulated maps the CUtensorMaps point at
-    const EncodeKvMap encode = [&maps](CUtensorMap* cu, const KvMapSpec& m) {
-      const uint32_t es[3] = {1, 1, 1};
-      maps.push_back(emu::encode_tensor_map_tiled(map_type(m.dtype), 3, m.data, m.dims, m.strides,
-                                                  m.box, es, emu::Swizzle::k128B));
-      emu::store_emulated_map(cu, &maps.back());
-      return true;
-    };
-    KernelInputs in;
-    try {
-      KVATTN_RETURN_IF_ERROR(make_kernel_inputs(plan, args, encode, &in));
-    } catch (const emu::EmulatorError& e) {
-      return make_error(ErrorCode::kInternal, "replay: tensor map: ", e.what());
-    }
-    if (in.tiles.empty()) return Status::Ok();
-    PrefillParams& k = in.params;
-    k.requests = in.requests.data();
-    k.tiles = in.tiles.data();
-    k.kv_indices = in.kv_indices.empty() ? nullptr : in.kv_indices.data();
-    const std::size_t states = std::size_t(in.split.num_states) * std::size_t(p.num_qo_heads);
-    std::vector<float> partial_o(states * std::size_t(p.head_dim_vo), NAN);
-    std::vector<float> partial_lse(states, NAN);
-    k.partial_o = partial_o.data();
-    k.partial_lse = partial_lse.data();
-    try {
-      if (!dispatch(kernel_key(p), k, std::min(o.ctas, k.num_tiles), o.tma_lands_early)) {
-        return make_error(ErrorCode::kUnavailable, "replay: no host instance for ",
-                          kernel_key_string(kernel_key(p)));
-      }
-    } catch (const emu::EmulatorError& e) {
-      return make_error(ErrorCode::kInternal, "replay: ", e.what());
-    }
-    for (const split_kv::MergeRow& row : in.split.merge_rows) {
-      for (int h = 0; h < p.num_qo_heads; ++h) {
-        for (int d = 0; d < p.head_dim_vo; ++d) {
-          const MergedElement m = merge_element(row, k, h, d, p.head_dim_vo);
-          store_out_host(k, row.out_row * k.o_stride_row + h * k.o_stride_head + d, m.o);
-          if (k.lse && d == 0)
-            k.lse[row.out_row * k.lse_stride_row + h * k.lse_stride_head] = m.lse;
-        }
-      }
-    }
-    return Status::Ok();
-  };
-}
-
-// The GPU test's case (tests/cuda/gpu/fa3_attention_test.cc): a scaled FP8 query and cache, as
-// an engine keeps them, with bf16 output.
+// The GPU test's case (tests/cuda/gpu/fa3_attention_test.cc): 16-token pages; a scaled FP8
+// query and cache, as an engine keeps them, with bf16 output.
 testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
-                           std::vector<int64_t> kv, int qo_heads = 8, int kv_heads = 2) {
+                           std::vector<int64_t> kv, int qo_heads = 4, int kv_heads = 2) {
   testing::CaseSpec s;
   s.problem.op = op;
   s.problem.batch_size = int(kv.size());
@@ -176,25 +62,164 @@ testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
   return s;
 }
 
-testing::CheckResult replay(const testing::CaseSpec& spec, const ReplayOptions& o = {}) {
-  testing::Case c = testing::Case::make(spec);
+testing::CheckResult replay(testing::Case& c, const ReplayOptions& o = {}) {
   return testing::check_against_reference(c, run_replay(o));
 }
 
 void expect_matches(const testing::CaseSpec& spec, const std::string& what,
                     const ReplayOptions& o = {}) {
-  const testing::CheckResult r = replay(spec, o);
+  testing::Case c = testing::Case::make(spec);
+  const testing::CheckResult r = replay(c, o);
   EXPECT_TRUE(r.ok) << what << " [" << spec.problem.to_string() << "]: " << r.message;
 }
 
+const Device kSm90 = Device::parse("cuda:sm90").value();
+bool declared(const Problem& p) { return check_capability(capability(), p, kSm90).ok(); }
+
 const KernelKey kBf16D128{DType::kBF16, DType::kBF16, 128, 128};
 const KernelKey kE4m3D128{DType::kE4M3, DType::kE4M3, 128, 128};
+const KernelKey kCiKeys[] = {kBf16D128, kE4m3D128};
 
-TEST(Fa3Replay, FirstCaseBf16Prefill) {
-  testing::CaseSpec s = spec_for(kBf16D128, Op::kBatchPrefillPaged, {17, 130}, {40, 300});
-  s.problem.mask_mode = MaskMode::kCausal;
-  s.problem.return_lse = true;
-  expect_matches(s, "paged prefill bf16 d128");
+std::vector<KernelKey> all_keys() {
+  return std::vector<KernelKey>(std::begin(kImplementedKernelKeys),
+                                std::end(kImplementedKernelKeys));
+}
+std::vector<KernelKey> grid_keys() {
+  return full_grid() ? all_keys() : std::vector<KernelKey>(std::begin(kCiKeys), std::end(kCiKeys));
+}
+
+const Op kOps[] = {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kSinglePrefill,
+                   Op::kBatchDecode, Op::kSingleDecode};
+
+// Every operation and every variant of the shared list fa3 declares, on the CI keys (every key
+// with the full grid), the TMA boxes landing late and (full grid) early.
+TEST(Fa3Replay, EveryOperationEveryVariant) {
+  for (const KernelKey& key : grid_keys()) {
+    for (Op op : kOps) {
+      for (const testing::AttentionVariant& v : testing::attention_variants()) {
+        const bool single = !is_batch(op);
+        testing::CaseSpec s = single ? spec_for(key, op, {37}, {150})
+                                     : spec_for(key, op, {1, 17, 130}, {40, 17, 200});
+        v.apply(s);
+        if (!testing::variant_applies(v, s.problem) || !declared(s.problem)) continue;
+        for (bool early : {false, true}) {
+          if (early && !full_grid() && std::string(v.name) != "causal") continue;
+          ReplayOptions o;
+          o.tma_lands_early = early;
+          expect_matches(s,
+                         std::string(op_name(op)) + "/" + v.name + "/" + kernel_key_string(key) +
+                             (early ? "/TMA early" : ""),
+                         o);
+        }
+      }
+    }
+  }
+}
+
+// One case of every other declared key: paged and ragged prefill (TMA for 16-bit) and decode,
+// causal with LSE.
+TEST(Fa3Replay, EveryDeclaredKey) {
+  for (const KernelKey& key : all_keys()) {
+    for (Op op : {Op::kBatchPrefillRagged, Op::kBatchDecode}) {
+      testing::CaseSpec s = spec_for(key, op, {70, 1}, {130, 65});
+      s.problem.mask_mode = MaskMode::kCausal;
+      s.problem.return_lse = true;
+      expect_matches(s, std::string(op_name(op)) + "/" + kernel_key_string(key));
+    }
+  }
+}
+
+// Lengths below, at and above the 128-row tile and the 128-key block (64 at d256), GQA groups
+// 1, 5 and 8 (decode packs a group's rows into a tile: 5 and 8 rows per token).
+TEST(Fa3Replay, LengthsAroundTheTilesAndGroups) {
+  struct Heads {
+    int qo, kv;
+  };
+  for (const KernelKey& key : grid_keys()) {
+    for (Heads h : {Heads{2, 2}, Heads{5, 1}, Heads{8, 1}}) {
+      for (Op op : {Op::kBatchPrefillRagged, Op::kBatchDecode}) {
+        const std::vector<int64_t> kvs = {127, 128, 129, 257};
+        const std::vector<int64_t> qos =
+            op == Op::kBatchDecode ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 64, 129};
+        for (int64_t qo : qos) {
+          testing::CaseSpec s =
+              spec_for(key, op, std::vector<int64_t>(kvs.size(), qo), kvs, h.qo, h.kv);
+          s.problem.mask_mode = MaskMode::kCausal;
+          s.problem.return_lse = true;
+          expect_matches(s, std::string(op_name(op)) + " qo=" + std::to_string(qo) + " heads " +
+                                std::to_string(h.qo) + "/" + std::to_string(h.kv) + " " +
+                                kernel_key_string(key));
+        }
+      }
+    }
+  }
+}
+
+TEST(Fa3Replay, LayoutsPageSizesAndCombinedCaches) {
+  for (const KernelKey& key : grid_keys()) {
+    for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged}) {
+      for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+        for (int page_size : {1, 7, 16}) {
+          for (bool combined : {false, true}) {
+            testing::CaseSpec s = spec_for(key, op, {3, 1}, {50, 129});
+            s.problem.kv_layout = layout;
+            s.problem.page_size = page_size;
+            s.problem.mask_mode = MaskMode::kCausal;
+            s.combined_kv_cache = combined;
+            expect_matches(s, std::string(op_name(op)) + " " + std::string(kv_layout_name(layout)) +
+                                  " page " + std::to_string(page_size) +
+                                  (combined ? " combined" : "") + " " + kernel_key_string(key));
+          }
+        }
+      }
+    }
+    // Dense single prefill (TMA for 16-bit) in both layouts.
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+      testing::CaseSpec s = spec_for(key, Op::kSinglePrefill, {20}, {140});
+      s.problem.kv_layout = layout;
+      expect_matches(s, std::string("single ") + std::string(kv_layout_name(layout)));
+    }
+  }
+}
+
+// Causal and sliding windows (with and without causal) across block edges.
+TEST(Fa3Replay, CausalAndWindows) {
+  for (const KernelKey& key : grid_keys()) {
+    for (int window : {0, 9, 127, 200}) {
+      for (bool causal : {false, true}) {
+        testing::CaseSpec s = spec_for(key, Op::kBatchPrefillRagged, {17, 140}, {40, 300});
+        s.problem.window_left = window;
+        s.problem.mask_mode = causal ? MaskMode::kCausal : MaskMode::kNone;
+        s.problem.return_lse = true;
+        expect_matches(s, "window " + std::to_string(window) + (causal ? " causal" : "") + " " +
+                              kernel_key_string(key));
+      }
+    }
+  }
+}
+
+// Split-KV: forced chunks (rounded up to whole K/V blocks by fa3's plan) over decode and paged /
+// ragged prefill, the partial states merged by merge_row.h; and the planner's own split of a
+// long decode.
+TEST(Fa3Replay, SplitKv) {
+  for (const KernelKey& key : grid_keys()) {
+    for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged, Op::kBatchPrefillRagged}) {
+      for (int64_t chunk : {int64_t(64), int64_t(200)}) {
+        testing::CaseSpec s = spec_for(key, op, {1, 5}, {300, 129}, 8, 2);
+        s.problem.return_lse = true;
+        s.problem.mask_mode = MaskMode::kCausal;
+        ReplayOptions o;
+        o.kv_chunk_size = chunk;
+        expect_matches(s,
+                       std::string(op_name(op)) + " chunk " + std::to_string(chunk) + " " +
+                           kernel_key_string(key),
+                       o);
+      }
+    }
+    testing::CaseSpec s = spec_for(key, Op::kBatchDecode, {1}, {1500}, 8, 8);
+    s.problem.return_lse = true;
+    expect_matches(s, "planner's split " + kernel_key_string(key));
+  }
 }
 
 }  // namespace

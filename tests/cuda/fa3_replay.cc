@@ -1,0 +1,102 @@
+// fa3's kernel body replayed on the CPU (fa3_replay.h).
+#include "cuda/fa3_replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/numeric.h"
+#include "core/status_macros.h"
+#include "cuda/fa3/kernel_params.h"
+#include "cuda/fa3/kernels/merge_row.h"
+#include "cuda/fa3_emu_ops.h"
+#include "cuda/fa3_replay_ctas.h"
+
+namespace kvattn::fa3 {
+namespace {
+
+emu::WgmmaType map_type(DType d) {
+  return d == DType::kF16 ? emu::WgmmaType::kF16 : emu::WgmmaType::kBf16;
+}
+
+void store_out_host(const PrefillParams& p, int64_t offset, float x) {
+  switch (p.out_kind) {
+    case OutKind::kF32:
+      static_cast<float*>(p.out)[offset] = x;
+      break;
+    case OutKind::kF16:
+      static_cast<uint16_t*>(p.out)[offset] = num::f32_to_f16(x);
+      break;
+    case OutKind::kBF16:
+      static_cast<uint16_t*>(p.out)[offset] = num::f32_to_bf16(x);
+      break;
+  }
+}
+
+}  // namespace
+
+bool replay_kernel(const KernelKey& key, const PrefillParams& k, int ctas, bool early) {
+  return replay_kernel16(key, k, ctas, early) || replay_kernel8(key, k, ctas, early);
+}
+
+testing::RunBackend run_replay(const ReplayOptions& o) {
+  return [o](const Problem& p, const AttentionArgs& args) -> Status {
+    PlanOptions options;
+    options.backend = "fa3";
+    options.device = Device::parse("cuda:sm90").value();
+    options.kv_chunk_size = o.kv_chunk_size;
+    Plan plan;
+    KVATTN_RETURN_IF_ERROR(fa3_backend().plan(p, args, options, &plan));
+    // The emulated maps the parameters' CUtensorMaps point at (fa3_emu_ops.h).
+    std::deque<emu::TensorMap> maps;
+    const EncodeKvMap encode = [&maps](CUtensorMap* cu, const KvMapSpec& m) {
+      const uint32_t es[3] = {1, 1, 1};
+      maps.push_back(emu::encode_tensor_map_tiled(map_type(m.dtype), 3, m.data, m.dims, m.strides,
+                                                  m.box, es, emu::Swizzle::k128B));
+      emu::store_emulated_map(cu, &maps.back());
+      return true;
+    };
+    KernelInputs in;
+    try {
+      KVATTN_RETURN_IF_ERROR(make_kernel_inputs(plan, args, encode, &in));
+    } catch (const emu::EmulatorError& e) {
+      return make_error(ErrorCode::kInternal, "replay: tensor map: ", e.what());
+    }
+    if (in.tiles.empty()) return Status::Ok();
+    // The workspace run() copies to the device, here on the host.
+    PrefillParams& k = in.params;
+    k.requests = in.requests.data();
+    k.tiles = in.tiles.data();
+    k.kv_indices = in.kv_indices.empty() ? nullptr : in.kv_indices.data();
+    const std::size_t states = std::size_t(in.split.num_states) * std::size_t(p.num_qo_heads);
+    std::vector<float> partial_o(states * std::size_t(p.head_dim_vo), NAN);
+    std::vector<float> partial_lse(states, NAN);
+    k.partial_o = partial_o.data();
+    k.partial_lse = partial_lse.data();
+    try {
+      if (!replay_kernel(kernel_key(p), k, std::min(o.ctas, k.num_tiles), o.tma_lands_early)) {
+        return make_error(ErrorCode::kUnavailable, "replay: no kernel for ",
+                          kernel_key_string(kernel_key(p)));
+      }
+    } catch (const emu::EmulatorError& e) {
+      return make_error(ErrorCode::kInternal, "replay: ", e.what());
+    }
+    // merge_kernel's work, element by element (merge_row.h).
+    for (const split_kv::MergeRow& row : in.split.merge_rows) {
+      for (int h = 0; h < p.num_qo_heads; ++h) {
+        for (int d = 0; d < p.head_dim_vo; ++d) {
+          const MergedElement m = merge_element(row, k, h, d, p.head_dim_vo);
+          store_out_host(k, row.out_row * k.o_stride_row + h * k.o_stride_head + d, m.o);
+          if (k.lse && d == 0) {
+            k.lse[row.out_row * k.lse_stride_row + h * k.lse_stride_head] = m.lse;
+          }
+        }
+      }
+    }
+    return Status::Ok();
+  };
+}
+
+}  // namespace kvattn::fa3
