@@ -359,7 +359,7 @@ def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
     [H_kv, kv_len, D] (HND). Returns out [qo_len, H_qo, D_vo] or (out, lse) (base 2)."""
     check_kv_layout(kv_layout)
     if kv_cache_sf is not None:
-        raise unsupported("kv_cache_sf", "block-scaled (NVFP4) caches are not in this build")
+        raise unsupported("kv_cache_sf", "block-scaled (NVFP4) caches are not kvattn's")
     if scale_k is not None and k_scale is not None:
         raise InvalidArgumentError("scale_k and k_scale: give one")
     if scale_v is not None and v_scale is not None:

@@ -45,9 +45,14 @@ Device parse_device(const std::string& text) {
 std::string field_text(const ProblemField& field, nb::handle value) {
   PyObject* o = value.ptr();
   if (PyBool_Check(o)) return o == Py_True ? "true" : "false";
-  if (field.kind == ProblemField::Kind::kFloat && !PyUnicode_Check(o) &&
-      (PyFloat_Check(o) || PyLong_Check(o) || nb::hasattr(value, "__float__"))) {
-    return format_float(static_cast<float>(nb::cast<double>(nb::float_(value))));
+  if (field.kind == ProblemField::Kind::kFloat && !PyUnicode_Check(o)) {
+    // A number (or a one-element tensor) as its float; anything else is refused as its text.
+    if (PyObject* f = PyNumber_Float(o)) {
+      const double d = PyFloat_AsDouble(f);
+      Py_DECREF(f);
+      return format_float(static_cast<float>(d));
+    }
+    PyErr_Clear();
   }
   return nb::cast<std::string>(nb::str(value));
 }
