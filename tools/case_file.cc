@@ -4,9 +4,9 @@
 #include <cstring>
 
 #include "core/status_macros.h"
+#include "kvattn/problem_text.h"
 #include "testing/case_builder.h"
 #include "tools/case_tensors.h"
-#include "tools/problem_fields.h"
 #include "tools/safetensors.h"
 
 namespace kvattn::io {
@@ -257,9 +257,9 @@ Status serialize_case(const OwnedCase& c, std::vector<uint8_t>* bytes) {
     tensors.push_back(
         {name, detail::case_input_dtype(c.problem, name), c.input_shapes.at(name), data});
   }
-  auto metadata = tools::problem_to_fields(c.problem);
-  metadata["qo_len"] = tools::format_length_list(c.qo_lens);
-  metadata["kv_len"] = tools::format_length_list(c.kv_lens);
+  auto metadata = problem_to_fields(c.problem);
+  metadata["qo_len"] = format_length_list(c.qo_lens);
+  metadata["kv_len"] = format_length_list(c.kv_lens);
   for (const auto& [k, v] : c.extra_metadata) metadata[k] = v;
   return serialize_safetensors(tensors, metadata, bytes);
 }
@@ -280,7 +280,7 @@ Status save_output(const std::string& path, const Problem& problem, const Tensor
     lse_bytes = contiguous_bytes(lse);
     tensors.push_back({"lse", DType::kF32, shape_of(lse), lse_bytes});
   }
-  auto all = tools::problem_to_fields(problem);
+  auto all = problem_to_fields(problem);
   for (const auto& [k, v] : metadata) all[k] = v;
   return write_safetensors_file(path, tensors, all);
 }

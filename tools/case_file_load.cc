@@ -6,9 +6,9 @@
 
 #include "core/status_macros.h"
 #include "core/validate.h"
+#include "kvattn/problem_text.h"
 #include "tools/case_file.h"
 #include "tools/case_tensors.h"
-#include "tools/problem_fields.h"
 #include "tools/safetensors.h"
 
 namespace kvattn::io {
@@ -104,7 +104,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-Status read_metadata(const SafeTensors& st, tools::ProblemDraft* draft, bool* custom_mask_given,
+Status read_metadata(const SafeTensors& st, ProblemDraft* draft, bool* custom_mask_given,
                      bool* batch_size_given) {
   auto op = st.metadata.find(std::string_view("op"));
   const bool mla = op != st.metadata.end() && parse_op(op->second) == Op::kBatchMLAPaged;
@@ -119,7 +119,7 @@ Status read_metadata(const SafeTensors& st, tools::ProblemDraft* draft, bool* cu
         std::end(kInformationalKeys)) {
       continue;
     }
-    const tools::ProblemField* field = tools::find_problem_field(key);
+    const ProblemField* field = find_problem_field(key);
     if (!field) {
       return parse_error("__metadata__ key \"" + key +
                          "\" is not a problem parameter (keys are FlashInfer's snake_case names, "
@@ -139,15 +139,15 @@ Status check_informational(const SafeTensors& st, const OwnedCase& c) {
   for (auto [key, lengths] : {std::pair{"qo_len", &c.qo_lens}, std::pair{"kv_len", &c.kv_lens}}) {
     auto it = st.metadata.find(std::string_view(key));
     if (it == st.metadata.end()) continue;
-    if (it->second != tools::format_length_list(*lengths)) {
+    if (it->second != format_length_list(*lengths)) {
       return parse_error(std::string("__metadata__ ") + key + " = \"" + it->second +
-                         "\" but the tensors give " + tools::format_length_list(*lengths));
+                         "\" but the tensors give " + format_length_list(*lengths));
     }
   }
   auto seed = st.metadata.find(std::string_view("seed"));
   if (seed != st.metadata.end()) {
     int64_t value = 0;
-    if (!tools::parse_int64(seed->second, &value)) {
+    if (!parse_int64(seed->second, &value)) {
       return parse_error("__metadata__ seed = \"" + seed->second + "\": expected an integer");
     }
   }
@@ -155,7 +155,7 @@ Status check_informational(const SafeTensors& st, const OwnedCase& c) {
 }
 
 Status case_from_safetensors(const SafeTensors& st, OwnedCase* out) {
-  tools::ProblemDraft draft;
+  ProblemDraft draft;
   bool custom_mask_given = false, batch_size_given = false;
   KVATTN_RETURN_IF_ERROR(read_metadata(st, &draft, &custom_mask_given, &batch_size_given));
   const bool has_mask_tensor = st.find("custom_mask") != nullptr;
@@ -167,7 +167,7 @@ Status case_from_safetensors(const SafeTensors& st, OwnedCase* out) {
   }
   draft.custom_mask = has_mask_tensor;
   Problem p;
-  Status finished = tools::finish_problem(draft, &p);
+  Status finished = finish_problem(draft, &p);
   if (!finished.ok()) return parse_error(finished.message());
 
   // Tensor names and ranks first: the batch size may have to be read from a shape.

@@ -105,7 +105,8 @@ std::string flags_help(const std::vector<FlagSpec>& specs) {
 std::vector<FlagSpec> problem_flag_specs() {
   std::vector<FlagSpec> specs;
   for (const ProblemField& f : problem_fields()) {
-    specs.push_back({kebab(f.key), f.boolean, std::string(f.value_help), std::string(f.help)});
+    specs.push_back({kebab(f.key), f.kind == ProblemField::Kind::kBool, std::string(f.value_help),
+                     std::string(f.help)});
   }
   return specs;
 }

@@ -9,7 +9,7 @@
 
 #include "kvattn/device.h"
 #include "kvattn/status.h"
-#include "tools/problem_fields.h"
+#include "kvattn/problem_text.h"
 
 namespace kvattn::tools {
 

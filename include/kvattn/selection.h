@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvattn/device.h"
@@ -44,5 +45,10 @@ Status select_backend(const Problem& problem, const Device& device, const std::s
 
 // Registered backend names, in registration order.
 std::vector<std::string> backend_names();
+
+// kInvalidArgument naming the registered backends unless `requested` is "auto", empty (auto) or
+// one of them: the check select_backend makes first, for callers that take a backend name before
+// they have a problem (the Python wrappers' constructors).
+Status check_backend_name(std::string_view requested);
 
 }  // namespace kvattn

@@ -1,5 +1,6 @@
-"""What the attention wrappers share: turning FlashInfer-style arguments into the command line's
-problem fields, planning through the extension, and running a plan on the caller's tensors
+"""What the attention wrappers share: turning FlashInfer-style arguments into the problem's
+parameters (the library's names, typed values: the extension's `Problem`), planning through the
+extension, and running a plan on the caller's tensors
 (outputs allocated like the input, or written into `out=` / `lse=`; the LSE in base 2 unless
 asked otherwise)."""
 
@@ -12,42 +13,32 @@ import numpy as np
 from . import _kvattn
 from ._errors import InvalidArgumentError, NotSupportedError
 from ._tensors import (LOG2E, current_stream, device_of, dtype_name, empty, empty_f32,
-                       scale_inplace)
+                       numpy_like, scale_inplace)
 
-BACKENDS = ("auto", "cpu", "reference", "fa2", "fa3")
-
-
-def field_text(value: Any) -> str:
-    """A problem value as the command line writes it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
+BACKENDS = ("auto",) + tuple(_kvattn.backend_names())
 
 
-def problem_fields(**fields: Any) -> Dict[str, str]:
-    """Keyword problem parameters (None = unset) as the extension's field dictionary."""
-    return {k: field_text(v) for k, v in fields.items() if v is not None}
+def problem_fields(**fields: Any) -> Dict[str, Any]:
+    """Keyword problem parameters, None (unset) left out: the keys of the library's problem table
+    with values of their own types (bool, int, float, str), as `_kvattn.Problem` takes them."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def check_backend(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise InvalidArgumentError(
-            f"backend = {backend!r}: expected one of {', '.join(BACKENDS)}")
+    """The backend name, or C++'s InvalidArgumentError naming the registered ones."""
+    _kvattn.check_backend(backend)
     return backend
 
 
 def check_pos_encoding_mode(mode: str) -> str:
-    if mode not in ("NONE", "ROPE_LLAMA", "ALIBI"):
-        raise InvalidArgumentError(
-            f"pos_encoding_mode = {mode!r}: expected NONE, ROPE_LLAMA or ALIBI")
+    """The mode, or the problem table's refusal (C++)."""
+    _kvattn.check_field("pos_encoding_mode", mode)
     return mode
 
 
 def check_kv_layout(kv_layout: str) -> str:
-    if kv_layout not in ("NHD", "HND"):
-        raise InvalidArgumentError(f"kv_layout = {kv_layout!r}: expected NHD or HND")
+    """The layout, or the problem table's refusal (C++)."""
+    _kvattn.check_field("kv_layout", kv_layout)
     return kv_layout
 
 
@@ -59,14 +50,11 @@ def unsupported(argument: str, why: str) -> NotSupportedError:
     return NotSupportedError(f"{argument}: {why}")
 
 
-def sinks_tensor(sinks: Any, num_qo_heads: int) -> Any:
-    """FlashInfer's sinks [H_qo] as kvattn reads them: float32 (a [H_qo] vector converts)."""
+def sinks_tensor(sinks: Any) -> Any:
+    """FlashInfer's sinks as kvattn reads them: float32 (another float dtype converts; C++ checks
+    the shape, [H_qo])."""
     if sinks is None:
         return None
-    if tuple(sinks.shape) != (num_qo_heads,):
-        raise InvalidArgumentError(
-            f"sinks: shape {list(sinks.shape)}: expected [{num_qo_heads}] (one logit per query "
-            "head)")
     if hasattr(sinks, "float"):
         return sinks if str(sinks.dtype) == "torch.float32" else sinks.float()
     return np.ascontiguousarray(sinks, dtype=np.float32)
@@ -85,53 +73,58 @@ def scale_caches(kv_cache_sf: Any, kv_layout: str) -> Dict[str, Any]:
     return {"k_scale_cache": k_sf, "v_scale_cache": v_sf}
 
 
-def head_scales(value: Any, argument: str) -> Tuple[Optional[float], Any]:
-    """A K or V scale as (per-tensor float, None) when it is one value, or (None, float32 [H_kv]
-    tensor) when it differs between heads (kv_scale_granularity per_head)."""
+def scale_value(value: Any) -> Any:
+    """A scale given as a float, or as a tensor whose elements are all equal, as a float (read
+    once on the host); a tensor of different values stays a tensor (per KV head: C++ checks its
+    shape and values). None stays None."""
     if value is None or isinstance(value, (int, float)):
-        return (None if value is None else float(value)), None
+        return None if value is None else float(value)
     values = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
     flat = np.asarray(values, dtype=np.float64).reshape(-1)
     if flat.size >= 1 and np.all(flat == flat[0]):
-        return float(flat[0]), None
-    if hasattr(value, "float"):
-        return None, value.reshape(-1).float()
-    return None, np.ascontiguousarray(flat, dtype=np.float32)
-
-
-def float_scale(value: Any, argument: str) -> Optional[float]:
-    """A per-tensor scale given as a float, or as a tensor whose elements are all equal (a
-    per-head scale that is the same for every head is a per-tensor scale). None stays None."""
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    values = value.detach().cpu().numpy() if hasattr(value, "detach") else value
-    flat = np.asarray(values, dtype=np.float64).reshape(-1)
-    if flat.size >= 1 and np.all(flat == flat[0]):
         return float(flat[0])
-    raise unsupported(argument, f"a scale tensor of {flat.size} different values: per-head "
-                      "scales are not in this build (a float or equal values)")
+    if hasattr(value, "float"):
+        return value.reshape(-1).float()
+    return np.ascontiguousarray(flat, dtype=np.float32)
+
+
+def kv_scales(k_scale: Any, v_scale: Any, num_kv_heads: int, like: Any) -> Tuple[
+        Optional[float], Optional[float], Dict[str, Any]]:
+    """K/V scales as (k float, v float, {}) when both are one value each, or as (None, None,
+    {"k_scale": [H_kv], "v_scale": [H_kv]}) when either differs between heads (per-head scales
+    carry both as tensors)."""
+    k, v = scale_value(k_scale), scale_value(v_scale)
+    if not (hasattr(k, "shape") or hasattr(v, "shape")):
+        return k, v, {}
+    k = k if hasattr(k, "shape") else filled_f32(like, num_kv_heads, 1.0 if k is None else k)
+    v = v if hasattr(v, "shape") else filled_f32(like, num_kv_heads, 1.0 if v is None else v)
+    return None, None, {"k_scale": k, "v_scale": v}
+
+
+def filled_f32(like: Any, n: int, value: float) -> Any:
+    """float32 [n] filled with `value`, in like's framework and on its device."""
+    return numpy_like(like, np.full(n, value, dtype=np.float32))
 
 
 class AttentionPlan:
     """A plan made by the extension plus what run needs to shape the outputs."""
 
-    __slots__ = ("ext", "device", "o_dtype", "num_qo_heads", "head_dim_vo", "nnz_qo",
-                 "index_tensors", "q_shape_tail")
+    __slots__ = ("ext", "device", "o_dtype", "num_qo_heads", "num_kv_heads", "head_dim_vo",
+                 "nnz_qo", "index_tensors", "q_shape_tail")
 
     def __init__(self, op: str, fields: Dict[str, str], index_tensors: Dict[str, Any],
                  backend: str, device: str, nnz_qo: int, num_threads: int = 0,
                  kv_chunk_size: int = 0, custom_mask_packed: bool = False) -> None:
-        fields = dict(fields, op=op)
-        self.ext = _kvattn.plan(fields, index_tensors, custom_mask_packed, check_backend(backend),
-                                device, num_threads, kv_chunk_size, current_stream(device))
+        problem = _kvattn.Problem(**dict(fields, op=op))
+        self.ext = _kvattn.plan(problem, index_tensors, custom_mask_packed, backend, device,
+                                num_threads, kv_chunk_size, current_stream(device))
         problem = self.ext.problem
         self.device = device
-        self.o_dtype = problem["o_data_type"]
-        self.num_qo_heads = int(problem["num_qo_heads"])
+        self.o_dtype = problem.o_data_type
+        self.num_qo_heads = problem.num_qo_heads
+        self.num_kv_heads = problem.num_kv_heads
         # MLA's output width is head_dim_ckv (its problem leaves head_dim_vo out)
-        self.head_dim_vo = int(problem.get("head_dim_vo") or problem["head_dim_ckv"])
+        self.head_dim_vo = problem.head_dim_vo or problem.head_dim_ckv
         self.nnz_qo = nnz_qo
         self.index_tensors = index_tensors
 
@@ -141,8 +134,7 @@ class AttentionPlan:
 
     def run(self, q: Any, tensors: Dict[str, Any], *, out: Any = None, lse: Any = None,
             return_lse: bool = False, lse_base: str = "log2", lse_layout: str = "NH",
-            q_scale: Optional[float] = None, k_scale: Optional[float] = None,
-            v_scale: Optional[float] = None, workspace: Any = None,
+            q_scale: Any = None, k_scale: Any = None, v_scale: Any = None, workspace: Any = None,
             out_shape: Optional[Tuple[int, ...]] = None, q_key: str = "q",
             sinks: Any = None) -> Any:
         if self.device != "cpu" and device_of(q) != self.device:
@@ -163,12 +155,14 @@ class AttentionPlan:
         if lse_base not in ("log2", "ln"):
             raise InvalidArgumentError(f"lse_base = {lse_base!r}: expected log2 or ln")
         if sinks is not None:
-            tensors["sinks"] = sinks_tensor(sinks, self.num_qo_heads)
+            tensors["sinks"] = sinks_tensor(sinks)
+        k_scale, v_scale, head_scale_tensors = kv_scales(k_scale, v_scale, self.num_kv_heads, q)
+        tensors.update(head_scale_tensors)
         tensors[q_key] = q
         tensors["out"] = out
         if want_lse:
             tensors["lse"] = lse
-        _kvattn.run(self.ext, tensors, workspace, want_lse, q_scale, k_scale, v_scale,
+        _kvattn.run(self.ext, tensors, workspace, want_lse, scale_value(q_scale), k_scale, v_scale,
                     current_stream(self.device))
         if want_lse and lse_base == "log2":
             scale_inplace(lse, LOG2E)
@@ -182,13 +176,13 @@ def run_once(op: str, fields: Dict[str, str], tensors: Dict[str, Any], backend: 
              custom_mask_packed: bool = False) -> Any:
     """plan + run for the single operations (no plan to reuse; their plan needs every tensor:
     the lengths come from q and k)."""
-    fields = dict(fields, op=op, return_lse=field_text(return_lse))
-    o_dtype = _kvattn.problem(fields)["o_data_type"]
+    problem = _kvattn.Problem(**dict(fields, op=op, return_lse=return_lse))
+    o_dtype = problem.o_data_type
     out = empty(like, out_shape, o_dtype)
     lse = empty_f32(like, out_shape[:-1]) if return_lse else None
     tensors = dict(tensors, out=out, lse=lse)
     device = device_of(like)
-    plan = _kvattn.plan(fields, tensors, custom_mask_packed, check_backend(backend), device, 0, 0,
+    plan = _kvattn.plan(problem, tensors, custom_mask_packed, backend, device, 0, 0,
                         current_stream(device))
     _kvattn.run(plan, tensors, None, return_lse, None, None, None, current_stream(device))
     if return_lse:

@@ -140,7 +140,8 @@ from .decode import BatchDecodeWithPagedKVCacheWrapper  # noqa: E402
 class BatchDecodeWithAttentionSinkWrapper(BatchDecodeWithPagedKVCacheWrapper):
     """Decode with a learned sink logit per head: run(q, paged_kv_cache, sinks, sm_scale).
     The constructor's JIT-module arguments (dtypes, head dims, window) are taken as declared;
-    plan fixes the problem (pos_encoding_mode must be NONE, as FlashInfer's)."""
+    plan fixes the problem (a position encoding the backend cannot fuse with sinks is C++'s
+    refusal)."""
 
     def __init__(self, float_workspace_buffer: Any, kv_layout: str = "NHD",
                  backend: str = "auto", q_data_type: Any = _BF16,
@@ -148,12 +149,6 @@ class BatchDecodeWithAttentionSinkWrapper(BatchDecodeWithPagedKVCacheWrapper):
                  head_dim_vo: int = 128, window_left: int = -1, **kwargs: Any) -> None:
         super().__init__(float_workspace_buffer, kv_layout, use_tensor_cores=True,
                          backend=backend, **kwargs)
-
-    def plan(self, *args: Any, **kwargs: Any) -> None:
-        super().plan(*args, **kwargs)
-        if self._plan_args["pos_encoding_mode"] != "NONE":
-            raise unsupported("pos_encoding_mode", f"{self._plan_args['pos_encoding_mode']!r}: "
-                              "attention-sink decode applies no position encoding (NONE)")
 
     def run(self, q: Any, paged_kv_cache: Union[Any, Tuple[Any, Any]], *args: Any,
             q_scale: Optional[float] = None, k_scale: Optional[float] = None,

@@ -9,8 +9,8 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 
 from ._attention import (AttentionPlan, check_backend, check_kv_layout, check_pos_encoding_mode,
-                         float_scale, problem_fields, resolve_dtypes, run_once, scale_caches,
-                         soft_cap, unsupported)
+                         kv_scales, problem_fields, resolve_dtypes, run_once, scale_caches,
+                         scale_value, soft_cap, unsupported)
 from ._errors import InvalidArgumentError
 from ._tensors import device_of, dtype_name, host_i32, cache_tensors, tensor_dtype_name
 
@@ -178,9 +178,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise unsupported("kv_cache_sf", "given without use_token_head_sf=True at plan "
                               "(NVFP4 block scales are not kvattn's)")
         return plan.run(q, tensors, sinks=sinks, out=out,
-                        lse=lse, return_lse=return_lse, q_scale=float_scale(q_scale, "q_scale"),
-                        k_scale=float_scale(k_scale, "k_scale"),
-                        v_scale=float_scale(v_scale, "v_scale"), workspace=self._workspace)
+                        lse=lse, return_lse=return_lse, q_scale=q_scale,
+                        k_scale=k_scale,
+                        v_scale=v_scale, workspace=self._workspace)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -259,8 +259,8 @@ def fast_decode_plan(self: BatchDecodeWithPagedKVCacheWrapper, indptr: Any, indi
 
 def single_decode_with_kv_cache(q: Any, k: Any, v: Any, kv_layout: str = "NHD",
                                 pos_encoding_mode: str = "NONE", use_tensor_cores: bool = False,
-                                q_scale: Optional[float] = None, k_scale: Optional[float] = None,
-                                v_scale: Optional[float] = None, window_left: int = -1,
+                                q_scale: Any = None, k_scale: Any = None, v_scale: Any = None,
+                                window_left: int = -1,
                                 logits_soft_cap: Optional[float] = None,
                                 sm_scale: Optional[float] = None,
                                 rope_scale: Optional[float] = None,
@@ -277,6 +277,7 @@ def single_decode_with_kv_cache(q: Any, k: Any, v: Any, kv_layout: str = "NHD",
     o = "bf16" if qd in ("e4m3", "e5m2") else qd
     heads = q.shape[0] if len(q.shape) == 2 else -1
     kv_heads = k.shape[1] if kv_layout == "NHD" else k.shape[0]
+    k_float, v_float, scales = kv_scales(k_scale, v_scale, kv_heads, k)
     fields = problem_fields(
         batch_size=1, num_qo_heads=heads, num_kv_heads=kv_heads, head_dim_qk=q.shape[-1],
         head_dim_vo=v.shape[-1], kv_layout=kv_layout,
@@ -285,9 +286,9 @@ def single_decode_with_kv_cache(q: Any, k: Any, v: Any, kv_layout: str = "NHD",
         sm_scale=None if sm_scale is None else float(sm_scale),
         rope_scale=1.0 if rope_scale is None else float(rope_scale),
         rope_theta=1e4 if rope_theta is None else float(rope_theta), q_data_type=qd,
-        kv_data_type=kvd, o_data_type=o, q_scale=float_scale(q_scale, "q_scale"),
-        k_scale=float_scale(k_scale, "k_scale"), v_scale=float_scale(v_scale, "v_scale"))
-    return run_once("single_decode", fields, {"q": q, "k": k, "v": v}, "auto", q,
+        kv_data_type=kvd, o_data_type=o, q_scale=scale_value(q_scale), k_scale=k_float,
+        v_scale=v_float, kv_scale_granularity="per_head" if scales else None)
+    return run_once("single_decode", fields, dict({"q": q, "k": k, "v": v}, **scales), "auto", q,
                     (heads, v.shape[-1]), return_lse)
 
 

@@ -53,9 +53,8 @@ class BatchMLAPagedAttentionWrapper:
                             ("output_dtype", output_dtype)):
             if value is not None:
                 raise unsupported(name, "trtllm-gen / cute-dsl MLA arguments are not kvattn's")
-        if use_profiler or skip_softmax or use_sinks:
-            raise unsupported("use_profiler/skip_softmax/use_sinks",
-                              "not defined for kvattn's MLA")
+        if use_profiler or skip_softmax:
+            raise unsupported("use_profiler/skip_softmax", "not defined for kvattn's MLA")
         if output_scale != "none" or scale_mode != "default" or lse_mode != "none":
             raise unsupported("output_scale/scale_mode/lse_mode", "not kvattn's MLA options "
                               "(ask for the LSE with run(return_lse=True))")
@@ -92,7 +91,7 @@ class BatchMLAPagedAttentionWrapper:
                                 head_dim_ckv=head_dim_ckv, head_dim_kpe=head_dim_kpe,
                                 page_size=page_size, causal=bool(causal),
                                 sm_scale=float(sm_scale), q_data_type=q, kv_data_type=kv,
-                                o_data_type=o)
+                                o_data_type=o, use_sinks=bool(use_sinks))
         index = {"qo_indptr": qo, "kv_indptr": pages, "kv_indices": host_i32(kv_indices,
                                                                             "kv_indices"),
                  "kv_last_page_len": last}
@@ -116,7 +115,7 @@ class BatchMLAPagedAttentionWrapper:
         for name, value in (("profiler_buffer", profiler_buffer), ("kv_len", kv_len),
                             ("page_table", page_table), ("query", query),
                             ("kv_cache", kv_cache), ("ckv_scale_arr", ckv_scale_arr),
-                            ("sinks", sinks), ("bmm1_scale", bmm1_scale),
+                            ("bmm1_scale", bmm1_scale),
                             ("bmm2_scale", bmm2_scale),
                             ("skip_softmax_threshold_scale_factor",
                              skip_softmax_threshold_scale_factor)):
@@ -134,5 +133,5 @@ class BatchMLAPagedAttentionWrapper:
         return plan.run(q_nope, {"q_pe": q_pe, "ckv_cache": ckv_cache, "kpe_cache": kpe_cache},
                         out=out, lse=lse, return_lse=return_lse,
                         lse_base="ln" if return_lse_base_on_e else "log2",
-                        k_scale=None if scale is None else float(scale),
+                        k_scale=None if scale is None else float(scale), sinks=sinks,
                         workspace=self._workspace, out_shape=shape, q_key="q_nope")

@@ -7,8 +7,8 @@ import functools
 from typing import Any, Dict, Optional, Tuple, Union
 
 from ._attention import (AttentionPlan, check_backend, check_kv_layout, check_pos_encoding_mode,
-                         float_scale, head_scales, problem_fields, resolve_dtypes, run_once, scale_caches,
-                         soft_cap, unsupported)
+                         kv_scales, problem_fields, resolve_dtypes, run_once, scale_caches,
+                         scale_value, soft_cap, unsupported)
 from ._errors import InvalidArgumentError
 from ._tensors import cache_tensors, device_of, host_i32, numpy_like, tensor_dtype_name
 
@@ -217,9 +217,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         tensors.update(self._scale_tensors(kv_cache_sf))
         return plan.run(q, tensors, sinks=sinks, out=out,
                         lse=lse, return_lse=return_lse, lse_base=lse_base,
-                        lse_layout=lse_layout, q_scale=float_scale(q_scale, "q_scale"),
-                        k_scale=float_scale(k_scale, "k_scale"),
-                        v_scale=float_scale(v_scale, "v_scale"), workspace=self._workspace)
+                        lse_layout=lse_layout, q_scale=q_scale,
+                        k_scale=k_scale,
+                        v_scale=v_scale, workspace=self._workspace)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -311,9 +311,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
         tensors.update(self._scale_tensors(kv_cache_sf))
         return plan.run(q, tensors, out=out, lse=lse, return_lse=return_lse,
                         lse_base=lse_base, lse_layout=lse_layout,
-                        q_scale=float_scale(q_scale, "q_scale"),
-                        k_scale=float_scale(k_scale, "k_scale"),
-                        v_scale=float_scale(v_scale, "v_scale"), workspace=self._workspace)
+                        q_scale=q_scale,
+                        k_scale=k_scale,
+                        v_scale=v_scale, workspace=self._workspace)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -343,12 +343,6 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
         return self.run(q, k, v, return_lse=True)
 
 
-def _filled(like: Any, n: int, value: Optional[float]) -> Any:
-    import numpy as np
-    arr = np.full(n, 1.0 if value is None else value, dtype=np.float32)
-    return numpy_like(like, arr)
-
-
 def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
                                  scale_k: Any = None, scale_v: Any = None, o_dtype: Any = None,
                                  custom_mask: Any = None, packed_custom_mask: Any = None,
@@ -365,7 +359,7 @@ def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
     [H_kv, kv_len, D] (HND). Returns out [qo_len, H_qo, D_vo] or (out, lse) (base 2)."""
     check_kv_layout(kv_layout)
     if kv_cache_sf is not None:
-        raise unsupported("kv_cache_sf", "block-scaled (NVFP4) caches are not in this build")
+        raise unsupported("kv_cache_sf", "block-scaled (NVFP4) caches are not kvattn's")
     if scale_k is not None and k_scale is not None:
         raise InvalidArgumentError("scale_k and k_scale: give one")
     if scale_v is not None and v_scale is not None:
@@ -378,15 +372,8 @@ def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
     _, _, o = resolve_dtypes(qd, kvd, o_dtype)
     mask, packed, causal = _mask_fields(custom_mask, packed_custom_mask, causal)
     kv_heads = k.shape[1] if kv_layout == "NHD" else k.shape[0]
-    k_float, k_heads = head_scales(scale_k if scale_k is not None else k_scale, "k_scale")
-    v_float, v_heads = head_scales(scale_v if scale_v is not None else v_scale, "v_scale")
-    per_head = k_heads is not None or v_heads is not None
-    if per_head:
-        # per_head carries both K and V scales as tensors
-        k_heads = k_heads if k_heads is not None else _filled(k, kv_heads, k_float)
-        v_heads = v_heads if v_heads is not None else _filled(k, kv_heads, v_float)
-        k_float = v_float = None
-    scales = {"k_scale": k_heads, "v_scale": v_heads} if per_head else {}
+    k_float, v_float, scales = kv_scales(scale_k if scale_k is not None else k_scale,
+                                         scale_v if scale_v is not None else v_scale, kv_heads, k)
     fields = problem_fields(
         batch_size=1, num_qo_heads=q.shape[1], num_kv_heads=kv_heads, head_dim_qk=q.shape[2],
         head_dim_vo=v.shape[-1], kv_layout=kv_layout, causal=causal, custom_mask=bool(mask),
@@ -396,9 +383,9 @@ def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
         logits_soft_cap=soft_cap(logits_soft_cap),
         rope_scale=1.0 if rope_scale is None else float(rope_scale),
         rope_theta=1e4 if rope_theta is None else float(rope_theta), q_data_type=qd,
-        kv_data_type=kvd, o_data_type=o, q_scale=float_scale(scale_q, "scale_q"),
+        kv_data_type=kvd, o_data_type=o, q_scale=scale_value(scale_q),
         k_scale=k_float, v_scale=v_float,
-        kv_scale_granularity="per_head" if per_head else None)
+        kv_scale_granularity="per_head" if scales else None)
     return run_once("single_prefill", fields, dict({"q": q, "k": k, "v": v}, **mask, **scales),
                     check_backend(backend), q, (q.shape[0], q.shape[1], v.shape[-1]),
                     return_lse, custom_mask_packed=packed)

@@ -3,7 +3,6 @@ explain`), the backend auto would pick, and this machine's devices."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, List
 
 from . import _kvattn
@@ -13,14 +12,14 @@ from ._tensors import dtype_name
 _DTYPE_KEYS = ("q_data_type", "kv_data_type", "o_data_type")
 
 
-def _fields(op: str, problem: Dict[str, Any]) -> Dict[str, str]:
+def _problem(op: str, problem: Dict[str, Any]) -> Any:
     values = dict(problem)
     for key in _DTYPE_KEYS:
         if values.get(key) is not None:
             values[key] = dtype_name(values[key], key)
     if values.get("sm_scale") is not None:
         values["sm_scale"] = float(values["sm_scale"])
-    return problem_fields(op=op, **values)
+    return _kvattn.Problem(**problem_fields(op=op, **values))
 
 
 def explain(op: str, *, device: str = "cpu", **problem: Any) -> Dict[str, Any]:
@@ -31,14 +30,14 @@ def explain(op: str, *, device: str = "cpu", **problem: Any) -> Dict[str, Any]:
     keywords are the command line's names in snake case (num_qo_heads, head_dim_qk, causal,
     q_data_type, ...); dtypes as in `plan`; device "cpu" or a described GPU such as
     "cuda:sm90"."""
-    return json.loads(_kvattn.explain(_fields(op, problem), device))
+    return _kvattn.explain(_problem(op, problem), device)
 
 
 def select_backend(op: str, *, device: str = "cpu", backend: str = "auto",
                    **problem: Any) -> str:
     """The backend that would run the problem (raises NotSupportedError / UnavailableError with
     the reason when `backend` cannot)."""
-    return _kvattn.select_backend(_fields(op, problem), device, backend)
+    return _kvattn.select_backend(_problem(op, problem), device, backend)
 
 
 def backend_names() -> List[str]:

@@ -23,8 +23,8 @@
 #include <string_view>
 
 #include "kvattn/kvattn.h"
+#include "kvattn/problem_text.h"
 #include "tensor_views.h"
-#include "tools/problem_fields.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -39,28 +39,100 @@ Device parse_device(const std::string& text) {
   return *d;
 }
 
-// A problem from the command line's fields (snake case keys, values as on the command line):
-// the same table as `kvattn run` and the case files, so names and rules cannot drift.
-Problem problem_from_fields(const nb::dict& fields) {
-  tools::ProblemDraft draft;
-  for (auto [key, value] : fields) {
-    const std::string k = nb::cast<std::string>(key);
-    const std::string v = nb::cast<std::string>(value);
-    const tools::ProblemField* field = tools::find_problem_field(k);
-    if (!field) raise_invalid("unknown problem parameter '" + k + "'");
-    std::string why;
-    if (!field->set(v, &draft, &why)) {
-      raise_invalid(k + " = " + v + ": " + why);
+// A Python value as the problem table's text: bool, int, float and str cross as themselves and
+// the library's table (kvattn/problem_text.h) parses and refuses them, so Python, the command line
+// and the case files share one spelling, one rule and one message per field.
+std::string field_text(const ProblemField& field, nb::handle value) {
+  PyObject* o = value.ptr();
+  if (PyBool_Check(o)) return o == Py_True ? "true" : "false";
+  if (field.kind == ProblemField::Kind::kFloat && !PyUnicode_Check(o)) {
+    // A number (or a one-element tensor) as its float; anything else is refused as its text.
+    if (PyObject* f = PyNumber_Float(o)) {
+      const double d = PyFloat_AsDouble(f);
+      Py_DECREF(f);
+      return format_float(static_cast<float>(d));
     }
+    PyErr_Clear();
+  }
+  return nb::cast<std::string>(nb::str(value));
+}
+
+void set_field(const std::string& key, nb::handle value, ProblemDraft* draft) {
+  const ProblemField* field = find_problem_field(key);
+  if (!field) raise_invalid("unknown problem parameter '" + key + "'");
+  const std::string text = field_text(*field, value);
+  std::string why;
+  if (!field->set(text, draft, &why)) raise_invalid(key + " = " + text + ": " + why);
+}
+
+// A problem from keyword values (None: left at its default).
+Problem problem_from_values(const nb::dict& values) {
+  ProblemDraft draft;
+  for (auto [key, value] : values) {
+    if (!value.is_none()) set_field(nb::cast<std::string>(key), value, &draft);
   }
   Problem problem;
-  check(tools::finish_problem(draft, &problem));
+  check(finish_problem(draft, &problem));
   return problem;
 }
 
-nb::dict problem_to_dict(const Problem& problem) {
+// A field of `problem` as its Python type; None where the parameter is unset (sm_scale) or does
+// not apply (head_dim_vo of an MLA problem).
+nb::object field_value(const ProblemField& field, const Problem& problem) {
+  std::optional<std::string> text = field.get(problem);
+  if (!text) return nb::none();
+  switch (field.kind) {
+    case ProblemField::Kind::kBool:
+      return nb::bool_(*text == "true");
+    case ProblemField::Kind::kInt: {
+      int64_t n = 0;
+      parse_int64(*text, &n);
+      return nb::int_(n);
+    }
+    case ProblemField::Kind::kFloat: {
+      float f = 0;
+      parse_float(*text, &f);
+      return nb::float_(f);
+    }
+    case ProblemField::Kind::kText:
+      break;
+  }
+  return nb::str(text->c_str());
+}
+
+nb::dict problem_values(const Problem& problem) {
   nb::dict out;
-  for (const auto& [key, value] : tools::problem_to_fields(problem)) out[key.c_str()] = value;
+  for (const ProblemField& f : problem_fields()) {
+    nb::object v = field_value(f, problem);
+    if (!v.is_none()) out[nb::str(f.key.data(), f.key.size())] = v;
+  }
+  return out;
+}
+
+// explain's verdicts as Python values (the keys of Explanation::to_json).
+nb::dict explanation_dict(const Explanation& e) {
+  nb::dict out;
+  out["device"] = e.device.to_string();
+  out["selected"] = e.selected ? nb::object(nb::str(e.selected->c_str())) : nb::none();
+  nb::list verdicts;
+  for (const Verdict& v : e.verdicts) {
+    nb::dict d;
+    d["backend"] = v.backend;
+    d["supported"] = v.supported;
+    d["reason"] = v.reason;
+    d["available"] = v.available;
+    d["availability"] = v.availability;
+    if (v.backend == "cpu") {
+      if (v.cpu_kernel.empty()) {
+        d["cpu_kernel"] = nb::none();
+        d["cpu_kernel_error"] = v.cpu_kernel_error;
+      } else {
+        d["cpu_kernel"] = v.cpu_kernel;
+      }
+    }
+    verdicts.append(d);
+  }
+  out["verdicts"] = verdicts;
   return out;
 }
 
@@ -155,13 +227,15 @@ AttentionArgs args_from_dict(const Problem& problem, const nb::dict& tensors,
 }
 
 // A plan and the variants of it that FlashInfer's API decides at run time rather than at plan
-// time: whether the LSE is written, the q/k/v scales, whether sinks are given. Those fields are
-// read by run, never by planning, so a variant is the same plan with them changed; variants are
-// made once and kept (per-layer scales give one variant per layer), so a run in steady state
-// copies nothing.
+// time: whether the LSE is written, the q/k/v scales (a float, or per-head tensors), whether
+// sinks are given. Those fields are read by run, never by planning, so a variant is the same plan
+// with them changed, made once and kept (per-layer scales give one variant per layer), so a run in
+// steady state copies nothing. A new variant is first put to the plan's backend (select_backend),
+// so a variant that backend cannot run raises C++'s reason.
 struct RunFields {
   bool return_lse;
   float q_scale, k_scale, v_scale;
+  KVScaleGranularity kv_scale_granularity;
   bool use_sinks;
   void* stream;  // torch's current stream at run (the plan's device state is ready for any)
   bool operator==(const RunFields&) const = default;
@@ -183,12 +257,17 @@ class PyPlan {
       if (f == fields_of(v)) return v;
     }
     if (variants_.size() >= kMaxVariants) variants_.pop_front();
+    Problem problem = plan.problem;
+    problem.return_lse = f.return_lse;
+    problem.q_scale = f.q_scale;
+    problem.k_scale = f.k_scale;
+    problem.v_scale = f.v_scale;
+    problem.kv_scale_granularity = f.kv_scale_granularity;
+    problem.use_sinks = f.use_sinks;
+    std::string selected;
+    check(select_backend(problem, plan.device, plan.backend, &selected));
     Plan& v = variants_.emplace_back(plan);
-    v.problem.return_lse = f.return_lse;
-    v.problem.q_scale = f.q_scale;
-    v.problem.k_scale = f.k_scale;
-    v.problem.v_scale = f.v_scale;
-    v.problem.use_sinks = f.use_sinks;
+    v.problem = problem;
     v.stream = f.stream;
     return v;
   }
@@ -201,18 +280,18 @@ class PyPlan {
     return f;
   }
   static RunFields fields_of(const Problem& p) {
-    return {p.return_lse, p.q_scale, p.k_scale, p.v_scale, p.use_sinks, nullptr};
+    return {p.return_lse,           p.q_scale,   p.k_scale, p.v_scale,
+            p.kv_scale_granularity, p.use_sinks, nullptr};
   }
   std::mutex mutex_;
   std::deque<Plan> variants_;  // a deque: references stay valid while others are added
 };
 
-std::unique_ptr<PyPlan> make_plan(const nb::dict& fields, const nb::dict& tensors,
+std::unique_ptr<PyPlan> make_plan(const Problem& problem, const nb::dict& tensors,
                                   bool custom_mask_packed, const std::string& backend,
                                   const std::string& device, int num_threads, int64_t kv_chunk_size,
                                   uintptr_t stream) {
   auto out = std::make_unique<PyPlan>();
-  const Problem problem = problem_from_fields(fields);
   AttentionArgs args = args_from_dict(problem, tensors, custom_mask_packed);
   PlanOptions options;
   options.backend = backend;
@@ -246,9 +325,15 @@ void run_plan(PyPlan& p, const nb::dict& tensors, const std::optional<Array>& wo
               std::optional<float> v_scale, uintptr_t stream) {
   const Problem& base = p.plan.problem;
   const bool use_sinks = base.use_sinks || tensors.contains("sinks");
-  const Plan& plan =
-      p.variant({return_lse, q_scale.value_or(base.q_scale), k_scale.value_or(base.k_scale),
-                 v_scale.value_or(base.v_scale), use_sinks, reinterpret_cast<void*>(stream)});
+  // Scale tensors given at run to a plan made for per-tensor scales: per KV head.
+  const bool head_tensors = tensors.contains("k_scale") || tensors.contains("v_scale");
+  const KVScaleGranularity granularity =
+      head_tensors && base.kv_scale_granularity == KVScaleGranularity::kPerTensor
+          ? KVScaleGranularity::kPerHead
+          : base.kv_scale_granularity;
+  const Plan& plan = p.variant({return_lse, q_scale.value_or(base.q_scale),
+                                k_scale.value_or(base.k_scale), v_scale.value_or(base.v_scale),
+                                granularity, use_sinks, reinterpret_cast<void*>(stream)});
   AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
   // The caller's workspace when it is on the plan's device and large enough; else run allocates.
   void* ws = nullptr;
@@ -269,8 +354,9 @@ void run_plan(PyPlan& p, const nb::dict& tensors, const std::optional<Array>& wo
 // Seconds of each of `repeats` C++ run() calls on the same arguments (the GIL released): the
 // figure the Python overhead benchmark (bench/python_overhead.py) subtracts.
 std::vector<double> time_cpp_run(PyPlan& p, const nb::dict& tensors, bool return_lse, int repeats) {
-  const Plan& plan = p.variant({return_lse, p.plan.problem.q_scale, p.plan.problem.k_scale,
-                                p.plan.problem.v_scale, p.plan.problem.use_sinks, p.plan.stream});
+  const Problem& base = p.plan.problem;
+  const Plan& plan = p.variant({return_lse, base.q_scale, base.k_scale, base.v_scale,
+                                base.kv_scale_granularity, base.use_sinks, p.plan.stream});
   AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
   std::vector<double> seconds;
   seconds.reserve(static_cast<std::size_t>(std::max(repeats, 0)));
@@ -364,6 +450,19 @@ NB_MODULE(_kvattn, m) {
     return names;
   });
 
+  // The problem, typed: Problem(op="batch_decode", num_qo_heads=32, causal=True, ...) takes the
+  // library's table keys (kvattn/problem_text.h) with values of their Python types; each key is
+  // also a read-only property, None where unset or not applicable.
+  nb::class_<Problem> problem_class(m, "Problem");
+  problem_class
+      .def("__init__", [](Problem* self,
+                          nb::kwargs values) { new (self) Problem(problem_from_values(values)); })
+      .def("fields", &problem_values, "every set parameter by key, as Python values")
+      .def("__repr__", [](const Problem& p) { return "<kvattn problem: " + p.to_string() + ">"; });
+  for (const ProblemField& f : problem_fields()) {
+    problem_class.def_prop_ro(f.key.data(), [&f](const Problem& p) { return field_value(f, p); });
+  }
+
   nb::class_<PyPlan>(m, "Plan")
       .def_prop_ro("backend", [](const PyPlan& p) { return p.plan.backend; })
       .def_prop_ro("device", [](const PyPlan& p) { return p.plan.device.to_string(); })
@@ -373,29 +472,35 @@ NB_MODULE(_kvattn, m) {
       .def_prop_ro("num_threads", [](const PyPlan& p) { return p.plan.num_threads; })
       .def_prop_ro("qo_len", [](const PyPlan& p) { return p.plan.qo_len; })
       .def_prop_ro("kv_len", [](const PyPlan& p) { return p.plan.kv_len; })
-      .def_prop_ro("problem", [](const PyPlan& p) { return problem_to_dict(p.plan.problem); })
+      .def_prop_ro("problem", [](const PyPlan& p) { return p.plan.problem; })
       .def("__repr__", [](const PyPlan& p) {
         return "<kvattn plan: backend " + p.plan.backend + " on " + p.plan.device.to_string() +
                ", " + p.plan.problem.to_string() + ">";
       });
 
-  m.def("plan", &make_plan, "fields"_a, "tensors"_a, "custom_mask_packed"_a, "backend"_a,
+  m.def("plan", &make_plan, "problem"_a, "tensors"_a, "custom_mask_packed"_a, "backend"_a,
         "device"_a, "num_threads"_a, "kv_chunk_size"_a, "stream"_a = 0);
   m.def("run", &run_plan, "plan"_a, "tensors"_a, "workspace"_a.none(), "return_lse"_a,
         "q_scale"_a.none(), "k_scale"_a.none(), "v_scale"_a.none(), "stream"_a = 0);
 
   m.def("time_cpp_run", &time_cpp_run, "plan"_a, "tensors"_a, "return_lse"_a, "repeats"_a);
-  m.def("problem", [](nb::dict fields) { return problem_to_dict(problem_from_fields(fields)); });
-  m.def("explain", [](nb::dict fields, const std::string& device) {
-    return explain(problem_from_fields(fields), parse_device(device)).to_json();
+  m.def("explain", [](const Problem& problem, const std::string& device) {
+    return explanation_dict(explain(problem, parse_device(device)));
   });
-  m.def("select_backend", [](nb::dict fields, const std::string& device,
-                             const std::string& requested) {
-    std::string selected;
-    check(select_backend(problem_from_fields(fields), parse_device(device), requested, &selected));
-    return selected;
-  });
+  m.def("select_backend",
+        [](const Problem& problem, const std::string& device, const std::string& requested) {
+          std::string selected;
+          check(select_backend(problem, parse_device(device), requested, &selected));
+          return selected;
+        });
   m.def("backend_names", &backend_names);
+  m.def("check_backend", [](const std::string& name) { check(check_backend_name(name)); });
+  // One problem parameter put to the library's table: raises its refusal (the wrappers' early
+  // checks of kv_layout or pos_encoding_mode, before there is a whole problem to plan).
+  m.def("check_field", [](const std::string& key, nb::handle value) {
+    ProblemDraft draft;
+    set_field(key, value, &draft);
+  });
   m.def("devices", &devices);
   m.def("set_cpu_threads", [](const std::string& mode) {
     if (mode != "own" && mode != "openmp" && mode != "auto") {

@@ -176,6 +176,14 @@ std::string Explanation::to_text() const {
   return os.str();
 }
 
+Status check_backend_name(std::string_view requested) {
+  if (requested.empty() || requested == "auto" || find_backend(requested)) return Status::Ok();
+  std::string names;
+  for (const std::string& n : backend_names()) names += " " + n;
+  return make_error(ErrorCode::kInvalidArgument, "backend '", requested,
+                    "' is unknown (expected auto or one of:", names, ")");
+}
+
 Status select_backend(const Problem& problem, const Device& device, const std::string& requested,
                       std::string* selected) {
   KVATTN_RETURN_IF_ERROR(validate_problem(problem));
@@ -209,13 +217,8 @@ Status select_backend(const Problem& problem, const Device& device, const std::s
     return make_error(code, "no backend can run this problem on ", device.to_string(), ":",
                       reasons.str());
   }
+  KVATTN_RETURN_IF_ERROR(check_backend_name(requested));
   const Backend* b = find_backend(requested);
-  if (!b) {
-    std::string names;
-    for (const std::string& n : backend_names()) names += " " + n;
-    return make_error(ErrorCode::kInvalidArgument, "backend '", requested,
-                      "' is unknown (expected auto or one of:", names, ")");
-  }
   Status cap = b->can_implement(problem, device);
   if (!cap.ok()) {
     Explanation e = explain(problem, device);

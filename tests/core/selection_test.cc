@@ -21,6 +21,26 @@ Problem founding_case(Op op) {
   return p;
 }
 
+// A backend name is checked before there is a problem (the Python wrappers' constructors) by the
+// same rule select_backend applies.
+TEST(SelectionTest, CheckBackendNameAcceptsAutoAndEveryRegisteredName) {
+  EXPECT_TRUE(check_backend_name("").ok());
+  EXPECT_TRUE(check_backend_name("auto").ok());
+  for (const std::string& name : backend_names()) EXPECT_TRUE(check_backend_name(name).ok());
+  Status s = check_backend_name("fa4");
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("backend 'fa4' is unknown (expected auto or one of:"),
+            std::string::npos)
+      << s.message();
+  for (const std::string& name : backend_names()) {
+    EXPECT_NE(s.message().find(" " + name), std::string::npos) << s.message();
+  }
+  std::string selected;
+  Status via_select =
+      select_backend(founding_case(Op::kBatchDecode), Device::cpu(), "fa4", &selected);
+  EXPECT_EQ(via_select.message(), s.message());
+}
+
 TEST(SelectionTest, FoundingCaseSelectsFa2OnHopper) {
   for (Op op : {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged}) {
     Explanation e = explain(founding_case(op), Device::cuda_sm(90));
@@ -40,8 +60,8 @@ TEST(SelectionTest, FoundingCaseSelectsFa2OnHopper) {
 
 TEST(SelectionTest, ForcingFa3OnFoundingCaseIsAnError) {
   std::string selected;
-  Status s = select_backend(founding_case(Op::kBatchPrefillPaged), Device::cuda_sm(90), "fa3",
-                            &selected);
+  Status s =
+      select_backend(founding_case(Op::kBatchPrefillPaged), Device::cuda_sm(90), "fa3", &selected);
   EXPECT_EQ(s.code(), ErrorCode::kNotSupported);
   EXPECT_NE(s.message().find("fa3"), std::string::npos);
   EXPECT_NE(s.message().find("needs an FP8 query"), std::string::npos);

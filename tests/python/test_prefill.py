@@ -138,8 +138,8 @@ def test_single_prefill_fp8_scales():
     out = kvattn.single_prefill_with_kv_cache(q, k, v, k_scale=0.05, scale_v=torch.full((4,), 2.0))
     o, _ = attention(f64(q), f64(k), f64(v), k_scale=0.05, v_scale=2.0)
     check_close(out, o, torch.bfloat16, inputs_eps=P_ROUNDING[torch.bfloat16])
-    # a query scale per head is not kvattn's (q_scale is per tensor)
-    with pytest.raises(kvattn.NotSupportedError):
+    # a query scale per head is not kvattn's: q_scale is a number (C++'s problem table says so)
+    with pytest.raises(kvattn.InvalidArgumentError, match="q_scale = .*: expected a finite decimal"):
         kvattn.single_prefill_with_kv_cache(q, k, v, scale_q=torch.tensor([1.0, 2.0, 1.0, 1.0]))
     # per-head K/V scales are for FP8 caches
     with pytest.raises(kvattn.InvalidArgumentError):

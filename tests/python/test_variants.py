@@ -90,3 +90,39 @@ def test_single_prefill_per_head_scales():
                      k_scale=np.broadcast_to(ks.numpy(), (20, 2)),
                      v_scale=np.broadcast_to(vs.numpy(), (20, 2)))
     check_close(out, o, torch.bfloat16, inputs_eps=2.0**-8)
+
+
+def _scale_rows(scale, n, h_kv):
+    """A k/v scale as the reference takes it: a float, or per head broadcast over n rows."""
+    return np.broadcast_to(scale.numpy(), (n, h_kv)) if torch.is_tensor(scale) else scale
+
+
+def test_batch_wrappers_take_per_head_scales():
+    """FlashInfer's k_scale / v_scale run arguments may be per-KV-head tensors in every batch
+    wrapper (kvattn's cpu backend declares per-head scales), and one plan serves layers with
+    different scales: per head, mixed, per tensor."""
+    h_kv, d, page = 2, 64, 16
+    batch = paged_batch([7, 40], page, h_kv, d, torch.float8_e4m3fn)
+    ks, vs = torch.tensor([0.01, 0.03]), torch.tensor([1.0, 0.5])
+    layers = ((ks, vs), (0.02, vs), (ks, 2.0), (0.5, 2.0))
+    q = rand((2, 4, d), torch.bfloat16)
+    w = kvattn.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(batch.indptr, batch.indices, batch.last_page_len, 4, h_kv, d, page,
+           q_data_type=torch.bfloat16, kv_data_type=torch.float8_e4m3fn)
+    qo = torch.tensor([0, 3, 8], dtype=torch.int32)
+    qp = rand((8, 4, d), torch.bfloat16)
+    wp = kvattn.BatchPrefillWithPagedKVCacheWrapper(workspace())
+    wp.plan(qo, batch.indptr, batch.indices, batch.last_page_len, 4, h_kv, d, page, causal=True,
+            q_data_type=torch.bfloat16, kv_data_type=torch.float8_e4m3fn)
+    for k_scale, v_scale in layers:
+        out = w.run(q, batch.cache, k_scale=k_scale, v_scale=v_scale)
+        outp = wp.run(qp, batch.cache, k_scale=k_scale, v_scale=v_scale)
+        for b in range(2):
+            kb, vb = batch.request_kv(b, 0), batch.request_kv(b, 1)
+            scales = dict(k_scale=_scale_rows(k_scale, len(kb), h_kv),
+                          v_scale=_scale_rows(v_scale, len(kb), h_kv))
+            o, _ = attention(f64(q[b:b + 1]), kb, vb, **scales)
+            check_close(out[b], o[0], torch.bfloat16, inputs_eps=2.0**-8)
+            r = slice(int(qo[b]), int(qo[b + 1]))
+            o, _ = attention(f64(qp[r]), kb, vb, causal=True, **scales)
+            check_close(outp[r], o, torch.bfloat16, inputs_eps=2.0**-8)

@@ -8,9 +8,9 @@
 #include <functional>
 #include <random>
 
+#include "kvattn/problem_text.h"
 #include "testing/case_builder.h"
 #include "tests/tools/temp_path.h"
-#include "tools/problem_fields.h"
 #include "tools/safetensors.h"
 
 namespace kvattn::io {
@@ -200,7 +200,7 @@ TEST(CaseFileTest, MetadataIsSpelledAsOnTheCommandLine) {
   p.k_scale = 0.0123f;
   p.rope_theta = 500000.0f;
   p.return_lse = true;
-  Metadata m = tools::problem_to_fields(p);
+  Metadata m = problem_to_fields(p);
   EXPECT_EQ(m.at("op"), "batch_prefill_ragged");
   EXPECT_EQ(m.at("q_data_type"), "e4m3");
   EXPECT_EQ(m.at("kv_data_type"), "e5m2");
@@ -216,15 +216,15 @@ TEST(CaseFileTest, MetadataIsSpelledAsOnTheCommandLine) {
   EXPECT_EQ(m.at("kv_scale_granularity"), "per_tensor");
   EXPECT_EQ(m.at("use_sinks"), "false");
   // Every key reads back into the same problem.
-  tools::ProblemDraft draft;
+  ProblemDraft draft;
   for (const auto& [key, value] : m) {
-    const tools::ProblemField* f = tools::find_problem_field(key);
+    const ProblemField* f = find_problem_field(key);
     ASSERT_NE(f, nullptr) << key;
     std::string why;
     ASSERT_TRUE(f->set(value, &draft, &why)) << key << ": " << why;
   }
   Problem back;
-  ASSERT_TRUE(tools::finish_problem(draft, &back).ok());
+  ASSERT_TRUE(finish_problem(draft, &back).ok());
   EXPECT_EQ(back.to_string(), p.to_string());
 }
 
@@ -235,10 +235,10 @@ TEST(CaseFileTest, FloatsRoundTripThroughTheirDecimalSpelling) {
     float f = 0;
     std::memcpy(&f, &bits, 4);
     if (!std::isfinite(f)) continue;
-    std::string text = tools::format_float(f);
+    std::string text = format_float(f);
     EXPECT_EQ(text.find_first_of("eE"), std::string::npos) << text;
     float back = 0;
-    ASSERT_TRUE(tools::parse_float(text, &back)) << text;
+    ASSERT_TRUE(parse_float(text, &back)) << text;
     EXPECT_EQ(std::memcmp(&back, &f, 4), 0) << text;
   }
 }
@@ -261,8 +261,8 @@ struct RawCase {
                                                                        : DType::kI32;
       tensors.push_back({name, d, owned.input_shapes.at(name), bytes});
     }
-    metadata = tools::problem_to_fields(owned.problem);
-    metadata["kv_len"] = tools::format_length_list(owned.kv_lens);
+    metadata = problem_to_fields(owned.problem);
+    metadata["kv_len"] = format_length_list(owned.kv_lens);
   }
   TensorToWrite& tensor(const std::string& name) {
     for (TensorToWrite& t : tensors) {

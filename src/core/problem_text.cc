@@ -1,11 +1,13 @@
-#include "tools/problem_fields.h"
+#include "kvattn/problem_text.h"
 
 #include <charconv>
 #include <cmath>
 #include <limits>
 
-namespace kvattn::tools {
+namespace kvattn {
 namespace {
+
+using Kind = ProblemField::Kind;
 
 constexpr std::string_view kFloatDTypes = "f32|f16|bf16|e4m3|e5m2";
 
@@ -56,7 +58,7 @@ std::string bool_text(bool b) { return b ? "true" : "false"; }
 // The table. Non-capturing lambdas keep each field's parse and print side by side.
 const std::vector<ProblemField>& fields() {
   static const std::vector<ProblemField> table = {
-      {"op", false,
+      {"op", Kind::kText,
        "single_decode|single_prefill|batch_decode|batch_prefill_paged|batch_prefill_ragged|"
        "batch_mla_paged",
        "the operation",
@@ -72,19 +74,19 @@ const std::vector<ProblemField>& fields() {
          return true;
        },
        [](const Problem& p) -> std::optional<std::string> { return std::string(op_name(p.op)); }},
-      {"batch_size", false, "N", "requests in the batch (1 for the single operations)",
+      {"batch_size", Kind::kInt, "N", "requests in the batch (1 for the single operations)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_positive_int(v, &d->problem.batch_size, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return std::to_string(p.batch_size); }},
-      {"num_qo_heads", false, "N", "query heads",
+      {"num_qo_heads", Kind::kInt, "N", "query heads",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_positive_int(v, &d->problem.num_qo_heads, why);
        },
        [](const Problem& p) -> std::optional<std::string> {
          return std::to_string(p.num_qo_heads);
        }},
-      {"num_kv_heads", false, "N", "KV heads (num_qo_heads must be a multiple)",
+      {"num_kv_heads", Kind::kInt, "N", "KV heads (num_qo_heads must be a multiple)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          if (!set_positive_int(v, &d->problem.num_kv_heads, why)) return false;
          d->num_kv_heads = d->problem.num_kv_heads;
@@ -94,7 +96,7 @@ const std::vector<ProblemField>& fields() {
          if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::to_string(p.num_kv_heads);
        }},
-      {"head_dim_qk", false, "N", "head dim of q and k",
+      {"head_dim_qk", Kind::kInt, "N", "head dim of q and k",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          if (!set_positive_int(v, &d->problem.head_dim_qk, why)) return false;
          d->head_dim_qk = d->problem.head_dim_qk;
@@ -104,7 +106,7 @@ const std::vector<ProblemField>& fields() {
          if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::to_string(p.head_dim_qk);
        }},
-      {"head_dim_vo", false, "N", "head dim of v and o",
+      {"head_dim_vo", Kind::kInt, "N", "head dim of v and o",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          if (!set_positive_int(v, &d->problem.head_dim_vo, why)) return false;
          d->head_dim_vo = d->problem.head_dim_vo;
@@ -114,12 +116,12 @@ const std::vector<ProblemField>& fields() {
          if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::to_string(p.head_dim_vo);
        }},
-      {"page_size", false, "N", "tokens per KV-cache page (paged operations)",
+      {"page_size", Kind::kInt, "N", "tokens per KV-cache page (paged operations)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_positive_int(v, &d->problem.page_size, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return std::to_string(p.page_size); }},
-      {"kv_layout", false, "NHD|HND", "KV layout",
+      {"kv_layout", Kind::kText, "NHD|HND", "KV layout",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          std::optional<KVLayout> l = parse_kv_layout(v);
          if (!l) {
@@ -134,7 +136,8 @@ const std::vector<ProblemField>& fields() {
          if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::string(kv_layout_name(p.kv_layout));
        }},
-      {"head_dim_ckv", false, "N", "MLA: width of the compressed latent ckv (DeepSeek-V3: 512)",
+      {"head_dim_ckv", Kind::kInt, "N",
+       "MLA: width of the compressed latent ckv (DeepSeek-V3: 512)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_positive_int(v, &d->problem.head_dim_ckv, why);
        },
@@ -142,7 +145,7 @@ const std::vector<ProblemField>& fields() {
          if (!is_mla(p.op)) return std::nullopt;
          return std::to_string(p.head_dim_ckv);
        }},
-      {"head_dim_kpe", false, "N", "MLA: width of the RoPE part kpe (DeepSeek-V3: 64)",
+      {"head_dim_kpe", Kind::kInt, "N", "MLA: width of the RoPE part kpe (DeepSeek-V3: 64)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_nonnegative_int(v, &d->problem.head_dim_kpe, why);  // 0: no pe term
        },
@@ -150,21 +153,23 @@ const std::vector<ProblemField>& fields() {
          if (!is_mla(p.op)) return std::nullopt;
          return std::to_string(p.head_dim_kpe);
        }},
-      {"causal", true, "", "causal mask (bottom-right aligned)",
+      {"causal", Kind::kBool, "", "causal mask (bottom-right aligned)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->causal, why);
        },
        [](const Problem& p) -> std::optional<std::string> {
          return bool_text(p.mask_mode == MaskMode::kCausal);
        }},
-      {"custom_mask", true, "", "a random custom mask (or the case file's custom_mask tensor)",
+      {"custom_mask", Kind::kBool, "",
+       "a random custom mask (or the case file's custom_mask tensor)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->custom_mask, why);
        },
        [](const Problem& p) -> std::optional<std::string> {
          return bool_text(p.mask_mode == MaskMode::kCustom);
        }},
-      {"window_left", false, "N", "sliding window: keys at most N before the diagonal (-1: none)",
+      {"window_left", Kind::kInt, "N",
+       "sliding window: keys at most N before the diagonal (-1: none)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          if (!parse_int(v, &d->problem.window_left) || d->problem.window_left < -1) {
            *why = "expected an integer >= -1";
@@ -175,14 +180,14 @@ const std::vector<ProblemField>& fields() {
        [](const Problem& p) -> std::optional<std::string> {
          return std::to_string(p.window_left);
        }},
-      {"logits_soft_cap", false, "X", "soft cap c: s = c*tanh(s/c) (0: none)",
+      {"logits_soft_cap", Kind::kFloat, "X", "soft cap c: s = c*tanh(s/c) (0: none)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_float(v, &d->problem.logits_soft_cap, why);
        },
        [](const Problem& p) -> std::optional<std::string> {
          return format_float(p.logits_soft_cap);
        }},
-      {"sm_scale", false, "X", "score scale (default 1/sqrt(head_dim_qk))",
+      {"sm_scale", Kind::kFloat, "X", "score scale (default 1/sqrt(head_dim_qk))",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          float s = 0;
          if (!set_float(v, &s, why)) return false;
@@ -193,7 +198,7 @@ const std::vector<ProblemField>& fields() {
          if (!p.sm_scale) return std::nullopt;
          return format_float(*p.sm_scale);
        }},
-      {"pos_encoding_mode", false, "NONE|ROPE_LLAMA|ALIBI", "position encoding fused in",
+      {"pos_encoding_mode", Kind::kText, "NONE|ROPE_LLAMA|ALIBI", "position encoding fused in",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          std::optional<PosEncoding> pe = parse_pos_encoding(v);
          if (!pe) {
@@ -206,36 +211,36 @@ const std::vector<ProblemField>& fields() {
        [](const Problem& p) -> std::optional<std::string> {
          return std::string(pos_encoding_name(p.pos_encoding_mode));
        }},
-      {"rope_theta", false, "X", "RoPE base (default 10000)",
+      {"rope_theta", Kind::kFloat, "X", "RoPE base (default 10000)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_float(v, &d->problem.rope_theta, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return format_float(p.rope_theta); }},
-      {"rope_scale", false, "X", "RoPE position divisor (default 1)",
+      {"rope_scale", Kind::kFloat, "X", "RoPE position divisor (default 1)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_float(v, &d->problem.rope_scale, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return format_float(p.rope_scale); }},
-      {"rope_interleave", true, "", "RoPE pairs (x[2t], x[2t+1]) instead of rotating halves",
+      {"rope_interleave", Kind::kBool, "", "RoPE pairs (x[2t], x[2t+1]) instead of rotating halves",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->problem.rope_interleave, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return bool_text(p.rope_interleave); }},
-      {"q_data_type", false, kFloatDTypes, "query dtype",
+      {"q_data_type", Kind::kText, kFloatDTypes, "query dtype",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_dtype(v, &d->problem.q_dtype, why);
        },
        [](const Problem& p) -> std::optional<std::string> {
          return std::string(dtype_name(p.q_dtype));
        }},
-      {"kv_data_type", false, kFloatDTypes, "KV-cache dtype",
+      {"kv_data_type", Kind::kText, kFloatDTypes, "KV-cache dtype",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_dtype(v, &d->problem.kv_dtype, why);
        },
        [](const Problem& p) -> std::optional<std::string> {
          return std::string(dtype_name(p.kv_dtype));
        }},
-      {"o_data_type", false, "f32|f16|bf16", "output dtype (default: q's, bf16 for an fp8 q)",
+      {"o_data_type", Kind::kText, "f32|f16|bf16", "output dtype (default: q's, bf16 for an fp8 q)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          if (!set_dtype(v, &d->problem.o_dtype, why)) return false;
          d->o_dtype_given = true;
@@ -244,22 +249,22 @@ const std::vector<ProblemField>& fields() {
        [](const Problem& p) -> std::optional<std::string> {
          return std::string(dtype_name(p.o_dtype));
        }},
-      {"q_scale", false, "X", "fp8 dequantization scale of q (real = stored * scale)",
+      {"q_scale", Kind::kFloat, "X", "fp8 dequantization scale of q (real = stored * scale)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_float(v, &d->problem.q_scale, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return format_float(p.q_scale); }},
-      {"k_scale", false, "X", "fp8 dequantization scale of k",
+      {"k_scale", Kind::kFloat, "X", "fp8 dequantization scale of k",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_float(v, &d->problem.k_scale, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return format_float(p.k_scale); }},
-      {"v_scale", false, "X", "fp8 dequantization scale of v",
+      {"v_scale", Kind::kFloat, "X", "fp8 dequantization scale of v",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_float(v, &d->problem.v_scale, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return format_float(p.v_scale); }},
-      {"kv_scale_granularity", false, "per_tensor|per_head|per_token_head",
+      {"kv_scale_granularity", Kind::kText, "per_tensor|per_head|per_token_head",
        "fp8 K/V scales per tensor, per KV head, or per (token, KV head)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          std::optional<KVScaleGranularity> g = parse_kv_scale_granularity(v);
@@ -273,17 +278,17 @@ const std::vector<ProblemField>& fields() {
        [](const Problem& p) -> std::optional<std::string> {
          return std::string(kv_scale_granularity_name(p.kv_scale_granularity));
        }},
-      {"use_sinks", true, "", "attention sinks: one logit per query head (the sinks tensor)",
+      {"use_sinks", Kind::kBool, "", "attention sinks: one logit per query head (the sinks tensor)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->problem.use_sinks, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return bool_text(p.use_sinks); }},
-      {"return_lse", true, "", "also write the log-sum-exp of every row",
+      {"return_lse", Kind::kBool, "", "also write the log-sum-exp of every row",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->problem.return_lse, why);
        },
        [](const Problem& p) -> std::optional<std::string> { return bool_text(p.return_lse); }},
-      {"use_fp16_qk_reduction", true, "", "reduce q.k in fp16 (fa2 only)",
+      {"use_fp16_qk_reduction", Kind::kBool, "", "reduce q.k in fp16 (fa2 only)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->problem.use_fp16_qk_reduction, why);
        },
@@ -418,4 +423,4 @@ std::string format_length_list(const std::vector<int64_t>& lengths) {
   return s;
 }
 
-}  // namespace kvattn::tools
+}  // namespace kvattn

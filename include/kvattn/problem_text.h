@@ -1,6 +1,8 @@
-// The problem parameters under FlashInfer's names, shared by the command-line flags (kebab case:
-// --num-qo-heads) and the case-file metadata (snake case: num_qo_heads), so that a value is
-// spelled the same way in both and one table says how each is parsed and printed.
+// The problem parameters as text, under FlashInfer's names: one table shared by the command-line
+// flags (kebab case: --num-qo-heads), the case-file metadata (snake case: num_qo_heads) and the
+// Python extension (keyword names), so that a parameter is spelled one way everywhere and one
+// table says how each is parsed, printed and refused (the refusal message names the key, the
+// value and what is accepted).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +16,7 @@
 #include "kvattn/problem.h"
 #include "kvattn/status.h"
 
-namespace kvattn::tools {
+namespace kvattn {
 
 // A problem being assembled field by field. The mask kind and the default o dtype are resolved
 // by finish_problem once every field is known (o dtype follows q: fp8 q -> bf16).
@@ -30,8 +32,13 @@ struct ProblemDraft {
 };
 
 struct ProblemField {
-  std::string_view key;         // snake_case metadata key; the flag is "--" + kebab case
-  bool boolean = false;         // a flag without a value (--causal); "true"/"false" in metadata
+  // What a value is: kBool is a flag without a value on the command line (--causal) and
+  // "true"/"false" in metadata; the others take a value. Python reads and writes each kind as
+  // its own type (bool, int, float, str).
+  enum class Kind { kBool, kInt, kFloat, kText };
+
+  std::string_view key;  // snake_case metadata key; the flag is "--" + kebab case
+  Kind kind = Kind::kText;
   std::string_view value_help;  // what is accepted, e.g. "f32|f16|bf16|e4m3|e5m2"
   std::string_view help;
   // Parses `value` into the draft; on failure `why` says what is accepted.
@@ -64,4 +71,4 @@ bool parse_bool(std::string_view text, bool* out);
 bool parse_length_list(std::string_view text, bool allow_zero, std::vector<int64_t>* out);
 std::string format_length_list(const std::vector<int64_t>& lengths);
 
-}  // namespace kvattn::tools
+}  // namespace kvattn
