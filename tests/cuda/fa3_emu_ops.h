@@ -119,7 +119,22 @@ class Fa3EmuOps {
     ops_.setmaxnreg(false, N);
   }
   float shfl_xor(float v, int lane_mask) const { return ops_.shfl_xor(v, lane_mask); }
+  float shfl(float v, int src_lane) const { return ops_.shfl(v, src_lane); }
+  uint32_t shfl_u32(uint32_t v, int src_lane) const {
+    float f;
+    std::memcpy(&f, &v, 4);
+    f = ops_.shfl(f, src_lane);
+    std::memcpy(&v, &f, 4);
+    return v;
+  }
   void syncwarp() const { ops_.syncwarp(); }
+  template <class T>
+  T ld_shared(const T* p) const {
+    return ops_.ld_shared(p);
+  }
+  bool named_barrier_red_or(int id, int threads, bool pred) const {
+    return ops_.named_barrier_red_or(id, threads, pred);
+  }
 
   void wgmma_fence() const { ops_.wgmma_fence(); }
   void wgmma_commit() const { ops_.wgmma_commit(); }

@@ -313,6 +313,8 @@ class Sm90Ops {
   void fence_proxy_async() const;
   void named_barrier_sync(int id, int threads) const;
   void named_barrier_arrive(int id, int threads) const;
+  // bar.red.or.pred: bar.sync that also returns whether any participant passed true.
+  bool named_barrier_red_or(int id, int threads, bool pred) const;
   void sync_threads() const;
 
   void setmaxnreg(bool inc, int regs) const;

@@ -95,6 +95,8 @@ struct Mbar {
 struct NamedBar {
   int count = 0, arrived = 0;
   uint64_t gen = 0;
+  bool or_acc = false;     // bar.red.or: the phase in progress
+  bool or_result = false;  // bar.red.or: the last completed phase (read by its waiters)
 };
 
 struct TmaCopy {

@@ -218,7 +218,8 @@ void Sm90Ops::fence_proxy_async() const {
 }
 
 namespace {
-void named_arrive(CtaState& c, ThreadState& t, int id, int threads, const std::string& instr) {
+void named_arrive(CtaState& c, ThreadState& t, int id, int threads, const std::string& instr,
+                  bool pred = false) {
   if (id < 0 || id > 15) c.fail(t, instr, "barrier id " + std::to_string(id) + " not in 0..15");
   if (threads <= 0 || threads % 32 != 0 || threads > c.launch.threads) {
     c.fail(t, instr,
@@ -243,9 +244,12 @@ void named_arrive(CtaState& c, ThreadState& t, int id, int threads, const std::s
     if (m.init_thread == t.id) m.visible = true;
   }
   ++c.epoch;
+  b.or_acc = b.or_acc || pred;
   if (++b.arrived == b.count) {
     b.arrived = 0;
     ++b.gen;
+    b.or_result = b.or_acc;
+    b.or_acc = false;
   }
 }
 }  // namespace
@@ -266,6 +270,22 @@ void Sm90Ops::named_barrier_sync(int id, int threads) const {
         return instr + " (" + std::to_string(b->arrived) + " of " + std::to_string(b->count) +
                " arrived)";
       });
+}
+bool Sm90Ops::named_barrier_red_or(int id, int threads, bool pred) const {
+  CtaState& c = *t_->cta;
+  const std::string instr =
+      "bar.red.or.pred " + std::to_string(id) + ", " + std::to_string(threads);
+  const uint64_t gen = (id >= 0 && id < 16) ? c.named[id].gen : 0;
+  named_arrive(c, *t_, id, threads, instr, pred);
+  detail::NamedBar* b = &c.named[id];
+  c.block(
+      *t_, [b, gen] { return b->gen != gen; },
+      [b, instr] {
+        return instr + " (" + std::to_string(b->arrived) + " of " + std::to_string(b->count) +
+               " arrived)";
+      });
+  // The next phase cannot complete without this thread: or_result is still this phase's.
+  return b->or_result;
 }
 void Sm90Ops::sync_threads() const { named_barrier_sync(0, t_->cta->launch.threads); }
 

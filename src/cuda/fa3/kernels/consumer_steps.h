@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "core/hd.h"
+#include "core/numeric.h"
 #include "cuda/fa3/kernels/elem.h"
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
@@ -45,6 +46,13 @@ KVATTN_HD void issue_s(const Ops& ops, SAcc& s, uint32_t q_addr, uint32_t k_addr
 // Scores in the log2 domain (soft cap first: DESIGN.md §2 caps after sm_scale), and on the edge
 // blocks the mask: keys past kv_len, the causal diagonal, the window. The diagonal of the
 // thread's row half h is diag0 + token_step[h] (prefill_cta.h).
+// Whether `key` is visible to a row whose causal diagonal is d (the reference's masks: the
+// request's keys, causal bottom-right, the sliding window). scores() spells the same test out:
+// calling this there cost the 16-bit consumers 8 bytes of spills (ptxas, sm_90a).
+KVATTN_HD bool key_visible(const PrefillParams& p, int64_t key, int64_t kv_len, int64_t d) {
+  return key < kv_len && (!p.causal || key <= d) && (p.window_left < 0 || key >= d - p.window_left);
+}
+
 template <int BN, class SAcc>
 KVATTN_HD void scores(SAcc& s, const PrefillParams& p, bool masked, int n, int64_t kv_len,
                       int64_t diag0, const int (&token_step)[2], int ctid) {
@@ -156,6 +164,107 @@ KVATTN_HD void pv_done(const Ops& ops, OAcc& o, AFrag (&a)[kPSteps]) {
   ops.fence_registers(o);
   KVATTN_FA3_PRAGMA(unroll)
   for (int kk = 0; kk < kPSteps; ++kk) ops.fence_registers(a[kk]);
+}
+
+// The numerics policy (docs/cuda.md): a masked key's V must never meet its zero weight (0 x inf
+// = NaN would poison rows that do not see the key). Only the edge blocks (kr.masked) hold keys
+// some row does not see (the causal diagonal, the window, keys past kv_len: zeros for cp.async,
+// but the next request's keys in a ragged TMA box); for those, the consumer warpgroup checks the
+// block's V tile for an inf or NaN (each thread a share; bar.red.or makes the answer the
+// warpgroup's, as wgmma must be) and, where there is one, computes O += P V with guarded_pv.
+template <class Tag>
+KVATTN_HD bool non_finite_word(uint32_t w) {
+  if constexpr (Elem<Tag>::kFp8) {
+    const uint32_t m = Elem<Tag>::kKv == ElemKind::kE4m3 ? 0x7fu : 0x7cu;  // e4m3: NaN only
+    bool any = false;
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int b = 0; b < 4; ++b) any = any || ((w >> (8 * b)) & m) == m;
+    return any;
+  } else {
+    const uint32_t m = Elem<Tag>::kKv == ElemKind::kF16 ? 0x7c00u : 0x7f80u;
+    return (w & m) == m || ((w >> 16) & m) == m;
+  }
+}
+template <class Tag, int VO, int BN, class Ops>
+KVATTN_HD bool v_has_non_finite(const Ops& ops, const uint8_t* v_smem, int ctid, int wg) {
+  constexpr bool kFp8 = Elem<Tag>::kFp8;
+  constexpr int kRows = kFp8 ? VO : BN;  // V^T [dim][key] or V [key][dim]
+  constexpr int kRowChunks = (kFp8 ? BN : 2 * VO) / 16;
+  bool bad = false;
+  for (int c = ctid; c < kRows * kRowChunks; c += frag::kWarpgroupThreads) {
+    const int row = c / kRowChunks, chunk = c % kRowChunks;
+    const uint32_t off =
+        kFp8 ? smem::tile_offset8(row, 16 * chunk, VO) : smem::tile_offset(row, 8 * chunk, BN);
+    const typename Ops::U4 x =
+        ops.ld_shared(reinterpret_cast<const typename Ops::U4*>(v_smem + off));
+    bad = bad || non_finite_word<Tag>(x.x) || non_finite_word<Tag>(x.y) ||
+          non_finite_word<Tag>(x.z) || non_finite_word<Tag>(x.w);
+  }
+  return ops.named_barrier_red_or(1 + wg, frag::kWarpgroupThreads, bad);
+}
+
+// Element (key j, dim col) of a V tile: 16-bit V [key][dim], FP8 V^T [dim][renumbered key].
+template <class Tag, int VO, int BN, class Ops>
+KVATTN_HD float v_value(const Ops& ops, const uint8_t* v_smem, int j, int col) {
+  if constexpr (Elem<Tag>::kFp8) {
+    const int kcol = (j / 32) * 32 + frag::fp8_column_of_key(j % 32);
+    const uint8_t x = ops.ld_shared(v_smem + smem::tile_offset8(col, kcol, VO));
+    return Elem<Tag>::kKv == ElemKind::kE4m3 ? num::e4m3_to_f32(x) : num::e5m2_to_f32(x);
+  } else {
+    const uint16_t x =
+        ops.ld_shared(reinterpret_cast<const uint16_t*>(v_smem + smem::tile_offset(j, col, BN)));
+    return Elem<Tag>::kKv == ElemKind::kF16 ? num::f16_to_f32(x) : num::bf16_to_f32(x);
+  }
+}
+
+// O += P V for block n without wgmma (its V holds an inf or NaN): each thread adds to its O
+// registers P x V of the keys its rows see, and nothing of the others. A row's P is spread over
+// its quad: FP8 takes it from S's registers (times kFp8PScale: O carries P's 2^8), 16-bit from
+// the packed A fragments (P as the wgmma would read it), one shuffle per (key, row half). The
+// key loop stays a loop; registers are only ever indexed by constants (a select picks the
+// register of key j), so nothing goes to local memory.
+template <class Tag, int VO, int BN, int kPSteps, class Ops, class OAcc, class SAcc, class AFrag>
+KVATTN_HD void guarded_pv(const Ops& ops, OAcc& o, SAcc& s, AFrag (&a)[kPSteps],
+                          const uint8_t* v_smem, const PrefillParams& p, int n, int64_t kv_len,
+                          int64_t diag0, const int (&token_step)[2], int ctid) {
+  const int quad = (ctid % 32) & ~3;
+  KVATTN_FA3_PRAGMA(unroll 1)
+  for (int j = 0; j < BN; ++j) {
+    const int64_t key = int64_t(n) * BN + j;
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int h = 0; h < 2; ++h) {
+      float pj;
+      if constexpr (Elem<Tag>::kFp8) {
+        const int want = 4 * (j / 8) + 2 * h + j % 2;  // S register of (row half h, key j)
+        float mine = 0.0f;
+        KVATTN_FA3_PRAGMA(unroll)
+        for (int i = 0; i < BN / 2; ++i) {
+          if (i == want) mine = s[i];
+        }
+        pj = kFp8PScale * ops.shfl(mine, quad + (j % 8) / 2);
+      } else {
+        const int jj = j % 16;  // A register 2 (jj / 8) + h of k-step j / 16, half jj % 2
+        const int want = 4 * (j / 16) + 2 * (jj / 8) + h;
+        uint32_t mine = 0;
+        KVATTN_FA3_PRAGMA(unroll)
+        for (int kk = 0; kk < kPSteps; ++kk) {
+          KVATTN_FA3_PRAGMA(unroll)
+          for (int r = 0; r < 4; ++r) {
+            if (4 * kk + r == want) mine = a[kk][r];
+          }
+        }
+        const uint32_t w = ops.shfl_u32(mine, quad + (jj % 8) / 2);
+        const uint16_t bits = uint16_t(jj % 2 ? w >> 16 : w & 0xffffu);
+        pj = Elem<Tag>::kQ == ElemKind::kF16 ? num::f16_to_f32(bits) : num::bf16_to_f32(bits);
+      }
+      if (!key_visible(p, key, kv_len, diag0 + token_step[h])) continue;
+      KVATTN_FA3_PRAGMA(unroll)
+      for (int i = 0; i < VO / 2; ++i) {
+        if (frag::acc_row_half(i) != h) continue;
+        o[i] += pj * v_value<Tag, VO, BN>(ops, v_smem, j, frag::acc_element(ctid, i).col);
+      }
+    }
+  }
 }
 
 }  // namespace kvattn::fa3::step

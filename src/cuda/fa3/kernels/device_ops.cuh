@@ -111,7 +111,40 @@ struct DeviceOps {
     return v + float(lane_mask) * 0.0f;
 #endif
   }
+  KVATTN_HD float shfl(float v, int src_lane) const {
+#if defined(__CUDA_ARCH__)
+    return __shfl_sync(0xffffffffu, v, src_lane);
+#else
+    return v + float(src_lane) * 0.0f;
+#endif
+  }
+  KVATTN_HD uint32_t shfl_u32(uint32_t v, int src_lane) const {
+#if defined(__CUDA_ARCH__)
+    return __shfl_sync(0xffffffffu, v, src_lane);
+#else
+    return v + uint32_t(src_lane) * 0u;
+#endif
+  }
   KVATTN_HD void syncwarp() const { KVATTN_FA3_DEVICE(__syncwarp()); }
+  template <class T>
+  KVATTN_HD T ld_shared(const T* p) const {
+    return *p;
+  }
+  // bar.red.or.pred: named barrier `id` over `threads`, true when any of them passed true.
+  KVATTN_HD bool named_barrier_red_or(int id, int threads, bool pred) const {
+#if defined(__CUDA_ARCH__)
+    uint32_t any;
+    asm volatile(
+        "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\n"
+        "selp.u32 %0, 1, 0, q;\n}\n"
+        : "=r"(any)
+        : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+        : "memory");
+    return any != 0;
+#else
+    return pred && id >= 0 && threads > 0;
+#endif
+  }
 
   KVATTN_HD void wgmma_fence() const { KVATTN_FA3_DEVICE(ptx::wgmma_fence()); }
   KVATTN_HD void wgmma_commit() const { KVATTN_FA3_DEVICE(ptx::wgmma_commit()); }

@@ -18,7 +18,9 @@
 // (tests/cuda/fa3_replay_test.cc runs it against the fp64 reference).
 //
 // Keys past a request's end that a TMA box brings in (the next request's, or zeros past the
-// tensor) are masked in S, so their V rows are multiplied by exactly 0.
+// tensor) are masked in S, so their V rows get weight exactly 0; an edge block whose V holds an
+// inf or NaN takes consumer_steps.h's guarded_pv, so no masked key's V ever meets its zero weight
+// (0 x inf; the numerics policy of docs/cuda.md).
 //
 // The softmax of one block runs while the GEMM O += P V of the previous one does (the consumer
 // loop of prefill_cta.h). Not here yet (see docs/cuda.md): the two consumer warpgroups' ping-pong

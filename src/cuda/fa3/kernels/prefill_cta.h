@@ -252,6 +252,8 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
     if constexpr (!kOverlap) {
       for (int n = kr.begin; n < kr.end; ++n) {
         ops.mbarrier_wait(&full[st.index], st.phase);
+        const bool guard = kr.masked(n) && step::v_has_non_finite<Tag, VO, BN>(
+                                               ops, smem + Plan::v(st.index), ctid, wg);
         step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
         ops.template wgmma_wait<0>();
         ops.fence_registers(s);
@@ -259,17 +261,25 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
         float alpha[2];
         step::softmax<BN>(ops, s, m, l, alpha);
         step::rescale<kORegs>(o, alpha);
-        step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
-        step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
-                                                   ops.smem_addr(smem + Plan::v(st.index)));
-        ops.template wgmma_wait<0>();
-        step::pv_done<VO, kPSteps>(ops, o, a);
+        if (guard) {
+          step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(st.index), p, n,
+                                                 r.kv_len, diag0, token_step, ctid);
+        } else {
+          step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
+          step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
+                                                     ops.smem_addr(smem + Plan::v(st.index)));
+          ops.template wgmma_wait<0>();
+          step::pv_done<VO, kPSteps>(ops, o, a);
+        }
         ops.syncwarp();
         if (lane == 0) ops.mbarrier_arrive(&empty[st.index]);
         st.advance();
       }
     } else if (kr.begin < kr.end) {
       ops.mbarrier_wait(&full[st.index], st.phase);
+      // Whether the previous block's O += P V must be guarded_pv (consumer_steps.h).
+      bool guard_prev = kr.masked(kr.begin) && step::v_has_non_finite<Tag, VO, BN>(
+                                                   ops, smem + Plan::v(st.index), ctid, wg);
       step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
       ops.template wgmma_wait<0>();
       ops.fence_registers(s);
@@ -280,11 +290,23 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
       pipe::PipelineState<kStages> prev = st;
       st.advance();
       for (int n = kr.begin + 1; n < kr.end; ++n) {
+        // A guarded block's O += P V runs here, before S_n is issued: S's registers are free
+        // then (P_{n-1} is in the A fragments), and nothing is in flight.
+        if (guard_prev) {
+          step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(prev.index), p, n - 1,
+                                                 r.kv_len, diag0, token_step, ctid);
+        }
         ops.mbarrier_wait(&full[st.index], st.phase);
+        const bool guard = kr.masked(n) && step::v_has_non_finite<Tag, VO, BN>(
+                                               ops, smem + Plan::v(st.index), ctid, wg);
         step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
-        step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
-                                                   ops.smem_addr(smem + Plan::v(prev.index)));
-        ops.template wgmma_wait<1>();  // S_n done; PV_{n-1} may still run
+        if (guard_prev) {
+          ops.template wgmma_wait<0>();  // S_n done (no PV_{n-1} in flight)
+        } else {
+          step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
+                                                     ops.smem_addr(smem + Plan::v(prev.index)));
+          ops.template wgmma_wait<1>();  // S_n done; PV_{n-1} may still run
+        }
         ops.fence_registers(s);
         step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
         step::softmax<BN>(ops, s, m, l, alpha);
@@ -295,10 +317,16 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
         step::rescale<kORegs>(o, alpha);
         step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
         prev = st;
+        guard_prev = guard;
         st.advance();
       }
-      step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
-                                                 ops.smem_addr(smem + Plan::v(prev.index)));
+      if (guard_prev) {
+        step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(prev.index), p,
+                                               kr.end - 1, r.kv_len, diag0, token_step, ctid);
+      } else {
+        step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
+                                                   ops.smem_addr(smem + Plan::v(prev.index)));
+      }
       ops.template wgmma_wait<0>();
       step::pv_done<VO, kPSteps>(ops, o, a);
       ops.syncwarp();

@@ -1,0 +1,265 @@
+// The numerics policy (docs/cuda.md) on fa3's kernel body, replayed on the SM90 emulator
+// (fa3_replay.h), and FP8's P scaled by 2^8 before its e4m3 rounding (issue 21 item 4):
+// - a NaN score of a visible key makes its row o = NaN and lse = NaN, also through the split-KV
+//   merge, and leaves every other row as it was;
+// - a masked key's inf / NaN V never meets its zero weight: rows that do not see the key (causal,
+//   window, past the request's end, and the next request's keys a ragged TMA box brings in) stay
+//   those of the same case with a finite V there, rows that see it get inf / NaN in that dim only;
+// - FP8's P keeps the weights e4m3 would flush to zero unscaled (a case whose small weights carry
+//   a quarter of the row's mass): the kernel's error stays far under the baseline's, which rounds
+//   P unscaled.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/numeric.h"
+#include "cuda/common/problem_layout.h"
+#include "cuda/fa3/kernel_key.h"
+#include "cuda/fa3_replay.h"
+#include "testing/case_builder.h"
+#include "testing/tolerance.h"
+
+namespace kvattn::fa3 {
+namespace {
+
+testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
+                           std::vector<int64_t> kv, int qo_heads, int kv_heads) {
+  testing::CaseSpec s;
+  s.problem.op = op;
+  s.problem.batch_size = int(kv.size());
+  s.problem.num_qo_heads = qo_heads;
+  s.problem.num_kv_heads = kv_heads;
+  s.problem.head_dim_qk = key.head_dim_qk;
+  s.problem.head_dim_vo = key.head_dim_vo;
+  s.problem.q_dtype = key.q;
+  s.problem.kv_dtype = key.kv;
+  s.problem.o_dtype = is_fp8(key.q) ? DType::kBF16 : key.q;
+  s.problem.page_size = 16;
+  s.problem.return_lse = true;
+  s.qo_lens = std::move(qo);
+  s.kv_lens = std::move(kv);
+  return s;
+}
+
+// Where element (request b, key, head, dim) of K or V lives in a case's buffers.
+std::byte* kv_element(const Problem& p, const AttentionArgs& a, bool v, int b, int64_t key,
+                      int head, int dim) {
+  const bool paged = is_paged(p.op);
+  const TensorView& t = paged ? (v ? a.paged_v_cache : a.paged_k_cache) : (v ? a.v : a.k);
+  const paged::CacheStrides s = cuda::kv_strides(p, t);
+  const cuda::RequestStarts starts = cuda::request_starts(p, a);
+  int64_t off;
+  if (paged) {
+    const int32_t* pages = static_cast<const int32_t*>(a.kv_indices.data);
+    const int64_t page = pages[(starts.kv_first[b] + key / p.page_size) * a.kv_indices.strides[0]];
+    off = s.offset(page, key % p.page_size, head, dim);
+  } else {
+    off = s.offset(0, starts.kv_first[b] + key, head, dim);
+  }
+  return static_cast<std::byte*>(t.data) + off * int64_t(dtype_size(t.dtype));
+}
+std::byte* q_element(const Problem& p, const AttentionArgs& a, int b, int64_t token, int head,
+                     int dim) {
+  const cuda::RequestStarts starts = cuda::request_starts(p, a);
+  const bool single_decode = p.op == Op::kSingleDecode;
+  const int64_t off = single_decode ? head * a.q.strides[0] + dim * a.q.strides[1]
+                                    : (starts.q_row[b] + token) * a.q.strides[0] +
+                                          head * a.q.strides[1] + dim * a.q.strides[2];
+  return static_cast<std::byte*>(a.q.data) + off * int64_t(dtype_size(a.q.dtype));
+}
+
+// The non-finite value of a type: inf where it has one (16-bit, e5m2), else NaN (e4m3).
+void put_non_finite(std::byte* at, DType t) {
+  switch (t) {
+    case DType::kBF16: {
+      const uint16_t x = num::f32_to_bf16(INFINITY);
+      std::memcpy(at, &x, 2);
+      break;
+    }
+    case DType::kF16: {
+      const uint16_t x = num::f32_to_f16(INFINITY);
+      std::memcpy(at, &x, 2);
+      break;
+    }
+    case DType::kE5M2:
+      *reinterpret_cast<uint8_t*>(at) = 0x7c;  // +inf
+      break;
+    default:
+      *reinterpret_cast<uint8_t*>(at) = 0x7f;  // e4m3 NaN
+      break;
+  }
+}
+void put_nan(std::byte* at, DType t) {
+  if (dtype_size(t) == 2) {
+    const uint16_t x = t == DType::kBF16 ? num::f32_to_bf16(NAN) : num::f32_to_f16(NAN);
+    std::memcpy(at, &x, 2);
+  } else {
+    *reinterpret_cast<uint8_t*>(at) = 0x7f;  // NaN in e4m3 and e5m2
+  }
+}
+
+struct Outputs {
+  std::vector<float> o, lse;
+};
+Outputs run(testing::Case& c, const ReplayOptions& opt) {
+  const Status st = run_replay(opt)(c.problem(), c.args());
+  EXPECT_TRUE(st.ok()) << st.message();
+  return Outputs{c.out_f32(), c.lse_f32()};
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+const KernelKey kKeys[] = {{DType::kBF16, DType::kBF16, 128, 128},
+                           {DType::kE4M3, DType::kE4M3, 128, 128},
+                           {DType::kE5M2, DType::kE5M2, 128, 128},
+                           {DType::kF16, DType::kF16, 256, 256}};
+
+TEST(Fa3ReplayNumerics, NanScoreRowGivesNanOutputAndLse) {
+  for (const KernelKey& key : kKeys) {
+    for (Op op : {Op::kBatchPrefillRagged, Op::kBatchDecode}) {
+      for (int64_t chunk : {int64_t(-1), int64_t(128)}) {  // unsplit, and merged from chunks
+        testing::CaseSpec spec = spec_for(key, op, {9, 4}, {300, 200}, 4, 2);
+        spec.problem.mask_mode = MaskMode::kCausal;
+        testing::Case clean = testing::Case::make(spec), bad = testing::Case::make(spec);
+        ReplayOptions opt;
+        opt.kv_chunk_size = chunk;
+        const Outputs want = run(clean, opt);
+        // One q element of (request 1, token 0, head 3): every score of that row is NaN.
+        const int64_t token = 0, head = 3;
+        put_nan(q_element(bad.problem(), bad.args(), 1, token, int(head), 5), key.q);
+        const Outputs got = run(bad, opt);
+        const int64_t row = (bad.qo_lens()[0] + token) * spec.problem.num_qo_heads + head;
+        const int D = key.head_dim_vo;
+        const std::string what = std::string(op_name(op)) + " chunk " + std::to_string(chunk) +
+                                 " " + kernel_key_string(key);
+        for (int64_t r = 0; r < int64_t(got.lse.size()); ++r) {
+          if (r == row) {
+            EXPECT_TRUE(std::isnan(got.lse[size_t(r)])) << what << ": lse " << got.lse[size_t(r)];
+            for (int d = 0; d < D; ++d)
+              ASSERT_TRUE(std::isnan(got.o[size_t(r * D + d)])) << what << " dim " << d;
+          } else {
+            ASSERT_TRUE(same_bits(got.lse[size_t(r)], want.lse[size_t(r)])) << what << " row " << r;
+            for (int d = 0; d < D; ++d)
+              ASSERT_TRUE(same_bits(got.o[size_t(r * D + d)], want.o[size_t(r * D + d)]))
+                  << what << " row " << r << " dim " << d;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Which keys a row sees (the reference's masks): causal bottom-right, window, kv_len.
+bool sees(const Problem& p, int64_t qo_len, int64_t kv_len, int64_t token, int64_t key) {
+  const int64_t diag = token + kv_len - qo_len;
+  if (key >= kv_len) return false;
+  if (p.mask_mode == MaskMode::kCausal && key > diag) return false;
+  if (p.window_left >= 0 && key < diag - p.window_left) return false;
+  return true;
+}
+
+// Poisons V of (request b, key, kv head 0, dim 7) and checks every row of the batch against the
+// clean run (itself checked against the reference): rows that do not see the key finite and
+// within twice the clean run's bound of it (both lie within the bound of the reference; the
+// poisoned block's O += P V is guarded_pv's, not wgmma's, so not the same bits), rows that see it
+// non-finite in dim 7, the other dims likewise within the bound.
+void expect_masked_v_harmless(const testing::CaseSpec& spec, int b, int64_t key,
+                              const std::string& what) {
+  testing::Case clean = testing::Case::make(spec), bad = testing::Case::make(spec);
+  const testing::CheckResult r = testing::check_against_reference(clean, run_replay({}));
+  ASSERT_TRUE(r.ok) << what << " (clean): " << r.message;
+  const Outputs want{clean.out_f32(), clean.lse_f32()};
+  const double tol = 2.0 * r.out.bound();
+  put_non_finite(kv_element(bad.problem(), bad.args(), true, b, key, 0, 7), spec.problem.kv_dtype);
+  const Outputs got = run(bad, {});
+  const Problem& p = spec.problem;
+  const int D = p.head_dim_vo, H = p.num_qo_heads, group = p.num_qo_heads / p.num_kv_heads;
+  int64_t row0 = 0;
+  int bad_rows = 0, seeing_rows = 0;
+  for (int r = 0; r < p.batch_size; ++r) {
+    const int64_t qo = bad.qo_lens()[size_t(r)], kv = bad.kv_lens()[size_t(r)];
+    for (int64_t t = 0; t < qo; ++t) {
+      for (int h = 0; h < H; ++h) {
+        const int64_t row = (row0 + t) * H + h;
+        const bool seeing = r == b && h / group == 0 && sees(p, qo, kv, t, key);
+        seeing_rows += seeing;
+        for (int d = 0; d < D; ++d) {
+          const float g = got.o[size_t(row * D + d)], w = want.o[size_t(row * D + d)];
+          const bool ok =
+              seeing && d == 7 ? !std::isfinite(g) : std::isfinite(g) && std::fabs(g - w) <= tol;
+          if (!ok && bad_rows++ < 5) {
+            ADD_FAILURE() << what << ": request " << r << " token " << t << " head " << h << " dim "
+                          << d << (seeing ? " (sees the key)" : " (does not see it)") << ": " << g
+                          << ", clean " << w;
+          }
+        }
+      }
+    }
+    row0 += qo;
+  }
+  EXPECT_EQ(bad_rows, 0) << what;
+  EXPECT_GT(seeing_rows, 0) << what << ": no row sees the poisoned key";
+}
+
+TEST(Fa3ReplayNumerics, MaskedNonFiniteVNeverMeetsAZeroWeight) {
+  for (const KernelKey& key : kKeys) {
+    const std::string k = " " + kernel_key_string(key);
+    // Causal inside a request: rows before the key's diagonal do not see it (ragged: TMA for
+    // 16-bit; paged: cp.async).
+    for (Op op : {Op::kBatchPrefillRagged, Op::kBatchPrefillPaged}) {
+      testing::CaseSpec s = spec_for(key, op, {100}, {100}, 2, 1);
+      s.problem.mask_mode = MaskMode::kCausal;
+      expect_masked_v_harmless(s, 0, 40, std::string(op_name(op)) + " causal" + k);
+      // A window: rows past key + window + 1 no longer see it.
+      s.problem.window_left = 20;
+      expect_masked_v_harmless(s, 0, 40, std::string(op_name(op)) + " causal window" + k);
+    }
+    // The next request's first key, which the box of a short ragged request brings in (16-bit:
+    // TMA reads 128 keys from the request's start).
+    testing::CaseSpec s = spec_for(key, Op::kBatchPrefillRagged, {5, 5}, {40, 100}, 2, 1);
+    expect_masked_v_harmless(s, 1, 0, "next request's key" + k);
+  }
+}
+
+// FP8: one key of score 0 (V = 0) and 1023 of score -8 (V = 1): each small weight e^-8 =
+// 3.4e-4 is under half e4m3's smallest subnormal (2^-10), so rounded unscaled (the baseline) it
+// vanishes and the output loses the quarter of the mass those keys carry; scaled by 2^8 first it
+// is 0.086, rounded by 0.2 %.
+TEST(Fa3ReplayNumerics, Fp8PScaledBeforeItsRounding) {
+  for (DType kv : {DType::kE4M3, DType::kE5M2}) {
+    const KernelKey key{DType::kE4M3, kv, 128, 128};
+    testing::CaseSpec s = spec_for(key, Op::kBatchDecode, {1}, {1024}, 1, 1);
+    s.problem.sm_scale = 1.0f;
+    testing::Case c = testing::Case::make(s);
+    const Problem& p = c.problem();
+    AttentionArgs a = c.args();
+    const auto put = [&](std::byte* at, DType t, float x) {
+      *reinterpret_cast<uint8_t*>(at) =
+          t == DType::kE4M3 ? num::f32_to_e4m3(x) : num::f32_to_e5m2(x);
+    };
+    for (int d = 0; d < p.head_dim_qk; ++d)
+      put(q_element(p, a, 0, 0, 0, d), key.q, d == 0 ? 1.0f : 0.0f);
+    for (int64_t j = 0; j < 1024; ++j) {
+      for (int d = 0; d < p.head_dim_qk; ++d) {
+        put(kv_element(p, a, false, 0, j, 0, d), kv, d == 0 && j > 0 ? -8.0f : 0.0f);
+      }
+      for (int d = 0; d < p.head_dim_vo; ++d)
+        put(kv_element(p, a, true, 0, j, 0, d), kv, j > 0 ? 1.0f : 0.0f);
+    }
+    ReplayOptions o;
+    o.kv_chunk_size = -1;  // one chunk: the running max is the row's from the first block on
+    const testing::CheckResult r = testing::check_against_reference(c, run_replay(o));
+    EXPECT_TRUE(r.ok) << r.message;
+    EXPECT_GT(r.out.baseline_err, 0.1) << "the case must make unscaled rounding lose the weights";
+    EXPECT_LT(r.out.max_err, 0.1 * r.out.baseline_err)
+        << kernel_key_string(key) << ": P scaled by 2^8 keeps the small weights: " << r.message;
+  }
+}
+
+}  // namespace
+}  // namespace kvattn::fa3
