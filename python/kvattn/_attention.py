@@ -156,14 +156,18 @@ class AttentionPlan:
             raise InvalidArgumentError(f"lse_base = {lse_base!r}: expected log2 or ln")
         if sinks is not None:
             tensors["sinks"] = sinks_tensor(sinks)
-        k_scale, v_scale, head_scale_tensors = kv_scales(k_scale, v_scale, self.num_kv_heads, q)
-        tensors.update(head_scale_tensors)
+        if k_scale is not None or v_scale is not None:
+            k_scale, v_scale, head_scale_tensors = kv_scales(k_scale, v_scale, self.num_kv_heads,
+                                                             q)
+            tensors.update(head_scale_tensors)
+        if q_scale is not None:
+            q_scale = scale_value(q_scale)
         tensors[q_key] = q
         tensors["out"] = out
         if want_lse:
             tensors["lse"] = lse
-        _kvattn.run(self.ext, tensors, workspace, want_lse, scale_value(q_scale), k_scale, v_scale,
-                    current_stream(self.device))
+        _kvattn.run(self.ext, tensors, workspace, want_lse, q_scale, k_scale, v_scale,
+                    0 if self.device == "cpu" else current_stream(self.device))
         if want_lse and lse_base == "log2":
             scale_inplace(lse, LOG2E)
         if return_lse:
