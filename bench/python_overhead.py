@@ -1,7 +1,7 @@
 """Python overhead of `run`: the FlashInfer-style wrapper's run() against the C++ kvattn::run on
 the same plan and tensors, in one process, interleaved (benchmark, not test).
 
-    python bench/python_overhead.py [--repeats N] [--json]
+    python bench/python_overhead.py [--repeats N] [--json] [--tiny-only]
 
 Cases: decode_llama3_8b_bf16 (the standard decode case: B 16, ctx 4096, page 16, 32/8 heads,
 d 128) and a tiny decode (B 1, ctx 16) whose kernel time is small, to show the fixed cost.
@@ -55,10 +55,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--tiny-only", action="store_true",
+                        help="the fixed cost only (the tiny decode), e.g. to alternate two builds")
     args = parser.parse_args()
     torch.manual_seed(0)
-    rows = [measure("decode_tiny_b1_ctx16", *case(1, 16), args.repeats * 10),
-            measure("decode_llama3_8b_bf16", *case(16, 4096), args.repeats)]
+    rows = [measure("decode_tiny_b1_ctx16", *case(1, 16), args.repeats * 10)]
+    if not args.tiny_only:
+        rows.append(measure("decode_llama3_8b_bf16", *case(16, 4096), args.repeats))
     if args.json:
         print(json.dumps(rows, indent=1))
         return
