@@ -13,6 +13,11 @@ if command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
   export CMAKE_CUDA_COMPILER_LAUNCHER=${CMAKE_CUDA_COMPILER_LAUNCHER:-ccache}
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  # The sanitizer presets build with debug info, for which ccache hashes the build directory by
+  # default: without this, another clone or worktree of the same sources never hits (.ci/run).
+  case "$preset" in
+    asan | tsan) export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1} ;;
+  esac
 fi
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$(nproc)"
