@@ -3,80 +3,22 @@
 // same way.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 
-#include "core/numeric.h"
+#include "core/element_io.h"
 #include "kvattn/tensor.h"
 
 namespace kvattn::ref {
 
 // The stored value of element `offset` (in elements) of a buffer of `dtype`, exactly.
 inline double load_element(const void* data, DType dtype, int64_t offset) {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(data)[offset];
-    case DType::kF16:
-      return num::f16_to_f32(static_cast<const uint16_t*>(data)[offset]);
-    case DType::kBF16:
-      return num::bf16_to_f32(static_cast<const uint16_t*>(data)[offset]);
-    case DType::kE4M3:
-      return num::e4m3_to_f32(static_cast<const uint8_t*>(data)[offset]);
-    case DType::kE5M2:
-      return num::e5m2_to_f32(static_cast<const uint8_t*>(data)[offset]);
-    case DType::kI32:
-      return static_cast<const int32_t*>(data)[offset];
-    case DType::kU8:
-      return static_cast<const uint8_t*>(data)[offset];
-  }
-  return std::numeric_limits<double>::quiet_NaN();
+  return io::load_f64(data, dtype, offset);
 }
 
-// Rounds a double to f32 "to odd": truncate toward zero and set the last mantissa bit when the
-// result is inexact. Rounding that to a narrower format with round-to-nearest-even then gives
-// the correctly rounded result of the double (needs >= 2 extra bits; f32 has 13 more than f16,
-// 16 more than bf16, 20 more than fp8), which plain double -> float -> f16 does not
-// (double rounding at ties).
-inline float round_to_odd_f32(double x) {
-  if (!std::isfinite(x)) return static_cast<float>(x);
-  float f = static_cast<float>(x);
-  if (static_cast<double>(f) == x || std::isinf(f)) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits |= 1u;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// Writes `value` into element `offset` of a buffer of `dtype`, rounding to nearest even.
-// 16-bit floats overflow to inf as IEEE says; fp8 saturates to its finite range (satfinite).
+// Writes `value` into element `offset` of a buffer of `dtype`, rounded once to nearest even
+// (core/element_io.h): 16-bit floats overflow to inf as IEEE says; fp8 saturates (satfinite).
 inline void store_element(void* data, DType dtype, int64_t offset, double value) {
-  switch (dtype) {
-    case DType::kF32:
-      static_cast<float*>(data)[offset] = static_cast<float>(value);
-      return;
-    case DType::kF16:
-      static_cast<uint16_t*>(data)[offset] = num::f32_to_f16(round_to_odd_f32(value));
-      return;
-    case DType::kBF16:
-      static_cast<uint16_t*>(data)[offset] = num::f32_to_bf16(round_to_odd_f32(value));
-      return;
-    case DType::kE4M3:
-      static_cast<uint8_t*>(data)[offset] = num::f32_to_e4m3(round_to_odd_f32(value));
-      return;
-    case DType::kE5M2:
-      static_cast<uint8_t*>(data)[offset] = num::f32_to_e5m2(round_to_odd_f32(value));
-      return;
-    case DType::kI32:
-      static_cast<int32_t*>(data)[offset] = static_cast<int32_t>(value);
-      return;
-    case DType::kU8:
-      static_cast<uint8_t*>(data)[offset] = static_cast<uint8_t>(value);
-      return;
-  }
+  io::store_f64(data, dtype, offset, value);
 }
 
 // `value` rounded to `dtype` (RNE, fp8 saturating) and back, as a double.

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/element_io.h"
 #include "core/math_constants.h"
-#include "core/numeric.h"
 #include "core/split_kv.h"
 #include "core/status_macros.h"
 #include "cpu/common/split_merge.h"
@@ -34,47 +34,8 @@ constexpr std::size_t kAlign = 64;
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-float load_f32(const std::byte* base, DType dtype, int64_t offset) {
-  switch (dtype) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, base + offset * 4, 4);
-      return v;
-    }
-    case DType::kF16:
-    case DType::kBF16: {
-      uint16_t h;
-      std::memcpy(&h, base + offset * 2, 2);
-      return dtype == DType::kF16 ? num::f16_to_f32(h) : num::bf16_to_f32(h);
-    }
-    case DType::kE4M3:
-      return num::e4m3_to_f32(static_cast<uint8_t>(base[offset]));
-    case DType::kE5M2:
-      return num::e5m2_to_f32(static_cast<uint8_t>(base[offset]));
-    default:
-      return 0.0f;
-  }
-}
-
-void store_f32(std::byte* base, DType dtype, int64_t offset, float value) {
-  switch (dtype) {
-    case DType::kF32:
-      std::memcpy(base + offset * 4, &value, 4);
-      return;
-    case DType::kF16: {
-      const uint16_t h = num::f32_to_f16(value);
-      std::memcpy(base + offset * 2, &h, 2);
-      return;
-    }
-    case DType::kBF16: {
-      const uint16_t h = num::f32_to_bf16(value);
-      std::memcpy(base + offset * 2, &h, 2);
-      return;
-    }
-    default:
-      return;
-  }
-}
+using io::load_f32;
+using io::store_f32;
 
 // Workspace: the partial states (each kMlaMaxRows rows of D_ckv outputs and their lse), then
 // each thread's item output and kernel scratch. One function for the size and the layout.

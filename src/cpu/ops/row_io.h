@@ -1,15 +1,12 @@
 // The row helpers of the cpu backend's operations that are not attention (ops.h): element load
-// and store of every DType through fp64 (values rounded once to the output dtype, as the
-// reference does), strided addressing, and the pool's parallel-for over rows.
+// and store of every DType through fp64 (core/element_io.h: values rounded once to the output
+// dtype, as the reference does), strided addressing, and the pool's parallel-for over rows.
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 
-#include "core/numeric.h"
+#include "core/element_io.h"
 #include "cpu/common/thread_pool.h"
 #include "kvattn/attention.h"
 
@@ -19,63 +16,10 @@ namespace kvattn::cpu::ops {
 constexpr int64_t kRowsPerItem = 16;
 
 inline double load(const TensorView& t, int64_t offset) {
-  switch (t.dtype) {
-    case DType::kF32:
-      return t.as<const float>()[offset];
-    case DType::kF16:
-      return num::f16_to_f32(t.as<const uint16_t>()[offset]);
-    case DType::kBF16:
-      return num::bf16_to_f32(t.as<const uint16_t>()[offset]);
-    case DType::kE4M3:
-      return num::e4m3_to_f32(t.as<const uint8_t>()[offset]);
-    case DType::kE5M2:
-      return num::e5m2_to_f32(t.as<const uint8_t>()[offset]);
-    case DType::kI32:
-      return t.as<const int32_t>()[offset];
-    case DType::kU8:
-      return t.as<const uint8_t>()[offset];
-  }
-  return std::numeric_limits<double>::quiet_NaN();
+  return io::load_f64(t.data, t.dtype, offset);
 }
-
-// A double rounded to f32 "to odd", so that rounding it once more to a narrower float gives the
-// correctly rounded double (no double-rounding error at ties).
-inline float round_to_odd_f32(double x) {
-  if (!std::isfinite(x)) return static_cast<float>(x);
-  float f = static_cast<float>(x);
-  if (static_cast<double>(f) == x || std::isinf(f)) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits |= 1u;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 inline void store(const TensorView& t, int64_t offset, double value) {
-  switch (t.dtype) {
-    case DType::kF32:
-      t.as<float>()[offset] = static_cast<float>(value);
-      return;
-    case DType::kF16:
-      t.as<uint16_t>()[offset] = num::f32_to_f16(round_to_odd_f32(value));
-      return;
-    case DType::kBF16:
-      t.as<uint16_t>()[offset] = num::f32_to_bf16(round_to_odd_f32(value));
-      return;
-    case DType::kE4M3:
-      t.as<uint8_t>()[offset] = num::f32_to_e4m3(round_to_odd_f32(value));
-      return;
-    case DType::kE5M2:
-      t.as<uint8_t>()[offset] = num::f32_to_e5m2(round_to_odd_f32(value));
-      return;
-    case DType::kI32:
-      t.as<int32_t>()[offset] = static_cast<int32_t>(value);
-      return;
-    case DType::kU8:
-      t.as<uint8_t>()[offset] = static_cast<uint8_t>(value);
-      return;
-  }
+  io::store_f64(t.data, t.dtype, offset, value);
 }
 
 inline int64_t at(const TensorView& t, int64_t i0) { return i0 * t.strides[0]; }

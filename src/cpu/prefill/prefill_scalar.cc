@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/numeric.h"
+#include "core/element_io.h"
 #include "cpu/common/simd_scalar.h"
 #include "cpu/prefill/params.h"
 
@@ -36,43 +36,10 @@ struct Vec {
   static Reg round_f16(Reg x) { return ::kvattn::cpu::scalar::Simd::round_f16(x); }
 
   static void load_convert(const void* src, DType dtype, int n, float scale, float* dst) {
-    for (int i = 0; i < n; ++i) {
-      float x = 0.0f;
-      switch (dtype) {
-        case DType::kF32:
-          std::memcpy(&x, static_cast<const unsigned char*>(src) + 4 * i, 4);
-          break;
-        case DType::kF16:
-        case DType::kBF16: {
-          uint16_t h;
-          std::memcpy(&h, static_cast<const unsigned char*>(src) + 2 * i, 2);
-          x = dtype == DType::kF16 ? num::f16_to_f32(h) : num::bf16_to_f32(h);
-          break;
-        }
-        case DType::kE4M3:
-          x = num::e4m3_to_f32(static_cast<const uint8_t*>(src)[i]);
-          break;
-        case DType::kE5M2:
-          x = num::e5m2_to_f32(static_cast<const uint8_t*>(src)[i]);
-          break;
-        default:
-          break;
-      }
-      dst[i] = x * scale;
-    }
+    for (int i = 0; i < n; ++i) dst[i] = io::load_f32(src, dtype, i) * scale;
   }
-
   static void store_convert(const float* src, int n, DType dtype, void* dst) {
-    auto* bytes = static_cast<unsigned char*>(dst);
-    for (int i = 0; i < n; ++i) {
-      if (dtype == DType::kF32) {
-        std::memcpy(bytes + 4 * i, &src[i], 4);
-      } else {
-        const uint16_t h =
-            dtype == DType::kF16 ? num::f32_to_f16(src[i]) : num::f32_to_bf16(src[i]);
-        std::memcpy(bytes + 2 * i, &h, 2);
-      }
-    }
+    for (int i = 0; i < n; ++i) io::store_f32(dst, dtype, i, src[i]);
   }
 };
 
