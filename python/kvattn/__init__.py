@@ -54,7 +54,7 @@ __all__ = [
     "InvalidDTypeError", "InvalidPageTableError", "InvalidScaleError", "InvalidShapeError",
     "IoError", "MultiLevelCascadeAttentionWrapper", "NotSupportedError", "OutOfBoundsError",
     "ParseError", "SizeOverflowError", "UnavailableError", "append_paged_kv_cache", "append_paged_mla_kv_cache",
-    "apply_llama31_rope", "cpu_threads", "host_openmp_runtime", "set_cpu_threads", "apply_llama31_rope_inplace", "apply_llama31_rope_pos_ids",
+    "apply_llama31_rope", "apply_llama31_rope_inplace", "apply_llama31_rope_pos_ids",
     "apply_llama31_rope_pos_ids_inplace", "apply_rope", "apply_rope_inplace",
     "apply_rope_pos_ids", "apply_rope_pos_ids_inplace", "apply_rope_with_cos_sin_cache",
     "apply_rope_with_cos_sin_cache_inplace", "backend_names", "devices", "explain",
@@ -68,4 +68,5 @@ __all__ = [
     "PODWithPagedKVCacheWrapper", "fast_decode_plan", "mla_rope_quantize_fp8",
     "rope_quantize_fp8", "rope_quantize_fp8_append_paged_kv_cache",
     "single_prefill_with_kv_cache_return_lse",
+    "cpu_threads", "host_openmp_runtime", "set_cpu_threads",
 ] + sorted(_STUBS)
