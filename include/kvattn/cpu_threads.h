@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "kvattn/status.h"
 
@@ -31,6 +32,11 @@ enum class CpuThreads {
 // runtime is loaded; the setting is then unchanged.
 Status set_cpu_threads(CpuThreads mode);
 CpuThreads cpu_threads();
+
+// The modes by name: "own", "openmp", "auto" (the Python package's spelling). An unknown name is
+// kInvalidArgument naming the accepted ones.
+std::string_view cpu_threads_name(CpuThreads mode);
+Status set_cpu_threads(std::string_view mode);
 
 // The file of the OpenMP runtime kHostOpenMp / kAuto would use now; empty when none is loaded.
 std::string host_openmp_runtime();

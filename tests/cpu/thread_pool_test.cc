@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvattn/cpu_threads.h"
@@ -58,6 +60,19 @@ TEST(CpuThreadPool, HostOpenMpUnavailableWithoutARuntime) {
     runs[item].fetch_add(1);
   });
   for (const auto& r : runs) EXPECT_EQ(r.load(), 1);
+  ASSERT_TRUE(set_cpu_threads(CpuThreads::kOwnPool).ok());
+}
+
+TEST(CpuThreadPool, ThreadModesByName) {
+  for (CpuThreads mode : {CpuThreads::kOwnPool, CpuThreads::kAuto}) {
+    ASSERT_TRUE(set_cpu_threads(cpu_threads_name(mode)).ok());
+    EXPECT_EQ(cpu_threads(), mode);
+  }
+  EXPECT_EQ(cpu_threads_name(CpuThreads::kHostOpenMp), "openmp");
+  const Status s = set_cpu_threads(std::string_view("omp"));
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("cpu_threads: 'omp'"), std::string::npos) << s.message();
+  EXPECT_EQ(cpu_threads(), CpuThreads::kAuto);  // unchanged
   ASSERT_TRUE(set_cpu_threads(CpuThreads::kOwnPool).ok());
 }
 

@@ -277,6 +277,26 @@ Status set_cpu_threads(CpuThreads mode) {
 
 CpuThreads cpu_threads() { return cpu::g_mode.load(std::memory_order_relaxed); }
 
+std::string_view cpu_threads_name(CpuThreads mode) {
+  switch (mode) {
+    case CpuThreads::kOwnPool:
+      return "own";
+    case CpuThreads::kHostOpenMp:
+      return "openmp";
+    case CpuThreads::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+Status set_cpu_threads(std::string_view mode) {
+  for (CpuThreads m : {CpuThreads::kOwnPool, CpuThreads::kHostOpenMp, CpuThreads::kAuto}) {
+    if (mode == cpu_threads_name(m)) return set_cpu_threads(m);
+  }
+  return make_error(ErrorCode::kInvalidArgument, "cpu_threads: '", mode,
+                    "': must be \"own\", \"openmp\" or \"auto\"");
+}
+
 std::string host_openmp_runtime() {
   const cpu::HostOpenMp* host = cpu::host_openmp();
   return host != nullptr ? host->file : std::string();
