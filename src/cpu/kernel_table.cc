@@ -42,40 +42,38 @@ bool dims_64_128_256(const Problem& p) {
   const int d = p.head_dim_qk;
   return p.head_dim_vo == d && (d == 64 || d == 128 || d == 256);
 }
-// The FP8 table widening keeps NaN codes NaN, so a masked key's zero probability times a NaN V
-// must not reach the output: no custom mask; the widened rows are not rotated: no fused RoPE.
+// The table and dot-product tiles (decode_dot_tiles.h) keep NaN/inf in K/V as they are, so a
+// masked key's zero probability times a NaN V must not reach the output: no custom mask; the rows
+// are not rotated: no fused RoPE; their tiles are unrolled for head dims 64, 128, 256 (equal).
+Status decode_tiles_rule(const Problem& p) {
+  if (!dims_64_128_256(p)) {
+    return rule("needs equal head dims 64, 128 or 256, not ", p.head_dim_qk, "/", p.head_dim_vo);
+  }
+  if (p.pos_encoding_mode == PosEncoding::kRopeLlama) return rule("needs no fused RoPE");
+  if (p.mask_mode == MaskMode::kCustom) return rule("needs no custom mask");
+  return ok();
+}
+// The bf16 dot products: bf16 queries (exact in bf16, unscaled: P rounds to their type) and no
+// fp16 QK rounding.
+Status bf16_dot_queries_rule(const Problem& p) {
+  if (p.q_dtype != DType::kBF16) return rule("needs bf16 queries, not ", dtype_name(p.q_dtype));
+  if (p.q_scale != 1.0f) return rule("needs q_scale 1, not ", p.q_scale);
+  if (p.use_fp16_qk_reduction) return rule("needs no fp16 QK reduction");
+  return ok();
+}
 Status decode_fp8_table_rule(const Problem& p) {
   if (!is_fp8(p.kv_dtype))
     return rule("needs an FP8 (e4m3/e5m2) cache, not ", dtype_name(p.kv_dtype));
-  if (!dims_64_128_256(p)) {
-    return rule("needs equal head dims 64, 128 or 256, not ", p.head_dim_qk, "/", p.head_dim_vo);
-  }
-  if (p.pos_encoding_mode == PosEncoding::kRopeLlama) return rule("needs no fused RoPE");
-  if (p.mask_mode == MaskMode::kCustom) return rule("needs no custom mask");
-  return ok();
+  return decode_tiles_rule(p);
 }
-// As the table widening, with bf16 queries (exact in bf16, unscaled) and no fp16 QK rounding.
 Status decode_fp8_bf16_dot_rule(const Problem& p) {
   KVATTN_RETURN_IF_ERROR(decode_fp8_table_rule(p));
-  if (p.q_dtype != DType::kBF16) return rule("needs bf16 queries, not ", dtype_name(p.q_dtype));
-  if (p.q_scale != 1.0f) return rule("needs q_scale 1, not ", p.q_scale);
-  if (p.use_fp16_qk_reduction) return rule("needs no fp16 QK reduction");
-  return ok();
+  return bf16_dot_queries_rule(p);
 }
-// bf16 rows straight into bf16 dot products: bf16 queries (exact, unscaled: P rounds to their
-// type), no fp16 QK rounding; as the table widening, no fused RoPE (the rows are not rotated) and
-// no custom mask (a masked key's zero probability times a NaN V would reach the output).
 Status decode_bf16_dot_rule(const Problem& p) {
   if (p.kv_dtype != DType::kBF16) return rule("needs a bf16 cache, not ", dtype_name(p.kv_dtype));
-  if (!dims_64_128_256(p)) {
-    return rule("needs equal head dims 64, 128 or 256, not ", p.head_dim_qk, "/", p.head_dim_vo);
-  }
-  if (p.pos_encoding_mode == PosEncoding::kRopeLlama) return rule("needs no fused RoPE");
-  if (p.mask_mode == MaskMode::kCustom) return rule("needs no custom mask");
-  if (p.q_dtype != DType::kBF16) return rule("needs bf16 queries, not ", dtype_name(p.q_dtype));
-  if (p.q_scale != 1.0f) return rule("needs q_scale 1, not ", p.q_scale);
-  if (p.use_fp16_qk_reduction) return rule("needs no fp16 QK reduction");
-  return ok();
+  KVATTN_RETURN_IF_ERROR(decode_tiles_rule(p));
+  return bf16_dot_queries_rule(p);
 }
 // The bf16 dot products round P to bf16, which bf16 queries allow; q and K/V widen exactly to
 // bf16, and neither the rotation nor the fp16 rounding of the raw dot may change them first.
