@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/warp_shuffles.cuh"
 #endif
 
 namespace kvattn::fa2 {
@@ -38,8 +39,8 @@ namespace kvattn::fa2 {
 #if defined(__CUDACC__)
 // The device's operations (the SM80 instructions through cuda/common/ptx.cuh's wrappers). Its
 // methods are host-device so that the host-device body compiles for both sides; only the device
-// side is ever run (the host side traps).
-struct DeviceOps {
+// side is ever run (the host side traps). The shuffles are the shared cuda::WarpShuffles.
+struct DeviceOps : cuda::WarpShuffles {
   KVATTN_HD int thread() const {
 #if defined(__CUDA_ARCH__)
     return int(threadIdx.x);
@@ -57,20 +58,6 @@ struct DeviceOps {
     return __syncthreads_or(pred) != 0;
 #else
     return pred;
-#endif
-  }
-  KVATTN_HD float shfl_xor(float v, int lane_mask) const {
-#if defined(__CUDA_ARCH__)
-    return __shfl_xor_sync(0xffffffffu, v, lane_mask);
-#else
-    return v + float(lane_mask) * 0.0f;
-#endif
-  }
-  KVATTN_HD float shfl(float v, int src_lane) const {
-#if defined(__CUDA_ARCH__)
-    return __shfl_sync(0xffffffffu, v, src_lane);
-#else
-    return v + float(src_lane) * 0.0f;
 #endif
   }
   KVATTN_HD void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) const {

@@ -12,13 +12,15 @@
 #include "core/hd.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/store_out.cuh"
+#include "cuda/common/warp_shuffles.cuh"
 #include "cuda/fa3/kernels/elem.h"
 #include "cuda/fa3/kernels/sm90_ptx.cuh"
 #include "cuda/fa3/kernels/sm90_wgmma_fp8.cuh"
 
 namespace kvattn::fa3 {
 
-struct DeviceOps {
+// The full-warp shuffles (shfl_xor, shfl, shfl_u32) are the shared cuda::WarpShuffles.
+struct DeviceOps : cuda::WarpShuffles {
   template <int N>
   using Acc = float[N];
   using AFrag = uint32_t[4];
@@ -103,27 +105,6 @@ struct DeviceOps {
   template <int N>
   KVATTN_HD void setmaxnreg_dec() const {
     KVATTN_FA3_DEVICE(ptx::setmaxnreg_dec<N>());
-  }
-  KVATTN_HD float shfl_xor(float v, int lane_mask) const {
-#if defined(__CUDA_ARCH__)
-    return __shfl_xor_sync(0xffffffffu, v, lane_mask);
-#else
-    return v + float(lane_mask) * 0.0f;
-#endif
-  }
-  KVATTN_HD float shfl(float v, int src_lane) const {
-#if defined(__CUDA_ARCH__)
-    return __shfl_sync(0xffffffffu, v, src_lane);
-#else
-    return v + float(src_lane) * 0.0f;
-#endif
-  }
-  KVATTN_HD uint32_t shfl_u32(uint32_t v, int src_lane) const {
-#if defined(__CUDA_ARCH__)
-    return __shfl_sync(0xffffffffu, v, src_lane);
-#else
-    return v + uint32_t(src_lane) * 0u;
-#endif
   }
   KVATTN_HD void syncwarp() const { KVATTN_FA3_DEVICE(__syncwarp()); }
   template <class T>
