@@ -18,7 +18,7 @@
 #include "core/capability.h"
 #include "core/status_macros.h"
 #include "cta_emulator.h"
-#include "fa2_case_spec.h"
+#include "cuda/common/case_spec.h"
 #include "cuda/fa2/capability.h"
 #include "cuda/fa2/kernel_key.h"
 #include "cuda/fa2/kernel_params.h"
@@ -149,7 +149,7 @@ testing::RunBackend run_replay(int64_t kv_chunk_size) {
 
 testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
                            std::vector<int64_t> kv, int qo_heads = 4, int kv_heads = 2) {
-  return fa2_case_spec(key, op, std::move(qo), std::move(kv), qo_heads, kv_heads);
+  return cuda::kernel_case_spec(key, op, std::move(qo), std::move(kv), qo_heads, kv_heads);
 }
 
 void expect_matches(const testing::CaseSpec& spec, const std::string& what,

@@ -24,6 +24,7 @@
 #include "cuda/fa3/capability.h"
 #include "cuda/fa3/kernel_key.h"
 #include "cuda/fa3/kernel_keys.h"
+#include "cuda/common/case_spec.h"
 #include "testing/case_builder.h"
 #include "testing/tolerance.h"
 #include "testing/variants.h"
@@ -36,30 +37,10 @@ bool full_grid() {
   return v != nullptr && std::string(v) == "1";
 }
 
-// The GPU test's case (tests/cuda/gpu/fa3_attention_test.cc): 16-token pages; a scaled FP8
-// query and cache, as an engine keeps them, with bf16 output.
+// The GPU test's case (common/case_spec.h), with 4 query heads by default.
 testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
                            std::vector<int64_t> kv, int qo_heads = 4, int kv_heads = 2) {
-  testing::CaseSpec s;
-  s.problem.op = op;
-  s.problem.batch_size = int(kv.size());
-  s.problem.num_qo_heads = qo_heads;
-  s.problem.num_kv_heads = kv_heads;
-  s.problem.head_dim_qk = key.head_dim_qk;
-  s.problem.head_dim_vo = key.head_dim_vo;
-  s.problem.q_dtype = key.q;
-  s.problem.kv_dtype = key.kv;
-  s.problem.o_dtype = key.q;
-  s.problem.page_size = 16;
-  s.qo_lens = std::move(qo);
-  s.kv_lens = std::move(kv);
-  if (is_fp8(key.kv)) {
-    s.problem.o_dtype = DType::kBF16;
-    s.problem.q_scale = 0.25f;
-    s.problem.k_scale = 0.5f;
-    s.problem.v_scale = 2.0f;
-  }
-  return s;
+  return cuda::kernel_case_spec(key, op, std::move(qo), std::move(kv), qo_heads, kv_heads);
 }
 
 testing::CheckResult replay(testing::Case& c, const ReplayOptions& o = {}) {

@@ -12,7 +12,7 @@
 #include "cuda/fa2/kernel_key.h"
 #include "cuda/fa2/kernel_keys.h"
 #include "cuda/fa2/params.h"
-#include "cuda/fa2_case_spec.h"
+#include "cuda/common/case_spec.h"
 #include "cuda/gpu/device_mirror.h"
 #include "testing/case_builder.h"
 #include "testing/tolerance.h"
@@ -47,7 +47,7 @@ class Fa2Gpu : public ::testing::Test {
 
 testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
                            std::vector<int64_t> kv, int qo_heads = 8, int kv_heads = 2) {
-  return fa2_case_spec(key, op, std::move(qo), std::move(kv), qo_heads, kv_heads);
+  return cuda::kernel_case_spec(key, op, std::move(qo), std::move(kv), qo_heads, kv_heads);
 }
 
 TEST_F(Fa2Gpu, EveryOperationEveryVariant) {

@@ -15,6 +15,7 @@
 #include "cuda/fa3/kernel_keys.h"
 #include "cuda/fa3/kernels/tile_scheduler.h"
 #include "cuda/gpu/device_mirror.h"
+#include "cuda/common/case_spec.h"
 #include "testing/case_builder.h"
 #include "testing/tolerance.h"
 
@@ -54,27 +55,7 @@ class Fa3Gpu : public ::testing::Test {
 
 testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
                            std::vector<int64_t> kv, int qo_heads = 8, int kv_heads = 2) {
-  testing::CaseSpec s;
-  s.problem.op = op;
-  s.problem.batch_size = int(kv.size());
-  s.problem.num_qo_heads = qo_heads;
-  s.problem.num_kv_heads = kv_heads;
-  s.problem.head_dim_qk = key.head_dim_qk;
-  s.problem.head_dim_vo = key.head_dim_vo;
-  s.problem.q_dtype = key.q;
-  s.problem.kv_dtype = key.kv;
-  s.problem.o_dtype = key.q;
-  s.problem.page_size = 16;
-  s.qo_lens = std::move(qo);
-  s.kv_lens = std::move(kv);
-  if (is_fp8(key.kv)) {
-    // A scaled FP8 query and cache, as an engine keeps them: the scales fold into the kernel.
-    s.problem.o_dtype = DType::kBF16;
-    s.problem.q_scale = 0.25f;
-    s.problem.k_scale = 0.5f;
-    s.problem.v_scale = 2.0f;
-  }
-  return s;
+  return cuda::kernel_case_spec(key, op, std::move(qo), std::move(kv), qo_heads, kv_heads);
 }
 
 TEST_F(Fa3Gpu, EveryPrefillOperationMaskAndLse) {
