@@ -110,7 +110,7 @@ TEST_P(CpuDecodeGrid, MatchesTheReferenceOnRandomProblems) {
   }
 }
 
-// The FP8 table-widening kernels (decode_fp8_table_avx512bf16.cc), with fp32 FMAs or bf16 dot
+// The FP8 table-widening kernels (decode_fp8_table.h), with fp32 FMAs or bf16 dot
 // products, and the bf16 dot-product kernel over bf16 caches (decode_bf16_dot_avx512bf16.cc),
 // named through the kernel table: checked on their own grid (both FP8 types or bf16, head dims
 // 64/128/256, GQA groups 1-16, lengths around the 32-key tile and the pair of keys PV takes, both

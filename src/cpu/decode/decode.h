@@ -107,7 +107,7 @@ using DecodeItemFn = void (*)(const DecodeParams& params, const WorkItem* items,
 DecodeItemFn find_decode_kernel_scalar(DType kv, int dqk, int dvo, int group_padded);
 DecodeItemFn find_decode_kernel_avx2(DType kv, int dqk, int dvo, int group_padded);
 DecodeItemFn find_decode_kernel_avx512(DType kv, int dqk, int dvo, int group_padded);
-// FP8 caches widened to bf16 by byte tables (decode_fp8_table_avx512bf16.cc), then bf16 dot
+// FP8 caches widened to bf16 by byte tables (decode_fp8_table.h), then bf16 dot
 // products (`bf16_dot`: AVX512_BF16) or fp32 FMAs on the parity-split words (AVX512_VBMI): e4m3 /
 // e5m2 at head dims 64, 128, 256 (equal); nullptr otherwise. The table's rules for them
 // (kernel_table.cc) say which problems they compute; the bf16 dot products are its default only

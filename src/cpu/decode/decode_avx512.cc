@@ -1,11 +1,16 @@
-// Decode kernels for the avx512 level, compiled with only its flags (src/cpu/CMakeLists.txt).
-#include "cpu/decode/decode_kernel.h"
-#include "cpu/common/simd_avx512.h"
+// Decode kernels for the avx512 level, by KV dtype: each dtype's kernels are in their own file
+// (decode_kernels_avx512_<kv>.cc, decode_kernels_by_kv.h) compiled with only this level's flags
+// (src/cpu/CMakeLists.txt).
+#include "cpu/decode/decode_kernels_by_kv.h"
 
 namespace kvattn::cpu {
 
 DecodeItemFn find_decode_kernel_avx512(DType kv, int dqk, int dvo, int group_padded) {
-  return decode_detail::find_kernel<avx512::Simd>(kv, dqk, dvo, group_padded);
+  static constexpr DecodeKernelsByKv kKernels{
+      &find_decode_kernel_avx512_f32, &find_decode_kernel_avx512_f16,
+      &find_decode_kernel_avx512_bf16, &find_decode_kernel_avx512_e4m3,
+      &find_decode_kernel_avx512_e5m2};
+  return kKernels.find(kv, dqk, dvo, group_padded);
 }
 
 }  // namespace kvattn::cpu

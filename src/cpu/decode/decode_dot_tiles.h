@@ -1,6 +1,6 @@
 // The bf16 dot-product QK and PV tiles of the decode kernel (decode_kernel.h), over any way of
 // turning a 64-value chunk of a K/V row into bf16 words (a Loader): the FP8 table widening
-// (decode_fp8_table_avx512bf16.cc) and plain bf16 rows (decode_bf16_dot_avx512bf16.cc). Include
+// (decode_fp8_table.h) and plain bf16 rows (decode_bf16_dot_avx512bf16.cc). Include
 // only from files compiled with the AVX512_BF16 flags.
 //
 // vdpbf16ps does two products per f32 lane: QK pairs adjacent words of q and K (q stored once

@@ -108,7 +108,7 @@ void pv_tile(const float* p, int group_padded, const std::byte* const* rows, int
 }
 
 // How a task's QK and PV tiles are computed: the fp32-FMA tiles (every ISA level, every dtype)
-// below; decode_fp8_table_avx512bf16.cc has bf16 dot-product tiles for FP8 caches. A policy:
+// below; decode_fp8_table.h has bf16 dot-product tiles for FP8 caches. A policy:
 //   prepare_q(q, rows, q_row, dqk)  once per head, after the queries are in f32 (in place);
 //   qk(...) / pv(...)               one tile, as qk_tile / pv_tile;
 //   finish_o(o, rows, o_row, dvo)   once per head, before the epilogue (in place);

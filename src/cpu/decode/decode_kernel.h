@@ -1,6 +1,7 @@
 // The decode kernel, written once over a vector-helper struct S (simd_<isa>.h) and instantiated
-// by each decode_<isa>.cc with only that ISA's compile flags. Everything here is a template on S
-// so that no symbol compiled for one ISA can be linked in place of another's.
+// by one file per (ISA, KV dtype), decode_kernels_<isa>_<kv>.cc (decode_kernels_by_kv.h), with
+// only that ISA's compile flags. Everything here is a template on S so that no symbol compiled for
+// one ISA can be linked in place of another's.
 //
 // One task = the work items of one request and KV range over consecutive KV heads. The query
 // heads of each GQA group (padded to `group_padded` zero rows) are computed from one pass over

@@ -1,0 +1,13 @@
+// The FP8-table decode kernels (decode_fp8_table.h) for e5m2 caches, every head-dim, group-block
+// and tile (bf16 dot or fp32 FMA) instantiation; the other FP8 dtype's are in their own file so
+// that the two compile side by side.
+#include "cpu/decode/decode_fp8_table.h"
+#include "cpu/decode/decode_kernels_by_kv.h"
+
+namespace kvattn::cpu {
+
+DecodeItemFn find_decode_kernel_fp8_table_avx512_e5m2(int d, int group_padded, bool bf16_dot) {
+  return pick_dim<DType::kE5M2>(d, group_padded, bf16_dot);
+}
+
+}  // namespace kvattn::cpu
