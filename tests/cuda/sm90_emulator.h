@@ -53,7 +53,8 @@
 //     landed cp.async) until its writer executes fence.proxy.async; an async-proxy read of it
 //     (a wgmma operand, read at retire) fails naming both threads.
 //   named barriers: id 0..15, thread count a positive multiple of 32 and at most the CTA's, the
-//     same count from every participant of a phase, a thread not arriving twice in one phase.
+//     same count from every participant of a phase, a thread not arriving twice in one phase,
+//     bar.red not mixed with bar.sync / bar.arrive in one phase.
 //   setmaxnreg: 24 .. 256, a multiple of 8, .inc not below and .dec not above the current
 //     count; .inc waits until the SM's 64 K registers have room (released by .dec).
 //   shared memory: at most 227 KiB; every access inside it and aligned to its size.
