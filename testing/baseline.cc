@@ -7,6 +7,7 @@
 
 #include "reference/element_io.h"
 #include "reference/kv_reader.h"
+#include "testing/fp8_accumulation.h"
 
 namespace kvattn::testing {
 namespace {
@@ -40,6 +41,17 @@ float round_probability(float prob, DType q_dtype) {
     return static_cast<float>(ref::round_to_dtype(prob, DType::kE4M3));
   }
   return prob;
+}
+
+// An FP8 query's q . k as the FP8 tensor core sums it (fa3's S = Q K^T wgmma, 32 dims per
+// instruction, the accumulator carried through them: testing/fp8_accumulation.h's reduced
+// precision): a plain FP8 implementation on that hardware loses ~2^-13 of the largest product per
+// step, which an LSE of one or a few keys shows; the bound must allow it.
+float fp8_score(const float* q, const float* k, int dim) {
+  float acc = 0.0f;
+  for (int d0 = 0; d0 < dim; d0 += 32)
+    acc = fp8_mma_sum(acc, q + d0, k + d0, std::min(32, dim - d0));
+  return acc;
 }
 
 bool visible(const Problem& p, const ref::AttentionRows& rows, int b, int64_t i, int64_t j,
@@ -94,7 +106,11 @@ Status baseline_attention(const Problem& p, const AttentionArgs& args) {
               continue;
             }
             float dot = 0.0f;
-            for (int d = 0; d < dqk; ++d) dot += q[d] * k[j * dqk + d];
+            if (is_fp8(p.q_dtype)) {
+              dot = fp8_score(q.data(), k.data() + j * dqk, dqk);
+            } else {
+              for (int d = 0; d < dqk; ++d) dot += q[d] * k[j * dqk + d];
+            }
             if (p.use_fp16_qk_reduction)
               dot = static_cast<float>(ref::round_to_dtype(dot, DType::kF16));
             float score = dot * sm_scale;

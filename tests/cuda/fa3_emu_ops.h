@@ -149,14 +149,14 @@ class Fa3EmuOps {
     ops_.wgmma_ss(d, wgmma_type(Elem<Tag>::kQ), wgmma_type(Elem<Tag>::kKv), a_desc, false, b_desc,
                   false, accumulate != 0);
   }
-  // O += P V: P from registers (q's 16-bit type, or e4m3 for every FP8 pair), V MN-major for
+  // O (+)= P V: P from registers (q's 16-bit type, or e4m3 for every FP8 pair), V MN-major for
   // 16-bit ("transposed"), K-major (stored transposed) for FP8.
   template <class Tag, int N, int NR>
-  void wgmma_rs(Acc<NR>& d, AFrag& a, uint64_t b_desc) const {
+  void wgmma_rs(Acc<NR>& d, AFrag& a, uint64_t b_desc, int accumulate) const {
     static_assert(2 * NR == N, "m64nN: N / 2 accumulators per thread");
     constexpr bool kFp8 = Elem<Tag>::kFp8;
     ops_.wgmma_rs(d, kFp8 ? WgmmaType::kE4m3 : wgmma_type(Elem<Tag>::kQ),
-                  wgmma_type(Elem<Tag>::kKv), a, b_desc, !kFp8, true);
+                  wgmma_type(Elem<Tag>::kKv), a, b_desc, !kFp8, accumulate != 0);
   }
   // The compiler-only register fences of the device: nothing to do here (the emulator's
   // registers check the order themselves).

@@ -3,6 +3,7 @@
 // barriers, setmaxnreg's register pool; each rule's violation caught and named.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -412,6 +413,70 @@ TEST(Sm90Emulator, NamedBarriersCountThreadsAndCatchMismatches) {
                                 }
                               }),
                     "bar.arrive 4, 96", "twice");
+}
+
+// bar.red.or.pred: every participant gets the OR of the predicates of its phase, and only of its
+// phase; it blocks like bar.sync; the bar.sync rules hold; and it is not mixed with bar.sync in
+// one phase (PTX ISA).
+TEST(Sm90Emulator, NamedBarrierRedOrReducesEachPhase) {
+  Sm90Cta cta(launch(384, 64));
+  // Consumers (threads 128..383) on barrier 1, three phases: nobody true; thread 300 true; thread
+  // 128 true in warpgroup 1 while the producer warpgroup reduces its own on barrier 2.
+  std::vector<std::array<int, 3>> got(384, {-1, -1, -1});
+  std::vector<int> producer(128, -1);
+  EXPECT_EQ(run_error(cta,
+                      [&](Sm90Ops& ops, unsigned char*) {
+                        const int t = ops.thread();
+                        if (t < 128) {
+                          producer[std::size_t(t)] = ops.named_barrier_red_or(2, 128, t == 127);
+                          return;
+                        }
+                        auto& g = got[std::size_t(t)];
+                        g[0] = ops.named_barrier_red_or(1, 256, false);
+                        g[1] = ops.named_barrier_red_or(1, 256, t == 300);
+                        g[2] = ops.named_barrier_red_or(1, 256, t == 128);
+                      }),
+            "");
+  for (int t = 128; t < 384; ++t) {
+    EXPECT_EQ(got[std::size_t(t)][0], 0) << "thread " << t;
+    EXPECT_EQ(got[std::size_t(t)][1], 1) << "thread " << t;
+    EXPECT_EQ(got[std::size_t(t)][2], 1) << "thread " << t;
+  }
+  for (int t = 0; t < 128; ++t) EXPECT_EQ(producer[std::size_t(t)], 1) << "thread " << t;
+  // A phase whose true predicate comes late: the threads that arrived first still get true.
+  std::vector<int> late(128, -1);
+  EXPECT_EQ(run_error(cta,
+                      [&](Sm90Ops& ops, unsigned char*) {
+                        const int t = ops.thread();
+                        if (t >= 128) return;
+                        late[std::size_t(t)] = ops.named_barrier_red_or(3, 128, t == 127);
+                        late[std::size_t(t)] += 2 * ops.named_barrier_red_or(3, 128, false);
+                      }),
+            "");
+  for (int t = 0; t < 128; ++t) EXPECT_EQ(late[std::size_t(t)], 1) << "thread " << t;
+  // It waits for every participant, like bar.sync: one warp short is a deadlock.
+  EXPECT_FAILS_WITH(run_error(cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                if (ops.thread() >= 32 && ops.thread() < 128)
+                                  ops.named_barrier_red_or(1, 128, true);
+                              }),
+                    "deadlock", "bar.red.or.pred 1, 128 (96 of 128 arrived)");
+  EXPECT_FAILS_WITH(run_error(cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                if (ops.thread() < 128)
+                                  ops.named_barrier_red_or(1, ops.thread() < 64 ? 128 : 64, true);
+                              }),
+                    "bar.red.or.pred 1, 64", "differs");
+  EXPECT_FAILS_WITH(run_error(cta,
+                              [](Sm90Ops& ops, unsigned char*) {
+                                if (ops.thread() >= 128) return;
+                                if (ops.thread() < 64) {
+                                  ops.named_barrier_red_or(4, 128, true);
+                                } else {
+                                  ops.named_barrier_sync(4, 128);
+                                }
+                              }),
+                    "mixes bar.red with bar.sync / bar.arrive in one phase of barrier 4");
 }
 
 // ---- setmaxnreg

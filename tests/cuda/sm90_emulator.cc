@@ -19,6 +19,7 @@
 
 #include "core/numeric.h"
 #include "cuda/sm90_emulator_state.h"
+#include "testing/fp8_accumulation.h"
 
 // The sanitizers' fiber annotations (gcc defines __SANITIZE_*__, clang has __has_feature).
 #if defined(__SANITIZE_ADDRESS__)
@@ -519,11 +520,16 @@ void retire(CtaState& cta, ThreadState& t, const WgmmaOp& op) {
     const int w = m / 32, lane = m % 32, g = lane / 4, tq = lane % 4;
     for (int i = 0; i < n / 2; ++i) {
       const int row = 16 * w + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * tq + i % 2;
-      double s = 0;
-      for (int k = 0; k < K; ++k) {
-        s += double(A[std::size_t(row * K + k)]) * double(B[std::size_t(col * K + k)]);
+      const float c = op.accumulate ? sh[std::size_t(i)] : 0.0f;
+      const float* a = &A[std::size_t(row * K)];
+      const float* b = &B[std::size_t(col * K)];
+      if (eb == 1) {
+        sh[std::size_t(i)] = testing::fp8_mma_sum(c, a, b, K);
+      } else {
+        double s = 0;
+        for (int k = 0; k < K; ++k) s += double(a[k]) * double(b[k]);
+        sh[std::size_t(i)] = float(double(c) + s);
       }
-      sh[std::size_t(i)] = float((op.accumulate ? double(sh[std::size_t(i)]) : 0.0) + s);
     }
     if (op.af[m]) --op.af[m]->track().in_flight;
     if (--tr->in_flight == 0) {

@@ -53,15 +53,22 @@
 //     landed cp.async) until its writer executes fence.proxy.async; an async-proxy read of it
 //     (a wgmma operand, read at retire) fails naming both threads.
 //   named barriers: id 0..15, thread count a positive multiple of 32 and at most the CTA's, the
-//     same count from every participant of a phase, a thread not arriving twice in one phase.
+//     same count from every participant of a phase, a thread not arriving twice in one phase,
+//     bar.red not mixed with bar.sync / bar.arrive in one phase.
 //   setmaxnreg: 24 .. 256, a multiple of 8, .inc not below and .dec not above the current
 //     count; .inc waits until the SM's 64 K registers have room (released by .dec).
 //   shared memory: at most 227 KiB; every access inside it and aligned to its size.
 //
 // Not modelled (documented, refused where they would matter): clusters and multicast, TMA
 // stores / im2col / interleaved maps / element strides other than 1 / swizzled boxes narrower
-// than the swizzle span, the reduced-precision accumulation of FP8 wgmma (sums are exact in
-// double, rounded once to f32), memory ordering across threads (the schedule is sequential).
+// than the swizzle span, memory ordering across threads (the schedule is sequential).
+//
+// wgmma's sums: 16-bit types exact in double, rounded once to f32. FP8 types in reduced precision,
+// as Hopper's tensor cores add them (testing/fp8_accumulation.h: per instruction, the incoming
+// accumulator and the 32 exact products aligned to the largest one's leading bit, the bits more
+// than 13 below it dropped). An accumulator carried through many wgmmas stalls once it is 2^13
+// times the products; the hardware's exact truncation point is not documented, so a kernel is
+// checked against this model, not its bits.
 //
 //   emu::Sm90Cta cta({.threads = 384, .smem_bytes = bytes, .regs_per_thread = 168});
 //   cta.run([&](emu::Sm90Ops& ops, unsigned char* smem) { ... });

@@ -97,6 +97,7 @@ struct NamedBar {
   uint64_t gen = 0;
   bool or_acc = false;     // bar.red.or: the phase in progress
   bool or_result = false;  // bar.red.or: the last completed phase (read by its waiters)
+  bool red = false;        // the phase in progress is bar.red's (set by its first arrival)
 };
 
 struct TmaCopy {

@@ -22,6 +22,7 @@
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
 #include "cuda/sm90_emulator_test_util.h"
+#include "testing/fp8_accumulation.h"
 
 namespace kvattn::fa3::emu {
 namespace {
@@ -228,6 +229,70 @@ TEST(Sm90Emulator, WgmmaSsE4m3IsTheProduct) {
                                              true, false);
                               }),
                     "warpgroup 0", "wgmma.mma_async.m64n128k32.f32.e4m3.e4m3", "K-major");
+}
+
+// FP8 wgmma's reduced-precision sum (testing/fp8_accumulation.h): the accumulator and the products
+// aligned to the largest term, 13 bits below its leading bit kept, truncated toward zero.
+TEST(Sm90Emulator, Fp8WgmmaSumsInReducedPrecision) {
+  std::vector<float> a(32, 0.0f), b(32, 1.0f);
+  // Within the kept bits: exact.
+  a[0] = 0.5f;
+  a[1] = std::ldexp(1.0f, -13);
+  EXPECT_EQ(testing::fp8_mma_sum(1.0f, a.data(), b.data(), 32), 1.5f + std::ldexp(1.0f, -13));
+  // Below them: dropped, each term on its own (32 x 2^-15 would add 2^-10 exactly).
+  for (float& x : a) x = std::ldexp(1.0f, -15);
+  EXPECT_EQ(testing::fp8_mma_sum(1.0f, a.data(), b.data(), 32), 1.0f);
+  // Toward zero, on either sign; the accumulator is a term like the products.
+  a.assign(32, 0.0f);
+  a[0] = 3 * std::ldexp(1.0f, -15);
+  EXPECT_EQ(testing::fp8_mma_sum(-1.0f, a.data(), b.data(), 32), -1.0f);  // exact: -1 + 3 x 2^-15
+  EXPECT_EQ(testing::fp8_mma_sum(1.0f, a.data(), b.data(), 32), 1.0f);
+  a[0] = 64.0f;
+  EXPECT_EQ(testing::fp8_mma_sum(std::ldexp(1.0f, -8), a.data(), b.data(), 32), 64.0f);
+  // Zeros, inf and NaN as exact arithmetic gives them.
+  a.assign(32, 0.0f);
+  EXPECT_EQ(testing::fp8_mma_sum(0.0f, a.data(), b.data(), 32), 0.0f);
+  a[3] = INFINITY;
+  EXPECT_EQ(testing::fp8_mma_sum(1.0f, a.data(), b.data(), 32), INFINITY);
+  a[4] = -INFINITY;
+  EXPECT_TRUE(std::isnan(testing::fp8_mma_sum(1.0f, a.data(), b.data(), 32)));
+}
+
+// The same through a chained e4m3 wgmma: C = 64 from the first k-step swallows the next steps'
+// products of 2^-8 (below 64's 2^-7 quantum), where 16-bit operands add them exactly.
+TEST(Sm90Emulator, WgmmaE4m3AccumulatorKeepsAbout14Bits) {
+  constexpr int kCols = 64;  // two k32 steps of e4m3 in one 128-byte row
+  const uint32_t b_base = uint32_t(kM * 128);
+  Sm90Cta cta(launch(128, b_base + uint32_t(kN * 128)));
+  std::memset(cta.smem(), 0, b_base + kN * 128);
+  // k-step 0: A row . B row = 64 (one product 8 x 8); k-step 1: 32 products of 2^-4 x 2^-4.
+  for (int r = 0; r < kM; ++r) {
+    cta.smem()[smem::tile_offset8(r, 0, kM)] = num::f32_to_e4m3(8.0f);
+    for (int c = 32; c < kCols; ++c)
+      cta.smem()[smem::tile_offset8(r, c, kM)] = num::f32_to_e4m3(0.0625f);
+  }
+  for (int r = 0; r < kN; ++r) {
+    cta.smem()[b_base + smem::tile_offset8(r, 0, kN)] = num::f32_to_e4m3(8.0f);
+    for (int c = 32; c < kCols; ++c)
+      cta.smem()[b_base + smem::tile_offset8(r, c, kN)] = num::f32_to_e4m3(0.0625f);
+  }
+  std::vector<float> out(128 * 64);
+  EXPECT_EQ(run_error(cta,
+                      [&](Sm90Ops& ops, unsigned char*) {
+                        Acc<64> d;
+                        ops.wgmma_fence();
+                        for (int ks = 0; ks < 2; ++ks) {
+                          ops.wgmma_ss(d, WgmmaType::kE4m3, WgmmaType::kE4m3,
+                                       smem::encode(smem::k_major(0, kM, 0, ks)), false,
+                                       smem::encode(smem::k_major(b_base, kN, 0, ks)), false,
+                                       ks > 0);
+                        }
+                        ops.wgmma_commit();
+                        ops.wgmma_wait<0>();
+                        for (int i = 0; i < 64; ++i) out[std::size_t(ops.thread() * 64 + i)] = d[i];
+                      }),
+            "");
+  for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 64.0f) << i;  // exact: 64.125
 }
 
 // Every layout type, K-major and MN-major: a tile written row by row with the swizzle applied as

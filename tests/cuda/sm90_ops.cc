@@ -219,7 +219,7 @@ void Sm90Ops::fence_proxy_async() const {
 
 namespace {
 void named_arrive(CtaState& c, ThreadState& t, int id, int threads, const std::string& instr,
-                  bool pred = false) {
+                  bool red = false, bool pred = false) {
   if (id < 0 || id > 15) c.fail(t, instr, "barrier id " + std::to_string(id) + " not in 0..15");
   if (threads <= 0 || threads % 32 != 0 || threads > c.launch.threads) {
     c.fail(t, instr,
@@ -230,6 +230,13 @@ void named_arrive(CtaState& c, ThreadState& t, int id, int threads, const std::s
   detail::NamedBar& b = c.named[id];
   if (b.arrived == 0) {
     b.count = threads;
+    b.red = red;
+  } else if (b.red != red) {
+    // PTX ISA (bar.red): it "should not be intermixed with bar.sync or bar.arrive using the same
+    // active barrier"; the result is unpredictable.
+    c.fail(t, instr,
+           std::string("mixes bar.red with bar.sync / bar.arrive in one phase of barrier ") +
+               std::to_string(id));
   } else if (b.count != threads) {
     c.fail(t, instr,
            "thread count " + std::to_string(threads) + " differs from the " +
@@ -276,7 +283,7 @@ bool Sm90Ops::named_barrier_red_or(int id, int threads, bool pred) const {
   const std::string instr =
       "bar.red.or.pred " + std::to_string(id) + ", " + std::to_string(threads);
   const uint64_t gen = (id >= 0 && id < 16) ? c.named[id].gen : 0;
-  named_arrive(c, *t_, id, threads, instr, pred);
+  named_arrive(c, *t_, id, threads, instr, true, pred);
   detail::NamedBar* b = &c.named[id];
   c.block(
       *t_, [b, gen] { return b->gen != gen; },

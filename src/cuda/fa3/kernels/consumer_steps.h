@@ -139,9 +139,10 @@ KVATTN_HD void pack_p(const Ops& ops, SAcc& s, AFrag (&a)[kPSteps]) {
   }
 }
 
-// O += P V for one block, issued and committed (one wgmma group).
-template <class Tag, bool kFp8, int VO, int BN, int kPSteps, class Ops, class OAcc, class AFrag>
+// O += P V for one block, issued and committed (one wgmma group): 16-bit (FP8: pv_promoted).
+template <class Tag, int VO, int BN, int kPSteps, class Ops, class OAcc, class AFrag>
 KVATTN_HD void issue_pv(const Ops& ops, OAcc& o, AFrag (&a)[kPSteps], uint32_t v_addr) {
+  static_assert(!Elem<Tag>::kFp8, "FP8's P V is pv_promoted");
   // The rescaled O and the packed P must be in their registers before wgmma.fence.
   ops.fence_registers(o);
   KVATTN_FA3_PRAGMA(unroll)
@@ -149,13 +150,49 @@ KVATTN_HD void issue_pv(const Ops& ops, OAcc& o, AFrag (&a)[kPSteps], uint32_t v
   ops.wgmma_fence();
   KVATTN_FA3_PRAGMA(unroll)
   for (int kk = 0; kk < kPSteps; ++kk) {
-    if constexpr (kFp8) {
-      ops.template wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::k_major(v_addr, VO, 0, kk)));
-    } else {
-      ops.template wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::mn_major(v_addr, BN, kk)));
-    }
+    ops.template wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::mn_major(v_addr, BN, kk)), 1);
   }
   ops.wgmma_commit();
+}
+
+// FP8's O = alpha O + P V for one block, O kept in f32 registers: Hopper's FP8 wgmma adds with
+// reduced precision (about 14 bits, DeepSeek-V3's report section 3.3.2: modelled in the emulator
+// as products and accumulator aligned to the largest and the bits below dropped), so an O
+// accumulated by wgmma over a long KV stalls once it is 2^13 times a block's products: at 120k
+// keys the output came out 89 % low in the emulator (fa3_replay_numerics_test.cc). So each
+// block's P V goes into a fresh accumulator (accumulate 0 on the first k-step; the "promotion" of
+// CUTLASS's FP8 GEMMs, whose default interval, 4 k32 MMAs, is one 128-key block here) and is
+// added to O by one FFMA that also applies the softmax's rescale (no separate FMUL pass over O).
+// At most 128 dims per pass (head dim 256: two halves of V^T's rows), so the fresh accumulator
+// takes the registers S has just freed and no more.
+template <class Tag, int VO, int kPSteps, class Ops, class OAcc, class AFrag>
+KVATTN_HD void pv_promoted(const Ops& ops, OAcc& o, const float (&alpha)[2], AFrag (&a)[kPSteps],
+                           uint32_t v_addr) {
+  static_assert(Elem<Tag>::kFp8, "16-bit P V accumulates in f32: issue_pv");
+  constexpr int kN = VO < 128 ? VO : 128;  // V^T rows (dims) per pass
+  KVATTN_FA3_PRAGMA(unroll)
+  for (int kk = 0; kk < kPSteps; ++kk) ops.fence_registers(a[kk]);
+  KVATTN_FA3_PRAGMA(unroll)
+  for (int part = 0; part < VO / kN; ++part) {
+    typename Ops::template Acc<kN / 2> acc;
+    ops.wgmma_fence();
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int kk = 0; kk < kPSteps; ++kk) {
+      ops.template wgmma_rs<Tag, kN>(
+          acc, a[kk], smem::encode(smem::k_major(v_addr, VO, part * kN, kk)), kk > 0);
+    }
+    ops.wgmma_commit();
+    ops.template wgmma_wait<0>();
+    ops.fence_registers(acc);
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int i = 0; i < kN / 2; ++i) {
+      // Element i of the pass is element part * kN / 2 + i of O: the same row half, kN dims on.
+      const int j = part * (kN / 2) + i;
+      o[j] = o[j] * alpha[frag::acc_row_half(i)] + acc[i];
+    }
+  }
+  KVATTN_FA3_PRAGMA(unroll)
+  for (int kk = 0; kk < kPSteps; ++kk) ops.fence_registers(a[kk]);
 }
 
 // After the wait that completes O's wgmma: O and the P it read are the compiler's again.

@@ -139,10 +139,11 @@ struct DeviceOps : cuda::WarpShuffles {
                           int accumulate) const {
     KVATTN_FA3_DEVICE(ptx::wgmma_ss<Tag, N>(d, a_desc, b_desc, accumulate));
   }
-  // O += P V for N = the V head dim, one k-step (sm90_ptx.cuh's wgmma_rs).
+  // O (+)= P V for N dims of V, one k-step (sm90_ptx.cuh's wgmma_rs).
   template <class Tag, int N>
-  KVATTN_HD void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b_desc) const {
-    KVATTN_FA3_DEVICE(ptx::wgmma_rs<Tag, N>(d, a, b_desc));
+  KVATTN_HD void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b_desc,
+                          int accumulate) const {
+    KVATTN_FA3_DEVICE(ptx::wgmma_rs<Tag, N>(d, a, b_desc, accumulate));
   }
   template <int N>
   KVATTN_HD void fence_registers(float (&d)[N]) const {

@@ -244,7 +244,9 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
     // order; fa3_pipeline_test replays it).
     // FP8 keeps the blocks apart (one at a time, as below the overlap): with S, P and O live at
     // once its consumers spill (ptxas: 64 bytes), and FP8's P is half the registers that would
-    // pay for it.
+    // pay for it. FP8's O stays in f32 registers: each block's P V goes into a fresh wgmma
+    // accumulator (in S's registers, free by then) added to O by FFMA (pv_promoted: FP8 wgmma
+    // adds in reduced precision).
     constexpr int kPSteps = BN * EB / 32;
     constexpr bool kOverlap = !kFp8;
     typename Ops::template Acc<kSRegs> s;
@@ -260,16 +262,14 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
         step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
         float alpha[2];
         step::softmax<BN>(ops, s, m, l, alpha);
-        step::rescale<kORegs>(o, alpha);
         if (guard) {
+          step::rescale<kORegs>(o, alpha);
           step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(st.index), p, n,
                                                  r.kv_len, diag0, token_step, ctid);
         } else {
           step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
-          step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
-                                                     ops.smem_addr(smem + Plan::v(st.index)));
-          ops.template wgmma_wait<0>();
-          step::pv_done<VO, kPSteps>(ops, o, a);
+          step::pv_promoted<Tag, VO, kPSteps>(ops, o, alpha, a,
+                                              ops.smem_addr(smem + Plan::v(st.index)));
         }
         ops.syncwarp();
         if (lane == 0) ops.mbarrier_arrive(&empty[st.index]);
@@ -303,8 +303,8 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
         if (guard_prev) {
           ops.template wgmma_wait<0>();  // S_n done (no PV_{n-1} in flight)
         } else {
-          step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
-                                                     ops.smem_addr(smem + Plan::v(prev.index)));
+          step::issue_pv<Tag, VO, BN, kPSteps>(ops, o, a,
+                                               ops.smem_addr(smem + Plan::v(prev.index)));
           ops.template wgmma_wait<1>();  // S_n done; PV_{n-1} may still run
         }
         ops.fence_registers(s);
@@ -324,8 +324,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
         step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(prev.index), p,
                                                kr.end - 1, r.kv_len, diag0, token_step, ctid);
       } else {
-        step::issue_pv<Tag, kFp8, VO, BN, kPSteps>(ops, o, a,
-                                                   ops.smem_addr(smem + Plan::v(prev.index)));
+        step::issue_pv<Tag, VO, BN, kPSteps>(ops, o, a, ops.smem_addr(smem + Plan::v(prev.index)));
       }
       ops.template wgmma_wait<0>();
       step::pv_done<VO, kPSteps>(ops, o, a);

@@ -118,11 +118,12 @@ __device__ __forceinline__ void fence_registers(uint32_t (&a)[4]) {
 template <class Tag>
 __device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[64], uint64_t a_desc, uint64_t b_desc,
                                                  int accumulate);
-// d += A B, m64n128 with one 32-byte k-step, A from registers (wgmma_fragment.h's a_element /
-// a_element8); B MN-major for 16-bit ("transposed"), K-major for FP8 (which has no transpose).
+// d (+)= A B, m64n128 with one 32-byte k-step, A from registers (wgmma_fragment.h's a_element /
+// a_element8); B MN-major for 16-bit ("transposed"), K-major for FP8 (which has no transpose);
+// accumulate 0 overwrites d (FP8's fresh accumulator per block, consumer_steps.h).
 template <class Tag>
 __device__ __forceinline__ void wgmma_rs_m64n128(float (&d)[64], const uint32_t (&a)[4],
-                                                 uint64_t b_desc);
+                                                 uint64_t b_desc, int accumulate);
 
 template <>
 __device__ __forceinline__ void wgmma_ss_m64n128<Bf16Tag>(float (&d)[64], uint64_t a_desc,
@@ -141,7 +142,7 @@ __device__ __forceinline__ void wgmma_ss_m64n128<Bf16Tag>(float (&d)[64], uint64
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n128<Bf16Tag>(float (&d)[64], const uint32_t (&a)[4],
-                                                          uint64_t b_desc) {
+                                                          uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
@@ -151,7 +152,7 @@ __device__ __forceinline__ void wgmma_rs_m64n128<Bf16Tag>(float (&d)[64], const 
       "%56, %57, %58, %59, %60, %61, %62, %63},\n"
       "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
       : KVATTN_WGMMA_D64(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
 }
 
 template <>
@@ -171,7 +172,7 @@ __device__ __forceinline__ void wgmma_ss_m64n128<F16Tag>(float (&d)[64], uint64_
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n128<F16Tag>(float (&d)[64], const uint32_t (&a)[4],
-                                                         uint64_t b_desc) {
+                                                         uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16\n"
@@ -181,7 +182,7 @@ __device__ __forceinline__ void wgmma_rs_m64n128<F16Tag>(float (&d)[64], const u
       "%56, %57, %58, %59, %60, %61, %62, %63},\n"
       "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
       : KVATTN_WGMMA_D64(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
 }
 
 template <>
@@ -201,7 +202,7 @@ __device__ __forceinline__ void wgmma_ss_m64n128<E4m3Tag>(float (&d)[64], uint64
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n128<E4m3Tag>(float (&d)[64], const uint32_t (&a)[4],
-                                                          uint64_t b_desc) {
+                                                          uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3\n"
@@ -211,7 +212,7 @@ __device__ __forceinline__ void wgmma_rs_m64n128<E4m3Tag>(float (&d)[64], const 
       "%56, %57, %58, %59, %60, %61, %62, %63},\n"
       "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
       : KVATTN_WGMMA_D64(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
 }
 
 template <>
@@ -232,7 +233,7 @@ __device__ __forceinline__ void wgmma_ss_m64n128<E5m2Tag>(float (&d)[64], uint64
 // P stays e4m3 (one more mantissa bit than e5m2; P is in [0, 1]) against an e5m2 V.
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n128<E5m2Tag>(float (&d)[64], const uint32_t (&a)[4],
-                                                          uint64_t b_desc) {
+                                                          uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2\n"
@@ -242,7 +243,7 @@ __device__ __forceinline__ void wgmma_rs_m64n128<E5m2Tag>(float (&d)[64], const 
       "%56, %57, %58, %59, %60, %61, %62, %63},\n"
       "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
       : KVATTN_WGMMA_D64(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
 }
 
 template <>
@@ -264,8 +265,8 @@ __device__ __forceinline__ void wgmma_ss_m64n128<E4m3E5m2Tag>(float (&d)[64], ui
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n128<E4m3E5m2Tag>(float (&d)[64],
                                                               const uint32_t (&a)[4],
-                                                              uint64_t b_desc) {
-  wgmma_rs_m64n128<E5m2Tag>(d, a, b_desc);
+                                                              uint64_t b_desc, int accumulate) {
+  wgmma_rs_m64n128<E5m2Tag>(d, a, b_desc, accumulate);
 }
 
 template <>
@@ -287,8 +288,8 @@ __device__ __forceinline__ void wgmma_ss_m64n128<E5m2E4m3Tag>(float (&d)[64], ui
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n128<E5m2E4m3Tag>(float (&d)[64],
                                                               const uint32_t (&a)[4],
-                                                              uint64_t b_desc) {
-  wgmma_rs_m64n128<E4m3Tag>(d, a, b_desc);
+                                                              uint64_t b_desc, int accumulate) {
+  wgmma_rs_m64n128<E4m3Tag>(d, a, b_desc, accumulate);
 }
 
 // Four floats to e4m3 (round to nearest even, saturating), x0 in the lowest byte: one b32 of
@@ -307,14 +308,14 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, fl
       "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
       "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 
-// d += A B, m64n64k16, A from registers, B MN-major (16-bit types; the PV GEMM at d64).
+// d (+)= A B, m64n64k16, A from registers, B MN-major (16-bit types; the PV GEMM at d64).
 template <class Tag>
 __device__ __forceinline__ void wgmma_rs_m64n64(float (&d)[32], const uint32_t (&a)[4],
-                                                uint64_t b_desc);
+                                                uint64_t b_desc, int accumulate);
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n64<Bf16Tag>(float (&d)[32], const uint32_t (&a)[4],
-                                                         uint64_t b_desc) {
+                                                         uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
@@ -322,12 +323,12 @@ __device__ __forceinline__ void wgmma_rs_m64n64<Bf16Tag>(float (&d)[32], const u
       "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
       "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
       : KVATTN_WGMMA_D32(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
 }
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n64<F16Tag>(float (&d)[32], const uint32_t (&a)[4],
-                                                        uint64_t b_desc) {
+                                                        uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16\n"
@@ -335,7 +336,7 @@ __device__ __forceinline__ void wgmma_rs_m64n64<F16Tag>(float (&d)[32], const ui
       "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
       "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
       : KVATTN_WGMMA_D32(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
 }
 
 #define KVATTN_WGMMA_D128(d)                                                                      \
@@ -363,10 +364,10 @@ __device__ __forceinline__ void wgmma_rs_m64n64<F16Tag>(float (&d)[32], const ui
 template <class Tag>
 __device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t a_desc, uint64_t b_desc,
                                                 int accumulate);
-// d += A B, m64n256k16, A from registers, B MN-major (16-bit; the PV GEMM at d256).
+// d (+)= A B, m64n256k16, A from registers, B MN-major (16-bit; the PV GEMM at d256).
 template <class Tag>
 __device__ __forceinline__ void wgmma_rs_m64n256(float (&d)[128], const uint32_t (&a)[4],
-                                                 uint64_t b_desc);
+                                                 uint64_t b_desc, int accumulate);
 
 template <>
 __device__ __forceinline__ void wgmma_ss_m64n64<Bf16Tag>(float (&d)[32], uint64_t a_desc,
@@ -383,7 +384,7 @@ __device__ __forceinline__ void wgmma_ss_m64n64<Bf16Tag>(float (&d)[32], uint64_
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n256<Bf16Tag>(float (&d)[128], const uint32_t (&a)[4],
-                                                          uint64_t b_desc) {
+                                                          uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16\n"
@@ -397,7 +398,7 @@ __device__ __forceinline__ void wgmma_rs_m64n256<Bf16Tag>(float (&d)[128], const
       "%123, %124, %125, %126, %127},\n"
       "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
       : KVATTN_WGMMA_D128(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
 }
 
 template <>
@@ -415,7 +416,7 @@ __device__ __forceinline__ void wgmma_ss_m64n64<F16Tag>(float (&d)[32], uint64_t
 
 template <>
 __device__ __forceinline__ void wgmma_rs_m64n256<F16Tag>(float (&d)[128], const uint32_t (&a)[4],
-                                                         uint64_t b_desc) {
+                                                         uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16\n"
@@ -429,7 +430,7 @@ __device__ __forceinline__ void wgmma_rs_m64n256<F16Tag>(float (&d)[128], const 
       "%123, %124, %125, %126, %127},\n"
       "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
       : KVATTN_WGMMA_D128(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
 }
 
 // S = Q K^T for N keys per block: m64n128 (every type) or m64n64 (16-bit, d256).
@@ -444,17 +445,17 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a_desc, uin
   }
 }
 
-// O += P V for N = the V head dim: m64n64 (16-bit), m64n128 (every type), m64n256 (16-bit).
+// O (+)= P V for N dims of V: m64n64 (every type), m64n128 (every type), m64n256 (16-bit).
 template <class Tag, int N>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
-                                         uint64_t b_desc) {
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b_desc,
+                                         int accumulate) {
   if constexpr (N == 128) {
-    wgmma_rs_m64n128<Tag>(d, a, b_desc);
+    wgmma_rs_m64n128<Tag>(d, a, b_desc, accumulate);
   } else if constexpr (N == 256) {
-    wgmma_rs_m64n256<Tag>(d, a, b_desc);
+    wgmma_rs_m64n256<Tag>(d, a, b_desc, accumulate);
   } else {
     static_assert(N == 64, "m64n64, m64n128 or m64n256");
-    wgmma_rs_m64n64<Tag>(d, a, b_desc);
+    wgmma_rs_m64n64<Tag>(d, a, b_desc, accumulate);
   }
 }
 
