@@ -12,7 +12,7 @@
 //   smem_addr, ld16 / ld_byte (global), st_shared, store_out, mbarrier_*, fence_barrier_init,
 //   tma_load_3d, cp_async_16_zfill, cp_async_wait_all, fence_proxy_async, named_barrier_sync,
 //   sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, syncwarp, wgmma_fence/commit/wait<N>,
-//   wgmma_ss<Tag, N>, wgmma_rs<Tag, N>, fence_registers, pack16<Tag>, pack_e4m3x4       (as in
+//   wgmma_ss<Tag, N>, wgmma_rs<Tag, N>, fence_registers, pack16<Tag>, pack_e4m3x4 (as in
 //   sm90_ptx.cuh)
 #pragma once
 
