@@ -66,6 +66,7 @@ class Fa3EmuOps {
     std::memcpy(&v, p, 16);
     return v;
   }
+  uint8_t ld_byte(const void* p) const { return *static_cast<const uint8_t*>(p); }
   template <class T>
   void st_shared(T* p, T v) const {
     ops_.st_shared(p, v);

@@ -88,7 +88,8 @@ testing::RunBackend run_replay(const ReplayOptions& o) {
       for (int h = 0; h < p.num_qo_heads; ++h) {
         for (int d = 0; d < p.head_dim_vo; ++d) {
           const MergedElement m = merge_element(row, k, h, d, p.head_dim_vo);
-          store_out_host(k, row.out_row * k.o_stride_row + h * k.o_stride_head + d, m.o);
+          store_out_host(k, row.out_row * k.o_stride_row + h * k.o_stride_head + d * k.o_stride_dim,
+                         m.o);
           if (k.lse && d == 0) {
             k.lse[row.out_row * k.lse_stride_row + h * k.lse_stride_head] = m.lse;
           }

@@ -17,16 +17,16 @@
 namespace kvattn::fa3 {
 namespace {
 
-// The kernel copies rows 16 bytes at a time: the dim must be dense and every row start aligned.
-Status check_rows(const char* name, const TensorView& t, std::initializer_list<int64_t> strides,
-                  int64_t dim_stride) {
+// Whether every row of `t` is a run of 16-byte chunks: a dense dim, and the base and the given
+// strides multiples of 16 bytes. The kernel then moves a row 16 bytes at a time (loads, cp.async,
+// TMA boxes); other rows it gathers byte by byte (prefill_cta.h's gather16), so no layout is
+// refused here: can_implement, which sees no tensor, stays the only judge of what fa3 runs.
+bool rows_in_chunks(const TensorView& t, std::initializer_list<int64_t> strides,
+                    int64_t dim_stride) {
   const int64_t elem = int64_t(dtype_size(t.dtype));
   bool ok = dim_stride == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
   for (int64_t s : strides) ok = ok && (s * elem) % 16 == 0;
-  if (ok) return Status::Ok();
-  return make_error(ErrorCode::kNotSupported, "fa3: ", name,
-                    " needs a dense head dim and 16-byte aligned rows (strides multiples of 16 "
-                    "bytes)");
+  return ok;
 }
 
 std::vector<int32_t> read_indices(const TensorView& t) {
@@ -69,21 +69,21 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
   k.q = args.q.data;
   k.q_stride_row = single_decode ? 0 : args.q.strides[0];
   k.q_stride_head = args.q.strides[dim_axis - 1];
-  KVATTN_RETURN_IF_ERROR(
-      check_rows("q", args.q, {k.q_stride_row, k.q_stride_head}, args.q.strides[dim_axis]));
+  k.q_stride_dim = args.q.strides[dim_axis];
+  k.q_chunks = rows_in_chunks(args.q, {k.q_stride_row, k.q_stride_head}, k.q_stride_dim);
   k.k = kt.data;
   k.v = vt.data;
   k.k_strides = cuda::kv_strides(p, kt);
   k.v_strides = cuda::kv_strides(p, vt);
-  KVATTN_RETURN_IF_ERROR(
-      check_rows("k", kt, {k.k_strides.page, k.k_strides.slot, k.k_strides.head}, k.k_strides.dim));
-  KVATTN_RETURN_IF_ERROR(
-      check_rows("v", vt, {k.v_strides.page, k.v_strides.slot, k.v_strides.head}, k.v_strides.dim));
+  k.k_chunks =
+      rows_in_chunks(kt, {k.k_strides.page, k.k_strides.slot, k.k_strides.head}, k.k_strides.dim);
+  k.v_chunks =
+      rows_in_chunks(vt, {k.v_strides.page, k.v_strides.slot, k.v_strides.head}, k.v_strides.dim);
   k.paged = is_paged(p.op);
   k.page_size = p.page_size;
-  if (!k.paged && is_16bit_float(p.kv_dtype)) {
-    // Dense and ragged 16-bit K/V go through TMA (FP8 V is transposed by the producer's
-    // threads); the token dim is the one with the slot stride.
+  if (!k.paged && is_16bit_float(p.kv_dtype) && k.k_chunks && k.v_chunks) {
+    // Dense and ragged 16-bit K/V in 16-byte chunks go through TMA (FP8 V is transposed by the
+    // producer's threads); the token dim is the one with the slot stride.
     const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
     const int64_t tokens = hnd ? kt.shape[1] : kt.shape[0];
     // Past 2^31 - 1 tokens a box's token coordinate would wrap: cp.async copies them instead.
@@ -96,11 +96,7 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
   k.out = args.out.data;
   k.o_stride_row = single_decode ? 0 : args.out.strides[0];
   k.o_stride_head = args.out.strides[dim_axis - 1];
-  if (args.out.strides[dim_axis] != 1) {
-    return make_error(ErrorCode::kNotSupported,
-                      "fa3: out needs a dense head dim; fa2 runs any "
-                      "strides");
-  }
+  k.o_stride_dim = args.out.strides[dim_axis];  // O is stored element by element
   k.out_kind = cuda::out_kind(p.o_dtype);
   if (p.return_lse && !args.lse.empty()) {
     k.lse = static_cast<float*>(args.lse.data);

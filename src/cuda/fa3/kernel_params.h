@@ -1,5 +1,6 @@
-// fa3's kernel parameters (params.h PrefillParams) from a plan and its tensors, on the host: the
-// checks of what the kernel's copies need (a dense head dim, 16-byte aligned rows), the
+// fa3's kernel parameters (params.h PrefillParams) from a plan and its tensors, on the host: how
+// the kernel copies each tensor's rows (16-byte chunks, or gathered where the dim is strided or
+// the rows misaligned: any strides run), the
 // parameters with TMA maps for dense and ragged 16-bit K/V, the split-KV plan of the plan's chunk
 // (split_plan.h) and the longest-first tile list (decode: GQA rows packed). The device pointers
 // (requests, tiles, kv_indices, partial states) are left for the caller, who points them at its

@@ -29,25 +29,29 @@ struct RequestInfo {
 };
 
 struct PrefillParams {
-  // q [rows, H_qo, D], strides in elements (single decode: row stride 0); the dim is dense.
+  // q [rows, H_qo, D], strides in elements (single decode: row stride 0).
   const void* q = nullptr;
-  int64_t q_stride_row = 0, q_stride_head = 0;
-  // K and V: paged caches, or contiguous [tokens, H_kv, D] (page stride 0, slot = token); the
-  // dim is dense and every row 16-byte aligned (launch.cu checks).
+  int64_t q_stride_row = 0, q_stride_head = 0, q_stride_dim = 1;
+  // K and V: paged caches, or contiguous [tokens, H_kv, D] (page stride 0, slot = token).
   const void* k = nullptr;
   const void* v = nullptr;
   paged::CacheStrides k_strides, v_strides;
+  // Whether every row of q / K / V is a run of 16-byte chunks (dense dim, base and strides
+  // multiples of 16 bytes: kernel_params.cc's rows_in_chunks): then 16-byte loads, cp.async and
+  // TMA; otherwise the rows are gathered byte by byte (prefill_cta.h's gather16).
+  bool q_chunks = true, k_chunks = true, v_chunks = true;
   bool paged = false;
   int page_size = 1;
   const int32_t* kv_indices = nullptr;  // device copy
   // Dense and ragged K/V: TMA tensor maps over [tokens, H_kv, D] (dims innermost first: D, H_kv,
   // tokens), box 64 x 1 x kBlockN with the 128-byte swizzle: one box is one panel of a K/V tile
-  // (smem_layout.h). false: the producer copies with cp.async (pages; or no encoder found).
+  // (smem_layout.h). false: the producer copies (cp.async, or gathers rows not in chunks): pages,
+  // FP8, K/V rows not in 16-byte chunks, or no encoder found.
   bool tma = false;
   CUtensorMap tma_k{}, tma_v{};
 
   void* out = nullptr;
-  int64_t o_stride_row = 0, o_stride_head = 0;
+  int64_t o_stride_row = 0, o_stride_head = 0, o_stride_dim = 1;
   OutKind out_kind = OutKind::kBF16;
   float* lse = nullptr;  // may be null
   int64_t lse_stride_row = 0, lse_stride_head = 1;

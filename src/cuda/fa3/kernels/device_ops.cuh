@@ -61,8 +61,9 @@ struct DeviceOps : cuda::WarpShuffles {
     return p ? 0u : 0u;
 #endif
   }
-  // 16 bytes of global memory (q rows, FP8 V rows).
+  // 16 bytes of global memory (q rows, FP8 V rows), and one byte (rows not in 16-byte chunks).
   KVATTN_HD uint4 ld16(const void* p) const { return *reinterpret_cast<const uint4*>(p); }
+  KVATTN_HD uint8_t ld_byte(const void* p) const { return *static_cast<const uint8_t*>(p); }
   template <class T>
   KVATTN_HD void st_shared(T* p, T v) const {
     *p = v;

@@ -9,10 +9,11 @@
 //   template <int N> using Acc                    wgmma accumulators (float[N] on the GPU)
 //   using AFrag                                   a register A fragment (uint32_t[4])
 //   using U4                                      16 bytes in registers (uint4)
-//   smem_addr, ld16 (global), st_shared, store_out, mbarrier_*, fence_barrier_init, tma_load_3d,
-//   cp_async_16_zfill, cp_async_wait_all, fence_proxy_async, named_barrier_sync, sync_threads,
-//   setmaxnreg_inc/dec<N>, shfl_xor, syncwarp, wgmma_fence/commit/wait<N>, wgmma_ss<Tag, N>,
-//   wgmma_rs<Tag, N>, fence_registers, pack16<Tag>, pack_e4m3x4       (as in sm90_ptx.cuh)
+//   smem_addr, ld16 / ld_byte (global), st_shared, store_out, mbarrier_*, fence_barrier_init,
+//   tma_load_3d, cp_async_16_zfill, cp_async_wait_all, fence_proxy_async, named_barrier_sync,
+//   sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, syncwarp, wgmma_fence/commit/wait<N>,
+//   wgmma_ss<Tag, N>, wgmma_rs<Tag, N>, fence_registers, pack16<Tag>, pack_e4m3x4 (as in
+//   sm90_ptx.cuh)
 #pragma once
 
 #include <cmath>
@@ -77,6 +78,22 @@ KVATTN_HD const uint8_t* kv_row(const PrefillParams& p, const RequestInfo& r, co
   return static_cast<const uint8_t*>(base) + off * EB;
 }
 
+// 16 bytes of a row that is not a run of 16-byte chunks (params.h: a strided dim, or a base or
+// stride not a multiple of 16 bytes), from its byte `byte_col` on as if the dim were dense: byte
+// by byte, so any alignment and any dim stride (elements) run. Only such rows pay for it.
+template <int EB, class Ops>
+KVATTN_HD typename Ops::U4 gather16(const Ops& ops, const uint8_t* row, int byte_col,
+                                    int64_t dim_stride) {
+  uint32_t w[4] = {0, 0, 0, 0};
+  KVATTN_FA3_PRAGMA(unroll)
+  for (int b = 0; b < 16; ++b) {
+    const int64_t elem = (byte_col + b) / EB;
+    const uint32_t byte = ops.ld_byte(row + elem * dim_stride * EB + (byte_col + b) % EB);
+    w[b / 4] |= byte << (8 * (b % 4));
+  }
+  return typename Ops::U4{w[0], w[1], w[2], w[3]};
+}
+
 // The K/V blocks of `tile` (its chunk's, when its request is split): one function for the
 // producer and the consumers, the same the planner ordered the tiles by.
 template <int BN>
@@ -84,6 +101,56 @@ KVATTN_HD sched::KvRange tile_range(const PrefillParams& p, const sched::Tile& t
                                     const RequestInfo& r) {
   return sched::tile_kv_range(tile, r.qo_len, r.kv_len, p.causal, p.window_left, BN,
                               p.rows_per_token, r.chunks, p.chunk_blocks);
+}
+
+// Where byte `byte_col` of row `row` of a K (or 16-bit V) tile goes.
+template <class Tag, int BN>
+KVATTN_HD uint32_t kv_tile_offset(int row, int byte_col) {
+  return Elem<Tag>::kFp8 ? smem::tile_offset8(row, byte_col, BN)
+                         : smem::tile_offset(row, byte_col / 2, BN);
+}
+
+// Block n of K (or 16-bit V) [BN keys x kRowChunks 16-byte chunks] into its swizzled tile, zeros
+// past kv_len: cp.async for rows in 16-byte chunks, else gathered (gather16) and stored by the
+// thread. The producer runs at 40 registers, and ptxas (sm_90a) spills differently by type: the
+// gather inside the cp.async loop (unrolled by 2) spilled 136 bytes in the 16-bit kernels, a
+// loop of its own 20 bytes in the FP8 ones; so 16-bit takes two loops, FP8 one with a branch.
+template <class Tag, int BN, int kRowChunks, class Ops>
+KVATTN_HD void copy_block(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
+                          const void* base, const paged::CacheStrides& s, bool chunks, int n,
+                          int kv_head, uint8_t* tile, int tid) {
+  constexpr int EB = Elem<Tag>::kBytes;
+  constexpr bool kOneLoop = Elem<Tag>::kFp8;
+  if (chunks || kOneLoop) {
+    KVATTN_FA3_PRAGMA(unroll(kRowChunks % 8 == 0 ? 2 : 1))
+    for (int c = tid; c < BN * kRowChunks; c += frag::kWarpgroupThreads) {
+      const int row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
+      const int64_t key = int64_t(n) * BN + row;
+      const bool in = key < r.kv_len;
+      const int64_t src_key = in ? key : 0;  // a valid address; zero bytes are read
+      const uint8_t* src = kv_row<EB>(p, r, base, s, src_key, kv_head);
+      uint8_t* dst = tile + kv_tile_offset<Tag, BN>(row, byte_col);
+      if (!kOneLoop || chunks) {
+        ops.cp_async_16_zfill(dst, src + byte_col, in);
+      } else {
+        typename Ops::U4 vals{0, 0, 0, 0};
+        if (in) vals = gather16<EB>(ops, src, byte_col, s.dim);
+        ops.st_shared(reinterpret_cast<typename Ops::U4*>(dst), vals);
+      }
+    }
+    return;
+  }
+  KVATTN_FA3_PRAGMA(unroll 1)
+  for (int c = tid; c < BN * kRowChunks; c += frag::kWarpgroupThreads) {
+    const int row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
+    const int64_t key = int64_t(n) * BN + row;
+    typename Ops::U4 vals{0, 0, 0, 0};
+    if (key < r.kv_len) {
+      vals = gather16<EB>(ops, kv_row<EB>(p, r, base, s, key, kv_head), byte_col, s.dim);
+    }
+    ops.st_shared(
+        reinterpret_cast<typename Ops::U4*>(tile + kv_tile_offset<Tag, BN>(row, byte_col)), vals);
+  }
 }
 
 // Warpgroup 0: K/V blocks of every tile of this CTA into the ring, in the consumers' order.
@@ -135,30 +202,25 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
       ops.mbarrier_wait(&empty[st.index], st.phase);
       uint8_t* k_smem = smem + Plan::k(st.index);
       uint8_t* v_smem = smem + Plan::v(st.index);
-      KVATTN_FA3_PRAGMA(unroll(kKRowChunks % 8 == 0 ? 2 : 1))
-      for (int c = tid; c < BN * kKRowChunks; c += frag::kWarpgroupThreads) {
-        const int row = c / kKRowChunks, byte_col = (c % kKRowChunks) * 16;
-        const int64_t key = int64_t(n) * BN + row;
-        const bool in = key < r.kv_len;
-        const int64_t src_key = in ? key : 0;  // a valid address; zero bytes are read
-        const uint8_t* src = kv_row<EB>(p, r, p.k, p.k_strides, src_key, kv_head) + byte_col;
-        const uint32_t dst = Elem<Tag>::kFp8 ? smem::tile_offset8(row, byte_col, BN)
-                                             : smem::tile_offset(row, byte_col / 2, BN);
-        ops.cp_async_16_zfill(k_smem + dst, src, in);
-      }
-      KVATTN_FA3_PRAGMA(unroll(Elem<Tag>::kFp8 ? 1 : 2))
-      for (int c = tid; c < BN * kVRowChunks; c += frag::kWarpgroupThreads) {
-        const int row = c / kVRowChunks, byte_col = (c % kVRowChunks) * 16;
-        const int64_t key = int64_t(n) * BN + row;
-        const bool in = key < r.kv_len;
-        const int64_t src_key = in ? key : 0;
-        const uint8_t* src = kv_row<EB>(p, r, p.v, p.v_strides, src_key, kv_head) + byte_col;
-        if constexpr (!Elem<Tag>::kFp8) {
-          ops.cp_async_16_zfill(v_smem + smem::tile_offset(row, byte_col / 2, BN), src, in);
-        } else {
+      copy_block<Tag, BN, kKRowChunks>(ops, p, r, p.k, p.k_strides, p.k_chunks, n, kv_head, k_smem,
+                                       tid);
+      if constexpr (!Elem<Tag>::kFp8) {
+        copy_block<Tag, BN, kVRowChunks>(ops, p, r, p.v, p.v_strides, p.v_chunks, n, kv_head,
+                                         v_smem, tid);
+      } else {
+        KVATTN_FA3_PRAGMA(unroll 1)
+        for (int c = tid; c < BN * kVRowChunks; c += frag::kWarpgroupThreads) {
+          const int row = c / kVRowChunks, byte_col = (c % kVRowChunks) * 16;
+          const int64_t key = int64_t(n) * BN + row;
+          const bool in = key < r.kv_len;
+          const int64_t src_key = in ? key : 0;
+          const uint8_t* src = kv_row<EB>(p, r, p.v, p.v_strides, src_key, kv_head);
           // V^T [dim][key], its columns renumbered as P's A fragment needs (wgmma_fragment.h).
           typename Ops::U4 vals{0, 0, 0, 0};
-          if (in) vals = ops.ld16(src);
+          if (in) {
+            vals = p.v_chunks ? ops.ld16(src + byte_col)
+                              : gather16<EB>(ops, src, byte_col, p.v_strides.dim);
+          }
           const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&vals);
           const int col = (row / 32) * 32 + frag::fp8_column_of_key(row % 32);
           KVATTN_FA3_PRAGMA(unroll)
@@ -220,9 +282,11 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
       typename Ops::U4 val{0, 0, 0, 0};
       if (row < pack::packed_rows(r.qo_len, p.rows_per_token)) {
         const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
-        val = ops.ld16(static_cast<const uint8_t*>(p.q) +
-                       ((r.q_row + th.token) * p.q_stride_row + th.qo_head * p.q_stride_head) * EB +
-                       byte_col);
+        const uint8_t* q_row =
+            static_cast<const uint8_t*>(p.q) +
+            ((r.q_row + th.token) * p.q_stride_row + th.qo_head * p.q_stride_head) * EB;
+        val = p.q_chunks ? ops.ld16(q_row + byte_col)
+                         : gather16<EB>(ops, q_row, byte_col, p.q_stride_dim);
       }
       const uint32_t dst = kFp8 ? smem::tile_offset8(tile_row, byte_col, frag::kWarpgroupRows)
                                 : smem::tile_offset(tile_row, byte_col / 2, frag::kWarpgroupRows);
@@ -367,7 +431,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
         KVATTN_FA3_PRAGMA(unroll)
         for (int i = 0; i < kORegs; ++i) {
           if (frag::acc_row_half(i) == h)
-            ops.store_out(p, base + frag::acc_element(ctid, i).col, o[i] * inv);
+            ops.store_out(p, base + frag::acc_element(ctid, i).col * p.o_stride_dim, o[i] * inv);
         }
       }
       if (lane % 4 != 0) continue;
