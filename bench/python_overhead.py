@@ -42,7 +42,7 @@ def measure(name, w, q, cache, repeats):
         t = time.perf_counter()
         w.run(q, cache, out=out)
         py.append(time.perf_counter() - t)
-        cpp.extend(_kvattn.time_cpp_run(plan.ext, tensors, False, 1))
+        cpp.extend(_kvattn.time_cpp_run(plan.ext, tensors, 1))
     py_us, cpp_us = statistics.median(py) * 1e6, statistics.median(cpp) * 1e6
     overhead = py_us - cpp_us
     goal = 5.0 + 0.02 * cpp_us
