@@ -23,9 +23,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     for (int d = threadIdx.x; d < head_dim_vo; d += blockDim.x) {
       const MergedElement m = merge_element(row, p, h, d, head_dim_vo);
       cuda::store_out(p, row.out_row * p.o_stride_row + h * p.o_stride_head + d, m.o);
-      if (p.lse && d == 0) {
-        p.lse[row.out_row * p.lse_stride_row + h * p.lse_stride_head] = m.lse * p.lse_scale;
-      }
+      if (p.lse && d == 0) p.lse[row.out_row * p.lse_stride_row + h * p.lse_stride_head] = m.lse;
     }
   }
 }
