@@ -46,7 +46,7 @@ testing::CaseSpec mla_decode(DType kv, int heads, int batch, int64_t context) {
   testing::CaseSpec spec;
   spec.problem = make_mla_problem(batch, heads, /*page_size=*/64, /*sm_scale=*/0.1352f);
   spec.problem.kv_dtype = kv;
-  if (is_fp8(kv)) spec.problem.k_scale = 0.0625f;
+  if (is_fp8(kv)) spec.scalars.k_scale = 0.0625f;
   spec.qo_lens.assign(batch, 1);  // decode: one new token per request
   spec.kv_lens.assign(batch, context);
   spec.extra_pages = 0;

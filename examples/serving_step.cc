@@ -238,8 +238,6 @@ int main(int argc, char** argv) {
   prefill.page_size = kPageSize;
   prefill.q_dtype = prefill.o_dtype = DType::kBF16;
   prefill.kv_dtype = DType::kE4M3;
-  prefill.k_scale = pt.k_scale;
-  prefill.v_scale = pt.v_scale;
   prefill.mask_mode = kvattn::MaskMode::kCausal;
   std::vector<int32_t> qo_indptr(1, 0);
   for (int64_t n : extend) qo_indptr.push_back(qo_indptr.back() + static_cast<int32_t>(n));
@@ -255,6 +253,8 @@ int main(int argc, char** argv) {
   args.kv_indptr = cv.kv_indptr;
   args.kv_indices = cv.kv_indices;
   args.kv_last_page_len = cv.kv_last_page_len;
+  args.scalars.k_scale = pt.k_scale;  // this layer's scales: run values, not the plan's
+  args.scalars.v_scale = pt.v_scale;
   double flops = 0, bytes = 0;
   for (int b = 0; b < batch; ++b) {
     double lq = double(extend[b]), lkv = double(after_prefill[b]);
@@ -281,6 +281,7 @@ int main(int argc, char** argv) {
   dargs.kv_indptr = dv.kv_indptr;
   dargs.kv_indices = dv.kv_indices;
   dargs.kv_last_page_len = dv.kv_last_page_len;
+  dargs.scalars = args.scalars;
   flops = bytes = 0;
   for (int b = 0; b < batch; ++b) {
     double lkv = double(after_decode[b]);

@@ -137,6 +137,7 @@ class Builder {
 
 void build(FuzzedDataProvider& in, Input* input) {
   Problem& p = input->problem;
+  RunScalars& run = input->args.scalars;  // the layer's run values
   p.op = static_cast<Op>(in.ConsumeIntegralInRange(0, 5));
   const bool batch = is_batch(p.op);
   p.batch_size = batch ? in.ConsumeIntegralInRange(in.ConsumeBool() ? 1 : 0, kMaxBatch) : 1;
@@ -164,10 +165,11 @@ void build(FuzzedDataProvider& in, Input* input) {
   p.rope_scale = in.ConsumeBool() ? 1.0f : in.ConsumeFloatingPointInRange(0.25f, 8.0f);
   const float scales[] = {1.0f, 0.5f, 2.0f, 0.01f, NAN, -1.0f, 0.0f, INFINITY};
   const int scale_choices = in.ConsumeIntegralInRange(0, 31) == 0 ? 8 : 4;
-  p.q_scale = scales[in.ConsumeIntegralInRange(0, scale_choices - 1)];
-  p.k_scale = scales[in.ConsumeIntegralInRange(0, scale_choices - 1)];
-  p.v_scale = scales[in.ConsumeIntegralInRange(0, scale_choices - 1)];
-  p.return_lse = in.ConsumeBool();
+  run.q_scale = scales[in.ConsumeIntegralInRange(0, scale_choices - 1)];
+  run.k_scale = scales[in.ConsumeIntegralInRange(0, scale_choices - 1)];
+  run.v_scale = scales[in.ConsumeIntegralInRange(0, scale_choices - 1)];
+  run.lse_base = in.ConsumeBool() ? LseBase::kE : LseBase::k2;
+  const bool return_lse = in.ConsumeBool();
   p.use_fp16_qk_reduction = in.ConsumeIntegralInRange(0, 7) == 0;
   // Issue 11's variants (the tensors are made with the others below): attention sinks, FP8 scales
   // per head or per (token, head) — mostly on an FP8 cache with per-tensor scales 1, now and then
@@ -178,7 +180,7 @@ void build(FuzzedDataProvider& in, Input* input) {
     p.kv_scale_granularity =
         granularity == 4 ? KVScaleGranularity::kPerHead : KVScaleGranularity::kPerTokenHead;
     if (in.ConsumeIntegralInRange(0, 15) != 0) {
-      p.k_scale = p.v_scale = 1.0f;
+      run.k_scale = run.v_scale = 1.0f;
       if (!is_fp8(p.kv_dtype)) p.kv_dtype = in.ConsumeBool() ? DType::kE4M3 : DType::kE5M2;
     }
   }
@@ -202,7 +204,7 @@ void build(FuzzedDataProvider& in, Input* input) {
       p.logits_soft_cap = 0.0f;
       p.pos_encoding_mode = PosEncoding::kNone;
       p.use_fp16_qk_reduction = false;
-      p.q_scale = p.v_scale = 1.0f;
+      run.q_scale = run.v_scale = 1.0f;
       p.use_sinks = false;  // MLA defines neither sinks nor scale granularity
       p.kv_scale_granularity = KVScaleGranularity::kPerTensor;
     }
@@ -323,7 +325,7 @@ void build(FuzzedDataProvider& in, Input* input) {
   const int64_t out_rows = p.op == Op::kSingleDecode ? 0 : rows;
   a.out = p.op == Op::kSingleDecode ? make.tensor(p.o_dtype, {hq, dvo}, true)
                                     : make.tensor(p.o_dtype, {out_rows, hq, dvo}, true);
-  if (p.return_lse) {
+  if (return_lse) {
     a.lse = p.op == Op::kSingleDecode ? make.tensor(DType::kF32, {hq}, true)
                                       : make.tensor(DType::kF32, {out_rows, hq}, true);
   }
@@ -417,19 +419,19 @@ double max_abs(const TensorView& t) {
 testing::ScoreWidening score_widening(const Problem& p, const AttentionArgs& a) {
   const bool paged = is_paged(p.op), mla = is_mla(p.op);
   const double max_q =
-      (mla ? std::max(max_abs(a.q_nope), max_abs(a.q_pe)) : max_abs(a.q)) * p.q_scale;
+      (mla ? std::max(max_abs(a.q_nope), max_abs(a.q_pe)) : max_abs(a.q)) * a.scalars.q_scale;
   // Per-head / per-(token, head) scales bound the real K and V by their largest value.
   const double k_scale = !a.k_scale.empty()         ? max_abs(a.k_scale)
                          : !a.k_scale_cache.empty() ? max_abs(a.k_scale_cache)
-                                                    : p.k_scale;
+                                                    : a.scalars.k_scale;
   const double v_scale = !a.v_scale.empty()         ? max_abs(a.v_scale)
                          : !a.v_scale_cache.empty() ? max_abs(a.v_scale_cache)
-                                                    : p.v_scale;
+                                                    : a.scalars.v_scale;
   const double max_k = (mla ? std::max(max_abs(a.ckv_cache), max_abs(a.kpe_cache))
                             : max_abs(paged ? a.paged_k_cache : a.k)) *
                        k_scale;
-  const double max_v =
-      mla ? max_abs(a.ckv_cache) * p.k_scale : max_abs(paged ? a.paged_v_cache : a.v) * v_scale;
+  const double max_v = mla ? max_abs(a.ckv_cache) * a.scalars.k_scale
+                           : max_abs(paged ? a.paged_v_cache : a.v) * v_scale;
   const double max_qk = p.head_dim_qk * max_q * max_k * p.effective_sm_scale();
   double max_score = max_qk;
   if (p.logits_soft_cap > 0) max_score = std::min<double>(max_score, p.logits_soft_cap);
@@ -468,7 +470,6 @@ void check(const Input& input) {
   const int64_t rows = total_qo * p.num_qo_heads;
   Problem ref_problem = p;
   ref_problem.o_dtype = DType::kF32;
-  ref_problem.return_lse = true;
   std::vector<float> ref_out(static_cast<size_t>(rows * p.head_dim_vo)), ref_lse(rows);
   AttentionArgs ref_args = args;
   ref_args.out = out_view(p, total_qo, ref_out.data(), DType::kF32);
@@ -480,8 +481,7 @@ void check(const Input& input) {
   if (!cpu || !cpu->can_implement(p, Device::cpu()).ok() || !cpu->available(Device::cpu()).ok()) {
     return;
   }
-  Problem baseline_problem = p;
-  baseline_problem.return_lse = true;
+  const Problem& baseline_problem = p;
   std::vector<uint8_t> baseline_raw(static_cast<size_t>(rows * p.head_dim_vo) *
                                     dtype_size(p.o_dtype));
   std::vector<float> baseline_out(ref_out.size()), baseline_lse(rows);
@@ -498,7 +498,7 @@ void check(const Input& input) {
   if (!cpu_ran.ok()) return;  // a backend may decline a call it cannot do yet; never a crash
   const std::vector<float> got_out = testing::view_to_f32(args.out);
   const std::vector<float> got_lse =
-      p.return_lse ? testing::view_to_f32(args.lse) : std::vector<float>{};
+      !args.lse.empty() ? testing::view_to_f32(args.lse) : std::vector<float>{};
   const testing::CheckResult r =
       testing::compare_with_reference(p, rows, ref_out, ref_lse, baseline_out, baseline_lse,
                                       got_out, got_lse, score_widening(p, args));

@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!loaded.ok()) return 0;
 
   io::OutputBuffers buffers;
-  const AttentionArgs args = c.args_with_outputs(&buffers, c.problem.o_dtype, c.problem.return_lse);
+  const AttentionArgs args = c.args_with_outputs(&buffers, c.problem.o_dtype, c.run.return_lse);
   if (!validate_attention(c.problem, args).ok()) return 0;
   double work = 0;
   for (size_t b = 0; b < c.qo_lens.size() && b < c.kv_lens.size(); ++b) {

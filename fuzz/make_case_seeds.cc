@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
       p.o_dtype = variant == 1 ? DType::kF16 : DType::kF32;
       p.mask_mode = static_cast<MaskMode>(variant);
       p.pos_encoding_mode = static_cast<PosEncoding>((variant + 1) % 3);
-      p.return_lse = variant != 0;
+      spec.return_lse = variant != 0;
       spec.kv_lens = is_batch(op) ? std::vector<int64_t>{4, 2} : std::vector<int64_t>{5};
       spec.packed_custom_mask = variant == 2;
       if (variant == 3) {
@@ -82,9 +82,9 @@ int main(int argc, char** argv) {
     spec.problem = make_mla_problem(2, 16, 3, 0.25f, /*head_dim_ckv=*/8, /*head_dim_kpe=*/4);
     Problem& p = spec.problem;
     p.kv_dtype = variant == 1 ? DType::kE4M3 : DType::kBF16;
-    if (variant == 1) p.k_scale = 0.5f;
+    if (variant == 1) spec.scalars.k_scale = 0.5f;
     p.mask_mode = variant == 1 ? MaskMode::kCausal : MaskMode::kNone;
-    p.return_lse = variant == 1;
+    spec.return_lse = variant == 1;
     spec.qo_lens = variant == 1 ? std::vector<int64_t>{2, 1} : std::vector<int64_t>{1, 1};
     spec.kv_lens = {4, 2};
     spec.seed = 100 + written;

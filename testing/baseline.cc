@@ -97,7 +97,8 @@ Status baseline_attention(const Problem& p, const AttentionArgs& args) {
                                                                : ref::load(args.alibi_slopes, h));
         for (int64_t i = 0; i < qo_len; ++i) {
           const int64_t i_abs = i + kv_len - qo_len;
-          for (int d = 0; d < dqk; ++d) q[d] = static_cast<float>(rows.q(b, i, h, d)) * p.q_scale;
+          for (int d = 0; d < dqk; ++d)
+            q[d] = static_cast<float>(rows.q(b, i, h, d)) * rows.q_scale();
           if (rope) rope_rotate_f32(q.data(), dqk, i_abs, p);
           float max_score = kNegInf;
           for (int64_t j = 0; j < kv_len; ++j) {
@@ -123,12 +124,12 @@ Status baseline_attention(const Problem& p, const AttentionArgs& args) {
           }
           std::fill(o.begin(), o.end(), 0.0f);
           float lse = kNegInf;
-          const float sink = p.use_sinks ? static_cast<float>(rows.sink(h)) : kNegInf;
-          if (p.use_sinks && max_score == kNegInf) {
+          const float sink = rows.has_sinks() ? static_cast<float>(rows.sink(h)) : kNegInf;
+          if (rows.has_sinks() && max_score == kNegInf) {
             lse = sink;
           } else if (max_score != kNegInf) {
             max_score = std::max(max_score, sink);
-            float sum = p.use_sinks ? std::exp(sink - max_score) : 0.0f;
+            float sum = rows.has_sinks() ? std::exp(sink - max_score) : 0.0f;
             for (int64_t j = 0; j < kv_len; ++j) {
               if (s[j] == kNegInf) continue;
               const float prob = std::exp(s[j] - max_score);
@@ -140,7 +141,7 @@ Status baseline_attention(const Problem& p, const AttentionArgs& args) {
             lse = max_score + std::log(sum);
           }
           for (int d = 0; d < dvo; ++d) rows.store_out(b, i, h, d, o[d]);
-          if (p.return_lse) rows.store_lse(b, i, h, lse);
+          if (rows.returns_lse()) rows.store_lse(b, i, h, lse);
         }
       }
     }

@@ -14,7 +14,8 @@
 
 namespace kvattn::testing {
 
-// Writes args.out (and args.lse when problem.return_lse). `args` must be valid for `problem`.
+// Writes args.out (and args.lse when given, in args.scalars.lse_base). `args` must be valid for
+// `problem`.
 Status baseline_attention(const Problem& problem, const AttentionArgs& args);
 
 }  // namespace kvattn::testing

@@ -382,7 +382,7 @@ AttentionArgs Case::inputs() const {
 
 namespace {
 
-void make_outputs(const Problem& p, int64_t total_qo, DType o_dtype, bool nan_fill,
+void make_outputs(const Problem& p, int64_t total_qo, DType o_dtype, bool return_lse, bool nan_fill,
                   std::vector<std::byte>* out, std::vector<std::byte>* lse, AttentionArgs* a) {
   const int64_t hq = p.num_qo_heads, dvo = p.head_dim_vo;
   fill_value(out, o_dtype, total_qo * hq * dvo, nan_fill ? NAN : 0.0f);
@@ -391,7 +391,7 @@ void make_outputs(const Problem& p, int64_t total_qo, DType o_dtype, bool nan_fi
   } else {
     a->out = view(*out, o_dtype, {total_qo, hq, dvo});
   }
-  if (p.return_lse) {
+  if (return_lse) {
     fill_value(lse, DType::kF32, total_qo * hq, nan_fill ? NAN : 0.0f);
     a->lse = p.op == Op::kSingleDecode ? view(*lse, DType::kF32, {hq})
                                        : view(*lse, DType::kF32, {total_qo, hq});
@@ -404,15 +404,17 @@ void make_outputs(const Problem& p, int64_t total_qo, DType o_dtype, bool nan_fi
 
 AttentionArgs Case::args() {
   AttentionArgs a = inputs();
-  make_outputs(spec_.problem, total_qo_, spec_.problem.o_dtype, spec_.nan_fill_outputs, &out,
-               &lse, &a);
+  a.scalars = spec_.scalars;
+  make_outputs(spec_.problem, total_qo_, spec_.problem.o_dtype, spec_.return_lse,
+               spec_.nan_fill_outputs, &out, &lse, &a);
   return a;
 }
 
 AttentionArgs Case::args_with_fresh_outputs(DType o_dtype) {
   AttentionArgs a = inputs();
-  make_outputs(spec_.problem, total_qo_, o_dtype, spec_.nan_fill_outputs, &fresh_out,
-               &fresh_lse, &a);
+  a.scalars = spec_.scalars;
+  make_outputs(spec_.problem, total_qo_, o_dtype, spec_.return_lse, spec_.nan_fill_outputs,
+               &fresh_out, &fresh_lse, &a);
   fresh_o_dtype_ = o_dtype;
   return a;
 }
@@ -447,7 +449,7 @@ int64_t Case::bytes_moved() const {
   bytes += total_kv_ * p.num_kv_heads *
            (is_mla(p.op) ? p.head_dim_qk : p.head_dim_qk + p.head_dim_vo) * kv_bytes;
   bytes += total_qo_ * p.num_qo_heads * p.head_dim_vo * static_cast<int64_t>(dtype_size(p.o_dtype));
-  if (p.return_lse) bytes += total_qo_ * p.num_qo_heads * 4;
+  if (spec_.return_lse) bytes += total_qo_ * p.num_qo_heads * 4;
   if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
     bytes += total_kv_ * p.num_kv_heads * 2 * 4;
   }

@@ -27,11 +27,14 @@ struct CaseSpec {
   double custom_mask_density = 0.6;  // probability that a custom-mask bit is 1
   bool packed_custom_mask = false;
   bool nan_fill_outputs = true;  // outputs start as NaN so a skipped write shows
-  // Problem::use_sinks: sinks uniform in [-r, r]. Per-head / per-(token, head) K/V scales
-  // (Problem::kv_scale_granularity) are uniform in [scale_min, scale_max]; unused slots of a
-  // per-(token, head) scale cache hold NaN.
+  // Problem::use_sinks: sinks uniform in [-r, r] (args() passes them). Per-head / per-(token,
+  // head) K/V scales (Problem::kv_scale_granularity) are uniform in [scale_min, scale_max]; unused
+  // slots of a per-(token, head) scale cache hold NaN.
   float sink_range = 2.0f;
   float scale_min = 0.25f, scale_max = 2.0f;
+  // Per-layer run values: args() carries the scalars and, with return_lse, an lse output.
+  RunScalars scalars;
+  bool return_lse = false;
 };
 
 // A case owns its buffers; args() views them. Movable, not copyable (views point inside).

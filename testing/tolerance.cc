@@ -37,7 +37,7 @@ ScoreWidening fp16_score_widening(Case& c) {
   if (!p.use_fp16_qk_reduction) return {};
   AttentionArgs a = c.args();
   const bool paged = is_paged(p.op);
-  return fp16_qk_widening(p, max_abs_finite(view_to_f32(a.q)),
+  return fp16_qk_widening(p, a.scalars, max_abs_finite(view_to_f32(a.q)),
                           max_abs_finite(view_to_f32(paged ? a.paged_k_cache : a.k)),
                           max_abs_finite(view_to_f32(paged ? a.paged_v_cache : a.v)));
 }
@@ -59,13 +59,13 @@ std::string describe_index(const Problem& p, int64_t flat, int64_t dim) {
 // delta = 2^-10 |q·k| sm_scale, with |q·k| <= ||q|| ||k|| <= D max|q| max|k| (RoPE keeps norms).
 // Scores shifted by up to delta move the LSE by at most delta and the softmax weights by at most
 // 2 delta in total, so the output by at most 2 delta max|v|.
-ScoreWidening fp16_qk_widening(const Problem& p, double max_abs_q, double max_abs_k,
-                               double max_abs_v) {
+ScoreWidening fp16_qk_widening(const Problem& p, const RunScalars& s, double max_abs_q,
+                               double max_abs_k, double max_abs_v) {
   if (!p.use_fp16_qk_reduction) return {};
   constexpr double kF16Epsilon = 1.0 / 1024;  // 2^-10: one ulp relative to the value
-  const double max_q = max_abs_q * p.q_scale, max_k = max_abs_k * p.k_scale;
+  const double max_q = max_abs_q * s.q_scale, max_k = max_abs_k * s.k_scale;
   const double delta = kF16Epsilon * p.head_dim_qk * max_q * max_k * p.effective_sm_scale();
-  return {2.0 * delta * max_abs_v * p.v_scale, delta};
+  return {2.0 * delta * max_abs_v * s.v_scale, delta};
 }
 
 // Output atol: one unit in the last place of the output dtype at the output's scale (a
@@ -211,7 +211,6 @@ CheckResult check_against_reference(Case& c, const RunBackend& run_backend) {
   // no key.
   Problem ref_problem = p;
   ref_problem.o_dtype = DType::kF32;
-  ref_problem.return_lse = true;
   std::vector<float> ref_out(out_elements), ref_lse(rows);
   AttentionArgs ref_args = c.args();
   ref_args.out = out_view(p, total_qo, ref_out.data(), DType::kF32);
@@ -223,8 +222,7 @@ CheckResult check_against_reference(Case& c, const RunBackend& run_backend) {
     return failed;
   }
 
-  Problem baseline_problem = p;
-  baseline_problem.return_lse = true;
+  const Problem& baseline_problem = p;
   std::vector<std::byte> baseline_raw(out_elements * dtype_size(p.o_dtype));
   std::vector<float> baseline_out(out_elements), baseline_lse(rows);
   AttentionArgs baseline_args = c.args();
@@ -244,7 +242,7 @@ CheckResult check_against_reference(Case& c, const RunBackend& run_backend) {
     return failed;
   }
   const std::vector<float> got_out = c.out_f32();
-  const std::vector<float> got_lse = p.return_lse ? c.lse_f32() : std::vector<float>{};
+  const std::vector<float> got_lse = c.spec().return_lse ? c.lse_f32() : std::vector<float>{};
   CheckResult r = compare_with_reference(p, rows, ref_out, ref_lse, baseline_out, baseline_lse,
                                          got_out, got_lse, widening);
   if (!r.ok) r.message += " (case seed " + std::to_string(c.spec().seed) + ")";

@@ -42,8 +42,8 @@ struct ScoreWidening {
 
 // The widening for fp16 QK reduction from the largest stored |q|, |k|, |v| (before their
 // scales); zero when the problem does not ask for it. See tolerance.cc for the derivation.
-ScoreWidening fp16_qk_widening(const Problem& problem, double max_abs_q, double max_abs_k,
-                               double max_abs_v);
+ScoreWidening fp16_qk_widening(const Problem& problem, const RunScalars& scalars, double max_abs_q,
+                               double max_abs_k, double max_abs_v);
 
 // Absolute tolerances (see tolerance.cc for why these values).
 double output_atol(DType o_dtype, double ref_max_abs);

@@ -34,29 +34,29 @@ const AttentionVariant kVariants[] = {
        s.problem.rope_theta = 5e5f;
        s.problem.rope_scale = 4.0f;
      }},
-    {"lse", [](CaseSpec& s) { s.problem.return_lse = true; }},
+    {"lse", [](CaseSpec& s) { s.return_lse = true; }},
     {"fp16_qk_reduction",
      [](CaseSpec& s) {
        s.problem.use_fp16_qk_reduction = true;
-       s.problem.return_lse = true;
+       s.return_lse = true;
      }},
     {"sm_scale", [](CaseSpec& s) { s.problem.sm_scale = 0.3f; }},
     {"sinks",
      [](CaseSpec& s) {
        s.problem.use_sinks = true;
-       s.problem.return_lse = true;
+       s.return_lse = true;
      }},
     // The scale tensors replace the per-tensor floats, which must then stay 1.
     {"per_head_scales",
      [](CaseSpec& s) {
        s.problem.kv_scale_granularity = KVScaleGranularity::kPerHead;
-       s.problem.k_scale = s.problem.v_scale = 1.0f;
+       s.scalars.k_scale = s.scalars.v_scale = 1.0f;
      },
      fp8_cache},
     {"per_token_head_scales",
      [](CaseSpec& s) {
        s.problem.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
-       s.problem.k_scale = s.problem.v_scale = 1.0f;
+       s.scalars.k_scale = s.scalars.v_scale = 1.0f;
      },
      fp8_cache},
     {"everything",
@@ -65,7 +65,7 @@ const AttentionVariant kVariants[] = {
        s.problem.window_left = 30;
        s.problem.logits_soft_cap = 2.0f;
        s.problem.pos_encoding_mode = PosEncoding::kAlibi;
-       s.problem.return_lse = true;
+       s.return_lse = true;
      }},
 };
 

@@ -147,6 +147,7 @@ TensorView* case_input_slot(AttentionArgs* args, std::string_view name) {
 
 AttentionArgs OwnedCase::inputs_view() const {
   AttentionArgs a;
+  a.scalars = run.scalars();
   for (const auto& [name, bytes] : inputs) {
     TensorView* slot = detail::case_input_slot(&a, name);
     auto shape = input_shapes.find(name);
@@ -196,7 +197,7 @@ int64_t OwnedCase::bytes_moved() const {
            (is_mla(p.op) ? p.head_dim_qk : p.head_dim_qk + p.head_dim_vo) *
            static_cast<int64_t>(dtype_size(p.kv_dtype));
   bytes += qo * p.num_qo_heads * p.head_dim_vo * static_cast<int64_t>(dtype_size(p.o_dtype));
-  if (p.return_lse) bytes += qo * p.num_qo_heads * 4;
+  if (run.return_lse) bytes += qo * p.num_qo_heads * 4;
   // Per-(token, head) scales: one f32 per key and KV head, for K and for V.
   if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
     bytes += total_kv * p.num_kv_heads * 2 * 4;
@@ -219,6 +220,10 @@ double OwnedCase::flops() const {
 Status capture_case(const Problem& problem, const AttentionArgs& args, OwnedCase* out) {
   OwnedCase c;
   c.problem = problem;
+  c.run.q_scale = args.scalars.q_scale;
+  c.run.k_scale = args.scalars.k_scale;
+  c.run.v_scale = args.scalars.v_scale;
+  c.run.return_lse = !args.lse.empty();
   AttentionArgs views = args;  // case_input_slot hands out fields of a non-const AttentionArgs
   for (const char* name : kCaseInputNames) {
     const TensorView* view = detail::case_input_slot(&views, name);
@@ -257,7 +262,7 @@ Status serialize_case(const OwnedCase& c, std::vector<uint8_t>* bytes) {
     tensors.push_back(
         {name, detail::case_input_dtype(c.problem, name), c.input_shapes.at(name), data});
   }
-  auto metadata = problem_to_fields(c.problem);
+  auto metadata = problem_to_fields(c.problem, c.run);
   metadata["qo_len"] = format_length_list(c.qo_lens);
   metadata["kv_len"] = format_length_list(c.kv_lens);
   for (const auto& [k, v] : c.extra_metadata) metadata[k] = v;
@@ -270,8 +275,8 @@ Status save_case(const std::string& path, const OwnedCase& c) {
   return write_file(path, bytes);
 }
 
-Status save_output(const std::string& path, const Problem& problem, const TensorView& out,
-                   const TensorView& lse,
+Status save_output(const std::string& path, const Problem& problem, const RunValues& run,
+                   const TensorView& out, const TensorView& lse,
                    const std::map<std::string, std::string, std::less<>>& metadata) {
   std::vector<std::byte> out_bytes = contiguous_bytes(out);
   std::vector<std::byte> lse_bytes;
@@ -280,7 +285,7 @@ Status save_output(const std::string& path, const Problem& problem, const Tensor
     lse_bytes = contiguous_bytes(lse);
     tensors.push_back({"lse", DType::kF32, shape_of(lse), lse_bytes});
   }
-  auto all = problem_to_fields(problem);
+  auto all = problem_to_fields(problem, run);
   for (const auto& [k, v] : metadata) all[k] = v;
   return write_safetensors_file(path, tensors, all);
 }

@@ -13,6 +13,7 @@
 
 #include "kvattn/attention.h"
 #include "kvattn/problem.h"
+#include "kvattn/problem_text.h"
 #include "kvattn/status.h"
 
 namespace kvattn::testing {
@@ -46,6 +47,9 @@ class OwnedCase {
   OwnedCase& operator=(const OwnedCase&) = delete;
 
   Problem problem;
+  // The per-layer run values (metadata q_scale, k_scale, v_scale, return_lse): inputs_view()
+  // carries the scales; return_lse says whether a run writes an lse.
+  RunValues run;
   std::vector<int64_t> qo_lens, kv_lens;                           // per request
   std::map<std::string, std::string, std::less<>> extra_metadata;  // e.g. seed
   // Inputs by case-file name, and the shape each was given with.
@@ -86,8 +90,8 @@ Status parse_case(const uint8_t* data, size_t size, OwnedCase* out);
 
 // Writes `out` [N, H_qo, D_vo] (single_decode [H_qo, D_vo]) in its dtype and, when not empty,
 // `lse` f32, with the problem and `metadata` (e.g. backend) in __metadata__.
-Status save_output(const std::string& path, const Problem& problem, const TensorView& out,
-                   const TensorView& lse,
+Status save_output(const std::string& path, const Problem& problem, const RunValues& run,
+                   const TensorView& out, const TensorView& lse,
                    const std::map<std::string, std::string, std::less<>>& metadata);
 
 }  // namespace kvattn::io

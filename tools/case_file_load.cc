@@ -203,6 +203,7 @@ Status case_from_safetensors(const SafeTensors& st, OwnedCase* out) {
 
   OwnedCase c;
   c.problem = p;
+  c.run = draft.run;
   for (const auto& [name, t] : st.tensors) {
     DType dtype = detail::case_input_dtype(p, name);
     if (t.dtype != dtype) {

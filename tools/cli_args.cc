@@ -5,6 +5,7 @@
 
 #include "core/status_macros.h"
 #include "core/validate.h"
+#include "core/validate_variants.h"
 
 namespace kvattn::tools {
 namespace {
@@ -130,7 +131,7 @@ bool has_problem_flags(const Args& args) {
   return false;
 }
 
-Status problem_from_args(const Args& args, Problem* out) {
+Status problem_from_args(const Args& args, Problem* out, RunValues* run) {
   ProblemDraft draft;
   for (const ProblemField& f : problem_fields()) {
     const std::string flag = kebab(f.key);
@@ -151,13 +152,15 @@ Status problem_from_args(const Args& args, Problem* out) {
                  std::string(op_name(out->op)) + " runs one request; use a batch_* operation)");
   }
   Status valid = validate_problem(*out);
+  if (valid.ok()) valid = validation::check_run_scalars(*out, draft.run.scalars());
   if (!valid.ok()) return usage("invalid problem: " + valid.message());
+  if (run) *run = draft.run;
   return Status::Ok();
 }
 
 Status workload_from_args(const Args& args, Workload* out) {
   Workload w;
-  KVATTN_RETURN_IF_ERROR(problem_from_args(args, &w.problem));
+  KVATTN_RETURN_IF_ERROR(problem_from_args(args, &w.problem, &w.run));
   Problem& p = w.problem;
   if (const std::string* seed = args.get("seed")) {
     int64_t value = 0;

@@ -54,13 +54,14 @@ std::vector<FlagSpec> workload_flag_specs();
 // What to run: the problem, the per-request lengths and the seed of the random inputs.
 struct Workload {
   Problem problem;
+  RunValues run;  // --q-scale, --k-scale, --v-scale, --return-lse
   std::vector<int64_t> qo_lens, kv_lens;
   uint64_t seed = 1;
 };
 
-// The problem from its flags; validated. kParseError naming the flag, the value and what is
-// accepted, or the rule the problem breaks.
-Status problem_from_args(const Args& args, Problem* out);
+// The problem (and the per-layer run values, when `run` is given) from its flags; validated.
+// kParseError naming the flag, the value and what is accepted, or the rule the problem breaks.
+Status problem_from_args(const Args& args, Problem* out, RunValues* run = nullptr);
 // The problem and the lengths; kParseError likewise.
 Status workload_from_args(const Args& args, Workload* out);
 // True when any problem or workload flag is given.

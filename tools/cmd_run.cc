@@ -70,6 +70,8 @@ Status int_flag(const Args& a, std::string_view name, int min_value, int* out) {
 Status random_case(const Workload& w, io::OwnedCase* out) {
   testing::CaseSpec spec;
   spec.problem = w.problem;
+  spec.scalars = w.run.scalars();
+  spec.return_lse = w.run.return_lse;
   spec.qo_lens = w.qo_lens;
   spec.kv_lens = w.kv_lens;
   spec.seed = w.seed;
@@ -182,11 +184,11 @@ int run_main(const std::vector<std::string>& args) {
     TensorView out = TensorView::contiguous(outputs.out.data(), p.o_dtype, shape.data(),
                                             static_cast<int>(shape.size()));
     TensorView lse;
-    if (p.return_lse) {
+    if (c.run.return_lse) {
       lse = TensorView::contiguous(outputs.lse.data(), DType::kF32, shape.data(),
                                    static_cast<int>(shape.size()) - 1);
     }
-    s = io::save_output(*path, p, out, lse,
+    s = io::save_output(*path, p, c.run, out, lse,
                         {{"backend", plan.backend}, {"device", plan.device.to_string()}});
     if (!s.ok()) return fail(s, "cannot write the output");
   }

@@ -32,11 +32,11 @@ testing::ScoreWidening fp16_score_widening(const io::OwnedCase& c) {
   const Problem& p = c.problem;
   if (!p.use_fp16_qk_reduction) return {};
   const bool paged = is_paged(p.op);
-  const double max_q = max_abs_finite(c.inputs.at("q"), p.q_dtype) * p.q_scale;
+  const double max_q = max_abs_finite(c.inputs.at("q"), p.q_dtype) * c.run.q_scale;
   const double max_k =
-      max_abs_finite(c.inputs.at(paged ? "paged_k_cache" : "k"), p.kv_dtype) * p.k_scale;
+      max_abs_finite(c.inputs.at(paged ? "paged_k_cache" : "k"), p.kv_dtype) * c.run.k_scale;
   const double max_v =
-      max_abs_finite(c.inputs.at(paged ? "paged_v_cache" : "v"), p.kv_dtype) * p.v_scale;
+      max_abs_finite(c.inputs.at(paged ? "paged_v_cache" : "v"), p.kv_dtype) * c.run.v_scale;
   constexpr double kF16Epsilon = 1.0 / 1024;
   const double delta = kF16Epsilon * p.head_dim_qk * max_q * max_k * p.effective_sm_scale();
   return {2.0 * delta * max_v, delta};
@@ -51,7 +51,6 @@ Status check_against_reference(const io::OwnedCase& c, const io::OutputBuffers& 
 
   Problem ref_problem = p;
   ref_problem.o_dtype = DType::kF32;
-  ref_problem.return_lse = true;
   io::OutputBuffers ref;
   AttentionArgs ref_args = c.args_with_outputs(&ref, DType::kF32, /*with_lse=*/true);
   PlanOptions reference;
@@ -59,8 +58,7 @@ Status check_against_reference(const io::OwnedCase& c, const io::OutputBuffers& 
   Status s = run(ref_problem, ref_args, reference);
   if (!s.ok()) return Status(s.code(), "reference failed: " + s.message());
 
-  Problem baseline_problem = p;
-  baseline_problem.return_lse = true;
+  const Problem& baseline_problem = p;
   io::OutputBuffers baseline;
   AttentionArgs baseline_args = c.args_with_outputs(&baseline, p.o_dtype, /*with_lse=*/true);
   s = testing::baseline_attention(baseline_problem, baseline_args);
@@ -70,7 +68,8 @@ Status check_against_reference(const io::OwnedCase& c, const io::OutputBuffers& 
       p, rows, as_f32(ref.out, DType::kF32), as_f32(ref.lse, DType::kF32),
       as_f32(baseline.out, p.o_dtype), as_f32(baseline.lse, DType::kF32),
       as_f32(got.out, p.o_dtype),
-      p.return_lse ? as_f32(got.lse, DType::kF32) : std::vector<float>{}, fp16_score_widening(c));
+      c.run.return_lse ? as_f32(got.lse, DType::kF32) : std::vector<float>{},
+      fp16_score_widening(c));
   return Status::Ok();
 }
 

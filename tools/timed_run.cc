@@ -10,7 +10,7 @@ namespace kvattn::tools {
 Status timed_run_host(const io::OwnedCase& c, const PlanOptions& options, int repeat,
                       io::OutputBuffers* outputs, TimedRun* out) {
   const Problem& p = c.problem;
-  AttentionArgs a = c.args_with_outputs(outputs, p.o_dtype, p.return_lse);
+  AttentionArgs a = c.args_with_outputs(outputs, p.o_dtype, c.run.return_lse);
   KVATTN_RETURN_IF_ERROR(plan(p, a, options, &out->plan));
   // Warm-up: first touch of the buffers, thread start-up.
   KVATTN_RETURN_IF_ERROR(run(out->plan, a));

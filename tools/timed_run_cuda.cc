@@ -70,7 +70,7 @@ Status timed_run_cuda(const io::OwnedCase& c, const PlanOptions& options, int re
   if (err != cudaSuccess) return cuda_error("cudaSetDevice", err);
   // Host outputs first (NaN-filled): they give the sizes, and the NaNs go to the device too, so a
   // skipped write shows after the copy back.
-  AttentionArgs a = c.args_with_outputs(outputs, p.o_dtype, p.return_lse);
+  AttentionArgs a = c.args_with_outputs(outputs, p.o_dtype, c.run.return_lse);
   DeviceAllocations allocations;
   // The data tensors move; the index tensors (indptrs, page table) stay on the host.
   for (TensorView* view :

@@ -15,6 +15,23 @@
 
 namespace kvattn {
 
+// The base of the log-sum-exp written to AttentionArgs::lse: natural (the C++ API's), or 2
+// (FlashInfer's Python convention: the natural LSE times log2 e). Applied where each kernel stores
+// the final LSE; split-KV partial states stay natural.
+enum class LseBase { kE, k2 };
+
+// The values a layer may change from one run of a plan to the next (DESIGN.md "Plans and
+// per-layer values"): read by run, never by selection or planning.
+struct RunScalars {
+  // Dequantization scales: real = stored * scale. k_scale / v_scale stay 1 where per-head or
+  // per-(token, head) scale tensors carry the scales; batch_mla_paged reads k_scale only (it
+  // scales both latents).
+  float q_scale = 1.0f;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+  LseBase lse_base = LseBase::kE;
+};
+
 // The tensors of one attention call. Which fields are used depends on Problem::op; the rest stay
 // empty. Page tables and indptrs are int32. For the CPU backend everything is host memory.
 struct AttentionArgs {
@@ -37,9 +54,11 @@ struct AttentionArgs {
   bool custom_mask_packed = false;
   // ALiBi slopes [H_qo] f32; empty = the standard slopes.
   TensorView alibi_slopes;
-  // Problem::use_sinks: one logit per query head, f32 [H_qo].
+  // Attention sinks, one logit per query head, f32 [H_qo]: given by a plan whose problem says
+  // use_sinks (or whose backend has sinks); empty: this layer runs without.
   TensorView sinks;
-  // Problem::kv_scale_granularity per_head: f32 [H_kv] each.
+  // Per-head K/V scales, f32 [H_kv] each: kv_scale_granularity per_head, or a per_tensor plan
+  // whose backend declares per_head scales (this layer's scales differ between heads).
   TensorView k_scale, v_scale;
   // per_token_head: f32, addressed like the K/V slot each scales: paged [num_pages, page_size,
   // H_kv] (NHD and HND caches alike); ragged [kv_indptr[B], H_kv]; single ops [kv_len, H_kv].
@@ -50,10 +69,12 @@ struct AttentionArgs {
   // qo_indptr [B+1]; out [N, H, D_ckv].
   TensorView q_nope, q_pe;
   TensorView ckv_cache, kpe_cache;
-  // Outputs: out [N, H_qo, D_vo] (single_decode [H_qo, D_vo]); lse f32 [N, H_qo] when
-  // Problem::return_lse (single_decode [H_qo]).
+  // Outputs: out [N, H_qo, D_vo] (single_decode [H_qo, D_vo]); lse f32 [N, H_qo] (single_decode
+  // [H_qo]), any strides, in scalars.lse_base: given = the LSE is returned; empty = it is not.
   TensorView out;
   TensorView lse;
+  // This layer's scales and LSE base.
+  RunScalars scalars;
 };
 
 // One unit of work of a plan: a range of query rows of one request and KV head against a range

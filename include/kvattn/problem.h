@@ -42,7 +42,8 @@ std::string_view pos_encoding_name(PosEncoding p);  // "NONE", "ROPE_LLAMA", "AL
 std::optional<PosEncoding> parse_pos_encoding(std::string_view name);
 
 // How FP8 K/V dequantization scales are given (DESIGN.md §2, FP8 scale granularity).
-//   per_tensor: Problem::k_scale / v_scale (floats).
+//   per_tensor: RunScalars::k_scale / v_scale (floats, AttentionArgs::scalars); a run may still
+//     pass per-head tensors where the plan's backend declares per_head scales.
 //   per_head: AttentionArgs::k_scale / v_scale, f32 [H_kv].
 //   per_token_head: AttentionArgs::k_scale_cache / v_scale_cache, f32 [num_pages, page_size, H_kv]
 //     beside a paged cache (for both NHD and HND caches), [nnz_kv, H_kv] beside ragged K/V and
@@ -77,18 +78,15 @@ struct Problem {
   float rope_scale = 1.0f;
   bool rope_interleave = false;  // pairs (x[2t], x[2t+1]) instead of (x[t], x[t+D/2])
 
-  // Dequantization scales: real = stored * scale. Per tensor; K and V per head or per (token,
-  // head) with kv_scale_granularity (then k_scale / v_scale stay 1).
-  float q_scale = 1.0f;
-  float k_scale = 1.0f;
-  float v_scale = 1.0f;
+  // How the K/V dequantization scales are given. The scales themselves (q/k/v per tensor, the
+  // per-head and per-(token, head) tensors) are per-layer run arguments (AttentionArgs).
   KVScaleGranularity kv_scale_granularity = KVScaleGranularity::kPerTensor;
 
-  // Attention sinks (gpt-oss): AttentionArgs::sinks, f32 [H_qo], one logit per query head that
-  // joins the softmax denominator and carries no value (DESIGN.md §2).
+  // Attention sinks (gpt-oss): a layer may pass AttentionArgs::sinks, f32 [H_qo], one logit per
+  // query head that joins the softmax denominator and carries no value (DESIGN.md §2). Selection
+  // picks only a backend that has sinks; a run without the tensor has none.
   bool use_sinks = false;
 
-  bool return_lse = false;
   bool use_fp16_qk_reduction = false;
 
   // MLA latent widths (batch_mla_paged only). An MLA problem also reads num_kv_heads = 1,

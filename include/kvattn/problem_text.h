@@ -13,15 +13,26 @@
 #include <string_view>
 #include <vector>
 
+#include "kvattn/attention.h"
 #include "kvattn/problem.h"
 #include "kvattn/status.h"
 
 namespace kvattn {
 
+// The per-layer values the command line and the case files carry beside the problem under the
+// same table (--q-scale, --return-lse; metadata q_scale, return_lse): at run they are
+// AttentionArgs::scalars and whether an lse tensor is given, never fields of the Problem.
+struct RunValues {
+  float q_scale = 1.0f, k_scale = 1.0f, v_scale = 1.0f;
+  bool return_lse = false;
+  RunScalars scalars() const;  // the scales (LSE base e)
+};
+
 // A problem being assembled field by field. The mask kind and the default o dtype are resolved
 // by finish_problem once every field is known (o dtype follows q: fp8 q -> bf16).
 struct ProblemDraft {
   Problem problem;
+  RunValues run;
   bool causal = false;
   bool custom_mask = false;
   bool o_dtype_given = false;
@@ -44,7 +55,9 @@ struct ProblemField {
   // Parses `value` into the draft; on failure `why` says what is accepted.
   bool (*set)(std::string_view value, ProblemDraft* draft, std::string* why);
   // The value as written on the command line, or nullopt when the parameter is unset (sm_scale).
-  std::optional<std::string> (*get)(const Problem& problem);
+  std::optional<std::string> (*get)(const Problem& problem, const RunValues& run);
+  // A per-layer run value (RunValues), not a field of the Problem.
+  bool run_value = false;
 };
 
 std::span<const ProblemField> problem_fields();
@@ -57,8 +70,9 @@ std::string flag_for_key(std::string_view key);
 // with another value (the message names the key).
 Status finish_problem(const ProblemDraft& draft, Problem* out);
 
-// Every parameter of `problem` under its key, values as on the command line.
-std::map<std::string, std::string, std::less<>> problem_to_fields(const Problem& problem);
+// Every parameter of `problem` (and the run values) under its key, values as on the command line.
+std::map<std::string, std::string, std::less<>> problem_to_fields(const Problem& problem,
+                                                                  const RunValues& run = {});
 
 // Number formatting and parsing as the command line and the case files use them: integers in
 // decimal, floats as the shortest decimal that reads back to the same float.

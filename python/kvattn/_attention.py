@@ -12,8 +12,7 @@ import numpy as np
 
 from . import _kvattn
 from ._errors import InvalidArgumentError, NotSupportedError
-from ._tensors import (LOG2E, current_stream, device_of, dtype_name, empty, empty_f32,
-                       numpy_like, scale_inplace)
+from ._tensors import current_stream, device_of, dtype_name, empty, empty_f32, numpy_like
 
 BACKENDS = ("auto",) + tuple(_kvattn.backend_names())
 
@@ -166,10 +165,9 @@ class AttentionPlan:
         tensors["out"] = out
         if want_lse:
             tensors["lse"] = lse
-        _kvattn.run(self.ext, tensors, workspace, want_lse, q_scale, k_scale, v_scale,
+        # The kernels write the LSE in the asked base (no second pass over it here).
+        _kvattn.run(self.ext, tensors, workspace, lse_base == "log2", q_scale, k_scale, v_scale,
                     0 if self.device == "cpu" else current_stream(self.device))
-        if want_lse and lse_base == "log2":
-            scale_inplace(lse, LOG2E)
         if return_lse:
             return out, lse
         return out
@@ -177,10 +175,11 @@ class AttentionPlan:
 
 def run_once(op: str, fields: Dict[str, str], tensors: Dict[str, Any], backend: str,
              like: Any, out_shape: Tuple[int, ...], return_lse: bool,
-             custom_mask_packed: bool = False) -> Any:
+             custom_mask_packed: bool = False, q_scale: Any = None, k_scale: Any = None,
+             v_scale: Any = None) -> Any:
     """plan + run for the single operations (no plan to reuse; their plan needs every tensor:
-    the lengths come from q and k)."""
-    problem = _kvattn.Problem(**dict(fields, op=op, return_lse=return_lse))
+    the lengths come from q and k). The scales are run values; the LSE is base 2."""
+    problem = _kvattn.Problem(**dict(fields, op=op))
     o_dtype = problem.o_data_type
     out = empty(like, out_shape, o_dtype)
     lse = empty_f32(like, out_shape[:-1]) if return_lse else None
@@ -188,9 +187,8 @@ def run_once(op: str, fields: Dict[str, str], tensors: Dict[str, Any], backend: 
     device = device_of(like)
     plan = _kvattn.plan(problem, tensors, custom_mask_packed, backend, device, 0, 0,
                         current_stream(device))
-    _kvattn.run(plan, tensors, None, return_lse, None, None, None, current_stream(device))
+    _kvattn.run(plan, tensors, None, True, q_scale, k_scale, v_scale, current_stream(device))
     if return_lse:
-        scale_inplace(lse, LOG2E)
         return out, lse
     return out
 

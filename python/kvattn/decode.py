@@ -286,10 +286,11 @@ def single_decode_with_kv_cache(q: Any, k: Any, v: Any, kv_layout: str = "NHD",
         sm_scale=None if sm_scale is None else float(sm_scale),
         rope_scale=1.0 if rope_scale is None else float(rope_scale),
         rope_theta=1e4 if rope_theta is None else float(rope_theta), q_data_type=qd,
-        kv_data_type=kvd, o_data_type=o, q_scale=scale_value(q_scale), k_scale=k_float,
-        v_scale=v_float, kv_scale_granularity="per_head" if scales else None)
+        kv_data_type=kvd, o_data_type=o,
+        kv_scale_granularity="per_head" if scales else None)
     return run_once("single_decode", fields, dict({"q": q, "k": k, "v": v}, **scales), "auto", q,
-                    (heads, v.shape[-1]), return_lse)
+                    (heads, v.shape[-1]), return_lse, q_scale=scale_value(q_scale),
+                    k_scale=k_float, v_scale=v_float)
 
 
 class CUDAGraphBatchDecodeWithPagedKVCacheWrapper(BatchDecodeWithPagedKVCacheWrapper):

@@ -383,12 +383,12 @@ def single_prefill_with_kv_cache(q: Any, k: Any, v: Any, scale_q: Any = None,
         logits_soft_cap=soft_cap(logits_soft_cap),
         rope_scale=1.0 if rope_scale is None else float(rope_scale),
         rope_theta=1e4 if rope_theta is None else float(rope_theta), q_data_type=qd,
-        kv_data_type=kvd, o_data_type=o, q_scale=scale_value(scale_q),
-        k_scale=k_float, v_scale=v_float,
+        kv_data_type=kvd, o_data_type=o,
         kv_scale_granularity="per_head" if scales else None)
     return run_once("single_prefill", fields, dict({"q": q, "k": k, "v": v}, **mask, **scales),
                     check_backend(backend), q, (q.shape[0], q.shape[1], v.shape[-1]),
-                    return_lse, custom_mask_packed=packed)
+                    return_lse, custom_mask_packed=packed, q_scale=scale_value(scale_q),
+                    k_scale=k_float, v_scale=v_float)
 
 
 single_prefill_with_kv_cache_return_lse = functools.partial(single_prefill_with_kv_cache,

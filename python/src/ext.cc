@@ -15,9 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -129,65 +127,16 @@ AttentionArgs args_from_dict(const Problem& problem, const nb::dict& tensors,
   return args;
 }
 
-// A plan and the variants of it that FlashInfer's API decides at run time rather than at plan
-// time: whether the LSE is written, the q/k/v scales (a float, or per-head tensors), whether
-// sinks are given. Those fields are read by run, never by planning, so a variant is the same plan
-// with them changed, made once and kept (per-layer scales give one variant per layer), so a run in
-// steady state copies nothing. A new variant is first put to the plan's backend (select_backend),
-// so a variant that backend cannot run raises C++'s reason.
-struct RunFields {
-  bool return_lse;
-  float q_scale, k_scale, v_scale;
-  KVScaleGranularity kv_scale_granularity;
-  bool use_sinks;
-  void* stream;  // torch's current stream at run (the plan's device state is ready for any)
-  bool operator==(const RunFields&) const = default;
-};
-
-class PyPlan {
- public:
+// One plan per plan() call, reused by every layer's run: the per-layer values (scales, sinks,
+// per-head scale tensors, the LSE and its base) are run arguments (AttentionArgs::scalars and the
+// tensors), so a run copies no plan and allocates none.
+struct PyPlan {
   Plan plan;
   bool custom_mask_packed = false;
   // The index tensors (and custom mask) given at plan, converted once; `keep` holds the Python
   // objects they view so that they outlive the plan.
   AttentionArgs index_args;
   nb::object keep;
-
-  const Plan& variant(const RunFields& f) {
-    if (f == fields_of(plan)) return plan;
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const Plan& v : variants_) {
-      if (f == fields_of(v)) return v;
-    }
-    if (variants_.size() >= kMaxVariants) variants_.pop_front();
-    Problem problem = plan.problem;
-    problem.return_lse = f.return_lse;
-    problem.q_scale = f.q_scale;
-    problem.k_scale = f.k_scale;
-    problem.v_scale = f.v_scale;
-    problem.kv_scale_granularity = f.kv_scale_granularity;
-    problem.use_sinks = f.use_sinks;
-    std::string selected;
-    check(select_backend(problem, plan.device, plan.backend, &selected));
-    Plan& v = variants_.emplace_back(plan);
-    v.problem = problem;
-    v.stream = f.stream;
-    return v;
-  }
-
- private:
-  static constexpr std::size_t kMaxVariants = 512;
-  static RunFields fields_of(const Plan& plan) {
-    RunFields f = fields_of(plan.problem);
-    f.stream = plan.stream;
-    return f;
-  }
-  static RunFields fields_of(const Problem& p) {
-    return {p.return_lse,           p.q_scale,   p.k_scale, p.v_scale,
-            p.kv_scale_granularity, p.use_sinks, nullptr};
-  }
-  std::mutex mutex_;
-  std::deque<Plan> variants_;  // a deque: references stay valid while others are added
 };
 
 std::unique_ptr<PyPlan> make_plan(const Problem& problem, const nb::dict& tensors,
@@ -223,21 +172,19 @@ std::unique_ptr<PyPlan> make_plan(const Problem& problem, const nb::dict& tensor
   return out;
 }
 
-void run_plan(PyPlan& p, const nb::dict& tensors, nb::handle workspace, bool return_lse,
-              std::optional<float> q_scale, std::optional<float> k_scale,
-              std::optional<float> v_scale, uintptr_t stream) {
-  const Problem& base = p.plan.problem;
-  const bool use_sinks = base.use_sinks || tensors.contains("sinks");
-  // Scale tensors given at run to a plan made for per-tensor scales: per KV head.
-  const bool head_tensors = tensors.contains("k_scale") || tensors.contains("v_scale");
-  const KVScaleGranularity granularity =
-      head_tensors && base.kv_scale_granularity == KVScaleGranularity::kPerTensor
-          ? KVScaleGranularity::kPerHead
-          : base.kv_scale_granularity;
-  const Plan& plan = p.variant({return_lse, q_scale.value_or(base.q_scale),
-                                k_scale.value_or(base.k_scale), v_scale.value_or(base.v_scale),
-                                granularity, use_sinks, reinterpret_cast<void*>(stream)});
+// run(plan, tensors, workspace, lse_base2, q_scale, k_scale, v_scale, stream): the lse is returned
+// when an "lse" tensor is given, in base 2 with lse_base2 (FlashInfer's convention) or natural.
+void run_plan(PyPlan& p, const nb::dict& tensors, nb::handle workspace, bool lse_base2,
+              nb::handle q_scale, nb::handle k_scale, nb::handle v_scale, uintptr_t stream) {
+  // torch's current stream at run (the plan's device state is ready for any; runs of one plan do
+  // not overlap, as C++'s run requires).
+  p.plan.stream = reinterpret_cast<void*>(stream);
+  const Plan& plan = p.plan;
   AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
+  args.scalars.q_scale = run_scale("q_scale", q_scale);
+  args.scalars.k_scale = run_scale("k_scale", k_scale);
+  args.scalars.v_scale = run_scale("v_scale", v_scale);
+  args.scalars.lse_base = lse_base2 ? LseBase::k2 : LseBase::kE;
   // The caller's workspace when it is on the plan's device and large enough; else run allocates.
   // Read only when the plan needs one, and a torch tensor by its metadata: a DLPack export of the
   // workspace on every call cost ~3.5 us, most of the call's fixed cost.
@@ -262,10 +209,8 @@ void run_plan(PyPlan& p, const nb::dict& tensors, nb::handle workspace, bool ret
 
 // Seconds of each of `repeats` C++ run() calls on the same arguments (the GIL released): the
 // figure the Python overhead benchmark (bench/python_overhead.py) subtracts.
-std::vector<double> time_cpp_run(PyPlan& p, const nb::dict& tensors, bool return_lse, int repeats) {
-  const Problem& base = p.plan.problem;
-  const Plan& plan = p.variant({return_lse, base.q_scale, base.k_scale, base.v_scale,
-                                base.kv_scale_granularity, base.use_sinks, p.plan.stream});
+std::vector<double> time_cpp_run(PyPlan& p, const nb::dict& tensors, int repeats) {
+  const Plan& plan = p.plan;
   AttentionArgs args = args_from_dict(plan.problem, tensors, p.custom_mask_packed, p.index_args);
   std::vector<double> seconds;
   seconds.reserve(static_cast<std::size_t>(std::max(repeats, 0)));
@@ -378,10 +323,10 @@ NB_MODULE(_kvattn, m) {
 
   m.def("plan", &make_plan, "problem"_a, "tensors"_a, "custom_mask_packed"_a, "backend"_a,
         "device"_a, "num_threads"_a, "kv_chunk_size"_a, "stream"_a = 0);
-  m.def("run", &run_plan, "plan"_a, "tensors"_a, "workspace"_a.none(), "return_lse"_a,
+  m.def("run", &run_plan, "plan"_a, "tensors"_a, "workspace"_a.none(), "lse_base2"_a,
         "q_scale"_a.none(), "k_scale"_a.none(), "v_scale"_a.none(), "stream"_a = 0);
 
-  m.def("time_cpp_run", &time_cpp_run, "plan"_a, "tensors"_a, "return_lse"_a, "repeats"_a);
+  m.def("time_cpp_run", &time_cpp_run, "plan"_a, "tensors"_a, "repeats"_a);
   m.def("explain", [](const Problem& problem, const std::string& device) {
     return explanation_dict(explain(problem, parse_device(device)));
   });

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "kvattn/problem.h"
 #include "kvattn/problem_text.h"
@@ -41,11 +42,18 @@ void set_field(const std::string& key, nb::handle value, ProblemDraft* draft) {
   if (!field->set(text, draft, &why)) raise_invalid(key + " = " + text + ": " + why);
 }
 
-// A problem from keyword values (None: left at its default).
+// A problem from keyword values (None: left at its default). The table's per-layer run values
+// (q_scale, ..., return_lse) are run's arguments, not the problem's.
 Problem problem_from_values(const nb::dict& values) {
   ProblemDraft draft;
   for (auto [key, value] : values) {
-    if (!value.is_none()) set_field(nb::cast<std::string>(key), value, &draft);
+    if (value.is_none()) continue;
+    const std::string name = nb::cast<std::string>(key);
+    const ProblemField* field = find_problem_field(name);
+    if (field && field->run_value) {
+      raise_invalid(name + ": a per-layer run value, given to run (not to the problem)");
+    }
+    set_field(name, value, &draft);
   }
   Problem problem;
   check(finish_problem(draft, &problem));
@@ -55,7 +63,7 @@ Problem problem_from_values(const nb::dict& values) {
 // A field of `problem` as its Python type; None where the parameter is unset (sm_scale) or does
 // not apply (head_dim_vo of an MLA problem).
 nb::object field_value(const ProblemField& field, const Problem& problem) {
-  std::optional<std::string> text = field.get(problem);
+  std::optional<std::string> text = field.get(problem, RunValues{});
   if (!text) return nb::none();
   switch (field.kind) {
     case ProblemField::Kind::kBool:
@@ -79,6 +87,7 @@ nb::object field_value(const ProblemField& field, const Problem& problem) {
 nb::dict problem_values(const Problem& problem) {
   nb::dict out;
   for (const ProblemField& f : problem_fields()) {
+    if (f.run_value) continue;
     nb::object v = field_value(f, problem);
     if (!v.is_none()) out[nb::str(f.key.data(), f.key.size())] = v;
   }
@@ -98,6 +107,7 @@ void bind_problem(nb::module_& m) {
       .def("fields", &problem_values, "every set parameter by key, as Python values")
       .def("__repr__", [](const Problem& p) { return "<kvattn problem: " + p.to_string() + ">"; });
   for (const ProblemField& f : problem_fields()) {
+    if (f.run_value) continue;
     problem_class.def_prop_ro(f.key.data(), [&f](const Problem& p) { return field_value(f, p); });
   }
   // One problem parameter put to the library's table: raises its refusal (the wrappers' early
@@ -106,6 +116,19 @@ void bind_problem(nb::module_& m) {
     ProblemDraft draft;
     set_field(key, value, &draft);
   });
+}
+
+float run_scale(const char* key, nb::handle value) {
+  PyObject* o = value.ptr();
+  if (value.is_none()) return 1.0f;
+  if (PyFloat_CheckExact(o)) return static_cast<float>(PyFloat_AS_DOUBLE(o));
+  // Anything else through the table: its rule and its message ("q_scale = ...: expected ...").
+  ProblemDraft draft;
+  set_field(key, value, &draft);
+  const std::string_view k = key;
+  return k == "q_scale"   ? draft.run.q_scale
+         : k == "k_scale" ? draft.run.k_scale
+                          : draft.run.v_scale;
 }
 
 nb::dict explanation_dict(const Explanation& e) {

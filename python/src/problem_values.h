@@ -13,6 +13,10 @@ namespace kvattn::python {
 // _kvattn.check_field (one parameter put to the table: raises its refusal).
 void bind_problem(nanobind::module_& m);
 
+// A layer's q_scale / k_scale / v_scale (`key`) from a Python value given to run: None is 1, a
+// float itself; anything else is put to the problem table, which parses it or raises its refusal.
+float run_scale(const char* key, nanobind::handle value);
+
 // explain's verdicts (the keys of Explanation::to_json) as a dict of Python values.
 nanobind::dict explanation_dict(const Explanation& e);
 

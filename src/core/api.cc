@@ -55,6 +55,33 @@ Status check_stream(const Backend& b, void* stream, const char* what) {
                     " does not run on a caller's stream (it must be null)");
 }
 
+// The problem one layer's run computes: the plan's, with the sinks and per-head K/V scales this
+// layer passes though the plan's problem did not declare them (use_sinks false, per_tensor
+// scales). The plan's backend must be able to honour them (its capability decides, as selection
+// would have); else kNotSupported with its reason. No copy of the plan, no allocation.
+Status layer_problem(const Plan& plan, const Backend& backend, const AttentionArgs& args,
+                     Problem* layer) {
+  *layer = plan.problem;
+  if (!args.sinks.empty()) layer->use_sinks = true;
+  if (layer->kv_scale_granularity == KVScaleGranularity::kPerTensor &&
+      (!args.k_scale.empty() || !args.v_scale.empty())) {
+    layer->kv_scale_granularity = KVScaleGranularity::kPerHead;
+  }
+  const bool sinks_added = layer->use_sinks != plan.problem.use_sinks;
+  const bool heads_added = layer->kv_scale_granularity != plan.problem.kv_scale_granularity;
+  if (sinks_added || heads_added) {
+    Status s = backend.can_implement(*layer, plan.device);
+    if (!s.ok()) {
+      return make_error(s.code(), sinks_added ? "sinks" : "k_scale / v_scale (per head)",
+                        ": given at run, but the plan's backend cannot honour them: ", s.message(),
+                        sinks_added ? " (plan with use_sinks=true, so that selection picks a "
+                                      "backend that has sinks)"
+                                    : " (plan with kv_scale_granularity per_head)");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
@@ -105,7 +132,9 @@ Status run(const Plan& plan, const AttentionArgs& args, void* workspace,
     return make_error(ErrorCode::kInvalidArgument, "plan.backend '", plan.backend,
                       "' is not a registered backend (was the plan made by kvattn::plan?)");
   }
-  KVATTN_RETURN_IF_ERROR(validate_attention(plan.problem, args));
+  Problem layer;
+  KVATTN_RETURN_IF_ERROR(layer_problem(plan, *backend, args, &layer));
+  KVATTN_RETURN_IF_ERROR(validate_attention(layer, args));
   // The plan was cut for particular lengths; a different batch must be planned again.
   std::vector<int64_t> qo_len, kv_len;
   request_lengths(plan.problem, args, &qo_len, &kv_len);

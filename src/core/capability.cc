@@ -101,9 +101,6 @@ Status check_capability(const CapabilityDecl& decl, const Problem& p, const Devi
     return make_error(ErrorCode::kNotSupported, b,
                       ": use_fp16_qk_reduction=true is not supported (fp32 QK reduction only)");
   }
-  if (!decl.return_lse && p.return_lse) {
-    return make_error(ErrorCode::kNotSupported, b, ": return_lse=true is not supported");
-  }
   if (!decl.sinks && p.use_sinks) {
     return make_error(ErrorCode::kNotSupported, b,
                       ": use_sinks=true is not supported (no attention sinks)");

@@ -37,7 +37,6 @@ struct CapabilityDecl {
   bool soft_cap = true;
   bool sliding_window = true;
   bool fp16_qk_reduction = true;
-  bool return_lse = true;
   bool sinks = false;  // attention sinks (Problem::use_sinks)
   // FP8 K/V scale granularities; empty: per_tensor only.
   std::span<const KVScaleGranularity> kv_scale_granularities;

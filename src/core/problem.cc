@@ -106,14 +106,10 @@ std::string Problem::to_string() const {
     os << " --rope-theta " << shortest(rope_theta) << " --rope-scale " << shortest(rope_scale);
     if (rope_interleave) os << " --rope-interleave";
   }
-  if (q_scale != 1.0f) os << " --q-scale " << shortest(q_scale);
-  if (k_scale != 1.0f) os << " --k-scale " << shortest(k_scale);
-  if (v_scale != 1.0f) os << " --v-scale " << shortest(v_scale);
   if (kv_scale_granularity != KVScaleGranularity::kPerTensor) {
     os << " --kv-scale-granularity " << kv_scale_granularity_name(kv_scale_granularity);
   }
   if (use_sinks) os << " --use-sinks";
-  if (return_lse) os << " --return-lse";
   if (use_fp16_qk_reduction) os << " --use-fp16-qk-reduction";
   return os.str();
 }

@@ -73,17 +73,21 @@ const std::vector<ProblemField>& fields() {
          d->problem.op = *op;
          return true;
        },
-       [](const Problem& p) -> std::optional<std::string> { return std::string(op_name(p.op)); }},
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
+         return std::string(op_name(p.op));
+       }},
       {"batch_size", Kind::kInt, "N", "requests in the batch (1 for the single operations)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_positive_int(v, &d->problem.batch_size, why);
        },
-       [](const Problem& p) -> std::optional<std::string> { return std::to_string(p.batch_size); }},
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
+         return std::to_string(p.batch_size);
+       }},
       {"num_qo_heads", Kind::kInt, "N", "query heads",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_positive_int(v, &d->problem.num_qo_heads, why);
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          return std::to_string(p.num_qo_heads);
        }},
       {"num_kv_heads", Kind::kInt, "N", "KV heads (num_qo_heads must be a multiple)",
@@ -92,7 +96,7 @@ const std::vector<ProblemField>& fields() {
          d->num_kv_heads = d->problem.num_kv_heads;
          return true;
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::to_string(p.num_kv_heads);
        }},
@@ -102,7 +106,7 @@ const std::vector<ProblemField>& fields() {
          d->head_dim_qk = d->problem.head_dim_qk;
          return true;
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::to_string(p.head_dim_qk);
        }},
@@ -112,7 +116,7 @@ const std::vector<ProblemField>& fields() {
          d->head_dim_vo = d->problem.head_dim_vo;
          return true;
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::to_string(p.head_dim_vo);
        }},
@@ -120,7 +124,9 @@ const std::vector<ProblemField>& fields() {
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_positive_int(v, &d->problem.page_size, why);
        },
-       [](const Problem& p) -> std::optional<std::string> { return std::to_string(p.page_size); }},
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
+         return std::to_string(p.page_size);
+       }},
       {"kv_layout", Kind::kText, "NHD|HND", "KV layout",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          std::optional<KVLayout> l = parse_kv_layout(v);
@@ -132,7 +138,7 @@ const std::vector<ProblemField>& fields() {
          d->kv_layout = *l;
          return true;
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          if (is_mla(p.op)) return std::nullopt;  // fixed by MLA
          return std::string(kv_layout_name(p.kv_layout));
        }},
@@ -141,7 +147,7 @@ const std::vector<ProblemField>& fields() {
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_positive_int(v, &d->problem.head_dim_ckv, why);
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          if (!is_mla(p.op)) return std::nullopt;
          return std::to_string(p.head_dim_ckv);
        }},
@@ -149,7 +155,7 @@ const std::vector<ProblemField>& fields() {
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_nonnegative_int(v, &d->problem.head_dim_kpe, why);  // 0: no pe term
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          if (!is_mla(p.op)) return std::nullopt;
          return std::to_string(p.head_dim_kpe);
        }},
@@ -157,7 +163,7 @@ const std::vector<ProblemField>& fields() {
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->causal, why);
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          return bool_text(p.mask_mode == MaskMode::kCausal);
        }},
       {"custom_mask", Kind::kBool, "",
@@ -165,7 +171,7 @@ const std::vector<ProblemField>& fields() {
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->custom_mask, why);
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          return bool_text(p.mask_mode == MaskMode::kCustom);
        }},
       {"window_left", Kind::kInt, "N",
@@ -177,14 +183,14 @@ const std::vector<ProblemField>& fields() {
          }
          return true;
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          return std::to_string(p.window_left);
        }},
       {"logits_soft_cap", Kind::kFloat, "X", "soft cap c: s = c*tanh(s/c) (0: none)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_float(v, &d->problem.logits_soft_cap, why);
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          return format_float(p.logits_soft_cap);
        }},
       {"sm_scale", Kind::kFloat, "X", "score scale (default 1/sqrt(head_dim_qk))",
@@ -194,7 +200,7 @@ const std::vector<ProblemField>& fields() {
          d->problem.sm_scale = s;
          return true;
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          if (!p.sm_scale) return std::nullopt;
          return format_float(*p.sm_scale);
        }},
@@ -208,36 +214,42 @@ const std::vector<ProblemField>& fields() {
          d->problem.pos_encoding_mode = *pe;
          return true;
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          return std::string(pos_encoding_name(p.pos_encoding_mode));
        }},
       {"rope_theta", Kind::kFloat, "X", "RoPE base (default 10000)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_float(v, &d->problem.rope_theta, why);
        },
-       [](const Problem& p) -> std::optional<std::string> { return format_float(p.rope_theta); }},
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
+         return format_float(p.rope_theta);
+       }},
       {"rope_scale", Kind::kFloat, "X", "RoPE position divisor (default 1)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_float(v, &d->problem.rope_scale, why);
        },
-       [](const Problem& p) -> std::optional<std::string> { return format_float(p.rope_scale); }},
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
+         return format_float(p.rope_scale);
+       }},
       {"rope_interleave", Kind::kBool, "", "RoPE pairs (x[2t], x[2t+1]) instead of rotating halves",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->problem.rope_interleave, why);
        },
-       [](const Problem& p) -> std::optional<std::string> { return bool_text(p.rope_interleave); }},
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
+         return bool_text(p.rope_interleave);
+       }},
       {"q_data_type", Kind::kText, kFloatDTypes, "query dtype",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_dtype(v, &d->problem.q_dtype, why);
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          return std::string(dtype_name(p.q_dtype));
        }},
       {"kv_data_type", Kind::kText, kFloatDTypes, "KV-cache dtype",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_dtype(v, &d->problem.kv_dtype, why);
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          return std::string(dtype_name(p.kv_dtype));
        }},
       {"o_data_type", Kind::kText, "f32|f16|bf16", "output dtype (default: q's, bf16 for an fp8 q)",
@@ -246,24 +258,35 @@ const std::vector<ProblemField>& fields() {
          d->o_dtype_given = true;
          return true;
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          return std::string(dtype_name(p.o_dtype));
        }},
+      // Per-layer run values (AttentionArgs::scalars): the command line and case files carry them
+      // beside the problem; a Python Problem does not take them (run does).
       {"q_scale", Kind::kFloat, "X", "fp8 dequantization scale of q (real = stored * scale)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
-         return set_float(v, &d->problem.q_scale, why);
+         return set_float(v, &d->run.q_scale, why);
        },
-       [](const Problem& p) -> std::optional<std::string> { return format_float(p.q_scale); }},
+       [](const Problem&, const RunValues& r) -> std::optional<std::string> {
+         return format_float(r.q_scale);
+       },
+       true},
       {"k_scale", Kind::kFloat, "X", "fp8 dequantization scale of k",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
-         return set_float(v, &d->problem.k_scale, why);
+         return set_float(v, &d->run.k_scale, why);
        },
-       [](const Problem& p) -> std::optional<std::string> { return format_float(p.k_scale); }},
+       [](const Problem&, const RunValues& r) -> std::optional<std::string> {
+         return format_float(r.k_scale);
+       },
+       true},
       {"v_scale", Kind::kFloat, "X", "fp8 dequantization scale of v",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
-         return set_float(v, &d->problem.v_scale, why);
+         return set_float(v, &d->run.v_scale, why);
        },
-       [](const Problem& p) -> std::optional<std::string> { return format_float(p.v_scale); }},
+       [](const Problem&, const RunValues& r) -> std::optional<std::string> {
+         return format_float(r.v_scale);
+       },
+       true},
       {"kv_scale_granularity", Kind::kText, "per_tensor|per_head|per_token_head",
        "fp8 K/V scales per tensor, per KV head, or per (token, KV head)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
@@ -275,24 +298,29 @@ const std::vector<ProblemField>& fields() {
          d->problem.kv_scale_granularity = *g;
          return true;
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          return std::string(kv_scale_granularity_name(p.kv_scale_granularity));
        }},
       {"use_sinks", Kind::kBool, "", "attention sinks: one logit per query head (the sinks tensor)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->problem.use_sinks, why);
        },
-       [](const Problem& p) -> std::optional<std::string> { return bool_text(p.use_sinks); }},
-      {"return_lse", Kind::kBool, "", "also write the log-sum-exp of every row",
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
+         return bool_text(p.use_sinks);
+       }},
+      {"return_lse", Kind::kBool, "", "also write the log-sum-exp of every row (an lse tensor)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
-         return set_bool(v, &d->problem.return_lse, why);
+         return set_bool(v, &d->run.return_lse, why);
        },
-       [](const Problem& p) -> std::optional<std::string> { return bool_text(p.return_lse); }},
+       [](const Problem&, const RunValues& r) -> std::optional<std::string> {
+         return bool_text(r.return_lse);
+       },
+       true},
       {"use_fp16_qk_reduction", Kind::kBool, "", "reduce q.k in fp16 (fa2 only)",
        [](std::string_view v, ProblemDraft* d, std::string* why) {
          return set_bool(v, &d->problem.use_fp16_qk_reduction, why);
        },
-       [](const Problem& p) -> std::optional<std::string> {
+       [](const Problem& p, const RunValues&) -> std::optional<std::string> {
          return bool_text(p.use_fp16_qk_reduction);
        }},
   };
@@ -308,6 +336,14 @@ const ProblemField* find_problem_field(std::string_view key) {
     if (f.key == key) return &f;
   }
   return nullptr;
+}
+
+RunScalars RunValues::scalars() const {
+  RunScalars s;
+  s.q_scale = q_scale;
+  s.k_scale = k_scale;
+  s.v_scale = v_scale;
+  return s;
 }
 
 std::string flag_for_key(std::string_view key) {
@@ -351,10 +387,11 @@ Status finish_problem(const ProblemDraft& draft, Problem* out) {
   return Status::Ok();
 }
 
-std::map<std::string, std::string, std::less<>> problem_to_fields(const Problem& problem) {
+std::map<std::string, std::string, std::less<>> problem_to_fields(const Problem& problem,
+                                                                  const RunValues& run) {
   std::map<std::string, std::string, std::less<>> out;
   for (const ProblemField& f : fields()) {
-    if (std::optional<std::string> v = f.get(problem)) out.emplace(std::string(f.key), *v);
+    if (std::optional<std::string> v = f.get(problem, run)) out.emplace(std::string(f.key), *v);
   }
   return out;
 }

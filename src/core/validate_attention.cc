@@ -93,13 +93,7 @@ Status check_presence(const Problem& p, const AttentionArgs& a, const Usage& u, 
     }
     KVATTN_RETURN_IF_ERROR(validation::check_view(a.alibi_slopes, "alibi_slopes"));
   }
-  if (p.return_lse && a.lse.empty() && !data_optional) {
-    return make_error(ErrorCode::kInvalidArgument, "lse: not given, but return_lse is true");
-  }
-  if (!p.return_lse && !a.lse.empty()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "lse: given, but return_lse is false (set it, or leave lse empty)");
-  }
+  // The LSE is returned exactly when an lse tensor is given (a per-layer choice).
   if (!a.lse.empty()) KVATTN_RETURN_IF_ERROR(validation::check_view(a.lse, "lse"));
   return Status::Ok();
 }
@@ -381,6 +375,7 @@ Status check_aliasing(const AttentionArgs& a) {
 
 Status validate_attention(const Problem& problem, const AttentionArgs& args, ArgsScope scope) {
   KVATTN_RETURN_IF_ERROR(validate_problem(problem));
+  KVATTN_RETURN_IF_ERROR(validation::check_run_scalars(problem, args.scalars));
   if (is_mla(problem.op)) return validate_mla_attention(problem, args, scope);
   KVATTN_RETURN_IF_ERROR(check_mla_args_unused(args, op_name(problem.op)));
   const Usage usage = usage_of(problem.op);

@@ -30,7 +30,7 @@ struct NamedView {
 
 // Planning reads the index tensors only: the data tensors (q_nope, q_pe, the caches, out, lse)
 // may be absent then and are checked when given; run checks all of them.
-Status check_presence(const Problem& p, const AttentionArgs& a, ArgsScope scope) {
+Status check_presence(const AttentionArgs& a, ArgsScope scope) {
   const bool data_optional = scope == ArgsScope::kPlan;
   const NamedView index[] = {{&a.qo_indptr, "qo_indptr"},
                              {&a.kv_indptr, "kv_indptr"},
@@ -63,13 +63,6 @@ Status check_presence(const Problem& p, const AttentionArgs& a, ArgsScope scope)
   if (a.custom_mask_packed) {
     return make_error(ErrorCode::kInvalidArgument,
                       "custom_mask_packed = true, but batch_mla_paged takes no custom mask");
-  }
-  if (p.return_lse && a.lse.empty() && !data_optional) {
-    return make_error(ErrorCode::kInvalidArgument, "lse: not given, but return_lse is true");
-  }
-  if (!p.return_lse && !a.lse.empty()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "lse: given, but return_lse is false (set it, or leave lse empty)");
   }
   if (!a.lse.empty()) KVATTN_RETURN_IF_ERROR(validation::check_view(a.lse, "lse"));
   return Status::Ok();
@@ -242,16 +235,12 @@ Status validate_mla_problem(const Problem& p) {
                       ", use_fp16_qk_reduction = ", p.use_fp16_qk_reduction,
                       ": batch_mla_paged defines none of these (-1, 0, NONE, false)");
   }
-  if (p.q_scale != 1.0f || p.v_scale != 1.0f) {
-    return make_error(ErrorCode::kInvalidScale, "q_scale = ", p.q_scale, ", v_scale = ", p.v_scale,
-                      ": must be 1 for batch_mla_paged (k_scale scales both ckv and kpe)");
-  }
   return Status::Ok();
 }
 
 Status validate_mla_attention(const Problem& problem, const AttentionArgs& args,
                               ArgsScope scope) {
-  KVATTN_RETURN_IF_ERROR(check_presence(problem, args, scope));
+  KVATTN_RETURN_IF_ERROR(check_presence(args, scope));
   KVATTN_RETURN_IF_ERROR(check_dtypes_and_memory(problem, args));
   KVATTN_RETURN_IF_ERROR(check_shapes_and_page_table(problem, args));
   return check_aliasing(args);

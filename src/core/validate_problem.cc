@@ -102,20 +102,10 @@ Status validate_problem(const Problem& p) {
                       ": must be finite and >= 0 (0 disables it)");
   }
   if (p.sm_scale) KVATTN_RETURN_IF_ERROR(check_scale("sm_scale", *p.sm_scale));
-  KVATTN_RETURN_IF_ERROR(check_scale("q_scale", p.q_scale));
-  KVATTN_RETURN_IF_ERROR(check_scale("k_scale", p.k_scale));
-  KVATTN_RETURN_IF_ERROR(check_scale("v_scale", p.v_scale));
-  if (p.kv_scale_granularity != KVScaleGranularity::kPerTensor) {
-    const std::string_view g = kv_scale_granularity_name(p.kv_scale_granularity);
-    if (!is_fp8(p.kv_dtype)) {
-      return make_error(ErrorCode::kInvalidArgument, "kv_scale_granularity ", g, ": kv dtype is ",
-                        dtype_name(p.kv_dtype), " (scale granularity is for FP8 KV: e4m3, e5m2)");
-    }
-    if (p.k_scale != 1.0f || p.v_scale != 1.0f) {
-      return make_error(ErrorCode::kInvalidScale, "k_scale = ", p.k_scale,
-                        ", v_scale = ", p.v_scale, ": must be 1 with kv_scale_granularity ", g,
-                        " (the scale tensors carry the scales)");
-    }
+  if (p.kv_scale_granularity != KVScaleGranularity::kPerTensor && !is_fp8(p.kv_dtype)) {
+    return make_error(ErrorCode::kInvalidArgument, "kv_scale_granularity ",
+                      kv_scale_granularity_name(p.kv_scale_granularity), ": kv dtype is ",
+                      dtype_name(p.kv_dtype), " (scale granularity is for FP8 KV: e4m3, e5m2)");
   }
   if (is_mla(p.op)) KVATTN_RETURN_IF_ERROR(validate_mla_problem(p));
   if (p.pos_encoding_mode == PosEncoding::kRopeLlama) {

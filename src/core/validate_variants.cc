@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "core/status_macros.h"
 #include "core/validate_tensor.h"
@@ -101,6 +102,33 @@ Status check_scale_cache_values(const Problem& p, const AttentionArgs& a, const 
 
 }  // namespace
 
+Status check_run_scalars(const Problem& p, const RunScalars& s) {
+  const std::pair<const char*, float> scales[] = {
+      {"q_scale", s.q_scale}, {"k_scale", s.k_scale}, {"v_scale", s.v_scale}};
+  for (const auto& [name, value] : scales) {
+    if (!std::isfinite(value) || value <= 0.0f) {
+      return make_error(ErrorCode::kInvalidScale, name, " = ", value,
+                        ": must be finite and positive");
+    }
+  }
+  if (p.kv_scale_granularity != KVScaleGranularity::kPerTensor &&
+      (s.k_scale != 1.0f || s.v_scale != 1.0f)) {
+    return make_error(ErrorCode::kInvalidScale, "k_scale = ", s.k_scale, ", v_scale = ", s.v_scale,
+                      ": must be 1 with kv_scale_granularity ",
+                      kv_scale_granularity_name(p.kv_scale_granularity),
+                      " (the scale tensors carry the scales)");
+  }
+  if (is_mla(p.op) && (s.q_scale != 1.0f || s.v_scale != 1.0f)) {
+    return make_error(ErrorCode::kInvalidScale, "q_scale = ", s.q_scale, ", v_scale = ", s.v_scale,
+                      ": must be 1 for batch_mla_paged (k_scale scales both ckv and kpe)");
+  }
+  if (s.lse_base != LseBase::kE && s.lse_base != LseBase::k2) {
+    return make_error(ErrorCode::kInvalidArgument, "lse_base = ", static_cast<int>(s.lse_base),
+                      ": expected LseBase::kE or LseBase::k2");
+  }
+  return Status::Ok();
+}
+
 Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t kv_rows,
                               bool data_optional) {
   const bool per_head = p.kv_scale_granularity == KVScaleGranularity::kPerHead;
@@ -110,7 +138,12 @@ Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t 
     if (data_optional && wanted && t.empty()) return Status::Ok();
     return check_present(t, name, wanted, why);
   };
-  KVATTN_RETURN_IF_ERROR(present(a.sinks, "sinks", p.use_sinks, "use_sinks is true"));
+  // use_sinks says a layer may pass sinks: absent, the layer has none.
+  if (!a.sinks.empty() && !p.use_sinks) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "sinks: given, but use_sinks is false (plan with use_sinks=true; never a "
+                      "silently ignored input)");
+  }
   KVATTN_RETURN_IF_ERROR(
       present(a.k_scale, "k_scale", per_head, "kv_scale_granularity is per_head"));
   KVATTN_RETURN_IF_ERROR(

@@ -10,12 +10,18 @@
 
 namespace kvattn::validation {
 
-// Presence (given exactly when the problem asks for it), dtype f32, memory with q, shape, and for
+// Presence (scale tensors given exactly when the problem asks for them; sinks only where
+// use_sinks, and optional there), dtype f32, memory with q, shape, and for
 // host memory the values: sinks finite; scales finite and positive (per (token, head): every slot
 // the requests read). Needs the page table / indptrs proven and `kv_rows` (ragged: kv_indptr[B]).
 // Outputs `out` and `lse` must not overlap them.
 // With `data_optional` (planning a batch operation) absent tensors pass; given ones are checked.
 Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t kv_rows,
                               bool data_optional = false);
+
+// A layer's run values (AttentionArgs::scalars): scales finite and positive; k/v 1 outside
+// per_tensor (the scale tensors carry the scales); batch_mla_paged's q and v 1 (k_scale scales
+// both latents); the LSE base one of LseBase's.
+Status check_run_scalars(const Problem& p, const RunScalars& s);
 
 }  // namespace kvattn::validation

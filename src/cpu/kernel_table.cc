@@ -53,11 +53,10 @@ Status decode_tiles_rule(const Problem& p) {
   if (p.mask_mode == MaskMode::kCustom) return rule("needs no custom mask");
   return ok();
 }
-// The bf16 dot products: bf16 queries (exact in bf16, unscaled: P rounds to their type) and no
-// fp16 QK rounding.
+// The bf16 dot products: bf16 queries (exact in bf16: P rounds to their type; a run's q_scale is
+// folded into the score scale, DecodeParams) and no fp16 QK rounding.
 Status bf16_dot_queries_rule(const Problem& p) {
   if (p.q_dtype != DType::kBF16) return rule("needs bf16 queries, not ", dtype_name(p.q_dtype));
-  if (p.q_scale != 1.0f) return rule("needs q_scale 1, not ", p.q_scale);
   if (p.use_fp16_qk_reduction) return rule("needs no fp16 QK reduction");
   return ok();
 }

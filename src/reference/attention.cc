@@ -113,7 +113,7 @@ void attend_head(const Problem& p, const AttentionRows& rows, int b, int qo_head
   std::vector<char> seen(kv.len);
   for (int64_t i = 0; i < qo_len; ++i) {
     const int64_t i_abs = i + offset;
-    for (int d = 0; d < p.head_dim_qk; ++d) q[d] = rows.q(b, i, qo_head, d) * p.q_scale;
+    for (int d = 0; d < p.head_dim_qk; ++d) q[d] = rows.q(b, i, qo_head, d) * rows.q_scale();
     if (p.pos_encoding_mode == PosEncoding::kRopeLlama) {
       rope_rotate(q.data(), p.head_dim_qk, static_cast<double>(i_abs), p.rope_theta, p.rope_scale,
                   p.rope_interleave);
@@ -130,17 +130,17 @@ void attend_head(const Problem& p, const AttentionRows& rows, int b, int qo_head
     std::fill(o.begin(), o.end(), 0.0);
     double lse = kNegInf;
     // The sink joins the denominator only: m = max(sink, max_j s), sum gains e^(sink - m).
-    const double sink = p.use_sinks ? rows.sink(qo_head) : kNegInf;
+    const double sink = rows.has_sinks() ? rows.sink(qo_head) : kNegInf;
     if (nan_score) {
       // Numerics policy (docs/cuda.md): a NaN score of a visible key makes the row NaN, o and
       // lse alike, even when every visible score is NaN (never an "empty" row).
       std::fill(o.begin(), o.end(), std::numeric_limits<double>::quiet_NaN());
       lse = std::numeric_limits<double>::quiet_NaN();
-    } else if (p.use_sinks && max_score == kNegInf) {
+    } else if (rows.has_sinks() && max_score == kNegInf) {
       lse = sink;
     } else if (max_score != kNegInf) {
       max_score = std::max(max_score, sink);
-      double sum = p.use_sinks ? std::exp(sink - max_score) : 0.0;
+      double sum = rows.has_sinks() ? std::exp(sink - max_score) : 0.0;
       for (int64_t j = 0; j < kv.len; ++j) {
         if (!seen[j]) continue;
         const double w = std::exp(s[j] - max_score);
@@ -152,7 +152,7 @@ void attend_head(const Problem& p, const AttentionRows& rows, int b, int qo_head
       lse = max_score + std::log(sum);
     }
     for (int d = 0; d < p.head_dim_vo; ++d) rows.store_out(b, i, qo_head, d, o[d]);
-    if (p.return_lse) rows.store_lse(b, i, qo_head, lse);
+    if (rows.returns_lse()) rows.store_lse(b, i, qo_head, lse);
   }
 }
 

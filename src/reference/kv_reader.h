@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/math_constants.h"
 #include "kvattn/attention.h"
 #include "kvattn/problem.h"
 #include "reference/element_io.h"
@@ -59,20 +60,28 @@ class AttentionRows {
     if (is_mla(problem_.op)) return latent(args_.ckv_cache, b, j, d);
     return kv(args_.v, args_.paged_v_cache, b, j, h, d);
   }
+  // This layer's q scale (AttentionArgs::scalars).
+  float q_scale() const { return args_.scalars.q_scale; }
   // What dequantizes v(): MLA's values are the ckv latents, scaled by k_scale.
-  float value_scale() const { return is_mla(problem_.op) ? problem_.k_scale : problem_.v_scale; }
+  float value_scale() const {
+    return is_mla(problem_.op) ? args_.scalars.k_scale : args_.scalars.v_scale;
+  }
 
-  // The dequantization scale of key/value j of request b, KV head h, at the problem's
-  // kv_scale_granularity.
+  // The dequantization scale of key/value j of request b, KV head h: per (token, head) with the
+  // problem's kv_scale_granularity, else per head where this layer passes head scales, else the
+  // run's float.
   double k_scale(int b, int64_t j, int h) const {
-    return scale(problem_.k_scale, args_.k_scale, args_.k_scale_cache, b, j, h);
+    return scale(args_.scalars.k_scale, args_.k_scale, args_.k_scale_cache, b, j, h);
   }
   double v_scale(int b, int64_t j, int h) const {
     if (is_mla(problem_.op)) return value_scale();  // MLA's values are the k-scaled latents
-    return scale(problem_.v_scale, args_.v_scale, args_.v_scale_cache, b, j, h);
+    return scale(args_.scalars.v_scale, args_.v_scale, args_.v_scale_cache, b, j, h);
   }
-  // The sink logit of query head h (Problem::use_sinks).
+  // Whether this layer passes sinks, and the sink logit of query head h.
+  bool has_sinks() const { return !args_.sinks.empty(); }
   double sink(int h) const { return load(args_.sinks, h); }
+  // Whether this layer returns the LSE (an lse tensor is given).
+  bool returns_lse() const { return !args_.lse.empty(); }
 
   void store_out(int b, int64_t i, int h, int d, double value) const {
     if (rowless()) {
@@ -81,7 +90,9 @@ class AttentionRows {
       store(args_.out, value, qo_row(b, i), h, d);
     }
   }
+  // `value` is the natural LSE; stored in the run's base (-inf and NaN stay as they are).
   void store_lse(int b, int64_t i, int h, double value) const {
+    if (args_.scalars.lse_base == LseBase::k2) value *= math::kLog2eF64;
     if (rowless()) {
       store(args_.lse, value, h);
     } else {
@@ -106,13 +117,8 @@ class AttentionRows {
   // single ops' [kv_len, H_kv] (both layouts), ragged [nnz_kv, H_kv], paged [P, page_size, H_kv].
   double scale(float per_tensor, const TensorView& per_head, const TensorView& per_token, int b,
                int64_t j, int h) const {
-    switch (problem_.kv_scale_granularity) {
-      case KVScaleGranularity::kPerTensor:
-        return per_tensor;
-      case KVScaleGranularity::kPerHead:
-        return load(per_head, h);
-      case KVScaleGranularity::kPerTokenHead:
-        break;
+    if (problem_.kv_scale_granularity != KVScaleGranularity::kPerTokenHead) {
+      return per_head.empty() ? per_tensor : load(per_head, h);
     }
     switch (problem_.op) {
       case Op::kSingleDecode:

@@ -9,7 +9,7 @@
 namespace kvattn::ref {
 
 // Any of the five attention operations of DESIGN.md §2, writing args.out (and args.lse when
-// problem.return_lse). Reads q/k/v of any dtype through their strided views.
+// given, in args.scalars.lse_base). Reads q/k/v of any dtype through their strided views.
 Status attention(const Problem& problem, const AttentionArgs& args);
 
 // llama RoPE on one head vector x[0, dim) at position `pos`: pair t in [0, dim/2) is rotated by

@@ -342,7 +342,7 @@ TEST(ValidateAttention, AcceptsEveryCaseBuilderLayout) {
           spec.problem.num_kv_heads = 2;
           spec.problem.head_dim_qk = spec.problem.head_dim_vo = 16;
           spec.problem.page_size = 3;
-          spec.problem.return_lse = mask != MaskMode::kNone;
+          spec.return_lse = mask != MaskMode::kNone;
           spec.problem.batch_size = is_batch(op) ? 3 : 1;
           spec.kv_lens = is_batch(op) ? std::vector<int64_t>{7, 0, 3} : std::vector<int64_t>{5};
           spec.combined_kv_cache = combined;
@@ -419,10 +419,13 @@ TEST(ValidatePlan, RefusesWorkOutsideTheRequests) {
 TEST(ValidateAttention, SinkAndScaleMessagesNameArgumentValueAndRule) {
   {
     AttentionFixture f(Op::kBatchDecode);
-    f.problem.use_sinks = true;
-    expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidArgument,
-                 {"sinks: not given", "use_sinks is true"});
     f.sinks.assign(4, 0.0f);
+    f.args.sinks = hardening::f32_view(f.sinks, {4});
+    expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidArgument,
+                 {"sinks: given, but use_sinks is false", "use_sinks=true"});
+    f.problem.use_sinks = true;
+    f.args.sinks = TensorView{};  // use_sinks: a layer may pass sinks; this one has none
+    EXPECT_TRUE(validate_attention(f.problem, f.args).ok());
     f.sinks[2] = std::numeric_limits<float>::infinity();
     f.args.sinks = hardening::f32_view(f.sinks, {4});
     expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidArgument,

@@ -46,10 +46,10 @@ CaseSpec random_decode_spec(int i, std::mt19937& rng) {
   p.kv_dtype = kv_types[i % 5];
   p.q_dtype = q_types[(i / 5) % 3];
   p.o_dtype = o_types[(i / 7) % 3];
-  p.return_lse = pick(2) == 0;
+  spec.return_lse = pick(2) == 0;
   if (is_fp8(p.kv_dtype)) {
-    p.k_scale = 0.5f + pick(4) * 0.25f;
-    p.v_scale = 0.25f + pick(4) * 0.5f;
+    spec.scalars.k_scale = 0.5f + pick(4) * 0.25f;
+    spec.scalars.v_scale = 0.25f + pick(4) * 0.5f;
   }
   // Variants, one or two at a time.
   switch (i % 8) {
@@ -181,9 +181,11 @@ void check_table_grid(const cpu::CpuKernel& kernel, std::span<const DType> kv_ty
         p.q_dtype = DType::kBF16;
         p.kv_dtype = kv;
         p.o_dtype = i % 3 == 1 ? DType::kF32 : DType::kBF16;
-        p.k_scale = 0.75f;
-        p.v_scale = 1.5f;
-        p.return_lse = true;
+        spec.scalars.k_scale = 0.75f;
+        spec.scalars.v_scale = 1.5f;
+        // q stays exact bf16 for the dot products; q_scale folds into the score scale.
+        spec.scalars.q_scale = variant % 2 ? 1.25f : 1.0f;
+        spec.return_lse = true;
         switch (variant) {
           case 1:
             p.logits_soft_cap = 8.0f;
@@ -200,7 +202,7 @@ void check_table_grid(const cpu::CpuKernel& kernel, std::span<const DType> kv_ty
           case 5:  // scale granularities are for FP8 caches; bf16: pages of one token
             if (is_fp8(kv)) {
               p.kv_scale_granularity = KVScaleGranularity::kPerHead;
-              p.k_scale = p.v_scale = 1.0f;
+              spec.scalars.k_scale = spec.scalars.v_scale = 1.0f;
             } else {
               p.page_size = 1;
             }
@@ -208,7 +210,7 @@ void check_table_grid(const cpu::CpuKernel& kernel, std::span<const DType> kv_ty
           case 6:
             if (is_fp8(kv)) {
               p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
-              p.k_scale = p.v_scale = 1.0f;
+              spec.scalars.k_scale = spec.scalars.v_scale = 1.0f;
             } else {
               p.o_dtype = DType::kF16;
             }
@@ -278,8 +280,8 @@ TEST(CpuDecodeLong, SplitKvAt32kMatchesTheReference) {
   spec.problem.num_kv_heads = 2;
   spec.problem.page_size = 16;
   spec.problem.kv_dtype = DType::kE4M3;
-  spec.problem.k_scale = 0.5f;
-  spec.problem.return_lse = true;
+  spec.scalars.k_scale = 0.5f;
+  spec.return_lse = true;
   spec.kv_lens = {32768};
   for (CpuIsa isa : isa_levels()) {
     if (isa == CpuIsa::kAvx2) continue;  // the same code path as avx512 at another width
@@ -331,7 +333,7 @@ TEST(CpuDecodeDeterminism, FixedChunkGivesTheSameBitsWhateverTheBatch) {
   p.page_size = 16;
   p.kv_dtype = DType::kBF16;
   p.o_dtype = DType::kF32;
-  p.return_lse = true;
+  spec.return_lse = true;
   spec.kv_lens = {300, 1000, 77};
   Case c = Case::make(spec);
   for (CpuIsa isa : isa_levels()) {
@@ -385,7 +387,7 @@ TEST(CpuDecodeDeterminism, FixedChunkGivesTheSameBitsWhateverTheThreadCount) {
     p.page_size = 16;
     p.kv_dtype = kv;
     p.o_dtype = DType::kF32;
-    p.return_lse = true;
+    spec.return_lse = true;
     spec.kv_lens = {300, 1000, 77};
     Case c = Case::make(spec);
     for (CpuIsa isa : isa_levels()) {
@@ -425,7 +427,7 @@ TEST(CpuDecodeNan, E4m3NanCodesGiveTheReferencesNans) {
   p.page_size = 16;
   p.kv_dtype = DType::kE4M3;
   p.o_dtype = DType::kF32;
-  p.return_lse = true;
+  spec.return_lse = true;
   spec.kv_lens = {50, 40};
   Case c = Case::make(spec);
   auto poke = [&](const TensorView& cache, int b, int64_t token, int head, int d, uint8_t code) {

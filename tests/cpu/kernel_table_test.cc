@@ -281,9 +281,9 @@ TEST(CpuKernelTable, EveryRunnableKernelOnTheVariantGrid) {
           s.seed = 91 + checked;
           s.problem = make_mla_problem(2, 16, 16, 0.0721687836f);
           s.problem.kv_dtype = kv;
-          if (is_fp8(kv)) s.problem.k_scale = 0.375f;
+          if (is_fp8(kv)) s.scalars.k_scale = 0.375f;
           s.problem.mask_mode = causal ? MaskMode::kCausal : MaskMode::kNone;
-          s.problem.return_lse = true;
+          s.return_lse = true;
           s.qo_lens = {1, 2};
           s.kv_lens = {300, 129};
           if (!k.applies(s.problem).ok()) continue;
@@ -312,8 +312,8 @@ TEST(CpuKernelTable, EveryRunnableKernelOnTheVariantGrid) {
           p.kv_dtype = kv;
           p.page_size = 16;
           if (is_fp8(kv)) {
-            p.k_scale = 0.5f;
-            p.v_scale = 2.0f;
+            s.scalars.k_scale = 0.5f;
+            s.scalars.v_scale = 2.0f;
           }
           if (is_batch(op)) {
             p.batch_size = 4;

@@ -41,8 +41,8 @@ CaseSpec mla_spec(int heads, int page_size, std::vector<int64_t> qo, std::vector
   Problem& p = spec.problem;
   p.kv_dtype = kv_dtype;
   p.mask_mode = causal ? MaskMode::kCausal : MaskMode::kNone;
-  p.return_lse = true;
-  if (is_fp8(kv_dtype)) p.k_scale = 0.375f;
+  spec.return_lse = true;
+  if (is_fp8(kv_dtype)) spec.scalars.k_scale = 0.375f;
   spec.qo_lens = std::move(qo);
   spec.kv_lens = std::move(kv);
   return spec;
@@ -68,7 +68,6 @@ TEST(CpuMla, HandComputedOnEveryBackend) {
     std::vector<float> out(kHeads * kCkv, NAN), lse(kHeads, NAN);
     Problem p = make_mla_problem(1, kHeads, /*page_size=*/2, sm);
     p.o_dtype = DType::kF32;
-    p.return_lse = true;
     AttentionArgs a;
     a.q_nope = TensorView::contiguous(q_nope.data(), DType::kBF16, {1, kHeads, kCkv});
     a.q_pe = TensorView::contiguous(q_pe.data(), DType::kBF16, {1, kHeads, kKpe});

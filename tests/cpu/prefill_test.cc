@@ -55,11 +55,11 @@ const std::vector<Variant>& variants() {
          s.problem.rope_theta = 5e5f;
          s.problem.rope_scale = 4.0f;
        }},
-      {"lse", [](testing::CaseSpec& s) { s.problem.return_lse = true; }},
+      {"lse", [](testing::CaseSpec& s) { s.return_lse = true; }},
       {"fp16_qk_reduction",
        [](testing::CaseSpec& s) {
          s.problem.use_fp16_qk_reduction = true;
-         s.problem.return_lse = true;
+         s.return_lse = true;
        }},
       {"sm_scale", [](testing::CaseSpec& s) { s.problem.sm_scale = 0.3f; }},
       {"everything",
@@ -68,13 +68,13 @@ const std::vector<Variant>& variants() {
          s.problem.window_left = 30;
          s.problem.logits_soft_cap = 2.0f;
          s.problem.pos_encoding_mode = PosEncoding::kAlibi;
-         s.problem.return_lse = true;
+         s.return_lse = true;
        }},
       {"causal_rope_lse",
        [](testing::CaseSpec& s) {
          s.problem.mask_mode = MaskMode::kCausal;
          s.problem.pos_encoding_mode = PosEncoding::kRopeLlama;
-         s.problem.return_lse = true;
+         s.return_lse = true;
        }},
   };
   return all;
@@ -85,7 +85,7 @@ TEST(CpuPrefillVariants, MatchReferenceAtEveryIsa) {
     for (const Variant& v : variants()) {
       // Two requests: one with a cached prefix (qo < kv), one square; lengths off the tiles.
       testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {19, 33}, {83, 33});
-      spec.problem.return_lse = true;
+      spec.return_lse = true;
       v.apply(spec);
       expect_matches_reference(spec, isa, v.name);
     }
@@ -123,11 +123,11 @@ TEST(CpuPrefillDTypes, EveryQueryKVOutputTriple) {
           spec.problem.kv_dtype = kv;
           spec.problem.o_dtype = o;
           spec.problem.mask_mode = MaskMode::kCausal;
-          spec.problem.return_lse = true;
-          if (is_fp8(q)) spec.problem.q_scale = 0.75f;
+          spec.return_lse = true;
+          if (is_fp8(q)) spec.scalars.q_scale = 0.75f;
           if (is_fp8(kv)) {
-            spec.problem.k_scale = 0.5f;
-            spec.problem.v_scale = 3.0f;
+            spec.scalars.k_scale = 0.5f;
+            spec.scalars.v_scale = 3.0f;
             spec.value_range = 4.0f;
           }
           expect_matches_reference(spec, isa,
@@ -150,7 +150,7 @@ TEST(CpuPrefillHeadDims, FastAndGenericPairs) {
       spec.problem.head_dim_vo = dvo;
       spec.problem.mask_mode = MaskMode::kCausal;
       spec.problem.pos_encoding_mode = PosEncoding::kRopeLlama;
-      spec.problem.return_lse = true;
+      spec.return_lse = true;
       expect_matches_reference(spec, isa,
                                "dims " + std::to_string(dqk) + "/" + std::to_string(dvo));
     }
@@ -203,7 +203,7 @@ TEST(CpuPrefillTiles, LengthsAroundEveryTileSize) {
           spec.problem.num_qo_heads = h.qo;
           spec.problem.num_kv_heads = h.kv;
           spec.problem.mask_mode = MaskMode::kCausal;
-          spec.problem.return_lse = true;
+          spec.return_lse = true;
           expect_matches_reference(spec, isa,
                                    "heads " + std::to_string(h.qo) + "/" + std::to_string(h.kv) +
                                        " qo " + std::to_string(qo) + " kv " + std::to_string(kv));
@@ -225,24 +225,24 @@ TEST(CpuPrefillEmptyRows, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
     // More queries than keys, causal: the first qo_len - kv_len rows see nothing.
     testing::CaseSpec more_queries = small_spec(Op::kBatchPrefillPaged, {40}, {9});
     more_queries.problem.mask_mode = MaskMode::kCausal;
-    more_queries.problem.return_lse = true;
+    more_queries.return_lse = true;
     expect_matches_reference(more_queries, isa, "qo > kv causal");
     // A custom mask that hides everything from every row.
     testing::CaseSpec hidden = small_spec(Op::kBatchPrefillPaged, {20}, {30});
     hidden.problem.mask_mode = MaskMode::kCustom;
     hidden.custom_mask_density = 0.0;
-    hidden.problem.return_lse = true;
+    hidden.return_lse = true;
     expect_matches_reference(hidden, isa, "mask of zeros");
     // A sparse custom mask: some rows see nothing, some one key.
     testing::CaseSpec sparse = small_spec(Op::kBatchPrefillPaged, {20}, {30});
     sparse.problem.mask_mode = MaskMode::kCustom;
     sparse.custom_mask_density = 0.03;
     sparse.packed_custom_mask = true;
-    sparse.problem.return_lse = true;
+    sparse.return_lse = true;
     expect_matches_reference(sparse, isa, "sparse packed mask");
     // A request without keys next to one with keys.
     testing::CaseSpec no_keys = small_spec(Op::kBatchPrefillRagged, {5, 6}, {0, 12});
-    no_keys.problem.return_lse = true;
+    no_keys.return_lse = true;
     expect_matches_reference(no_keys, isa, "request without keys");
   }
 }
@@ -280,7 +280,7 @@ TEST(CpuPrefillPlan, CoversEveryQueryRowOnceCostliestFirst) {
 TEST(CpuPrefillThreads, ResultIsTheSameOnOneAndTwoThreads) {
   testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {70, 20}, {90, 20});
   spec.problem.mask_mode = MaskMode::kCausal;
-  spec.problem.return_lse = true;
+  spec.return_lse = true;
   testing::Case c = testing::Case::make(spec);
   AttentionArgs one = c.args();
   ASSERT_TRUE(run_cpu_prefill(spec.problem, one, 1).ok());
@@ -348,7 +348,7 @@ TEST(CpuPrefillApi, PlanAndRunThroughTheBackend) {
     testing::CaseSpec spec =
         op == Op::kSinglePrefill ? small_spec(op, {45}, {60}) : small_spec(op, {45, 8}, {60, 8});
     spec.problem.mask_mode = MaskMode::kCausal;
-    spec.problem.return_lse = true;
+    spec.return_lse = true;
     testing::Case c = testing::Case::make(spec);
     const testing::CheckResult result =
         testing::check_against_reference(c, testing::run_with_backend("cpu", 2));

@@ -40,12 +40,12 @@ CaseSpec variant_spec(int i, std::mt19937& rng) {
   p.kv_dtype = (i / 7) % 2 ? DType::kE5M2 : DType::kE4M3;
   if (p.kv_scale_granularity == KVScaleGranularity::kPerTensor) {
     if (i % 4 == 0) p.kv_dtype = DType::kBF16;
-    p.k_scale = 0.75f;
-    p.v_scale = 1.5f;
+    spec.scalars.k_scale = 0.75f;
+    spec.scalars.v_scale = 1.5f;
   }
   p.q_dtype = (i / 11) % 2 ? DType::kF16 : DType::kBF16;
   p.o_dtype = (i / 13) % 2 ? DType::kF32 : DType::kBF16;
-  p.return_lse = true;
+  spec.return_lse = true;
   if (!is_decode(p.op) && i % 3 == 0) p.mask_mode = MaskMode::kCausal;
   if (i % 7 == 3) p.window_left = pick(20);
   if (i % 9 == 4) p.logits_soft_cap = 8.0f;
@@ -82,8 +82,8 @@ TEST(CpuVariants, EveryOperationEveryVariant) {
           p.kv_dtype = kv;
           p.page_size = 16;
           if (is_fp8(kv)) {
-            p.k_scale = 0.5f;
-            p.v_scale = 2.0f;
+            s.scalars.k_scale = 0.5f;
+            s.scalars.v_scale = 2.0f;
           }
           if (is_batch(op)) {
             p.batch_size = 4;
@@ -127,7 +127,7 @@ TEST(CpuVariants, SplitDecodeAddsTheSinkOnceAtTheMerge) {
       p.kv_dtype = DType::kE4M3;
       p.kv_scale_granularity = g;
       p.use_sinks = true;
-      p.return_lse = true;
+      spec.return_lse = true;
       p.window_left = 40;  // request 2's first chunks see no key: their partials are empty
       spec.kv_lens = {300, 97, 260};
       expect_matches_reference(spec, isa, {.num_threads = 2, .kv_chunk_size = 64});
@@ -147,7 +147,7 @@ TEST(CpuVariants, SinkOnRowsWithNoVisibleKey) {
     p.head_dim_qk = p.head_dim_vo = 96;
     p.mask_mode = MaskMode::kCausal;
     p.use_sinks = true;
-    p.return_lse = true;
+    spec.return_lse = true;
     spec.kv_lens = {3};
     spec.qo_lens = {9};
     for (CpuIsa isa : isa_levels()) expect_matches_reference(spec, isa);

@@ -111,7 +111,9 @@ void merge_on_host(const Problem& p, const AttentionParams& k, const Schedule& s
         store_out_pair(k, row.out_row * k.o_stride_row + h * k.o_stride_head + d * k.o_stride_dim,
                        o[size_t(d)] * inv, o[size_t(d + 1)] * inv);
       }
-      if (k.lse) k.lse[row.out_row * k.lse_stride_row + h * k.lse_stride_head] = merger.lse();
+      if (k.lse) {
+        k.lse[row.out_row * k.lse_stride_row + h * k.lse_stride_head] = merger.lse() * k.lse_scale;
+      }
     }
   }
 }
@@ -194,7 +196,7 @@ TEST(Fa2CtaReplay, LengthsAroundTheTilesAndGroups) {
           testing::CaseSpec s = spec_for(key, Op::kBatchPrefillPaged, {qo, 1},
                                          {std::max(kv, qo), kv}, h.qo, h.kv);
           s.problem.mask_mode = mask;
-          s.problem.return_lse = true;
+          s.return_lse = true;
           expect_matches(s, "qo=" + std::to_string(qo) + " kv=" + std::to_string(kv) +
                                 " heads=" + std::to_string(h.qo) + "/" + std::to_string(h.kv));
         }
@@ -210,7 +212,7 @@ TEST(Fa2CtaReplay, OtherKeysAndHeadDims) {
       for (MaskMode mask : {MaskMode::kNone, MaskMode::kCausal}) {
         testing::CaseSpec s = spec_for(key, op, {1, 20}, {37, 70});
         s.problem.mask_mode = mask;
-        s.problem.return_lse = true;
+        s.return_lse = true;
         expect_matches(s, std::string(op_name(op)) + "/" + kernel_key_string(key));
       }
     }
@@ -246,12 +248,14 @@ TEST(Fa2CtaReplay, LayoutsPageSizesAndCombinedCaches) {
 }
 
 // Split-KV: the units write partial states that the merge folds (chunk boundaries inside and at
-// the K/V blocks), with sinks and LSE.
+// the K/V blocks), with sinks and LSE (base 2 for one chunk size: the partials stay natural, the
+// merge and the unsplit epilogue write base 2).
 TEST(Fa2CtaReplay, SplitKVMatchesTheReference) {
   for (const KernelKey& key : {kReplayKeys[0], kReplayKeys[1]}) {
     for (int64_t chunk : {int64_t(64), int64_t(80)}) {
       testing::CaseSpec s = spec_for(key, Op::kBatchDecode, {1, 1}, {200, 33}, 8, 2);
-      s.problem.return_lse = true;
+      s.return_lse = true;
+      s.scalars.lse_base = chunk == 80 ? LseBase::k2 : LseBase::kE;
       s.problem.use_sinks = true;
       expect_matches(s, "chunk " + std::to_string(chunk), chunk);
     }

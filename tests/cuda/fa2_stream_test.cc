@@ -179,7 +179,6 @@ struct DecodeCase {
     p.head_dim_qk = p.head_dim_vo = 128;
     p.page_size = 16;
     p.q_dtype = p.kv_dtype = p.o_dtype = DType::kBF16;
-    p.return_lse = true;
     const int pages = 24;
     for (int i = 0; i < indptr.back(); ++i) indices.push_back((i * 7) % pages);
     last[2] = 1;  // an empty request has no pages; its last_page_len is still in [1, page_size]

@@ -42,7 +42,7 @@ testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
   s.problem.kv_dtype = key.kv;
   s.problem.o_dtype = is_fp8(key.q) ? DType::kBF16 : key.q;
   s.problem.page_size = 16;
-  s.problem.return_lse = true;
+  s.return_lse = true;
   s.qo_lens = std::move(qo);
   s.kv_lens = std::move(kv);
   return s;

@@ -104,7 +104,7 @@ TEST(Fa3Replay, EveryDeclaredKey) {
     for (Op op : {Op::kBatchPrefillRagged, Op::kBatchDecode}) {
       testing::CaseSpec s = spec_for(key, op, {70, 1}, {130, 65});
       s.problem.mask_mode = MaskMode::kCausal;
-      s.problem.return_lse = true;
+      s.return_lse = true;
       expect_matches(s, std::string(op_name(op)) + "/" + kernel_key_string(key));
     }
   }
@@ -126,7 +126,7 @@ TEST(Fa3Replay, LengthsAroundTheTilesAndGroups) {
           testing::CaseSpec s =
               spec_for(key, op, std::vector<int64_t>(kvs.size(), qo), kvs, h.qo, h.kv);
           s.problem.mask_mode = MaskMode::kCausal;
-          s.problem.return_lse = true;
+          s.return_lse = true;
           expect_matches(s, std::string(op_name(op)) + " qo=" + std::to_string(qo) + " heads " +
                                 std::to_string(h.qo) + "/" + std::to_string(h.kv) + " " +
                                 kernel_key_string(key));
@@ -171,7 +171,7 @@ TEST(Fa3Replay, CausalAndWindows) {
         testing::CaseSpec s = spec_for(key, Op::kBatchPrefillRagged, {17, 140}, {40, 300});
         s.problem.window_left = window;
         s.problem.mask_mode = causal ? MaskMode::kCausal : MaskMode::kNone;
-        s.problem.return_lse = true;
+        s.return_lse = true;
         expect_matches(s, "window " + std::to_string(window) + (causal ? " causal" : "") + " " +
                               kernel_key_string(key));
       }
@@ -187,7 +187,8 @@ TEST(Fa3Replay, SplitKv) {
     for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged, Op::kBatchPrefillRagged}) {
       for (int64_t chunk : {int64_t(64), int64_t(200)}) {
         testing::CaseSpec s = spec_for(key, op, {1, 5}, {300, 129}, 8, 2);
-        s.problem.return_lse = true;
+        s.return_lse = true;
+        s.scalars.lse_base = chunk == 200 ? LseBase::k2 : LseBase::kE;  // merged states' base
         s.problem.mask_mode = MaskMode::kCausal;
         ReplayOptions o;
         o.kv_chunk_size = chunk;
@@ -198,7 +199,8 @@ TEST(Fa3Replay, SplitKv) {
       }
     }
     testing::CaseSpec s = spec_for(key, Op::kBatchDecode, {1}, {1500}, 8, 8);
-    s.problem.return_lse = true;
+    s.return_lse = true;
+    s.scalars.lse_base = LseBase::k2;
     expect_matches(s, "planner's split " + kernel_key_string(key));
   }
 }

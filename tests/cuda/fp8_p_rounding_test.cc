@@ -39,7 +39,7 @@ Status fp8_kernel_model(const Problem& p, const AttentionArgs& args, float p_sca
           for (int64_t j = j0; j < j1; ++j) {
             float dot = 0.0f;
             for (int d = 0; d < p.head_dim_qk; ++d) {
-              dot += float(rows.q(b, i, h, d)) * p.q_scale * float(rows.k(b, j, kvh, d)) *
+              dot += float(rows.q(b, i, h, d)) * rows.q_scale() * float(rows.k(b, j, kvh, d)) *
                      float(rows.k_scale(b, j, kvh));
             }
             s[size_t(j - j0)] = dot * scale;
@@ -60,7 +60,7 @@ Status fp8_kernel_model(const Problem& p, const AttentionArgs& args, float p_sca
           m = m_new;
         }
         for (int d = 0; d < p.head_dim_vo; ++d) rows.store_out(b, i, h, d, o[size_t(d)] / l);
-        if (p.return_lse) rows.store_lse(b, i, h, m + std::log(l));
+        if (rows.returns_lse()) rows.store_lse(b, i, h, m + std::log(l));
       }
     }
   }
@@ -78,7 +78,7 @@ CaseSpec fp8_spec(DType q, DType o, int64_t kv_len) {
   p.q_dtype = q;
   p.kv_dtype = q;
   p.o_dtype = o;
-  p.return_lse = true;
+  s.return_lse = true;
   s.qo_lens = {16};
   s.kv_lens = {kv_len};
   s.value_range = 4.0f;  // a peaked softmax: many small P that e4m3 rounds coarsely

@@ -155,7 +155,6 @@ TEST(Fa3KernelSetTest, KernelBuiltSaysWhatIsMissing) {
   p.window_left = 8;
   p.logits_soft_cap = 30.0f;
   p.mask_mode = MaskMode::kCausal;
-  p.return_lse = true;
   EXPECT_TRUE(fa3_backend().kernel_built(p, sm90).ok());
   for (Op op : {Op::kBatchDecode, Op::kSingleDecode}) {
     p = prefill_for(kBuiltKernelKeysStorage[0]);

@@ -23,7 +23,6 @@ struct MlaFixture {
   MlaFixture() {
     problem = make_mla_problem(3, kHeads, kPageSize, 0.125f, kCkv, kKpe);
     problem.mask_mode = MaskMode::kCausal;
-    problem.return_lse = true;
     auto fill = [](std::vector<uint16_t>* v, size_t n) {
       v->resize(n);
       for (size_t i = 0; i < n; ++i) (*v)[i] = num::f32_to_bf16(std::sin(0.37f * i));
@@ -130,8 +129,9 @@ std::vector<MlaCase> cases() {
        ErrorCode::kInvalidArgument, "v_scale_cache"},
       {"q_pe_missing", [](F& f) { f.args.q_pe = TensorView(); }, ErrorCode::kInvalidArgument,
        "q_pe", true},
-      {"lse_missing", [](F& f) { f.args.lse = TensorView(); }, ErrorCode::kInvalidArgument, "lse",
-       true},
+      // The LSE is a layer's choice (an lse tensor or none); MLA's run scales are k_scale alone.
+      {"q_scale_not_one_for_mla", [](F& f) { f.args.scalars.q_scale = 2.0f; },
+       ErrorCode::kInvalidScale, "q_scale"},
       {"out_aliases_ckv_cache",
        [](F& f) {
          f.args.out = TensorView::contiguous(f.ckv.data(), DType::kBF16, {1, F::kHeads, F::kCkv});

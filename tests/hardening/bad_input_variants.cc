@@ -61,19 +61,15 @@ std::size_t first_read_slot(F& f) {
 std::vector<AttentionCase> variant_cases() {
   const bool kProblem = false;
   std::vector<AttentionCase> cases = {
-      {"sinks_missing", kAll,
-       [](F& f) {
-         with_sinks(f);
-         f.args.sinks = TensorView{};
-       },
-       ErrorCode::kInvalidArgument, kProblem, MaskMode::kNone, false,
-       /*plan_needs_no_data=*/true},
+      // (use_sinks says a layer may pass sinks: one without them is valid.) Sinks given to a
+      // problem without use_sinks: plan refuses them; a plan's run takes them where its backend
+      // has sinks (tests/core/run_values_test.cc).
       {"sinks_without_use_sinks", kAll,
        [](F& f) {
          with_sinks(f);
          f.problem.use_sinks = false;
        },
-       ErrorCode::kInvalidArgument},
+       ErrorCode::kInvalidArgument, kProblem},
       {"sinks_wrong_length", kAll,
        [](F& f) {
          with_sinks(f);
@@ -113,7 +109,7 @@ std::vector<AttentionCase> variant_cases() {
       {"per_head_with_per_tensor_k_scale", kAll,
        [](F& f) {
          with_head_scales(f);
-         f.problem.k_scale = 2.0f;
+         f.args.scalars.k_scale = 2.0f;
        },
        ErrorCode::kInvalidScale, kProblem},
       {"per_head_k_scale_missing", kAll,

@@ -53,7 +53,6 @@ AttentionFixture::AttentionFixture(Op op, MaskMode mask, bool packed_mask, KVLay
   p.kv_layout = layout;
   p.q_dtype = p.kv_dtype = p.o_dtype = DType::kF32;
   p.mask_mode = mask;
-  p.return_lse = true;
 
   std::vector<int64_t> qo_lens, kv_lens;
   if (is_batch(op)) {

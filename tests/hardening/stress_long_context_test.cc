@@ -102,7 +102,6 @@ class StressLongContext : public ::testing::TestWithParam<Op> {
     p.kv_dtype = DType::kBF16;
     p.o_dtype = DType::kF32;
     p.mask_mode = op == Op::kBatchPrefillPaged ? MaskMode::kCausal : MaskMode::kNone;
-    p.return_lse = true;
     const int64_t rows = op == Op::kBatchPrefillPaged ? 3 : 1;
     lc->q.resize(rows * kDim);
     for (int64_t i = 0; i < rows * kDim; ++i) lc->q[i] = 0.5f * std::sin(1.0f + i);

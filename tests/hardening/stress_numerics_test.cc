@@ -117,7 +117,7 @@ TEST_P(StressLogits, MatchTheExactSoftmaxWithoutOverflow) {
   p.o_dtype = DType::kF32;
   p.sm_scale = 1.0f;
   p.logits_soft_cap = lp.soft_cap;
-  p.return_lse = true;
+  spec.return_lse = true;
   spec.kv_lens = {5};
   spec.qo_lens = {2};
   // q = (100, 1, 0, 0): logit_j = 100 k_j[0] + k_j[1]. Every value is exact in bf16.
@@ -285,7 +285,7 @@ TEST_P(StressEmptyRows, GiveZeroAndMinusInfinityNeverNaN) {
   p.q_dtype = p.kv_dtype = DType::kBF16;
   p.o_dtype = DType::kF32;
   p.mask_mode = ec.mask;
-  p.return_lse = true;
+  spec.return_lse = true;
   spec.kv_lens = ec.kv_lens;
   spec.qo_lens = ec.qo_lens;
   spec.custom_mask_density = 1.0;  // every other row keeps all of its keys

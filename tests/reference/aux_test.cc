@@ -239,7 +239,6 @@ TEST(ReferenceAppendPagedKvCache, AppendThenAttendEqualsContiguous) {
   paged.op = Op::kBatchPrefillPaged;
   paged.batch_size = 2;
   paged.page_size = 2;
-  paged.return_lse = true;
   std::vector<std::byte> q;
   for (int b = 0; b < 2; ++b) q.insert(q.end(), batch.q[b].begin(), batch.q[b].end());
   std::vector<int32_t> qo_indptr = {0, 2, 5};

@@ -114,7 +114,6 @@ TEST(ReferenceBoundary, PackedMaskOfEachRequestStartsAtAByteBoundary) {
   p.mask_mode = MaskMode::kCustom;
   p.op = Op::kBatchPrefillRagged;
   p.batch_size = 2;
-  p.return_lse = true;
   std::vector<float> q(2 * 4, 0.0f), k(6 * 4, 0.0f), v = {1, 2, 4, 8, 16, 32};
   std::vector<int32_t> qo_indptr = {0, 1, 2}, kv_indptr = {0, 3, 6};
   std::vector<uint8_t> mask = {0b011, 0b100};

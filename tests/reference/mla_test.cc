@@ -29,9 +29,9 @@ void expect_mla_is_mqa(DType kv, bool causal, std::vector<int64_t> qo, std::vect
   spec.problem = make_mla_problem(static_cast<int>(kvl.size()), 16, 5, 0.2f, 48, 16);
   Problem& p = spec.problem;
   p.kv_dtype = kv;
-  p.k_scale = is_fp8(kv) ? 0.75f : 1.0f;
+  spec.scalars.k_scale = is_fp8(kv) ? 0.75f : 1.0f;
   p.mask_mode = causal ? MaskMode::kCausal : MaskMode::kNone;
-  p.return_lse = true;
+  spec.return_lse = true;
   p.o_dtype = DType::kF32;
   spec.qo_lens = qo;
   spec.kv_lens = kvl;
@@ -50,7 +50,6 @@ void expect_mla_is_mqa(DType kv, bool causal, std::vector<int64_t> qo, std::vect
   std::vector<std::byte> v = c.k_cache;
   Problem mqa = p;
   mqa.op = Op::kBatchPrefillPaged;
-  mqa.v_scale = p.k_scale;
   AttentionArgs a = c.args_with_fresh_outputs(DType::kF32);
   AttentionArgs m;
   m.q = TensorView::contiguous(q.data(), p.q_dtype, {rows, h, ckv + kpe});
@@ -62,6 +61,7 @@ void expect_mla_is_mqa(DType kv, bool causal, std::vector<int64_t> qo, std::vect
   m.kv_last_page_len = a.kv_last_page_len;
   m.out = a.out;
   m.lse = a.lse;
+  m.scalars.k_scale = m.scalars.v_scale = spec.scalars.k_scale;
   const Status s = run(mqa, m, reference);
   ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_TRUE(c.out == c.fresh_out) << "output bits differ";

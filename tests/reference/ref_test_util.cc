@@ -23,7 +23,6 @@ TensorView index_view(std::vector<int32_t>& v) {
 
 Result run_with_outputs(Problem p, AttentionArgs a, int64_t total_qo) {
   p.o_dtype = DType::kF32;
-  p.return_lse = true;
   Result r;
   r.out.assign(total_qo * p.num_qo_heads * p.head_dim_vo, NAN);
   r.lse.assign(total_qo * p.num_qo_heads, NAN);
@@ -75,6 +74,7 @@ Result run_single(const Batch& batch, int b, bool decode, KVLayout layout) {
     a.k = TensorView::contiguous(k.data(), p.kv_dtype, {hk, kv, p.head_dim_qk});
     a.v = TensorView::contiguous(v.data(), p.kv_dtype, {hk, kv, p.head_dim_vo});
   }
+  a.scalars = batch.scalars;
   return run_with_outputs(p, a, decode ? 1 : batch.qo_lens[b]);
 }
 
@@ -91,6 +91,7 @@ Result run_ragged(const Batch& batch) {
   a.v = TensorView::contiguous(v.data(), p.kv_dtype, {total_kv, p.num_kv_heads, p.head_dim_vo});
   a.qo_indptr = index_view(qo_indptr);
   a.kv_indptr = index_view(kv_indptr);
+  a.scalars = batch.scalars;
   return run_with_outputs(p, a, total_qo);
 }
 
@@ -161,6 +162,7 @@ Result run_paged(const Batch& batch, const PagedLayout& lay, bool decode) {
   a.kv_indptr = index_view(kv_indptr);
   a.kv_indices = index_view(kv_indices);
   a.kv_last_page_len = index_view(kv_last_page_len);
+  a.scalars = batch.scalars;
   return run_with_outputs(p, a, total_qo);
 }
 

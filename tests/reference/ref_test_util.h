@@ -36,6 +36,9 @@ struct Dense {
   std::vector<std::byte> k_bytes, v_bytes;
   std::vector<uint8_t> mask;
   bool mask_packed = false;
+  // The run values: scales, the LSE base, and whether the lse is asked for.
+  RunScalars scalars;
+  bool return_lse = true;
 
   Dense(int64_t qo, int64_t kv, int hq, int hk, int dqk, int dvo, bool decode = false)
       : qo_len(qo), kv_len(kv) {
@@ -46,7 +49,6 @@ struct Dense {
     p.head_dim_qk = dqk;
     p.head_dim_vo = dvo;
     p.q_dtype = p.kv_dtype = p.o_dtype = DType::kF32;
-    p.return_lse = true;
     q.assign(qo * hq * dqk, 0.0f);
     k.assign(kv * hk * dqk, 0.0f);
     v.assign(kv * hk * dvo, 0.0f);
@@ -80,7 +82,8 @@ struct Dense {
     }
     a.out = decode ? TensorView::contiguous(out.data(), DType::kF32, {hq, p.head_dim_vo})
                    : TensorView::contiguous(out.data(), DType::kF32, {qo_len, hq, p.head_dim_vo});
-    if (p.return_lse) {
+    a.scalars = scalars;
+    if (return_lse) {
       a.lse = decode ? TensorView::contiguous(lse.data(), DType::kF32, {hq})
                      : TensorView::contiguous(lse.data(), DType::kF32, {qo_len, hq});
     }
@@ -114,6 +117,7 @@ struct Dense {
 // v [kv, Hk, Dvo], all in the problem's dtypes (raw bytes).
 struct Batch {
   Problem p;  // the op is set by each run_*
+  RunScalars scalars;  // every run_* passes them
   std::vector<int64_t> qo_lens, kv_lens;
   std::vector<std::vector<std::byte>> q, k, v;
 

@@ -243,9 +243,9 @@ TEST(ReferenceSemantics, ScalesMultiplyStoredValuesForEveryDtype) {
   // f32 storage with scales: real q = 2 * 0.5, real k = (1, 3) * 4, real v = (1, 2) * 8.
   Dense t(1, 2, 1, 1, 1, 1);
   t.p.sm_scale = 1.0f;
-  t.p.q_scale = 0.5f;
-  t.p.k_scale = 4.0f;
-  t.p.v_scale = 8.0f;
+  t.scalars.q_scale = 0.5f;
+  t.scalars.k_scale = 4.0f;
+  t.scalars.v_scale = 8.0f;
   t.q = {2};
   t.k = {1, 3};
   t.v = {1, 2};
@@ -265,11 +265,7 @@ TEST(ReferenceSemantics, Fp8KeysAndValuesAreDequantizedWithTheirScales) {
   p.q_dtype = DType::kE5M2;
   p.kv_dtype = DType::kE4M3;
   p.o_dtype = DType::kF32;
-  p.return_lse = true;
   p.sm_scale = 1.0f;
-  p.q_scale = 0.25f;
-  p.k_scale = 2.0f;
-  p.v_scale = 0.5f;
   uint8_t q[1] = {0x3c}, k[2] = {0x38, 0x44}, v[2] = {0x40, 0x44};
   float out[1] = {NAN}, lse[1] = {NAN};
   AttentionArgs a;
@@ -278,6 +274,9 @@ TEST(ReferenceSemantics, Fp8KeysAndValuesAreDequantizedWithTheirScales) {
   a.v = TensorView::contiguous(v, p.kv_dtype, {2, 1, 1});
   a.out = TensorView::contiguous(out, DType::kF32, {1, 1});
   a.lse = TensorView::contiguous(lse, DType::kF32, {1});
+  a.scalars.q_scale = 0.25f;
+  a.scalars.k_scale = 2.0f;
+  a.scalars.v_scale = 0.5f;
   ASSERT_TRUE(run_reference(p, a).ok());
   const double s0 = 0.25 * 2.0, s1 = 0.25 * 6.0;  // real q = 0.25, real k = 2, 6
   const double e0 = std::exp(s0), e1 = std::exp(s1);

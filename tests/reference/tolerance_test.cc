@@ -28,7 +28,7 @@ CaseSpec spec_of(Op op, DType q, DType kv, DType o, std::vector<int64_t> qo,
   s.problem.q_dtype = q;
   s.problem.kv_dtype = kv;
   s.problem.o_dtype = o;
-  s.problem.return_lse = true;
+  s.return_lse = true;
   s.qo_lens = std::move(qo);
   s.kv_lens = std::move(kv_lens);
   return s;
@@ -43,8 +43,8 @@ std::vector<CaseSpec> varied_specs() {
   a.problem.kv_layout = KVLayout::kHND;
   specs.push_back(a);
   CaseSpec b = spec_of(Op::kBatchDecode, DType::kF16, DType::kE4M3, DType::kF16, {}, {7, 1, 12});
-  b.problem.k_scale = 0.5f;
-  b.problem.v_scale = 2.0f;
+  b.scalars.k_scale = 0.5f;
+  b.scalars.v_scale = 2.0f;
   b.problem.pos_encoding_mode = PosEncoding::kAlibi;
   b.problem.logits_soft_cap = 2.0f;
   b.combined_kv_cache = true;
@@ -63,8 +63,8 @@ std::vector<CaseSpec> varied_specs() {
   specs.push_back(d);
   CaseSpec e = spec_of(Op::kSingleDecode, DType::kE4M3, DType::kE4M3, DType::kF32, {}, {13});
   e.problem.batch_size = 1;
-  e.problem.q_scale = 0.25f;
-  e.problem.return_lse = false;
+  e.scalars.q_scale = 0.25f;
+  e.return_lse = false;
   specs.push_back(e);
   return specs;
 }
@@ -196,10 +196,11 @@ TEST(Tolerance, Fp16QkReductionWidensTheBound) {
 TEST(Tolerance, Fp16QkWideningIsOneF16StepOfTheLargestScore) {
   Problem p;
   p.head_dim_qk = 16;  // default sm_scale 1/4
-  p.k_scale = 2.0f;
-  EXPECT_EQ(fp16_qk_widening(p, 1.0, 1.0, 1.0).lse, 0.0);  // not asked: no widening
+  RunScalars s;
+  s.k_scale = 2.0f;
+  EXPECT_EQ(fp16_qk_widening(p, s, 1.0, 1.0, 1.0).lse, 0.0);  // not asked: no widening
   p.use_fp16_qk_reduction = true;
-  const ScoreWidening w = fp16_qk_widening(p, 1.0, 0.5, 3.0);
+  const ScoreWidening w = fp16_qk_widening(p, s, 1.0, 0.5, 3.0);
   const double delta = 16 * 1.0 * (0.5 * 2.0) / 1024 * 0.25;
   EXPECT_DOUBLE_EQ(w.lse, delta);
   EXPECT_DOUBLE_EQ(w.out, 2 * delta * 3.0);

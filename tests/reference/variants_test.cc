@@ -145,7 +145,6 @@ Batch zero_query_batch(std::vector<int64_t> qo, std::vector<int64_t> kv) {
   p.head_dim_qk = p.head_dim_vo = 96;
   p.q_dtype = p.kv_dtype = DType::kBF16;
   p.o_dtype = DType::kF32;
-  p.return_lse = true;
   Batch batch(p, std::move(qo), std::move(kv), 96);
   for (auto& q : batch.q) std::fill(q.begin(), q.end(), std::byte{0});
   return batch;

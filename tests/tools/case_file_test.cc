@@ -29,7 +29,7 @@ std::vector<Variant> variants() {
       {"causal_lse",
        [](testing::CaseSpec* s) {
          s->problem.mask_mode = MaskMode::kCausal;
-         s->problem.return_lse = true;
+         s->return_lse = true;
        }},
       {"custom_mask", [](testing::CaseSpec* s) { s->problem.mask_mode = MaskMode::kCustom; }},
       {"packed_custom_mask",
@@ -41,8 +41,8 @@ std::vector<Variant> variants() {
        [](testing::CaseSpec* s) {
          s->combined_kv_cache = true;
          s->problem.kv_dtype = DType::kE4M3;
-         s->problem.k_scale = 0.5f;
-         s->problem.v_scale = 1.75f;
+         s->scalars.k_scale = 0.5f;
+         s->scalars.v_scale = 1.75f;
        }},
       {"alibi_window_softcap",
        [](testing::CaseSpec* s) {
@@ -67,7 +67,7 @@ std::vector<Variant> variants() {
          s->problem.kv_dtype = DType::kE4M3;
          s->problem.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
          s->problem.mask_mode = MaskMode::kCausal;
-         s->problem.return_lse = true;
+         s->return_lse = true;
        }},
       {"per_head_e5m2_d96",
        [](testing::CaseSpec* s) {
@@ -146,7 +146,12 @@ TEST(CaseFileTest, ReplayGivesTheSameOutputBits) {
         AttentionArgs original = c.args();
         ASSERT_TRUE(run_reference(p, original).ok());
         OutputBuffers replay;
-        AttentionArgs replay_args = loaded.args_with_outputs(&replay, p.o_dtype, p.return_lse);
+        // The run values travel with the case (metadata q_scale, ..., return_lse).
+        EXPECT_EQ(loaded.run.return_lse, c.spec().return_lse);
+        EXPECT_EQ(loaded.run.k_scale, c.spec().scalars.k_scale);
+        EXPECT_EQ(loaded.run.v_scale, c.spec().scalars.v_scale);
+        AttentionArgs replay_args =
+            loaded.args_with_outputs(&replay, p.o_dtype, loaded.run.return_lse);
         s = run_reference(loaded.problem, replay_args);
         ASSERT_TRUE(s.ok()) << s.to_string();
         ASSERT_EQ(replay.out.size(), c.out.size());
@@ -161,7 +166,7 @@ TEST(CaseFileTest, ReplayGivesTheSameOutputBits) {
 
 TEST(CaseFileTest, SaveLoadFileAndOutput) {
   testing::CaseSpec spec = base_spec(Op::kBatchDecode, KVLayout::kHND);
-  spec.problem.return_lse = true;
+  spec.return_lse = true;
   testing::Case c = testing::Case::make(spec);
   OwnedCase captured;
   ASSERT_TRUE(capture_case(c, &captured).ok());
@@ -177,7 +182,9 @@ TEST(CaseFileTest, SaveLoadFileAndOutput) {
   Status s = run_reference(loaded.problem, a);
   ASSERT_TRUE(s.ok()) << s.to_string();
   const std::string out_path = temp_path("kvattn_case_test_out.safetensors");
-  ASSERT_TRUE(save_output(out_path, loaded.problem, a.out, a.lse, {{"backend", "reference"}}).ok());
+  ASSERT_TRUE(
+      save_output(out_path, loaded.problem, loaded.run, a.out, a.lse, {{"backend", "reference"}})
+          .ok());
   SafeTensorsFile f;
   ASSERT_TRUE(read_safetensors_file(out_path, &f).ok());
   const SafeTensor* out = f.contents.find("out");
@@ -197,10 +204,11 @@ TEST(CaseFileTest, MetadataIsSpelledAsOnTheCommandLine) {
   p.kv_dtype = DType::kE5M2;
   p.mask_mode = MaskMode::kCausal;
   p.sm_scale = 0.125f;
-  p.k_scale = 0.0123f;
   p.rope_theta = 500000.0f;
-  p.return_lse = true;
-  Metadata m = problem_to_fields(p);
+  RunValues run;
+  run.k_scale = 0.0123f;
+  run.return_lse = true;
+  Metadata m = problem_to_fields(p, run);
   EXPECT_EQ(m.at("op"), "batch_prefill_ragged");
   EXPECT_EQ(m.at("q_data_type"), "e4m3");
   EXPECT_EQ(m.at("kv_data_type"), "e5m2");

@@ -22,9 +22,9 @@ testing::CaseSpec mla_spec(DType kv) {
   testing::CaseSpec s;
   s.problem = make_mla_problem(3, 16, 4, 0.125f, 64, 16);
   s.problem.kv_dtype = kv;
-  if (is_fp8(kv)) s.problem.k_scale = 0.5f;
+  if (is_fp8(kv)) s.scalars.k_scale = 0.5f;
   s.problem.mask_mode = MaskMode::kCausal;
-  s.problem.return_lse = true;
+  s.return_lse = true;
   s.qo_lens = {2, 0, 3};
   s.kv_lens = {9, 0, 13};
   s.seed = 42;
@@ -59,7 +59,7 @@ TEST(MlaCaseFileTest, RoundTripAndReplayGiveTheSameBits) {
       ASSERT_TRUE(run_on(backend, c.problem(), original).ok()) << backend;
       OutputBuffers replay;
       AttentionArgs replay_args =
-          loaded.args_with_outputs(&replay, loaded.problem.o_dtype, loaded.problem.return_lse);
+          loaded.args_with_outputs(&replay, loaded.problem.o_dtype, loaded.run.return_lse);
       ASSERT_TRUE(run_on(backend, loaded.problem, replay_args).ok()) << backend;
       EXPECT_TRUE(replay.out == c.out) << backend << ": output bits differ";
       EXPECT_TRUE(replay.lse == c.lse) << backend << ": lse bits differ";

@@ -10,6 +10,7 @@
 
 #include "core/backend.h"
 #include "core/numeric.h"
+#include "core/run_scalars.h"
 #include "core/status_macros.h"
 #include "cpu/common/split_merge.h"
 #include "cpu/common/thread_pool.h"
@@ -100,7 +101,7 @@ void merge_split(const Plan& plan, const DecodeParams& p, const std::vector<int6
       }
     }
     if (p.lse) {
-      p.lse[w0.request * p.lse_stride_b + qo_head * p.lse_stride_h] = lse;
+      p.lse[w0.request * p.lse_stride_b + qo_head * p.lse_stride_h] = lse * p.lse_scale;
     }
   }
 }
@@ -238,8 +239,9 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   p.o_stride_b = single ? 0 : args.out.strides[0];
   p.o_stride_h = args.out.strides[single ? 0 : 1];
   p.o_stride_d = args.out.strides[single ? 1 : 2];
-  if (pb.return_lse) {
+  if (!args.lse.empty()) {
     p.lse = args.lse.as<float>();
+    p.lse_scale = lse_store_scale(args.scalars);
     p.lse_stride_b = single ? 0 : args.lse.strides[0];
     p.lse_stride_h = args.lse.strides[single ? 0 : 1];
   }
@@ -280,10 +282,12 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   }
   p.kv_len = plan.kv_len.data();
 
-  p.q_scale = pb.q_scale;
-  p.k_scale = pb.k_scale;
-  p.v_scale = pb.v_scale;
-  if (pb.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+  const RunScalars& scalars = args.scalars;
+  p.q_scale = pb.use_fp16_qk_reduction ? scalars.q_scale : 1.0f;
+  p.k_scale = scalars.k_scale;
+  p.v_scale = scalars.v_scale;
+  // Per-head scales: a per_head plan's, or this layer's on a per_tensor plan.
+  if (!args.k_scale.empty()) {
     auto* k_head = reinterpret_cast<float*>(ws + layout.k_head);
     auto* v_head = reinterpret_cast<float*>(ws + layout.v_head);
     for (int h = 0; h < pb.num_kv_heads; ++h) {
@@ -307,12 +311,12 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
     p.vs_token_stride = vs.strides[r];
     p.vs_head_stride = vs.strides[r + 1];
   }
-  if (pb.use_sinks) {
+  if (!args.sinks.empty()) {
     auto* sinks = reinterpret_cast<float*>(ws + layout.sinks);
     for (int h = 0; h < pb.num_qo_heads; ++h) sinks[h] = read_f32(args.sinks, h);
     p.sinks = sinks;
   }
-  p.sm_scale = pb.effective_sm_scale();
+  p.sm_scale = pb.effective_sm_scale() * (pb.use_fp16_qk_reduction ? 1.0f : scalars.q_scale);
   p.logits_soft_cap = pb.logits_soft_cap > 0 ? pb.logits_soft_cap : 0.0f;
   p.fp16_qk_reduction = pb.use_fp16_qk_reduction;
   if (pb.pos_encoding_mode == PosEncoding::kAlibi) {

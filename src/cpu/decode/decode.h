@@ -43,6 +43,9 @@ struct DecodeParams {
   int64_t indptr_stride = 1, indices_stride = 1;
   const int64_t* kv_len = nullptr;  // per request
 
+  // q_scale is applied to the staged q only where the raw dot is rounded to f16 (which must see
+  // the scaled q); elsewhere it is folded into sm_scale, so the bf16 dot products take q exactly
+  // as stored: (q * q_scale) . k * sm_scale = q . k * (q_scale * sm_scale).
   float q_scale = 1, k_scale = 1, v_scale = 1, sm_scale = 1;
   // kv_scale_granularity per_head: [H_kv] each (k_scale / v_scale are then 1).
   const float* k_head_scale = nullptr;
@@ -72,6 +75,7 @@ struct DecodeParams {
   int64_t o_stride_b = 0, o_stride_h = 0, o_stride_d = 1;
   float* lse = nullptr;  // null: not asked
   int64_t lse_stride_b = 0, lse_stride_h = 0;
+  float lse_scale = 1;  // the final LSE's base (lse_store_scale); partial states stay natural
   // Split requests: partial state s (= WorkItem::partial) of query g at
   // partial_o[(s*group + g)*head_dim_vo + d], partial_lse[s*group + g].
   float* partial_o = nullptr;

@@ -517,7 +517,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
           store_element<S>(p.o_dtype, dst + d * p.o_stride_d * o_bytes,
                            empty && !nan_key[hi] ? 0.0f : acc[d] * v_raw * norm);
         }
-        if (p.lse) p.lse[b * p.lse_stride_b + qo_head * p.lse_stride_h] = lse;
+        if (p.lse) p.lse[b * p.lse_stride_b + qo_head * p.lse_stride_h] = lse * p.lse_scale;
       }
     }
   }

@@ -12,6 +12,7 @@
 #include "core/backend.h"
 #include "core/element_io.h"
 #include "core/math_constants.h"
+#include "core/run_scalars.h"
 #include "core/split_kv.h"
 #include "core/status_macros.h"
 #include "cpu/common/split_merge.h"
@@ -89,8 +90,8 @@ MlaParams make_params(const Problem& pb, const AttentionArgs& a,
   p.qo_len = plan.qo_len.data();
   p.kv_len = plan.kv_len.data();
   p.causal = pb.mask_mode == MaskMode::kCausal;
-  p.score_scale_log2 = *pb.sm_scale * pb.k_scale * kLog2e;
-  p.k_scale = pb.k_scale;
+  p.score_scale_log2 = *pb.sm_scale * a.scalars.k_scale * kLog2e;
+  p.k_scale = a.scalars.k_scale;
   return p;
 }
 
@@ -105,6 +106,7 @@ void store_rows(const Problem& pb, const AttentionArgs& a, int64_t first_row, in
                 const float* o, const float* lse) {
   auto* out = static_cast<std::byte*>(a.out.data);
   const int heads = pb.num_qo_heads, d_ckv = pb.head_dim_ckv;
+  const float lse_scale = lse_store_scale(a.scalars);  // partial states stay natural
   for (int64_t t = 0; t < tokens; ++t) {
     for (int h = 0; h < heads; ++h) {
       const int64_t r = t * heads + h;
@@ -114,7 +116,7 @@ void store_rows(const Problem& pb, const AttentionArgs& a, int64_t first_row, in
       }
       if (!a.lse.empty()) {
         static_cast<float*>(a.lse.data)[(first_row + t) * a.lse.strides[0] + h * a.lse.strides[1]] =
-            lse[r];
+            lse[r] * lse_scale;
       }
     }
   }

@@ -463,7 +463,7 @@ inline void store_tile(const PrefillParams& p, const RequestInfo& req, int kv_he
     const int64_t o_offset = row * p.o_stride_token + head * p.o_stride_head;
     store_row(tmp, p.head_dim_vo, p.o_dtype,
               static_cast<unsigned char*>(p.out) + o_offset * o_bytes, p.o_stride_dim);
-    if (p.lse) p.lse[row * p.lse_stride_token + head * p.lse_stride_head] = lse;
+    if (p.lse) p.lse[row * p.lse_stride_token + head * p.lse_stride_head] = lse * p.lse_scale;
   }
 }
 

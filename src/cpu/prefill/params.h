@@ -45,6 +45,7 @@ struct PrefillParams {
   int64_t o_stride_token = 0, o_stride_head = 0, o_stride_dim = 1;
   float* lse = nullptr;
   int64_t lse_stride_token = 0, lse_stride_head = 0;
+  float lse_scale = 1.0f;  // the LSE's base (lse_store_scale): 1 natural, log2 e base 2
 
   KVSource k, v;
   DType kv_dtype = DType::kF32;

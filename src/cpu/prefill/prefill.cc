@@ -11,6 +11,7 @@
 
 #include "core/backend.h"
 #include "core/math_constants.h"
+#include "core/run_scalars.h"
 #include "core/status_macros.h"
 #include "cpu/common/thread_pool.h"
 #include "cpu/kernel_table.h"
@@ -222,8 +223,9 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
   params.o_stride_token = args.out.strides[0];
   params.o_stride_head = args.out.strides[1];
   params.o_stride_dim = args.out.strides[2];
-  if (p.return_lse && !args.lse.empty()) {
+  if (!args.lse.empty()) {
     params.lse = static_cast<float*>(args.lse.data);
+    params.lse_scale = lse_store_scale(args.scalars);
     params.lse_stride_token = args.lse.strides[0];
     params.lse_stride_head = args.lse.strides[1];
   }
@@ -272,7 +274,8 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
   auto read_f32 = [](const TensorView& t, int64_t i) {
     return static_cast<const float*>(t.data)[i * t.strides[0]];
   };
-  if (p.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+  // Per-head scales: a per_head plan's, or this layer's on a per_tensor plan.
+  if (!args.k_scale.empty()) {
     auto* head_scales = reinterpret_cast<float*>(base + layout.head_scales);
     for (int h = 0; h < p.num_kv_heads; ++h) {
       head_scales[h] = read_f32(args.k_scale, h);
@@ -281,7 +284,7 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
     params.k_head_scale = head_scales;
     params.v_head_scale = head_scales + p.num_kv_heads;
   }
-  if (p.use_sinks) {
+  if (!args.sinks.empty()) {
     auto* sinks = reinterpret_cast<float*>(base + layout.sinks);
     for (int h = 0; h < p.num_qo_heads; ++h) sinks[h] = read_f32(args.sinks, h);
     params.sinks = sinks;
@@ -299,9 +302,9 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
 
   const double sm_scale = p.effective_sm_scale();
   const double cap = p.logits_soft_cap > 0.0f ? p.logits_soft_cap : 0.0;
-  params.q_scale = p.q_scale;
-  params.k_scale = p.k_scale;
-  params.v_scale = p.v_scale;
+  params.q_scale = args.scalars.q_scale;
+  params.k_scale = args.scalars.k_scale;
+  params.v_scale = args.scalars.v_scale;
   params.fp16_qk_reduction = p.use_fp16_qk_reduction;
   params.soft_cap = static_cast<float>(cap);
   params.cap_log2e = static_cast<float>(cap * kLog2e);

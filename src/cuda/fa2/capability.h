@@ -51,7 +51,6 @@ inline const CapabilityDecl& capability() {
       // Declared unsupported (issue 13): the kernel accumulates q.k in f32 MMAs; accepting the
       // flag and computing something else would be a silently ignored flag.
       .fp16_qk_reduction = false,
-      .return_lse = true,
       .sinks = true,
       .kv_scale_granularities = kScaleGranularities,
       .rules = {},

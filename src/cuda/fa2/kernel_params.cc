@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/run_scalars.h"
 #include "core/status_macros.h"
 
 namespace kvattn::fa2 {
@@ -55,8 +56,9 @@ Status make_kernel_params(const Problem& p, const AttentionArgs& args, const Sch
   k.o_stride_dim = single_decode ? args.out.strides[1] : args.out.strides[2];
   k.out_kind = cuda::out_kind(p.o_dtype);
   k.out_pairs = output_pairs_aligned(args.out, k);
-  if (p.return_lse && !args.lse.empty()) {
+  if (!args.lse.empty()) {
     k.lse = static_cast<float*>(args.lse.data);
+    k.lse_scale = lse_store_scale(args.scalars);
     k.lse_stride_row = single_decode ? 0 : args.lse.strides[0];
     k.lse_stride_head = single_decode ? args.lse.strides[0] : args.lse.strides[1];
   }
@@ -64,8 +66,8 @@ Status make_kernel_params(const Problem& p, const AttentionArgs& args, const Sch
   k.num_qo_heads = p.num_qo_heads;
   k.num_kv_heads = p.num_kv_heads;
   k.group = p.group_size();
-  k.score_scale = p.effective_sm_scale() * p.q_scale * p.k_scale;
-  k.v_scale = p.v_scale;
+  k.score_scale = p.effective_sm_scale() * args.scalars.q_scale * args.scalars.k_scale;
+  k.v_scale = args.scalars.v_scale;
   k.soft_cap = p.logits_soft_cap;
   k.causal = p.mask_mode == MaskMode::kCausal;
   k.window_left = p.window_left;
@@ -82,11 +84,12 @@ Status make_kernel_params(const Problem& p, const AttentionArgs& args, const Sch
     k.alibi_slopes = static_cast<const float*>(args.alibi_slopes.data);
     k.alibi_stride = args.alibi_slopes.strides[0];
   }
-  if (p.use_sinks) {
+  if (!args.sinks.empty()) {
     k.sinks = static_cast<const float*>(args.sinks.data);
     k.sinks_stride = args.sinks.strides[0];
   }
-  if (p.kv_scale_granularity == KVScaleGranularity::kPerHead) {
+  // Per-head scales: a per_head plan's, or this layer's on a per_tensor plan.
+  if (!args.k_scale.empty()) {
     k.k_head_scale = static_cast<const float*>(args.k_scale.data);
     k.v_head_scale = static_cast<const float*>(args.v_scale.data);
     k.k_head_scale_stride = args.k_scale.strides[0];

@@ -60,7 +60,7 @@ __global__ void merge_partials_kernel(const MergeRow* rows, const float* partial
   for (int i = 0; i < kMergeDims; ++i)
     cuda::store_out(p, base + (d0 + i) * p.o_stride_dim, o[i] * inv_sum);
   if (p.lse && threadIdx.x == 0) {
-    p.lse[row.out_row * p.lse_stride_row + h * p.lse_stride_head] = merger.lse();
+    p.lse[row.out_row * p.lse_stride_row + h * p.lse_stride_head] = merger.lse() * p.lse_scale;
   }
 }
 

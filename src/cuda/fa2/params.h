@@ -96,6 +96,7 @@ struct AttentionParams {
   bool out_pairs = false;
   float* lse = nullptr;  // may be null
   int64_t lse_stride_row = 0, lse_stride_head = 1;
+  float lse_scale = 1.0f;  // the final LSE's base (lse_store_scale); partial states stay natural
   // Split-KV partial states: [states, H_qo, D_vo] and [states, H_qo].
   float* partial_o = nullptr;
   float* partial_lse = nullptr;

@@ -80,7 +80,6 @@ inline const CapabilityDecl& capability() {
       .soft_cap = true,
       .sliding_window = true,
       .fp16_qk_reduction = false,
-      .return_lse = true,
       // No attention sinks and per-tensor FP8 scales only, until fa3's kernels have them.
       .sinks = false,
       .kv_scale_granularities = {},

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "core/run_scalars.h"
 #include "core/status_macros.h"
 #include "cuda/common/problem_layout.h"
 #include "cuda/fa3/kernels/packed_rows.h"
@@ -98,22 +99,24 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
   k.o_stride_head = args.out.strides[dim_axis - 1];
   k.o_stride_dim = args.out.strides[dim_axis];  // O is stored element by element
   k.out_kind = cuda::out_kind(p.o_dtype);
-  if (p.return_lse && !args.lse.empty()) {
+  if (!args.lse.empty()) {
     k.lse = static_cast<float*>(args.lse.data);
+    k.lse_scale = lse_store_scale(args.scalars);
     k.lse_stride_row = single_decode ? 0 : args.lse.strides[0];
     k.lse_stride_head = args.lse.strides[single_decode ? 0 : 1];
   }
   k.group = p.group_size();
   k.num_qo_heads = p.num_qo_heads;
   k.rows_per_token = pack::rows_per_token(is_decode(p.op), k.group);
-  const double score_scale = double(p.effective_sm_scale()) * p.q_scale * p.k_scale;
+  const double score_scale =
+      double(p.effective_sm_scale()) * args.scalars.q_scale * args.scalars.k_scale;
   k.score_scale_log2 = float(score_scale * M_LOG2E);
   if (p.logits_soft_cap > 0) {
     k.soft_cap = p.logits_soft_cap;
     k.cap_log2 = float(double(p.logits_soft_cap) * M_LOG2E);
     k.score_scale_over_cap = float(score_scale / p.logits_soft_cap);
   }
-  k.v_scale = p.v_scale;
+  k.v_scale = args.scalars.v_scale;
   k.causal = p.mask_mode == MaskMode::kCausal;
   k.window_left = p.window_left;
 

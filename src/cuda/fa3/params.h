@@ -55,6 +55,7 @@ struct PrefillParams {
   OutKind out_kind = OutKind::kBF16;
   float* lse = nullptr;  // may be null
   int64_t lse_stride_row = 0, lse_stride_head = 1;
+  float lse_scale = 1.0f;  // the final LSE's base (lse_store_scale); partial states stay natural
 
   const RequestInfo* requests = nullptr;
   const sched::Tile* tiles = nullptr;  // longest first

@@ -30,11 +30,11 @@ inline testing::CaseSpec kernel_case_spec(const KernelKey& key, Op op, std::vect
   s.kv_lens = std::move(kv);
   if (is_fp8(key.q)) {
     s.problem.o_dtype = DType::kBF16;
-    s.problem.q_scale = 0.25f;
+    s.scalars.q_scale = 0.25f;
   }
   if (is_fp8(key.kv)) {
-    s.problem.k_scale = 0.5f;
-    s.problem.v_scale = 2.0f;
+    s.scalars.k_scale = 0.5f;
+    s.scalars.v_scale = 2.0f;
   }
   return s;
 }

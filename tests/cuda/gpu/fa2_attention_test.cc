@@ -83,7 +83,7 @@ TEST_F(Fa2Gpu, LengthsAroundTheTilesAndGroups) {
             testing::CaseSpec s =
                 spec_for(key, Op::kBatchPrefillPaged, {qo, 1}, {std::max(kv, qo), kv}, h.qo, h.kv);
             s.problem.mask_mode = mask;
-            s.problem.return_lse = true;
+            s.return_lse = true;
             expect_matches(s, "qo=" + std::to_string(qo) + " kv=" + std::to_string(kv) +
                                   " heads=" + std::to_string(h.qo) + "/" + std::to_string(h.kv));
           }
@@ -125,13 +125,13 @@ TEST_F(Fa2Gpu, SplitKVMatchesTheReference) {
       for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged}) {
         testing::CaseSpec s = spec_for(key, op, {1, 9, 2}, {1500, 10, 0});
         s.problem.mask_mode = MaskMode::kCausal;
-        s.problem.return_lse = true;
+        s.return_lse = true;
         expect_matches(s, "chunk " + std::to_string(chunk), chunk);
       }
     }
     // Decode of one long request: fa2 decides to split by itself.
     testing::CaseSpec s = spec_for(key, Op::kBatchDecode, {1}, {20000}, 32, 8);
-    s.problem.return_lse = true;
+    s.return_lse = true;
     expect_matches(s, "long decode, planner's split");
   }
 }
@@ -142,11 +142,11 @@ TEST_F(Fa2Gpu, OutputDTypesAndEmptyRows) {
       testing::CaseSpec s = spec_for(key, Op::kBatchPrefillRagged, {7, 30}, {7, 12});
       s.problem.o_dtype = o;
       s.problem.mask_mode = MaskMode::kCausal;  // 30 queries over 12 keys: 18 rows see nothing
-      s.problem.return_lse = true;
+      s.return_lse = true;
       expect_matches(s, std::string("o ") + std::string(dtype_name(o)));
     }
     testing::CaseSpec s = spec_for(key, Op::kBatchPrefillPaged, {4, 3}, {0, 5});
-    s.problem.return_lse = true;
+    s.return_lse = true;
     expect_matches(s, "a request without keys");
   }
 }
@@ -170,9 +170,9 @@ TEST_F(Fa2Gpu, SinksAndScaleGranularities) {
                                          : spec_for(key, op, {1, 17, 40, 5}, {40, 17, 130, 0});
             s.problem.use_sinks = sinks;
             s.problem.kv_scale_granularity = g;
-            if (g != KVScaleGranularity::kPerTensor) s.problem.k_scale = s.problem.v_scale = 1.0f;
+            if (g != KVScaleGranularity::kPerTensor) s.scalars.k_scale = s.scalars.v_scale = 1.0f;
             s.problem.mask_mode = MaskMode::kCausal;  // prefill rows past the keys see nothing
-            s.problem.return_lse = true;
+            s.return_lse = true;
             for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
               if (op == Op::kBatchPrefillRagged && layout == KVLayout::kHND) continue;
               s.problem.kv_layout = layout;
@@ -201,7 +201,7 @@ TEST_F(Fa2Gpu, RunCapturedInACudaGraphMatchesTheReference) {
                       << "]: " << r.message;
     testing::CaseSpec prefill = spec_for(key, Op::kBatchPrefillPaged, {77, 130}, {200, 130});
     prefill.problem.mask_mode = MaskMode::kCausal;
-    prefill.problem.return_lse = true;
+    prefill.return_lse = true;
     testing::Case c = testing::Case::make(prefill);
     r = testing::check_against_reference(c, run_fa2_graph(device_));
     EXPECT_TRUE(r.ok) << "causal prefill as a graph [" << prefill.problem.to_string()

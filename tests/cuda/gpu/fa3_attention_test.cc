@@ -67,7 +67,7 @@ TEST_F(Fa3Gpu, EveryPrefillOperationMaskAndLse) {
           testing::CaseSpec s = single ? spec_for(key, op, {137}, {283})
                                        : spec_for(key, op, {1, 17, 130, 5}, {40, 17, 300, 300});
           s.problem.mask_mode = mask;
-          s.problem.return_lse = lse;
+          s.return_lse = lse;
           if (lse) s.problem.sm_scale = 0.3f;
           expect_matches(s, std::string(op_name(op)) +
                                 (mask == MaskMode::kCausal ? "/causal" : "") + (lse ? "/lse" : "") +
@@ -86,7 +86,7 @@ TEST_F(Fa3Gpu, SlidingWindowAndSoftCap) {
           testing::CaseSpec s = spec_for(key, op, {1, 17, 300, 129}, {40, 17, 300, 700});
           s.problem.window_left = window;
           s.problem.mask_mode = causal ? MaskMode::kCausal : MaskMode::kNone;
-          s.problem.return_lse = true;
+          s.return_lse = true;
           expect_matches(s, std::string(op_name(op)) + " window " + std::to_string(window) +
                                 (causal ? " causal" : ""));
         }
@@ -97,7 +97,7 @@ TEST_F(Fa3Gpu, SlidingWindowAndSoftCap) {
       s.value_range = 2.0f;
       s.problem.mask_mode = MaskMode::kCausal;
       s.problem.window_left = 30;
-      s.problem.return_lse = true;
+      s.return_lse = true;
       expect_matches(s, std::string(op_name(op)) + " soft cap + window");
     }
   }
@@ -117,7 +117,7 @@ TEST_F(Fa3Gpu, LengthsAroundTheTilesAndGroups) {
             testing::CaseSpec s =
                 spec_for(key, Op::kBatchPrefillPaged, {qo, 1}, {std::max(kv, qo), kv}, h.qo, h.kv);
             s.problem.mask_mode = mask;
-            s.problem.return_lse = true;
+            s.return_lse = true;
             expect_matches(s, "qo=" + std::to_string(qo) + " kv=" + std::to_string(kv) +
                                   " heads=" + std::to_string(h.qo) + "/" + std::to_string(h.kv));
           }
@@ -154,17 +154,17 @@ TEST_F(Fa3Gpu, OutputDTypesEmptyRowsAndManyTiles) {
       testing::CaseSpec s = spec_for(key, Op::kBatchPrefillRagged, {7, 300}, {7, 12});
       s.problem.o_dtype = o;
       s.problem.mask_mode = MaskMode::kCausal;  // 300 queries over 12 keys: 288 rows see nothing
-      s.problem.return_lse = true;
+      s.return_lse = true;
       expect_matches(s, std::string("o ") + std::string(dtype_name(o)));
     }
     testing::CaseSpec s = spec_for(key, Op::kBatchPrefillPaged, {4, 3}, {0, 5});
-    s.problem.return_lse = true;
+    s.return_lse = true;
     expect_matches(s, "a request without keys");
     // More tiles than SMs: every persistent CTA walks several tiles of the longest-first list.
     testing::CaseSpec big =
         spec_for(key, Op::kBatchPrefillRagged, {2048, 700, 1}, {2048, 900, 5}, 32, 8);
     big.problem.mask_mode = MaskMode::kCausal;
-    big.problem.return_lse = true;
+    big.return_lse = true;
     expect_matches(big, "many tiles");
   }
 }
@@ -183,7 +183,7 @@ TEST_F(Fa3Gpu, DecodeGroupsLengthsMasksAndLse) {
           const bool single = op == Op::kSingleDecode;
           testing::CaseSpec s = single ? spec_for(key, op, {1}, {kv}, h.qo, h.kv)
                                        : spec_for(key, op, {1, 1, 1}, {kv, 3, kv + 40}, h.qo, h.kv);
-          s.problem.return_lse = true;
+          s.return_lse = true;
           s.problem.mask_mode = kv % 2 ? MaskMode::kCausal : MaskMode::kNone;
           expect_matches(s, std::string(op_name(op)) + " kv=" + std::to_string(kv) +
                                 " heads=" + std::to_string(h.qo) + "/" + std::to_string(h.kv));
@@ -191,7 +191,7 @@ TEST_F(Fa3Gpu, DecodeGroupsLengthsMasksAndLse) {
       }
       testing::CaseSpec s = spec_for(key, op, {1}, {700}, 32, 8);
       s.problem.window_left = 100;
-      s.problem.return_lse = true;
+      s.return_lse = true;
       expect_matches(s, std::string(op_name(op)) + " window");
       if (is_fp8(key.q)) continue;  // no soft cap with FP8 (fa3's declaration)
       s.problem.logits_soft_cap = 0.5f;
@@ -231,7 +231,7 @@ TEST_F(Fa3Gpu, SplitKvMatchesTheReference) {
         for (bool causal : {false, true}) {
           testing::CaseSpec s = spec_for(key, op, {1, 9, 2, 150}, {1500, 10, 0, 900});
           s.problem.mask_mode = causal ? MaskMode::kCausal : MaskMode::kNone;
-          s.problem.return_lse = true;
+          s.return_lse = true;
           expect_matches(s,
                          std::string(op_name(op)) + " chunk " + std::to_string(chunk) +
                              (causal ? " causal" : ""),
@@ -241,17 +241,17 @@ TEST_F(Fa3Gpu, SplitKvMatchesTheReference) {
       testing::CaseSpec w = spec_for(key, Op::kBatchPrefillPaged, {200}, {2000});
       w.problem.mask_mode = MaskMode::kCausal;
       w.problem.window_left = 300;
-      w.problem.return_lse = true;
+      w.return_lse = true;
       expect_matches(w, "window, chunk " + std::to_string(chunk), chunk);
     }
     testing::CaseSpec d = spec_for(key, Op::kBatchDecode, {1}, {20000}, 32, 8);
-    d.problem.return_lse = true;
+    d.return_lse = true;
     expect_matches(d, "long decode, planner's split");
     testing::CaseSpec sd = spec_for(key, Op::kSingleDecode, {1}, {9000}, 64, 8);
     expect_matches(sd, "long single decode, planner's split");
     testing::CaseSpec p = spec_for(key, Op::kSinglePrefill, {16}, {6000});
     p.problem.mask_mode = MaskMode::kCausal;
-    p.problem.return_lse = true;
+    p.return_lse = true;
     expect_matches(p, "short prefill over a long cache, planner's split");
   }
 }

@@ -90,7 +90,9 @@ KVATTN_HD void write_row_pair(const AttentionParams& p, const WorkUnit& w, const
     const int64_t row = r.q_row + ri.token;
     store_out_pair(p, row * p.o_stride_row + ri.head * p.o_stride_head + d * p.o_stride_dim, o0,
                    o1);
-    if (p.lse && lse_writer) p.lse[row * p.lse_stride_row + ri.head * p.lse_stride_head] = lse;
+    if (p.lse && lse_writer) {
+      p.lse[row * p.lse_stride_row + ri.head * p.lse_stride_head] = lse * p.lse_scale;
+    }
   } else {
     const int64_t state = split::PartialBlock{r.partial_base, r.chunks}.state(ri.token, w.chunk);
     store_f32_pair(p.partial_o + (state * p.num_qo_heads + ri.head) * dvo + d, o0, o1);

@@ -2,7 +2,8 @@
 // token `row`'s partial states of query head h, chunk by chunk, folded with core/
 // attention_math.h's StateMerger (the merge the CPU tests check: -inf states are identities, a
 // row whose chunks all saw nothing gets o = 0, lse = -inf). Partial outputs already carry v_scale
-// and are normalized per chunk; the LSEs are natural-log. Host and device alike.
+// and are normalized per chunk; the LSEs are natural-log, the merged one in the run's base
+// (p.lse_scale). Host and device alike.
 #pragma once
 
 #include <cmath>
@@ -31,7 +32,7 @@ KVATTN_HD MergedElement merge_element(const split_kv::MergeRow& row, const Prefi
     merger.add(lse, &scale_acc, &scale_c);
     o = o * scale_acc + p.partial_o[(state * p.num_qo_heads + h) * head_dim_vo + d] * scale_c;
   }
-  return MergedElement{o * merger.inv_sum(), merger.lse()};
+  return MergedElement{o * merger.inv_sum(), merger.lse() * p.lse_scale};
 }
 
 }  // namespace kvattn::fa3

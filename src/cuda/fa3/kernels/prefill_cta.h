@@ -439,7 +439,8 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
       if (split) {
         p.partial_lse[state * p.num_qo_heads + th.qo_head] = lse;
       } else if (p.lse) {
-        p.lse[(re.q_row + th.token) * p.lse_stride_row + th.qo_head * p.lse_stride_head] = lse;
+        p.lse[(re.q_row + th.token) * p.lse_stride_row + th.qo_head * p.lse_stride_head] =
+            lse * p.lse_scale;
       }
     }
   }
