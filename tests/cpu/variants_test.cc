@@ -1,13 +1,15 @@
 // The cpu backend against the reference on the variants of issue 11: attention sinks, FP8 K/V
 // scales per head and per (token, head), head dims 96 and 512, for every operation, at every ISA
 // level this machine has; decode also split over KV chunks (the sink joins once, at the merge).
+// The cross-backend variant list (testing/variants.h) runs on the cpu backend in the conformance
+// suite (tests/conformance) and on every cpu kernel of every level in
+// CpuKernelTable.EveryRunnableKernelOnTheVariantGrid.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "cpu/decode/decode.h"
 #include "cpu_test_util.h"
-#include "testing/variants.h"
 
 namespace kvattn::cputest {
 namespace {
@@ -57,53 +59,6 @@ CaseSpec variant_spec(int i, std::mt19937& rng) {
       spec.qo_lens.push_back(1 + pick(static_cast<int>(spec.kv_lens.back()) + 3));
   }
   return spec;
-}
-
-// The cross-backend list of variants (testing/variants.h, which the GPU tests run too): every
-// operation, a 16-bit and an FP8 cache, lengths around the decode tile (32 keys) and the page
-// size, at every ISA level.
-TEST(CpuVariants, EveryOperationEveryVariant) {
-  const Op ops[] = {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kBatchDecode,
-                    Op::kSinglePrefill, Op::kSingleDecode};
-  const DType kv_dtypes[] = {DType::kBF16, DType::kE4M3};
-  int checked = 0;
-  for (CpuIsa isa : isa_levels()) {
-    for (Op op : ops) {
-      for (DType kv : kv_dtypes) {
-        for (const testing::AttentionVariant& v : testing::attention_variants()) {
-          CaseSpec s;
-          s.seed = 7 + checked;
-          Problem& p = s.problem;
-          p.op = op;
-          p.num_qo_heads = 8;
-          p.num_kv_heads = 2;
-          p.head_dim_qk = p.head_dim_vo = 64;
-          p.q_dtype = p.o_dtype = DType::kBF16;
-          p.kv_dtype = kv;
-          p.page_size = 16;
-          if (is_fp8(kv)) {
-            s.scalars.k_scale = 0.5f;
-            s.scalars.v_scale = 2.0f;
-          }
-          if (is_batch(op)) {
-            p.batch_size = 4;
-            s.kv_lens = {40, 17, 130, 33};
-            if (!is_decode(op)) s.qo_lens = {1, 17, 64, 5};
-          } else {
-            p.batch_size = 1;
-            s.kv_lens = {83};
-            if (!is_decode(op)) s.qo_lens = {37};
-          }
-          v.apply(s);
-          if (!testing::variant_applies(v, p)) continue;
-          SCOPED_TRACE(std::string(op_name(op)) + "/" + v.name + "/" + std::string(dtype_name(kv)));
-          expect_matches_reference(s, isa);
-          ++checked;
-        }
-      }
-    }
-  }
-  EXPECT_GT(checked, 100);
 }
 
 TEST(CpuVariants, MatchReferenceOnTheGrid) {

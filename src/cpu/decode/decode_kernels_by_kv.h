@@ -1,5 +1,5 @@
 // The decode kernels of one ISA level and one KV dtype, each in its own file so that the longest
-// files of the build compile side by side: decode_kernel.h's per level
+// files of the build compile side by side: decode_kernel.h's per vector level
 // (decode_kernels_<isa>_<kv>.cc, generated from decode_kernels_isa_kv.cc.in;
 // find_decode_kernel_<isa> in decode_<isa>.cc picks among them by KV dtype) and the FP8-table ones
 // (below). Each returns nullptr where no kernel fits.
@@ -31,12 +31,6 @@ struct DecodeKernelsByKv {
     }
   }
 };
-
-DecodeItemFn find_decode_kernel_scalar_f32(int dqk, int dvo, int group_padded);
-DecodeItemFn find_decode_kernel_scalar_f16(int dqk, int dvo, int group_padded);
-DecodeItemFn find_decode_kernel_scalar_bf16(int dqk, int dvo, int group_padded);
-DecodeItemFn find_decode_kernel_scalar_e4m3(int dqk, int dvo, int group_padded);
-DecodeItemFn find_decode_kernel_scalar_e5m2(int dqk, int dvo, int group_padded);
 
 DecodeItemFn find_decode_kernel_avx2_f32(int dqk, int dvo, int group_padded);
 DecodeItemFn find_decode_kernel_avx2_f16(int dqk, int dvo, int group_padded);

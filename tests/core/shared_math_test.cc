@@ -1,5 +1,5 @@
-// The host/device shared math (core/attention_math.h, core/paged_kv.h, core/split_kv.h), tested
-// on the CPU against plain double-precision formulas.
+// The host/device shared math (core/attention_math.h, core/paged_kv.h, core/split_kv.h), used by
+// the cpu and CUDA backends alike, tested on the CPU against plain double-precision formulas.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +9,6 @@
 #include "core/attention_math.h"
 #include "core/paged_kv.h"
 #include "core/split_kv.h"
-#include "cuda/fa2/kernels/fast_div.h"
 #include "kvattn/problem.h"
 
 namespace kvattn {
@@ -291,31 +290,6 @@ TEST(PagedKVTest, NhdAndHndOffsetsAddressTheSameElement) {
   }
   const int32_t no_pages_indptr[2] = {0, 0}, no_last[1] = {0};
   EXPECT_EQ(paged::request_kv_len(no_pages_indptr, no_last, 0, page_size), 0);
-}
-
-// fa2's page lookup divides by the page size with a multiply and a shift: exact for every
-// divisor a page size can be and every 32-bit dividend (edges and random ones).
-TEST(FastDivTest, EqualsIntegerDivision) {
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<uint32_t> any;
-  for (uint32_t d = 1; d <= 1100; ++d) {
-    const fa2::FastDiv f(d);
-    for (uint32_t n : {0u, 1u, d - 1, d, d + 1, 2 * d - 1, 2 * d, 0x7fffffffu, 0xfffffffeu,
-                       0xffffffffu, 0xffffffffu - d}) {
-      ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
-    }
-    for (int i = 0; i < 200; ++i) {
-      const uint32_t n = any(rng);
-      ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
-    }
-  }
-  for (uint32_t d : {4096u, 65535u, 65536u, 1000003u, 0x7fffffffu, 0x80000001u, 0xffffffffu}) {
-    const fa2::FastDiv f(d);
-    for (int i = 0; i < 2000; ++i) {
-      const uint32_t n = any(rng);
-      ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
-    }
-  }
 }
 
 TEST(SplitKVTest, ChunksCoverTheKeysExactlyOnce) {
