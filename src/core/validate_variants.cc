@@ -144,6 +144,7 @@ Status check_sinks_and_scales(const Problem& p, const AttentionArgs& a, int64_t 
                       "sinks: given, but use_sinks is false (plan with use_sinks=true; never a "
                       "silently ignored input)");
   }
+  if (!a.sinks.empty()) KVATTN_RETURN_IF_ERROR(check_view(a.sinks, "sinks"));
   KVATTN_RETURN_IF_ERROR(
       present(a.k_scale, "k_scale", per_head, "kv_scale_granularity is per_head"));
   KVATTN_RETURN_IF_ERROR(

@@ -432,6 +432,11 @@ TEST(ValidateAttention, SinkAndScaleMessagesNameArgumentValueAndRule) {
                  {"sinks[2] = inf", "finite"});
     f.sinks[2] = -30.0f;  // any finite logit is a valid sink
     EXPECT_TRUE(validate_attention(f.problem, f.args).ok());
+    // A sinks view its buffer does not hold is refused before a value is read (fuzz_attention
+    // found the bound check lost when sinks became a run value: ASan read past the buffer).
+    f.args.sinks.buffer_bytes = 4 * 4 - 1;
+    expect_error(validate_attention(f.problem, f.args), ErrorCode::kOutOfBounds,
+                 {"sinks: shape [4]", "buffer_bytes = 15"});
   }
   {
     // Paged per-(token, head) scales: the bad slot is named by (page, slot, head).
