@@ -1,6 +1,6 @@
 // The decode kernel, written once over a vector-helper struct S (simd_<isa>.h) and instantiated
-// by one file per (ISA, KV dtype), decode_kernels_<isa>_<kv>.cc (decode_kernels_by_kv.h), with
-// only that ISA's compile flags. Everything here is a template on S so that no symbol compiled for
+// by one file per (vector ISA, KV dtype), decode_kernels_<isa>_<kv>.cc (decode_kernels_by_kv.h),
+// and for the scalar level by decode_scalar.cc alone, each with only its ISA's compile flags. Everything here is a template on S so that no symbol compiled for
 // one ISA can be linked in place of another's.
 //
 // One task = the work items of one request and KV range over consecutive KV heads. The query
