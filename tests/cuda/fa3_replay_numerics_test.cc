@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/numeric.h"
+#include "cuda/common/case_spec.h"
 #include "cuda/common/problem_layout.h"
 #include "cuda/fa3/kernel_key.h"
 #include "cuda/fa3_replay.h"
@@ -29,22 +30,14 @@
 namespace kvattn::fa3 {
 namespace {
 
+// The GPU tests' case (cuda::kernel_case_spec: bf16 out for an FP8 query) with unit scales, which
+// would only rescale what these tests probe, and the LSE returned.
 testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
                            std::vector<int64_t> kv, int qo_heads, int kv_heads) {
-  testing::CaseSpec s;
-  s.problem.op = op;
-  s.problem.batch_size = int(kv.size());
-  s.problem.num_qo_heads = qo_heads;
-  s.problem.num_kv_heads = kv_heads;
-  s.problem.head_dim_qk = key.head_dim_qk;
-  s.problem.head_dim_vo = key.head_dim_vo;
-  s.problem.q_dtype = key.q;
-  s.problem.kv_dtype = key.kv;
-  s.problem.o_dtype = is_fp8(key.q) ? DType::kBF16 : key.q;
-  s.problem.page_size = 16;
+  testing::CaseSpec s =
+      cuda::kernel_case_spec(key, op, std::move(qo), std::move(kv), qo_heads, kv_heads);
+  s.scalars = RunScalars{};
   s.return_lse = true;
-  s.qo_lens = std::move(qo);
-  s.kv_lens = std::move(kv);
   return s;
 }
 
