@@ -89,6 +89,15 @@ Status prefill_bf16_dot_rule(const Problem& p) {
   }
   return ok();
 }
+// The AMX tiles take 32 dims a step and 16 value columns a tile.
+Status prefill_amx_rule(const Problem& p) {
+  KVATTN_RETURN_IF_ERROR(prefill_bf16_dot_rule(p));
+  if (p.head_dim_qk % 32 != 0 || p.head_dim_vo % 32 != 0) {
+    return rule("needs head dims that are multiples of 32, not ", p.head_dim_qk, "/",
+                p.head_dim_vo);
+  }
+  return ok();
+}
 Status mla_bf16_rule(const Problem& p, int kpe_multiple) {
   if (p.q_dtype != DType::kBF16) return rule("needs bf16 queries, not ", dtype_name(p.q_dtype));
   if (p.kv_dtype != DType::kBF16 && !is_fp8(p.kv_dtype)) {
@@ -197,6 +206,8 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
       decode_kernel(kDecodePortable, CpuIsa::kScalar, any_cpu, any_problem, nullptr, decode_scalar,
                     ""),
 #if defined(__x86_64__)
+      prefill_kernel("prefill-amx-bf16-r128k64", CpuIsa::kAvx512, has_amx, prefill_amx_rule,
+                     nullptr, prefill::prefill_item_fn_amx, kPrefillFma512),
       prefill_kernel("prefill-avx512bf16-dot-r128k64", CpuIsa::kAvx512, has_bf16,
                      prefill_bf16_dot_rule, fast_bf16_dot, prefill::prefill_item_fn_avx512_bf16,
                      kPrefillFma512),

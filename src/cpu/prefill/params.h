@@ -102,5 +102,7 @@ PrefillItemFn prefill_item_fn_avx2();    // null when not built
 PrefillItemFn prefill_item_fn_avx512();  // null when not built
 // bf16 dot products (AVX512_BF16) for bf16 q over bf16 / fp8 K/V; null when not built.
 PrefillItemFn prefill_item_fn_avx512_bf16();
+// AMX-BF16 tiles for the same problems (head dims multiples of 32); null when not built.
+PrefillItemFn prefill_item_fn_amx();
 
 }  // namespace kvattn::cpu::prefill

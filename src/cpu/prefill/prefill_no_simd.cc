@@ -5,4 +5,5 @@ namespace kvattn::cpu::prefill {
 PrefillItemFn prefill_item_fn_avx2() { return nullptr; }
 PrefillItemFn prefill_item_fn_avx512() { return nullptr; }
 PrefillItemFn prefill_item_fn_avx512_bf16() { return nullptr; }
+PrefillItemFn prefill_item_fn_amx() { return nullptr; }
 }  // namespace kvattn::cpu::prefill

@@ -1,0 +1,200 @@
+// What the two bf16-product prefill kernels share (prefill_avx512_bf16.cc on vdpbf16ps,
+// prefill_amx.cc on AMX tiles): the bf16 pair layout of Q^T, V and P, the online softmax that
+// packs P into it, and the tile loop. A kernel supplies only its two products (a `Products` type:
+// stage the tile's K in its own form, S^T = K Q^T, O^T += V^T P^T).
+//
+// Layout: the pairs of a dot product sit in one dword. Q^T holds (q[r][2p], q[r][2p+1]) at
+// [p][r], which a bf16 row already stores side by side. P and V pair keys instead: P^T
+// (P[r][2p], P[r][2p+1]) at [p][r] (written over S^T), V (V[2p][d], V[2p+1][d]) at [p][d] in the
+// V tile buffer. P is rounded to bf16 before P V, as a 16-bit MMA consumes it on a GPU (and as
+// the tolerance's baseline does); the row sums use the unrounded P. Everything else (masks, soft
+// cap, ALiBi, epilogue) is the f32 kernel's code from kernel.h (with the numerics policy's guard,
+// masked_values.h).
+//
+// Included inside the namespace of each kernel file after avx512_vec.h and kernel.h (AVX-512 and
+// AVX512_BF16 flags); needs <immintrin.h>, <cstdint>, <cstring>.
+
+inline uint32_t load_u32(const unsigned char* p) {
+  uint32_t x;
+  std::memcpy(&x, p, 4);
+  return x;
+}
+
+// Q^T pairs for the tile (bf16 queries: a pair is one dword of the row); padding rows are 0.
+inline void stage_query_pairs(const PrefillParams& p, const RequestInfo& req, int kv_head,
+                              const TileRows& t, float* scratch) {
+  auto* qp = reinterpret_cast<uint32_t*>(scratch + p.scratch.qt);
+  const int pairs = p.head_dim_qk / 2;
+  for (int r = 0; r < t.rows_pad; ++r) {
+    if (r >= t.rows) {
+      for (int pr = 0; pr < pairs; ++pr) qp[pr * t.rows_pad + r] = 0;
+      continue;
+    }
+    const unsigned char* q = query_row(p, req, t, r / p.group, kv_head * p.group + r % p.group);
+    for (int pr = 0; pr < pairs; ++pr) qp[pr * t.rows_pad + r] = load_u32(q + 4 * pr);
+  }
+}
+
+// Top halves of f32 values that are exactly bf16 (widened fp8): the bf16 bits.
+inline void f32_to_bf16_exact(const float* src, int n, uint16_t* dst) {
+  int i = 0;
+  for (; i + Vec::W <= n; i += Vec::W) {
+    const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(Vec::load(src + i)), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(bits));
+  }
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512i bits =
+        _mm512_srli_epi32(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i)), 16);
+    _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(bits));
+  }
+}
+
+// A K or V row as bf16 bits: the cache row itself for bf16, else widened (exactly) into `buffer`.
+inline const uint16_t* bf16_row(const PrefillParams& p, const void* row, int dim, float* tmp,
+                                uint16_t* buffer) {
+  if (p.kv_dtype == DType::kBF16) return static_cast<const uint16_t*>(row);
+  load_row(row, p.kv_dtype, dim, 1, 1.0f, tmp);
+  f32_to_bf16_exact(tmp, dim, buffer);
+  return buffer;
+}
+
+// The V pairs of keys [j0, j0 + keys) at the V tile buffer: rows 2p and 2p + 1 interleaved; an
+// odd tail pairs with zeros.
+inline void stage_value_pairs(const PrefillParams& p, const RequestInfo& req, int kv_head,
+                              int64_t j0, int keys, float* scratch) {
+  auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
+  float* tmp = scratch + p.scratch.row_tmp;
+  const int dvo = p.head_dim_vo;
+  auto* row_a = reinterpret_cast<uint16_t*>(scratch + p.scratch.pair_rows);
+  uint16_t* row_b = row_a + dvo;
+  uint16_t* zeros = row_b + dvo;
+  if (keys % 2 != 0) std::memset(zeros, 0, sizeof(uint16_t) * dvo);
+  for (int jj = 0; jj < keys; jj += 2) {
+    const uint16_t* a = bf16_row(p, kv_row(p, p.v, req, j0 + jj, kv_head), dvo, tmp, row_a);
+    const uint16_t* b =
+        jj + 1 < keys ? bf16_row(p, kv_row(p, p.v, req, j0 + jj + 1, kv_head), dvo, tmp, row_b)
+                      : zeros;
+    uint32_t* out = vp + (jj / 2) * dvo;
+    int d = 0;
+    for (; d + Vec::W <= dvo; d += Vec::W) {
+      const __m512i lo =
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + d)));
+      const __m512i hi =
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + d)));
+      _mm512_storeu_si512(out + d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+    for (; d < dvo; ++d) out[d] = uint32_t(a[d]) | (uint32_t(b[d]) << 16);
+  }
+}
+
+// The online softmax of kernel.h's softmax_update fused with the score scale (c > 0, so the
+// max of c * s is c times the max of s) and with the packing of P into bf16 pairs over keys,
+// written in place: pair row p is stored after rows 2p and 2p + 1 of S were read, and no later
+// step reads them. The row sums add the unrounded P.
+inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, float scale,
+                         float* scratch) {
+  using R = Vec::Reg;
+  float* st = scratch + p.scratch.st;
+  float* ot = scratch + p.scratch.ot;
+  float* row_max = scratch + p.scratch.row_max;
+  float* row_sum = scratch + p.scratch.row_sum;
+  const R c = Vec::set1(scale);
+  const __m512i round_bias = _mm512_set1_epi32(0x7fff);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  // Round to nearest even (P is finite and >= 0), the bf16 in the top half.
+  auto rounded = [&](R x) {
+    const __m512i u = _mm512_castps_si512(x);
+    return _mm512_add_epi32(
+        u, _mm512_add_epi32(round_bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+  };
+  for (int rv = 0; rv < t.row_vecs; ++rv) {
+    float* s = st + rv * Vec::W;
+    const R old_max = Vec::load(row_max + rv * Vec::W);
+    R raw_max = Vec::set1(kNegInf);
+    for (int jj = 0; jj < keys; ++jj) raw_max = Vec::max(raw_max, Vec::load(s + jj * t.rows_pad));
+    const R new_max = Vec::max(old_max, Vec::mul(raw_max, c));
+    const R base = Vec::zero_if_neg_inf(new_max);
+    const R neg_base = Vec::sub(Vec::zero(), base);
+    R sum = Vec::load(row_sum + rv * Vec::W);
+    if (Vec::any_greater(new_max, old_max)) {
+      const R alpha = Vec::exp2(Vec::sub(old_max, base));
+      sum = Vec::mul(sum, alpha);
+      for (int d = 0; d < p.head_dim_vo; ++d) {
+        float* o = ot + d * t.rows_pad + rv * Vec::W;
+        Vec::store(o, Vec::mul(Vec::load(o), alpha));
+      }
+    }
+    for (int jj = 0; jj < keys; jj += 2) {
+      const R a = Vec::exp2(Vec::fma(Vec::load(s + jj * t.rows_pad), c, neg_base));
+      const R b = jj + 1 < keys
+                      ? Vec::exp2(Vec::fma(Vec::load(s + (jj + 1) * t.rows_pad), c, neg_base))
+                      : Vec::zero();
+      sum = Vec::add(sum, Vec::add(a, b));
+      const __m512i pair = _mm512_or_si512(_mm512_srli_epi32(rounded(a), 16),
+                                           _mm512_and_si512(rounded(b), high_half));
+      _mm512_storeu_si512(s + (jj / 2) * t.rows_pad, pair);
+    }
+    Vec::store(row_sum + rv * Vec::W, sum);
+    Vec::store(row_max + rv * Vec::W, new_max);
+  }
+}
+
+inline void scale_scores(const TileRows& t, int keys, float scale, float* st) {
+  const __m512 s = Vec::set1(scale);
+  for (int jj = 0; jj < keys; ++jj) {
+    for (int rv = 0; rv < t.row_vecs; ++rv) {
+      float* x = st + jj * t.rows_pad + rv * Vec::W;
+      Vec::store(x, Vec::mul(Vec::load(x), s));
+    }
+  }
+}
+
+// One tile of query rows over its keys with the products of `Products`:
+//   Products::stage(p, req, kv_head, j0, keys, scratch): K of keys [j0, j0 + keys) in the form
+//     its scores read, and the V pairs (stage_value_pairs);
+//   Products::scores(p, t, keys, scratch): S^T [keys][rows_pad] at scratch + st;
+//   Products::values(p, t, keys, scratch): O^T += V^T P^T from the P pairs over S^T.
+template <class Products>
+inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int kv_head,
+                           const TileRows& t, float* scratch) {
+  init_rows(p, req, kv_head, t, scratch);
+  stage_query_pairs(p, req, kv_head, t, scratch);
+  const KeyRange keys = key_range(p, req, t);
+  const bool transform = p.soft_cap > 0.0f || p.alibi_slopes_log2e;
+  // The dot products see stored q and k: their scales join the score scale.
+  const float k_scale = p.k_head_scale ? p.k_head_scale[kv_head] : p.k_scale;
+  const float v_scale = p.v_head_scale ? p.v_head_scale[kv_head] : p.v_scale;
+  const float score_scale = p.q_scale * k_scale * p.qk_scale;
+  const int kv_tile = p.tile.kv_tile;
+  float* st = scratch + p.scratch.st;
+  Products products;
+  for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kv_tile) {
+    const int n = static_cast<int>(imin(kv_tile, keys.end - j0));
+    products.stage(p, req, kv_head, j0, n, scratch);
+    if (j0 + kv_tile < keys.end) {
+      prefetch_kv_tile(p, req, kv_head, j0 + kv_tile,
+                       static_cast<int>(imin(kv_tile, keys.end - j0 - kv_tile)));
+    }
+    products.scores(p, t, n, scratch);
+    // The soft cap and ALiBi act on scaled scores; otherwise the scale rides along the softmax.
+    float softmax_scale = score_scale;
+    if (transform) {
+      scale_scores(t, n, score_scale, st);
+      transform_scores(p, t, j0, n, scratch);
+      softmax_scale = 1.0f;
+    }
+    const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
+    if (!full) mask_scores(p, req, t, j0, n, scratch);
+    softmax_pack(p, t, n, softmax_scale, scratch);
+    // The numerics policy (masked_values.h): only a tile that masks a key checks its V.
+    auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
+    if (!full && any_non_finite_pairs(vp, int64_t{(n + 1) / 2} * p.head_dim_vo)) {
+      add_non_finite_pair_values(n, t.rows, t.rows_pad, p.head_dim_vo,
+                                 reinterpret_cast<uint32_t*>(st), vp, scratch + p.scratch.ot);
+    }
+    products.values(p, t, n, scratch);
+  }
+  store_tile(p, req, kv_head, t, v_scale, scratch);
+}

@@ -1,0 +1,224 @@
+// The prefill kernel for bf16 queries over bf16 or fp8 K/V on AMX-BF16 tiles (Sapphire Rapids and
+// later): the bf16 pair layout, packed softmax and tile loop of bf16_pairs.h (shared with the
+// vdpbf16ps kernel), with both products on TDPBF16PS (16 x 16 x 32 multiply-adds per
+// instruction, f32 accumulation):
+//   S^T[16 keys x 16 rows] += K[16 keys x 32 dims] . Q^T pairs[16 dim pairs x 16 rows x 2]
+//     (A: the tile's K rows, bf16, copied contiguous; B: the staged Q^T pairs, as they are),
+//   O^T[16 dims x 16 rows] += V^T[16 dims x 32 keys] . P^T pairs[16 key pairs x 16 rows x 2]
+//     (A: the V pairs transposed once per KV tile; B: the P pairs the softmax packs over S^T).
+// O^T stays in the scratch (f32, rescaled by the softmax); its tiles are loaded and stored once
+// per KV tile. Tiles of 16: the head dims are multiples of 32 (the kernel's rule), a tile's keys
+// and key pairs are padded to 16 with zeros, its rows already are (kRowAlign).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/prefill/params.h"
+#include "cpu/common/simd_avx512.h"
+
+namespace kvattn::cpu::prefill::amx {
+namespace {
+
+#include "cpu/prefill/avx512_vec.h"  // before the kernel body, which uses Vec
+#include "cpu/prefill/kernel.h"
+#include "cpu/prefill/bf16_pairs.h"
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Every tile 16 rows x 64 bytes. Tiles 0-3 accumulate (C), 4-5 hold A, 6-7 B.
+void load_tile_config() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+constexpr int round16(int n) { return (n + 15) / 16 * 16; }
+
+// The V pairs of the tile live at the start of the V buffer ([kv_tile / 2][dvo] words), their
+// transpose V^T right after it ([dvo][kv_tile / 2] words: the A tiles of P V).
+inline uint32_t* value_pairs_t(const PrefillParams& p, float* scratch) {
+  return reinterpret_cast<uint32_t*>(scratch + p.scratch.vf) +
+         int64_t{p.tile.kv_tile / 2} * p.head_dim_vo;
+}
+
+// dst[c][r] = src[r][c] for a 16 x 16 block of 32-bit words (rows of src `src_stride` words
+// apart, of dst `dst_stride`): unpacks of words, then of word pairs, then two rounds of
+// 128-bit lane shuffles.
+inline void transpose16x16(const uint32_t* src, int64_t src_stride, uint32_t* dst,
+                           int64_t dst_stride) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * src_stride);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // r[4g + c], 128-bit lane k: column 4k + c of rows 4g .. 4g + 3.
+  for (int g = 0; g < 16; g += 4) {
+    r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    t[c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);           // lanes 0, 2
+    t[4 + c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);       // lanes 1, 3
+    t[8 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);  // lanes 0, 2
+    t[12 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
+  }
+  for (int c = 0; c < 4; ++c) {
+    _mm512_storeu_si512(dst + c * dst_stride, _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88));
+    _mm512_storeu_si512(dst + (8 + c) * dst_stride, _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd));
+    _mm512_storeu_si512(dst + (4 + c) * dst_stride,
+                        _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88));
+    _mm512_storeu_si512(dst + (12 + c) * dst_stride,
+                        _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd));
+  }
+}
+
+// C[KB x RB blocks of 16 x 16] = A rows (KB blocks of 16, `a_stride` bytes apart) times B (RB
+// blocks of 16 columns, `b_stride` bytes between pair rows) over `steps` steps of 32 bf16: the
+// accumulators zeroed (`load_c` false) or loaded from `c`, then stored to `c` (`c_stride` bytes
+// between rows; block (i, j) at c + 16 * (i * c_block_rows + j)).
+template <int KB, int RB>
+inline void tile_block(const void* a, int64_t a_stride, int64_t a_step, int64_t a_block,
+                       const void* b, int64_t b_stride, int64_t b_step, int steps, float* c,
+                       int64_t c_stride, int64_t c_block, bool load_c) {
+  static_assert(KB >= 1 && KB <= 2 && RB >= 1 && RB <= 2);
+  const auto* a_bytes = static_cast<const char*>(a);
+  const auto* b_bytes = static_cast<const char*>(b);
+  float* c01 = c + 16;
+  float* c10 = c + c_block;
+  float* c11 = c10 + 16;
+  if (load_c) {
+    _tile_loadd(0, c, c_stride);
+    if constexpr (RB > 1) _tile_loadd(1, c01, c_stride);
+    if constexpr (KB > 1) _tile_loadd(2, c10, c_stride);
+    if constexpr (KB > 1 && RB > 1) _tile_loadd(3, c11, c_stride);
+  } else {
+    _tile_zero(0);
+    if constexpr (RB > 1) _tile_zero(1);
+    if constexpr (KB > 1) _tile_zero(2);
+    if constexpr (KB > 1 && RB > 1) _tile_zero(3);
+  }
+  for (int s = 0; s < steps; ++s) {
+    _tile_loadd(4, a_bytes + s * a_step, a_stride);
+    _tile_loadd(6, b_bytes + s * b_step, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (RB > 1) {
+      _tile_loadd(7, b_bytes + s * b_step + 64, b_stride);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (KB > 1) {
+      _tile_loadd(5, a_bytes + s * a_step + a_block, a_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (RB > 1) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, c_stride);
+  if constexpr (RB > 1) _tile_stored(1, c01, c_stride);
+  if constexpr (KB > 1) _tile_stored(2, c10, c_stride);
+  if constexpr (KB > 1 && RB > 1) _tile_stored(3, c11, c_stride);
+}
+
+// C = A . B over blocks of 2 x 2 tiles: `a_blocks` A row blocks of 16 (rows `a_stride` bytes
+// apart, 16 of them a block), `b_blocks` B column blocks of 16 words.
+inline void tile_product(const void* a, int64_t a_stride, int64_t a_step, int a_blocks,
+                         const void* b, int64_t b_stride, int64_t b_step, int b_blocks, int steps,
+                         float* c, int64_t c_stride_floats, bool load_c) {
+  const int64_t a_block = 16 * a_stride, c_block = 16 * c_stride_floats;
+  const int64_t c_stride = c_stride_floats * 4;
+  for (int i = 0; i < a_blocks; i += 2) {
+    const char* ai = static_cast<const char*>(a) + i * a_block;
+    float* ci = c + i * c_block;
+    const bool two_a = i + 1 < a_blocks;
+    for (int j = 0; j < b_blocks; j += 2) {
+      const char* bj = static_cast<const char*>(b) + j * 64;
+      float* cij = ci + 16 * j;
+      if (two_a && j + 1 < b_blocks) {
+        tile_block<2, 2>(ai, a_stride, a_step, a_block, bj, b_stride, b_step, steps, cij, c_stride,
+                         c_block, load_c);
+      } else if (two_a) {
+        tile_block<2, 1>(ai, a_stride, a_step, a_block, bj, b_stride, b_step, steps, cij, c_stride,
+                         c_block, load_c);
+      } else if (j + 1 < b_blocks) {
+        tile_block<1, 2>(ai, a_stride, a_step, a_block, bj, b_stride, b_step, steps, cij, c_stride,
+                         c_block, load_c);
+      } else {
+        tile_block<1, 1>(ai, a_stride, a_step, a_block, bj, b_stride, b_step, steps, cij, c_stride,
+                         c_block, load_c);
+      }
+    }
+  }
+}
+
+struct AmxProducts {
+  // K rows of the tile as contiguous bf16 [round16(keys)][dqk] in the K tile buffer (the rows past
+  // `keys` zero); the V pairs padded with zero pairs to 16, then transposed (value_pairs_t).
+  void stage(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys,
+             float* scratch) {
+    auto* k_copy = reinterpret_cast<uint16_t*>(scratch + p.scratch.kf);
+    float* tmp = scratch + p.scratch.row_tmp;
+    const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
+    for (int jj = 0; jj < keys; ++jj) {
+      uint16_t* dst = k_copy + int64_t{jj} * dqk;
+      const uint16_t* row = bf16_row(p, kv_row(p, p.k, req, j0 + jj, kv_head), dqk, tmp, dst);
+      if (row != dst) std::memcpy(dst, row, sizeof(uint16_t) * dqk);
+    }
+    std::memset(k_copy + int64_t{keys} * dqk, 0, sizeof(uint16_t) * (round16(keys) - keys) * dqk);
+    stage_value_pairs(p, req, kv_head, j0, keys, scratch);
+    auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
+    const int pairs = (keys + 1) / 2;
+    std::memset(vp + int64_t{pairs} * dvo, 0, sizeof(uint32_t) * (round16(pairs) - pairs) * dvo);
+  }
+
+  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) const {
+    const int dqk = p.head_dim_qk;
+    tile_product(scratch + p.scratch.kf, int64_t{dqk} * 2, 64, round16(keys) / 16,
+                 scratch + p.scratch.qt, t.rows_pad * 4, 16 * t.rows_pad * 4,
+                 static_cast<int>(t.rows_pad / 16), dqk / 32, scratch + p.scratch.st, t.rows_pad,
+                 false);
+  }
+
+  // The P pairs past the tile's keys are zeroed up to 16 (their S^T rows hold other keys'
+  // scores), the V pairs (zero past the keys, after the numerics policy's guard) transposed.
+  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) const {
+    const int dvo = p.head_dim_vo, pairs = (keys + 1) / 2, pairs_pad = round16(pairs);
+    auto* pp = reinterpret_cast<uint32_t*>(scratch + p.scratch.st);
+    std::memset(pp + pairs * t.rows_pad, 0, sizeof(uint32_t) * (pairs_pad - pairs) * t.rows_pad);
+    const auto* vp = reinterpret_cast<const uint32_t*>(scratch + p.scratch.vf);
+    uint32_t* vt = value_pairs_t(p, scratch);
+    const int vt_stride = p.tile.kv_tile / 2;
+    for (int p0 = 0; p0 < pairs_pad; p0 += 16) {
+      for (int d0 = 0; d0 < dvo; d0 += 16) {
+        transpose16x16(vp + int64_t{p0} * dvo + d0, dvo, vt + int64_t{d0} * vt_stride + p0,
+                       vt_stride);
+      }
+    }
+    tile_product(vt, int64_t{vt_stride} * 4, 64, dvo / 16, pp, t.rows_pad * 4,
+                 16 * t.rows_pad * 4, static_cast<int>(t.rows_pad / 16), pairs_pad / 16,
+                 scratch + p.scratch.ot, t.rows_pad, true);
+  }
+};
+
+inline void run_item_amx(const PrefillParams& p, const WorkItem& item, float* scratch) {
+  load_tile_config();
+  run_tiles<&run_tile_pairs<AmxProducts>>(p, item, scratch);
+  _tile_release();
+}
+
+}  // namespace
+}  // namespace kvattn::cpu::prefill::amx
+
+namespace kvattn::cpu::prefill {
+PrefillItemFn prefill_item_fn_amx() { return &amx::run_item_amx; }
+}  // namespace kvattn::cpu::prefill
