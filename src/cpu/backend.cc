@@ -77,10 +77,12 @@ class CpuBackend final : public Backend {
     } else if (is_decode(problem.op)) {
       KVATTN_RETURN_IF_ERROR(cpu::plan_decode(problem, args, options, plan));
     } else {
-      // plan_prefill cuts the work; what every plan carries is filled here.
+      // plan_prefill cuts the work with the chosen kernel's tile; what every plan carries is
+      // filled here.
       plan->backend = std::string(name());
       plan->device = options.device;
       plan->problem = problem;
+      plan->kernel = kernel;
       KVATTN_RETURN_IF_ERROR(cpu::plan_prefill(problem, args, options, plan));
     }
     plan->kernel = std::move(kernel);

@@ -173,9 +173,10 @@ constexpr CpuKernel decode_kernel(std::string_view name, CpuIsa isa, RunsOn runs
 }
 constexpr CpuKernel prefill_kernel(std::string_view name, CpuIsa isa, RunsOn runs_on,
                                    Applies applies, Preferred preferred,
-                                   prefill::PrefillItemFn (*entry)(), std::string_view strided) {
-  return {name,   KernelOp::kPrefill, isa, runs_on, applies, preferred, nullptr, entry, nullptr,
-          strided};
+                                   prefill::PrefillItemFn (*entry)(), std::string_view strided,
+                                   prefill::TilePolicy tile = {}) {
+  return {name,  KernelOp::kPrefill, isa,     runs_on, applies, preferred, nullptr,
+          entry, nullptr,            strided, tile};
 }
 constexpr CpuKernel mla_kernel(std::string_view name, CpuIsa isa, RunsOn runs_on, Applies applies,
                                MlaItemFn (*entry)(const MlaParams&), std::string_view strided) {
@@ -187,7 +188,7 @@ constexpr std::string_view kPrefillFma512 = "prefill-avx512-fma-r128k64";
 constexpr std::string_view kMlaPortable = "mla-scalar-f32";
 
 // Names: op, ISA (and the extension the kernel is built on), arithmetic, and the tile policy
-// (decode: kDecodeTileKeys keys a tile; prefill: prefill_tile's rows x kMaxKVTile keys; MLA:
+// (decode: kDecodeTileKeys keys a tile; prefill: its TilePolicy's rows x keys; MLA:
 // kMlaTileKeys keys shared by all heads).
 constexpr auto kKernels = std::to_array<CpuKernel>({
 #if defined(__x86_64__)
@@ -206,8 +207,8 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
       decode_kernel(kDecodePortable, CpuIsa::kScalar, any_cpu, any_problem, nullptr, decode_scalar,
                     ""),
 #if defined(__x86_64__)
-      prefill_kernel("prefill-amx-bf16-r128k64", CpuIsa::kAvx512, has_amx, prefill_amx_rule,
-                     nullptr, prefill::prefill_item_fn_amx, kPrefillFma512),
+      prefill_kernel("prefill-amx-bf16-r256k128", CpuIsa::kAvx512, has_amx, prefill_amx_rule,
+                     nullptr, prefill::prefill_item_fn_amx, kPrefillFma512, {256, 128}),
       prefill_kernel("prefill-avx512bf16-dot-r128k64", CpuIsa::kAvx512, has_bf16,
                      prefill_bf16_dot_rule, fast_bf16_dot, prefill::prefill_item_fn_avx512_bf16,
                      kPrefillFma512),

@@ -48,6 +48,8 @@ struct CpuKernel {
   // The vector kernels read unit-stride rows: on views whose head dim is strided, run() takes
   // this kernel of the same op instead ("": this one takes any stride).
   std::string_view strided;
+  // Prefill: the tile policy (the rNkM of the name) the plan cuts its work items with.
+  prefill::TilePolicy tile{};
 };
 
 // Every kernel built into this library, each op's in preference order (the portable one last).

@@ -152,15 +152,15 @@ TEST(CpuKernelTable, PrefillChoicePerCpuClass) {
   p.op = Op::kBatchPrefillPaged;
   EXPECT_EQ(choice(p, CpuIsa::kAvx2, avx2_class()), "prefill-avx2-fma-r128k64");
   EXPECT_EQ(choice(p, CpuIsa::kAvx512, zen4_class()), "prefill-avx512bf16-dot-r128k64");
-  EXPECT_EQ(choice(p, CpuIsa::kAvx512, sapphire_rapids_class()), "prefill-amx-bf16-r128k64");
+  EXPECT_EQ(choice(p, CpuIsa::kAvx512, sapphire_rapids_class()), "prefill-amx-bf16-r256k128");
   Problem e4m3 = p;
   e4m3.kv_dtype = DType::kE4M3;
-  EXPECT_EQ(choice(e4m3, CpuIsa::kAvx512, sapphire_rapids_class()), "prefill-amx-bf16-r128k64");
+  EXPECT_EQ(choice(e4m3, CpuIsa::kAvx512, sapphire_rapids_class()), "prefill-amx-bf16-r256k128");
   // AMX takes 32 dims a step: head dim 96 falls to the FMA kernel on an Intel Xeon (vdpbf16ps is
   // not preferred there).
   Problem d96 = p;
   d96.head_dim_qk = d96.head_dim_vo = 96;
-  EXPECT_EQ(choice(d96, CpuIsa::kAvx512, sapphire_rapids_class()), "prefill-amx-bf16-r128k64");
+  EXPECT_EQ(choice(d96, CpuIsa::kAvx512, sapphire_rapids_class()), "prefill-amx-bf16-r256k128");
   d96.head_dim_qk = d96.head_dim_vo = 80;
   EXPECT_EQ(choice(d96, CpuIsa::kAvx512, sapphire_rapids_class()), "prefill-avx512-fma-r128k64");
   Problem f16 = p;

@@ -181,7 +181,8 @@ TEST(CpuPrefillLayouts, PagedCachesAndSingleLayouts) {
 }
 
 // Query lengths below, at, above and twice the tokens of a tile, key lengths likewise around the
-// KV tile, for several GQA group sizes (which change the tokens per tile).
+// KV tile (each kernel's own tile policy), for several GQA group sizes (which change the tokens per
+// tile).
 TEST(CpuPrefillTiles, LengthsAroundEveryTileSize) {
   struct Heads {
     int qo, kv;
@@ -190,7 +191,8 @@ TEST(CpuPrefillTiles, LengthsAroundEveryTileSize) {
   for (const KernelLevel& isa : available_levels()) {
     for (Heads h : head_sets) {
       const int group = h.qo / h.kv;
-      const prefill::PrefillTile tile = prefill::prefill_tile(group, 64, 64);
+      const prefill::PrefillTile tile =
+          prefill::prefill_tile(group, 64, 64, find_cpu_kernel(isa.kernel)->tile);
       const int64_t t = tile.tokens, n = tile.kv_tile;
       const std::vector<int64_t> qo_lens = {1, t - 1, t, t + 1, 2 * t};
       const std::vector<int64_t> kv_lens = {n - 1, n, n + 1, 2 * n};
@@ -217,6 +219,41 @@ TEST(CpuPrefillTiles, LengthsAroundEveryTileSize) {
       longer.problem.window_left = n + 5;
       expect_matches_reference(longer, isa, "long window heads " + std::to_string(h.qo));
     }
+  }
+}
+
+// Scores whose running max creeps up by less than the bf16 kernels' rescale slack over several KV
+// tiles, then jumps past it, at a different pace per row (the query of head h is h + 1 times
+// that of head 0): the lazily moved max (bf16_pairs.h) must give the reference's output and LSE.
+TEST(CpuPrefillSoftmax, RunningMaxThatCreepsThenJumps) {
+  for (const KernelLevel& isa : available_levels()) {
+    testing::CaseSpec spec = small_spec(Op::kSinglePrefill, {5}, {1100});
+    spec.return_lse = true;
+    testing::Case c = testing::Case::make(spec);
+    const Problem& p = spec.problem;
+    const int64_t dim = p.head_dim_qk;
+    std::vector<float> q(5 * p.num_qo_heads * dim), k(1100 * p.num_kv_heads * dim);
+    for (int64_t i = 0; i < 5; ++i) {
+      for (int h = 0; h < p.num_qo_heads; ++h) {
+        for (int64_t d = 0; d < dim; ++d) {
+          q[(i * p.num_qo_heads + h) * dim + d] = 0.25f * static_cast<float>(h + 1);
+        }
+      }
+    }
+    // Score of key j for head h: (h + 1) * 0.25 * dim * t_j * sm_scale = 2 (h + 1) t_j at d 64,
+    // up to 11.5 (h + 1) t_j in log2 units: t_j climbs 0.0015 a key (0.6 to 2.2 log2 units every
+    // 64 keys), then jumps by 3 at key 700.
+    for (int64_t j = 0; j < 1100; ++j) {
+      const float t = 0.0015f * static_cast<float>(j) + (j >= 700 ? 3.0f : 0.0f);
+      for (int h = 0; h < p.num_kv_heads; ++h) {
+        for (int64_t d = 0; d < dim; ++d) {
+          k[(j * p.num_kv_heads + h) * dim + d] = d % 2 == 0 ? t : t * (1.0f + 1.0f / 64);
+        }
+      }
+    }
+    testing::from_f32(q.data(), static_cast<int64_t>(q.size()), p.q_dtype, c.q.data());
+    testing::from_f32(k.data(), static_cast<int64_t>(k.size()), p.kv_dtype, c.k.data());
+    expect_matches_reference(c, isa, "creeping, then jumping scores");
   }
 }
 
@@ -254,6 +291,9 @@ TEST(CpuPrefillPlan, CoversEveryQueryRowOnceCostliestFirst) {
   const AttentionArgs args = c.args();
   Plan plan;
   plan.problem = spec.problem;
+  const CpuKernel* kernel = nullptr;
+  ASSERT_TRUE(choose_cpu_kernel(spec.problem, plan_isa(Device::cpu()), &kernel).ok());
+  plan.kernel = std::string(kernel->name);
   PlanOptions options;
   options.num_threads = 2;
   ASSERT_TRUE(plan_prefill(spec.problem, args, options, &plan).ok());

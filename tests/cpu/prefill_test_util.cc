@@ -68,6 +68,12 @@ testing::CaseSpec small_spec(Op op, std::vector<int64_t> qo_lens, std::vector<in
 void expect_matches_reference(const testing::CaseSpec& spec, const KernelLevel& level,
                               const std::string& what) {
   testing::Case c = testing::Case::make(spec);
+  expect_matches_reference(c, level, what);
+}
+
+void expect_matches_reference(testing::Case& c, const KernelLevel& level,
+                              const std::string& what) {
+  const testing::CaseSpec& spec = c.spec();
   LevelGuard guard(level);
   const testing::CheckResult result = testing::check_against_reference(
       c, [](const Problem& p, const AttentionArgs& a) { return run_cpu_prefill(p, a); });

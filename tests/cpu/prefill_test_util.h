@@ -45,5 +45,7 @@ testing::CaseSpec small_spec(Op op, std::vector<int64_t> qo_lens, std::vector<in
 // names the level, the problem and the error figures.
 void expect_matches_reference(const testing::CaseSpec& spec, const KernelLevel& level,
                               const std::string& what = "");
+// The same for a case whose inputs the test has set itself.
+void expect_matches_reference(testing::Case& c, const KernelLevel& level, const std::string& what);
 
 }  // namespace kvattn::cpu::test

@@ -88,10 +88,12 @@ inline void stage_value_pairs(const PrefillParams& p, const RequestInfo& req, in
   }
 }
 
-// The online softmax of kernel.h's softmax_update fused with the score scale (c > 0, so the
-// max of c * s is c times the max of s) and with the packing of P into bf16 pairs over keys,
+// The online softmax of kernel.h's softmax_update (with a lazy rescale, below) fused with the
+// score scale (c > 0, so the max of c * s is c times the max of s) and with the packing of P into bf16 pairs over keys,
 // written in place: pair row p is stored after rows 2p and 2p + 1 of S were read, and no later
 // step reads them. The row sums add the unrounded P.
+inline constexpr float kRescaleSlack = 8.0f;  // log2 units: P up to 256
+
 inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, float scale,
                          float* scratch) {
   using R = Vec::Reg;
@@ -100,25 +102,29 @@ inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, fl
   float* row_max = scratch + p.scratch.row_max;
   float* row_sum = scratch + p.scratch.row_sum;
   const R c = Vec::set1(scale);
-  const __m512i round_bias = _mm512_set1_epi32(0x7fff);
-  const __m512i one = _mm512_set1_epi32(1);
-  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  // Round to nearest even (P is finite and >= 0), the bf16 in the top half.
-  auto rounded = [&](R x) {
-    const __m512i u = _mm512_castps_si512(x);
-    return _mm512_add_epi32(
-        u, _mm512_add_epi32(round_bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-  };
+  // vcvtne2ps2bf16 rounds two vectors to bf16 (nearest even) side by side, [a | b]; vpermw
+  // interleaves them into pair words (a[i], b[i]).
+  alignas(64) static constexpr int16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
   for (int rv = 0; rv < t.row_vecs; ++rv) {
     float* s = st + rv * Vec::W;
     const R old_max = Vec::load(row_max + rv * Vec::W);
     R raw_max = Vec::set1(kNegInf);
     for (int jj = 0; jj < keys; ++jj) raw_max = Vec::max(raw_max, Vec::load(s + jj * t.rows_pad));
-    const R new_max = Vec::max(old_max, Vec::mul(raw_max, c));
+    // The running max moves only where the tile's passes it by more than kRescaleSlack: below
+    // that, P = 2^(s - max) <= 2^kRescaleSlack stays as it is (the f32 sums and O^T and the bf16
+    // P hold it as precisely), and the rescale of O^T (head_dim_vo multiplies a row) is skipped.
+    // A NaN score never moves it (the sum carries the NaN); a row's first keys always do.
+    const R tile_max = Vec::mul(raw_max, c);
+    const __mmask16 moves = _mm512_cmp_ps_mask(
+        tile_max, Vec::add(old_max, Vec::set1(kRescaleSlack)), _CMP_GT_OQ);
+    const R new_max = _mm512_mask_blend_ps(moves, old_max, tile_max);
     const R base = Vec::zero_if_neg_inf(new_max);
     const R neg_base = Vec::sub(Vec::zero(), base);
     R sum = Vec::load(row_sum + rv * Vec::W);
-    if (Vec::any_greater(new_max, old_max)) {
+    if (moves != 0) {
       const R alpha = Vec::exp2(Vec::sub(old_max, base));
       sum = Vec::mul(sum, alpha);
       for (int d = 0; d < p.head_dim_vo; ++d) {
@@ -132,9 +138,9 @@ inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, fl
                       ? Vec::exp2(Vec::fma(Vec::load(s + (jj + 1) * t.rows_pad), c, neg_base))
                       : Vec::zero();
       sum = Vec::add(sum, Vec::add(a, b));
-      const __m512i pair = _mm512_or_si512(_mm512_srli_epi32(rounded(a), 16),
-                                           _mm512_and_si512(rounded(b), high_half));
-      _mm512_storeu_si512(s + (jj / 2) * t.rows_pad, pair);
+      const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in the low half
+      _mm512_storeu_si512(s + (jj / 2) * t.rows_pad,
+                          _mm512_permutexvar_epi16(interleave, halves));
     }
     Vec::store(row_sum + rv * Vec::W, sum);
     Vec::store(row_max + rv * Vec::W, new_max);

@@ -31,8 +31,12 @@ constexpr std::size_t kAlign = 64;
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-PrefillTile tile_of(const Problem& p) {
-  return prefill::prefill_tile(p.group_size(), p.head_dim_qk, p.head_dim_vo);
+// The tile of the plan's kernel (its policy), which the strided fallback runs with too.
+Status tile_of(const Problem& p, const std::string& kernel, PrefillTile* tile) {
+  const CpuKernel* k = nullptr;
+  KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(kernel, KernelOp::kPrefill, &k));
+  *tile = prefill::prefill_tile(p.group_size(), p.head_dim_qk, p.head_dim_vo, k->tile);
+  return Status::Ok();
 }
 
 bool uses_rope(const Problem& p) { return p.pos_encoding_mode == PosEncoding::kRopeLlama; }
@@ -60,9 +64,9 @@ struct WorkspaceLayout {
   std::size_t scratch_stride = 0;  // bytes per thread
 };
 
-WorkspaceLayout workspace_layout(const Problem& p, const std::vector<int64_t>& qo_len,
+WorkspaceLayout workspace_layout(const Problem& p, const PrefillTile& tile,
+                                 const std::vector<int64_t>& qo_len,
                                  const std::vector<int64_t>& kv_len, int num_threads) {
-  const PrefillTile tile = tile_of(p);
   const ScratchLayout scratch = prefill::scratch_layout(tile, p.head_dim_qk, p.head_dim_vo);
   WorkspaceLayout w;
   std::size_t at = 0;
@@ -132,7 +136,8 @@ Status plan_prefill(const Problem& problem, const AttentionArgs& args, const Pla
   // The output dtype (f32/f16/bf16: the cpu declaration's o dtypes) and an even head_dim_qk
   // under RoPE (validate_problem) were checked before any backend plans.
   request_lengths(problem, args, &plan->qo_len, &plan->kv_len);
-  const PrefillTile tile = tile_of(problem);
+  PrefillTile tile;
+  KVATTN_RETURN_IF_ERROR(tile_of(problem, plan->kernel, &tile));
 
   // One item per (request, KV head, query tile), costliest first: the pool hands items out in
   // order, so the long causal tiles at the bottom of each request start early and the short ones
@@ -174,14 +179,17 @@ Status plan_prefill(const Problem& problem, const AttentionArgs& args, const Pla
   plan->kv_chunk_size = 0;
   plan->num_partial_states = 0;
   plan->workspace_bytes =
-      workspace_layout(problem, plan->qo_len, plan->kv_len, plan->num_threads).bytes;
+      workspace_layout(problem, tile, plan->qo_len, plan->kv_len, plan->num_threads).bytes;
   return Status::Ok();
 }
 
 Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
                    std::size_t workspace_bytes) {
   const Problem& p = plan.problem;
-  const WorkspaceLayout layout = workspace_layout(p, plan.qo_len, plan.kv_len, plan.num_threads);
+  PrefillParams params;
+  KVATTN_RETURN_IF_ERROR(tile_of(p, plan.kernel, &params.tile));
+  const WorkspaceLayout layout =
+      workspace_layout(p, params.tile, plan.qo_len, plan.kv_len, plan.num_threads);
   if (workspace == nullptr || workspace_bytes < layout.bytes) {
     return make_error(ErrorCode::kInvalidArgument, "cpu prefill: workspace of ", workspace_bytes,
                       " bytes, the plan needs ", layout.bytes);
@@ -189,8 +197,6 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
   auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) /
                                             kAlign * kAlign);
 
-  PrefillParams params;
-  params.tile = tile_of(p);
   params.scratch = prefill::scratch_layout(params.tile, p.head_dim_qk, p.head_dim_vo);
 
   const int batch = static_cast<int>(plan.qo_len.size());

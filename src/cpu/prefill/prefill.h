@@ -10,7 +10,8 @@
 
 namespace kvattn::cpu {
 
-// Cuts prefill work (fills plan->work, workspace_bytes, num_threads); args validated.
+// Cuts prefill work (fills plan->work, workspace_bytes, num_threads) with the tile of the kernel
+// plan->kernel names (the kernel table's choice, made first); args validated.
 Status plan_prefill(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
                     Plan* plan);
 // Runs a prefill plan made by plan_prefill.

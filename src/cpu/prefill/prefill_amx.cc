@@ -85,17 +85,20 @@ inline void transpose16x16(const uint32_t* src, int64_t src_stride, uint32_t* ds
   }
 }
 
-// C[KB x RB blocks of 16 x 16] = A rows (KB blocks of 16, `a_stride` bytes apart) times B (RB
-// blocks of 16 columns, `b_stride` bytes between pair rows) over `steps` steps of 32 bf16: the
-// accumulators zeroed (`load_c` false) or loaded from `c`, then stored to `c` (`c_stride` bytes
-// between rows; block (i, j) at c + 16 * (i * c_block_rows + j)).
+// Where the A rows of one block of 16 start and how many bytes apart they are.
+struct RowBlock {
+  const char* rows = nullptr;
+  int64_t stride = 0;
+};
+
+// C[KB x RB blocks of 16 x 16] = A (KB row blocks) times B (RB blocks of 16 column words,
+// `b_stride` bytes between pair rows) over `steps` steps of 32 bf16 (A advances 64 bytes, B
+// `b_step` bytes a step): the accumulators zeroed (`load_c` false) or loaded from `c`, then
+// stored to `c` (`c_stride` bytes between rows, block (i, j) at c + i * c_block + 16 * j).
 template <int KB, int RB>
-inline void tile_block(const void* a, int64_t a_stride, int64_t a_step, int64_t a_block,
-                       const void* b, int64_t b_stride, int64_t b_step, int steps, float* c,
-                       int64_t c_stride, int64_t c_block, bool load_c) {
+inline void tile_block(const RowBlock* a, const char* b, int64_t b_stride, int64_t b_step,
+                       int steps, float* c, int64_t c_stride, int64_t c_block, bool load_c) {
   static_assert(KB >= 1 && KB <= 2 && RB >= 1 && RB <= 2);
-  const auto* a_bytes = static_cast<const char*>(a);
-  const auto* b_bytes = static_cast<const char*>(b);
   float* c01 = c + 16;
   float* c10 = c + c_block;
   float* c11 = c10 + 16;
@@ -111,15 +114,15 @@ inline void tile_block(const void* a, int64_t a_stride, int64_t a_step, int64_t 
     if constexpr (KB > 1 && RB > 1) _tile_zero(3);
   }
   for (int s = 0; s < steps; ++s) {
-    _tile_loadd(4, a_bytes + s * a_step, a_stride);
-    _tile_loadd(6, b_bytes + s * b_step, b_stride);
+    _tile_loadd(4, a[0].rows + 64 * s, a[0].stride);
+    _tile_loadd(6, b + s * b_step, b_stride);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (RB > 1) {
-      _tile_loadd(7, b_bytes + s * b_step + 64, b_stride);
+      _tile_loadd(7, b + s * b_step + 64, b_stride);
       _tile_dpbf16ps(1, 4, 7);
     }
     if constexpr (KB > 1) {
-      _tile_loadd(5, a_bytes + s * a_step + a_block, a_stride);
+      _tile_loadd(5, a[1].rows + 64 * s, a[1].stride);
       _tile_dpbf16ps(2, 5, 6);
       if constexpr (RB > 1) _tile_dpbf16ps(3, 5, 7);
     }
@@ -130,51 +133,76 @@ inline void tile_block(const void* a, int64_t a_stride, int64_t a_step, int64_t 
   if constexpr (KB > 1 && RB > 1) _tile_stored(3, c11, c_stride);
 }
 
-// C = A . B over blocks of 2 x 2 tiles: `a_blocks` A row blocks of 16 (rows `a_stride` bytes
-// apart, 16 of them a block), `b_blocks` B column blocks of 16 words.
-inline void tile_product(const void* a, int64_t a_stride, int64_t a_step, int a_blocks,
-                         const void* b, int64_t b_stride, int64_t b_step, int b_blocks, int steps,
-                         float* c, int64_t c_stride_floats, bool load_c) {
-  const int64_t a_block = 16 * a_stride, c_block = 16 * c_stride_floats;
-  const int64_t c_stride = c_stride_floats * 4;
+// C = A . B over blocks of 2 x 2 tiles: the `a_blocks` A row blocks, `b_blocks` B column blocks
+// of 16 words (B: `b_stride` bytes between pair rows, `b_step` bytes a step); C `c_stride_floats`
+// floats between rows.
+inline void tile_product(const RowBlock* a, int a_blocks, const void* b, int64_t b_stride,
+                         int64_t b_step, int b_blocks, int steps, float* c,
+                         int64_t c_stride_floats, bool load_c) {
+  const int64_t c_block = 16 * c_stride_floats, c_stride = c_stride_floats * 4;
   for (int i = 0; i < a_blocks; i += 2) {
-    const char* ai = static_cast<const char*>(a) + i * a_block;
     float* ci = c + i * c_block;
     const bool two_a = i + 1 < a_blocks;
     for (int j = 0; j < b_blocks; j += 2) {
       const char* bj = static_cast<const char*>(b) + j * 64;
       float* cij = ci + 16 * j;
       if (two_a && j + 1 < b_blocks) {
-        tile_block<2, 2>(ai, a_stride, a_step, a_block, bj, b_stride, b_step, steps, cij, c_stride,
-                         c_block, load_c);
+        tile_block<2, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
       } else if (two_a) {
-        tile_block<2, 1>(ai, a_stride, a_step, a_block, bj, b_stride, b_step, steps, cij, c_stride,
-                         c_block, load_c);
+        tile_block<2, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
       } else if (j + 1 < b_blocks) {
-        tile_block<1, 2>(ai, a_stride, a_step, a_block, bj, b_stride, b_step, steps, cij, c_stride,
-                         c_block, load_c);
+        tile_block<1, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
       } else {
-        tile_block<1, 1>(ai, a_stride, a_step, a_block, bj, b_stride, b_step, steps, cij, c_stride,
-                         c_block, load_c);
+        tile_block<1, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
       }
     }
   }
 }
 
+// Where key j's row of `s` starts and, when keys [j, j + 16) are one run of equally spaced rows
+// (contiguous K, or one page), how many bytes apart they are (else 0).
+inline RowBlock key_block(const PrefillParams& p, const KVSource& s, const RequestInfo& req,
+                          int64_t j, int kv_head) {
+  RowBlock block{static_cast<const char*>(kv_row(p, s, req, j, kv_head)), 0};
+  const int esize = dtype_bytes(p.kv_dtype);
+  if (!p.paged) {
+    block.stride = s.stride_token * esize;
+  } else if (j / p.page_size == (j + 15) / p.page_size) {
+    block.stride = s.stride_slot * esize;
+  }
+  return block;
+}
+
 struct AmxProducts {
-  // K rows of the tile as contiguous bf16 [round16(keys)][dqk] in the K tile buffer (the rows past
-  // `keys` zero); the V pairs padded with zero pairs to 16, then transposed (value_pairs_t).
+  static constexpr int kMaxBlocks = kMaxKVTile / 16;
+  static constexpr int kMaxValueBlocks = 1024 / 16;  // head dims up to 1024 (validate_problem)
+  RowBlock k_blocks[kMaxBlocks];
+
+  // K: each full block of 16 bf16 rows that is one strided run is read by the tiles where it
+  // lies; the other blocks (fp8 rows, a page boundary inside, the last partial block) are
+  // copied as bf16 into the K tile buffer [round16(keys)][dqk] (rows past `keys` zero). V: the
+  // pairs, padded with zero pairs to 16 (transposed in values()).
   void stage(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys,
              float* scratch) {
     auto* k_copy = reinterpret_cast<uint16_t*>(scratch + p.scratch.kf);
     float* tmp = scratch + p.scratch.row_tmp;
     const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
-    for (int jj = 0; jj < keys; ++jj) {
-      uint16_t* dst = k_copy + int64_t{jj} * dqk;
-      const uint16_t* row = bf16_row(p, kv_row(p, p.k, req, j0 + jj, kv_head), dqk, tmp, dst);
-      if (row != dst) std::memcpy(dst, row, sizeof(uint16_t) * dqk);
+    for (int b = 0; b * 16 < keys; ++b) {
+      const int first = b * 16, count = keys - first < 16 ? keys - first : 16;
+      if (p.kv_dtype == DType::kBF16 && count == 16) {
+        k_blocks[b] = key_block(p, p.k, req, j0 + first, kv_head);
+        if (k_blocks[b].stride != 0) continue;
+      }
+      uint16_t* block = k_copy + int64_t{first} * dqk;
+      k_blocks[b] = {reinterpret_cast<const char*>(block), int64_t{dqk} * 2};
+      for (int jj = 0; jj < count; ++jj) {
+        uint16_t* dst = block + int64_t{jj} * dqk;
+        const uint16_t* row =
+            bf16_row(p, kv_row(p, p.k, req, j0 + first + jj, kv_head), dqk, tmp, dst);
+        if (row != dst) std::memcpy(dst, row, sizeof(uint16_t) * dqk);
+      }
+      std::memset(block + int64_t{count} * dqk, 0, sizeof(uint16_t) * (16 - count) * dqk);
     }
-    std::memset(k_copy + int64_t{keys} * dqk, 0, sizeof(uint16_t) * (round16(keys) - keys) * dqk);
     stage_value_pairs(p, req, kv_head, j0, keys, scratch);
     auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
     const int pairs = (keys + 1) / 2;
@@ -182,11 +210,9 @@ struct AmxProducts {
   }
 
   void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) const {
-    const int dqk = p.head_dim_qk;
-    tile_product(scratch + p.scratch.kf, int64_t{dqk} * 2, 64, round16(keys) / 16,
-                 scratch + p.scratch.qt, t.rows_pad * 4, 16 * t.rows_pad * 4,
-                 static_cast<int>(t.rows_pad / 16), dqk / 32, scratch + p.scratch.st, t.rows_pad,
-                 false);
+    tile_product(k_blocks, round16(keys) / 16, scratch + p.scratch.qt, t.rows_pad * 4,
+                 16 * t.rows_pad * 4, static_cast<int>(t.rows_pad / 16), p.head_dim_qk / 32,
+                 scratch + p.scratch.st, t.rows_pad, false);
   }
 
   // The P pairs past the tile's keys are zeroed up to 16 (their S^T rows hold other keys'
@@ -204,9 +230,14 @@ struct AmxProducts {
                        vt_stride);
       }
     }
-    tile_product(vt, int64_t{vt_stride} * 4, 64, dvo / 16, pp, t.rows_pad * 4,
-                 16 * t.rows_pad * 4, static_cast<int>(t.rows_pad / 16), pairs_pad / 16,
-                 scratch + p.scratch.ot, t.rows_pad, true);
+    RowBlock v_blocks[kMaxValueBlocks];
+    for (int b = 0; b < dvo / 16; ++b) {
+      v_blocks[b] = {reinterpret_cast<const char*>(vt + int64_t{16 * b} * vt_stride),
+                     int64_t{vt_stride} * 4};
+    }
+    tile_product(v_blocks, dvo / 16, pp, t.rows_pad * 4, 16 * t.rows_pad * 4,
+                 static_cast<int>(t.rows_pad / 16), pairs_pad / 16, scratch + p.scratch.ot,
+                 t.rows_pad, true);
   }
 };
 

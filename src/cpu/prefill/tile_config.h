@@ -15,7 +15,7 @@ inline constexpr int kRowAlign = 16;
 inline constexpr int kTargetTileRows = 128;
 
 // The largest KV tile prefill_tile hands out (kernels size stack arrays of row pointers by it).
-inline constexpr int kMaxKVTile = 64;
+inline constexpr int kMaxKVTile = 128;
 
 struct PrefillTile {
   int tokens;    // query tokens per tile
@@ -24,16 +24,26 @@ struct PrefillTile {
   int kv_tile;   // keys per KV tile
 };
 
-// 128 rows x 64 keys: each K/V tile, converted or packed once, serves 128 rows (against 64 rows
-// this measured 280 vs 258 GFLOP/s per core on the bf16 path at d 128). The register blocks walk
-// 64 rows at a time, so the Q^T columns they stream (32 KiB at d 128) stay in L1; the K/V tiles,
-// S and O^T (about 200 KiB) stay in L2. Wider heads halve the KV tile to keep it so.
-constexpr PrefillTile prefill_tile(int group, int head_dim_qk, int head_dim_vo) {
+// A kernel's tile policy (its kernel table entry, the rNkM of its name): query rows a tile aims
+// at and keys a KV tile (0: 64, or 32 for head dims above 256 in all).
+struct TilePolicy {
+  int target_rows = kTargetTileRows;
+  int kv_tile = 0;
+};
+
+// The default policy, 128 rows x 64 keys: each K/V tile, converted or packed once, serves 128
+// rows (against 64 rows this measured 280 vs 258 GFLOP/s per core on the bf16 path at d 128). The
+// register blocks walk 64 rows at a time, so the Q^T columns they stream (32 KiB at d 128) stay in
+// L1; the K/V tiles, S and O^T (about 200 KiB) stay in L2. Wider heads halve the KV tile to keep
+// it so. The AMX kernel takes 256 x 128 (its products stream tiles from L2, and its per-KV-tile
+// staging is shared by twice the rows).
+constexpr PrefillTile prefill_tile(int group, int head_dim_qk, int head_dim_vo,
+                                   TilePolicy policy = {}) {
   PrefillTile t{};
-  t.tokens = group >= kTargetTileRows ? 1 : kTargetTileRows / group;
+  t.tokens = group >= policy.target_rows ? 1 : policy.target_rows / group;
   t.rows = t.tokens * group;
   t.rows_pad = (t.rows + kRowAlign - 1) / kRowAlign * kRowAlign;
-  t.kv_tile = head_dim_qk + head_dim_vo > 256 ? 32 : 64;
+  t.kv_tile = policy.kv_tile != 0 ? policy.kv_tile : head_dim_qk + head_dim_vo > 256 ? 32 : 64;
   return t;
 }
 
