@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/math_constants.h"
 #include "core/numeric.h"
 #include "cpu/decode/decode.h"
 #include "cpu/decode/decode_fma_tiles.h"
@@ -28,8 +29,8 @@
 
 namespace kvattn::cpu::decode_detail {
 
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr double kLn2 = 0.6931471805599453;
+using math::kLog2e;
+inline constexpr double kLn2 = math::kLn2F64;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 

@@ -10,13 +10,13 @@
 // only transcendental.
 //
 // Requires before inclusion: namespace kvattn::cpu::prefill::<isa> open, `Vec` defined, and
-// <cstdint>, <cstring>, <cmath> and cpu/prefill/params.h included.
+// <cstdint>, <cstring>, <cmath>, core/math_constants.h and cpu/prefill/params.h included.
 
 #include "cpu/prefill/masked_values.h"
 
 inline constexpr float kNegInf = -__builtin_huge_valf();
-inline constexpr float kLn2 = 0.693147180559945309f;
-inline constexpr float kLog2e = 1.44269504088896341f;
+using ::kvattn::math::kLn2;
+using ::kvattn::math::kLog2e;
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/math_constants.h"  // kLog2e, kLn2 of the kernel body (kernel.h)
 #include "cpu/prefill/tile_config.h"
 #include "kvattn/attention.h"
 #include "kvattn/dtype.h"
