@@ -507,7 +507,7 @@ inline void run_tiles(const PrefillParams& p, const WorkItem& item, float* scrat
     t.t0 = t0;
     t.tokens = static_cast<int>(imin(p.tile.tokens, item.qo_end - t0));
     t.rows = t.tokens * p.group;
-    t.rows_pad = (t.rows + kRowAlign - 1) / kRowAlign * kRowAlign;
+    t.rows_pad = row_pitch(t.rows);
     t.row_vecs = static_cast<int>((t.rows + Vec::W - 1) / Vec::W);
     kRunTile(p, req, item.kv_head, t, scratch);
   }

@@ -211,7 +211,7 @@ struct AmxProducts {
 
   void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) const {
     tile_product(k_blocks, round16(keys) / 16, scratch + p.scratch.qt, t.rows_pad * 4,
-                 16 * t.rows_pad * 4, static_cast<int>(t.rows_pad / 16), p.head_dim_qk / 32,
+                 16 * t.rows_pad * 4, t.row_vecs, p.head_dim_qk / 32,
                  scratch + p.scratch.st, t.rows_pad, false);
   }
 
@@ -236,7 +236,7 @@ struct AmxProducts {
                      int64_t{vt_stride} * 4};
     }
     tile_product(v_blocks, dvo / 16, pp, t.rows_pad * 4, 16 * t.rows_pad * 4,
-                 static_cast<int>(t.rows_pad / 16), pairs_pad / 16, scratch + p.scratch.ot,
+                 t.row_vecs, pairs_pad / 16, scratch + p.scratch.ot,
                  t.rows_pad, true);
   }
 };
