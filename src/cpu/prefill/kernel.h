@@ -369,12 +369,36 @@ inline void transform_scores(const PrefillParams& p, const TileRows& t, int64_t 
   }
 }
 
-// Sets invisible scores to -inf (edge tiles and custom masks only).
+inline void fill_neg_inf(float* s, int n) {
+  for (int i = 0; i < n; ++i) s[i] = kNegInf;
+}
+
+// Sets invisible scores to -inf (edge tiles and custom masks only). Causal and window masks: a
+// row's position does not decrease with the row (token-major rows), so the rows key j is hidden
+// from are a prefix (causal: position < j) and a suffix (window: position > j + window_left),
+// both moving forward with j: two runs a key.
 inline void mask_scores(const PrefillParams& p, const RequestInfo& req, const TileRows& t,
                         int64_t j0, int keys, float* scratch) {
   float* st = scratch + p.scratch.st;
   const auto* row_pos = reinterpret_cast<const int32_t*>(scratch + p.scratch.row_pos);
   const int64_t offset = req.kv_len - req.qo_len;
+  if (p.custom_mask == nullptr) {
+    int before = 0, after = p.window_left >= 0 ? 0 : t.rows;  // visible rows [before, after)
+    for (int jj = 0; jj < keys; ++jj) {
+      const int64_t j = j0 + jj;
+      if (p.causal) {
+        while (before < t.rows && row_pos[before] < j) ++before;
+      }
+      if (p.window_left >= 0) {
+        while (after < t.rows && row_pos[after] <= j + p.window_left) ++after;
+      }
+      float* s = st + jj * t.rows_pad;
+      fill_neg_inf(s, before);
+      const int from = after > before ? after : before;
+      fill_neg_inf(s + from, t.rows - from);
+    }
+    return;
+  }
   for (int jj = 0; jj < keys; ++jj) {
     const int64_t j = j0 + jj;
     float* s = st + jj * t.rows_pad;
