@@ -45,7 +45,10 @@ void load_tile_config() {
 constexpr int round16(int n) { return (n + 15) / 16 * 16; }
 
 // The V pairs of the tile live at the start of the V buffer ([kv_tile / 2][dvo] words), their
-// transpose V^T right after it ([dvo][kv_tile / 2] words: the A tiles of P V).
+// transpose V^T right after it ([dvo][value_t_pitch] words: the A tiles of P V), its rows an odd
+// number of 64-byte lines apart (as row_pitch, tile_config.h: a tile load's 16 rows then spread
+// over the L1 sets; scratch_layout leaves the V buffer the room).
+inline int value_t_pitch(const PrefillParams& p) { return (p.tile.kv_tile / 32 | 1) * 16; }
 inline uint32_t* value_pairs_t(const PrefillParams& p, float* scratch) {
   return reinterpret_cast<uint32_t*>(scratch + p.scratch.vf) +
          int64_t{p.tile.kv_tile / 2} * p.head_dim_vo;
@@ -223,7 +226,7 @@ struct AmxProducts {
     std::memset(pp + pairs * t.rows_pad, 0, sizeof(uint32_t) * (pairs_pad - pairs) * t.rows_pad);
     const auto* vp = reinterpret_cast<const uint32_t*>(scratch + p.scratch.vf);
     uint32_t* vt = value_pairs_t(p, scratch);
-    const int vt_stride = p.tile.kv_tile / 2;
+    const int vt_stride = value_t_pitch(p);
     for (int p0 = 0; p0 < pairs_pad; p0 += 16) {
       for (int d0 = 0; d0 < dvo; d0 += 16) {
         transpose16x16(vp + int64_t{p0} * dvo + d0, dvo, vt + int64_t{d0} * vt_stride + p0,

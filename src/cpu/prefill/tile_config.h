@@ -64,7 +64,7 @@ struct ScratchLayout {
   int64_t st = 0;                    // S^T then P^T [kv_tile][rows_pad]
   int64_t ot = 0;                    // O^T [D_vo][rows_pad], unnormalized
   int64_t kf = 0;                    // K tile f32 [kv_tile][D_qk]
-  int64_t vf = 0;                    // V tile f32 [kv_tile][D_vo]
+  int64_t vf = 0;                    // V tile f32 [kv_tile][D_vo] (+ 32 rows)
   int64_t row_max = 0, row_sum = 0;  // [rows_pad], log2 domain
   int64_t row_pos = 0;               // [rows_pad] absolute query positions (int32 storage)
   int64_t row_slope = 0;             // [rows_pad] ALiBi slope * log2(e)
@@ -87,7 +87,7 @@ constexpr ScratchLayout scratch_layout(const PrefillTile& t, int head_dim_qk, in
   s.st = take(int64_t{t.kv_tile} * t.rows_pad);
   s.ot = take(int64_t{head_dim_vo} * t.rows_pad);
   s.kf = take(int64_t{t.kv_tile} * head_dim_qk);
-  s.vf = take(int64_t{t.kv_tile} * head_dim_vo);
+  s.vf = take(int64_t{t.kv_tile + 32} * head_dim_vo);  // + the AMX kernel's V^T padding
   s.row_max = take(t.rows_pad);
   s.row_sum = take(t.rows_pad);
   s.row_pos = take(t.rows_pad);
