@@ -522,9 +522,10 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
         _mm512_storeu_ps(m + 16 * v, new_max);
       }
 
-      // O += P V: per pair of 16-column blocks (their V pairs stay in L1), every head group.
-      for (int z = 0; z < d_ckv; z += 32) {
-        for (int v = 0; v < head_groups; v += 2) {
+      // O += P V: per pair of head groups (their P rows, 8 KiB, stay in L1), every pair of
+      // 16-column blocks (measured ~2 % faster than the V pairs held in L1 instead).
+      for (int v = 0; v < head_groups; v += 2) {
+        for (int z = 0; z < d_ckv; z += 32) {
           const uint32_t* a = s.pa + int64_t{16 * v} * pa_stride;
           float* cz = acc + int64_t{16 * v} * acc_stride + z;
           if (v + 1 < head_groups) {
