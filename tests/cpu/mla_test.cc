@@ -140,6 +140,49 @@ TEST(CpuMla, Fp8AndF16Caches) {
   });
 }
 
+// Scores whose running max creeps up by less than the AMX kernel's rescale slack (8 log2 units)
+// over several KV tiles, then jumps past it, at a different pace per head (head h's query is
+// (h % 16 + 1) times head 0's, so in one vector of 16 heads some move and some do not): the lazily
+// moved max must give the reference's output and LSE on every kernel.
+TEST(CpuMla, RunningMaxThatCreepsThenJumps) {
+  constexpr int64_t kKeys = 1100;
+  for_each_tile_kernel([&] {
+    for (CpuIsa isa : isa_levels()) {
+      for (int heads : {16, 128}) {
+        IsaLimit limit(isa);
+        CaseSpec spec = mla_spec(heads, 64, {1}, {kKeys});
+        testing::Case c = testing::Case::make(spec);
+        const Problem& p = spec.problem;
+        const int64_t d_ckv = p.head_dim_ckv, d_kpe = p.head_dim_kpe, ps = p.page_size;
+        std::vector<float> q_nope(heads * d_ckv), q_pe(heads * d_kpe, 0.0f);
+        for (int h = 0; h < heads; ++h) {
+          for (int64_t d = 0; d < d_ckv; ++d) q_nope[h * d_ckv + d] = 0.25f * (h % 16 + 1);
+        }
+        // Score of key j for head h: 0.25 (h % 16 + 1) * 512 * t_j * sm_scale, 13.3 (h % 16 + 1)
+        // t_j in log2 units: t_j climbs 0.0015 a key (2.6 (h % 16 + 1) log2 units a 128-key
+        // tile), then jumps by 3 at key 700. The values are the keys' ckv rows.
+        std::vector<float> ckv(c.num_pages * ps * d_ckv, 0.0f), kpe(c.num_pages * ps * d_kpe, 0.0f);
+        for (int64_t j = 0; j < kKeys; ++j) {
+          const float t = 0.0015f * static_cast<float>(j) + (j >= 700 ? 3.0f : 0.0f);
+          const int64_t slot = int64_t{c.kv_indices[j / ps]} * ps + j % ps;
+          for (int64_t d = 0; d < d_ckv; ++d) {
+            ckv[slot * d_ckv + d] = d % 2 == 0 ? t : t * (1.0f + 1.0f / 64);
+          }
+        }
+        testing::from_f32(q_nope.data(), static_cast<int64_t>(q_nope.size()), p.q_dtype,
+                          c.q.data());
+        testing::from_f32(q_pe.data(), static_cast<int64_t>(q_pe.size()), p.q_dtype, c.q_pe.data());
+        testing::from_f32(ckv.data(), static_cast<int64_t>(ckv.size()), p.kv_dtype,
+                          c.k_cache.data());
+        testing::from_f32(kpe.data(), static_cast<int64_t>(kpe.size()), p.kv_dtype,
+                          c.v_cache.data());
+        const testing::CheckResult r = testing::check_against_reference(c, run_cpu());
+        EXPECT_TRUE(r.ok) << cpu_isa_name(isa) << ", heads " << heads << ": " << r.message;
+      }
+    }
+  });
+}
+
 // A NaN in the cache (the e4m3 NaN code, S.1111.111) reaches the output of the rows that see
 // it, on every kernel, as in the reference; it is never read as a finite value.
 TEST(CpuMla, Fp8NanCodeStaysNan) {
