@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/math_constants.h"
 #include "core/cpu_features.h"
 #include "cpu/common/simd_avx512.h"
 #include "cpu/mla/mla.h"
@@ -31,7 +32,7 @@ using avx512::Simd;
 constexpr int T = kMlaTileKeys;  // keys per KV tile
 constexpr int kGroups = T / 16;  // 16-key row blocks of a tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLn2 = 0.6931471805599453f;
+using math::kLn2;
 // The running max moves only where a tile's scores pass it by more than this (log2 units): below
 // that P = 2^(s - max) <= 256 stays exact enough in bf16 and f32, and O is not rescaled.
 constexpr float kRescaleSlack = 8.0f;

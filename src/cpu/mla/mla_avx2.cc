@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/math_constants.h"
 #include "core/numeric.h"
 #include "cpu/common/simd_avx2.h"
 #include "cpu/mla/mla.h"
@@ -29,7 +30,7 @@ constexpr int kSubKeys = 64;   // keys per sub-tile: 64 x 576 f32 = 144 KiB
 constexpr int kDimChunk = 192; // query dims per score pass: 3 x 8 heads x 192 x 4 B = 18 KiB
 constexpr int kKB = 4;         // keys per score block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLn2 = 0.6931471805599453f;
+using math::kLn2;
 static_assert(kMlaTileKeys % kSubKeys == 0);
 
 std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/math_constants.h"
 #include "core/cpu_features.h"
 #include "cpu/mla/mla.h"
 #include "cpu/mla/mla_e4m3.h"
@@ -29,7 +30,7 @@ namespace {
 using avx512::Simd;
 constexpr int T = kMlaTileKeys;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLn2 = 0.6931471805599453f;
+using math::kLn2;
 
 std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 
