@@ -21,6 +21,7 @@
 
 #include "core/math_constants.h"
 #include "core/cpu_features.h"
+#include "cpu/common/amx.h"
 #include "cpu/common/simd_avx512.h"
 #include "cpu/mla/mla.h"
 #include "cpu/mla/mla_e4m3.h"
@@ -28,6 +29,8 @@
 namespace kvattn::cpu {
 namespace {
 
+using amx::load_tile_config;
+using amx::transpose16;
 using avx512::Simd;
 constexpr int T = kMlaTileKeys;  // keys per KV tile
 constexpr int kGroups = T / 16;  // 16-key row blocks of a tile
@@ -43,24 +46,6 @@ constexpr int kRowPad = 16;
 // blocks (32 x D_qk / kDimParts bf16: 18 KiB) stay in L1 while every head group's query pairs
 // pass (measured on the DeepSeek shape: ~5 % faster than one part; 3 or 6 parts no better).
 constexpr int kDimParts = 2;
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Every tile 16 rows x 64 bytes: 0-3 accumulate (C), 4-5 hold A, 6-7 B.
-void load_tile_config() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
 
 std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 
@@ -100,35 +85,6 @@ struct Scratch {
            2 * align64(rows * 4);
   }
 };
-
-// r[i] becomes column i of the 16 x 16 matrix of 32-bit words whose row i was r[i]: unpacks of
-// words, then of word pairs, then two rounds of 128-bit lane shuffles.
-inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  // r[4g + c], 128-bit lane k: column 4k + c of rows 4g .. 4g + 3.
-  for (int g = 0; g < 16; g += 4) {
-    r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-    r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-    r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-    r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    t[c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);           // lanes 0, 2
-    t[4 + c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);       // lanes 1, 3
-    t[8 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);  // lanes 0, 2
-    t[12 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
-  }
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
-    r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
-    r[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
-  }
-}
 
 // Where the 16 K rows of one row block lie: the ckv part and the kpe part, each with its byte
 // stride between rows.

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "cpu/prefill/params.h"
+#include "cpu/common/amx.h"
 #include "cpu/common/simd_avx512.h"
 
 namespace kvattn::cpu::prefill::amx {
@@ -23,24 +24,6 @@ namespace {
 #include "cpu/prefill/avx512_vec.h"  // before the kernel body, which uses Vec
 #include "cpu/prefill/kernel.h"
 #include "cpu/prefill/bf16_pairs.h"
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Every tile 16 rows x 64 bytes. Tiles 0-3 accumulate (C), 4-5 hold A, 6-7 B.
-void load_tile_config() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
 
 constexpr int round16(int n) { return (n + 15) / 16 * 16; }
 
@@ -55,37 +38,13 @@ inline uint32_t* value_pairs_t(const PrefillParams& p, float* scratch) {
 }
 
 // dst[c][r] = src[r][c] for a 16 x 16 block of 32-bit words (rows of src `src_stride` words
-// apart, of dst `dst_stride`): unpacks of words, then of word pairs, then two rounds of
-// 128-bit lane shuffles.
+// apart, of dst `dst_stride`).
 inline void transpose16x16(const uint32_t* src, int64_t src_stride, uint32_t* dst,
                            int64_t dst_stride) {
-  __m512i r[16], t[16];
+  __m512i r[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * src_stride);
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  // r[4g + c], 128-bit lane k: column 4k + c of rows 4g .. 4g + 3.
-  for (int g = 0; g < 16; g += 4) {
-    r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-    r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-    r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-    r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    t[c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);           // lanes 0, 2
-    t[4 + c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);       // lanes 1, 3
-    t[8 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);  // lanes 0, 2
-    t[12 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
-  }
-  for (int c = 0; c < 4; ++c) {
-    _mm512_storeu_si512(dst + c * dst_stride, _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88));
-    _mm512_storeu_si512(dst + (8 + c) * dst_stride, _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd));
-    _mm512_storeu_si512(dst + (4 + c) * dst_stride,
-                        _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88));
-    _mm512_storeu_si512(dst + (12 + c) * dst_stride,
-                        _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd));
-  }
+  ::kvattn::cpu::amx::transpose16(r);
+  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * dst_stride, r[i]);
 }
 
 // Where the A rows of one block of 16 start and how many bytes apart they are.
@@ -245,7 +204,7 @@ struct AmxProducts {
 };
 
 inline void run_item_amx(const PrefillParams& p, const WorkItem& item, float* scratch) {
-  load_tile_config();
+  ::kvattn::cpu::amx::load_tile_config();
   run_tiles<&run_tile_pairs<AmxProducts>>(p, item, scratch);
   _tile_release();
 }
