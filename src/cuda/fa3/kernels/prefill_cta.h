@@ -403,9 +403,9 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
       l[h] += ops.shfl_xor(l[h], 2);
     }
     // Where each of this thread's two rows goes: out (and lse), or, for a split request, the
-    // partial state of (token, chunk) (split_plan.h), merged by merge_kernel. The request is read
-    // again here (the mbarrier waits' memory clobbers keep it a load) so that its split fields
-    // hold no registers during the main loop.
+    // partial state of (token, chunk) (split_plan.h), merged by the split-KV merge
+    // (cuda/common/split_merge.h). The request is read again here (the mbarrier waits' memory
+    // clobbers keep it a load) so that its split fields hold no registers during the main loop.
     const RequestInfo re = p.requests[tile.request];
     const bool split = re.chunks > 1;
     const int64_t rows = pack::packed_rows(re.qo_len, p.rows_per_token);
