@@ -86,38 +86,6 @@ bool dispatch(const KernelKey& key, const AttentionParams& k, const Schedule& s,
   return true;
 }
 
-// The split-KV merge on the host, as launch.cu's merge kernel folds the chunks (the sink joins
-// once, here; a chunk that saw no key adds nothing).
-void merge_on_host(const Problem& p, const AttentionParams& k, const Schedule& s) {
-  const int H = p.num_qo_heads, D = p.head_dim_vo;
-  for (const MergeRow& row : s.merge_rows) {
-    for (int h = 0; h < H; ++h) {
-      math::StateMerger merger;
-      std::vector<float> o(size_t(D), 0.0f);
-      if (k.sinks) {
-        float a = 0.0f, c = 0.0f;
-        merger.add(k.sinks[h * k.sinks_stride], &a, &c);
-      }
-      for (int64_t ch = 0; ch < row.chunks; ++ch) {
-        const int64_t state = row.first_state + ch;
-        const float lse = k.partial_lse[state * H + h];
-        if (lse == -INFINITY) continue;
-        float a = 0.0f, c = 0.0f;
-        merger.add(lse, &a, &c);
-        for (int d = 0; d < D; ++d) o[size_t(d)] = o[size_t(d)] * a + k.partial_o[(state * H + h) * D + d] * c;
-      }
-      const float inv = merger.inv_sum();
-      for (int d = 0; d < D; d += 2) {
-        store_out_pair(k, row.out_row * k.o_stride_row + h * k.o_stride_head + d * k.o_stride_dim,
-                       o[size_t(d)] * inv, o[size_t(d + 1)] * inv);
-      }
-      if (k.lse) {
-        k.lse[row.out_row * k.lse_stride_row + h * k.lse_stride_head] = merger.lse() * k.lse_scale;
-      }
-    }
-  }
-}
-
 // A RunBackend (testing/tolerance.h) that runs fa2's kernel body on the emulator.
 testing::RunBackend run_replay(int64_t kv_chunk_size) {
   return [kv_chunk_size](const Problem& p, const AttentionArgs& args) -> Status {
@@ -144,7 +112,8 @@ testing::RunBackend run_replay(int64_t kv_chunk_size) {
       return make_error(ErrorCode::kUnavailable, "replay: no host instance for ",
                         kernel_key_string(kernel_key(p)));
     }
-    merge_on_host(p, k, s);
+    // The split-KV merge kernel's grid, CTA by CTA (cuda/common/split_merge.h: its body).
+    cuda::merge_on_host(merge_params(k, s.merge_rows.data(), s, p));
     return Status::Ok();
   };
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "cuda/common/split_merge.h"
 #include "cuda/fa2/params.h"
 #include "cuda/fa2/plan_state.h"
 #include "cuda/fa2/runtime_calls.h"
@@ -42,10 +43,12 @@ class RecordingRuntime final : public RuntimeCalls {
   int fail_malloc_device = 0;                          // non-zero: malloc_device returns it
   std::map<void*, std::unique_ptr<std::byte[]>> live;  // outstanding allocations
   std::vector<AttentionParams> attention_params;       // the first argument of first launches
+  std::vector<cuda::MergeParams> merge_params;         // the argument of split-merge launches
 
   void clear() {
     calls.clear();
     attention_params.clear();
+    merge_params.clear();
   }
   int get_device(int* d) override {
     calls.push_back({"get_device"});
@@ -113,6 +116,8 @@ class RecordingRuntime final : public RuntimeCalls {
     if (std::none_of(calls.begin(), calls.end(),
                      [](const Call& x) { return x.name == "launch"; })) {
       attention_params.push_back(*static_cast<const AttentionParams*>(args[0]));
+    } else if (kernel == cuda::split_merge_kernel()) {
+      merge_params.push_back(*static_cast<const cuda::MergeParams*>(args[0]));
     }
     calls.push_back(c);
     return 0;
@@ -293,6 +298,7 @@ TEST_F(Fa2Stream, RunIssuesOnlyLaunchesOnTheCallersStream) {
     EXPECT_EQ(merge.grid.x, state->schedule.merge_rows.size());
     EXPECT_EQ(merge.grid.y, 8u) << "the merge runs a CTA per (row, query head)";
     EXPECT_EQ(merge.block.x, 32u) << "128 dims, four per thread";
+    EXPECT_EQ(merge.kernel, cuda::split_merge_kernel()) << "the merge kernel fa3 launches too";
     // The kernel reads its schedule, page table and partial states from the plan's workspace.
     ASSERT_EQ(rt_.attention_params.size(), 1u);
     const AttentionParams& k = rt_.attention_params[0];
@@ -303,6 +309,16 @@ TEST_F(Fa2Stream, RunIssuesOnlyLaunchesOnTheCallersStream) {
     EXPECT_EQ(static_cast<void*>(k.partial_o), state->at<void>(l.partial_o));
     EXPECT_EQ(static_cast<void*>(k.partial_lse), state->at<void>(l.partial_lse));
     EXPECT_EQ(k.q, c.args.q.data);
+    // The merge reads its rows and the partial states there too, and writes the output.
+    ASSERT_EQ(rt_.merge_params.size(), 1u);
+    const cuda::MergeParams& m = rt_.merge_params[0];
+    EXPECT_EQ(static_cast<const void*>(m.rows), state->at<void>(l.merge_rows));
+    EXPECT_EQ(m.num_rows, int64_t(state->schedule.merge_rows.size()));
+    EXPECT_EQ(static_cast<const void*>(m.partial_o), state->at<void>(l.partial_o));
+    EXPECT_EQ(static_cast<const void*>(m.partial_lse), state->at<void>(l.partial_lse));
+    EXPECT_EQ(m.num_heads, 8);
+    EXPECT_EQ(m.head_dim, 128);
+    EXPECT_EQ(m.out, k.out);
   }
 }
 

@@ -8,9 +8,17 @@
 // kernel's do: one block at a time (FP8), or with the release one block late (16-bit: the
 // softmax of block n overlaps O += P V of block n - 1, whose slot is released after it, so a
 // consumer holds two slots: acquire n, release n - 1, acquire n + 1, ...; release the last).
+//
+// Issue 22 split the ring in two, K and V (full_k / full_v / empty_k / empty_v), with the
+// producer's order from pipe::kv_load (16-bit: K(n+1) before V(n)) and the consumers' steps of
+// prefill_cta.h's consume(): the same safety under random interleavings, and lookahead: with the
+// producer as eager as its barriers let it be, every load a consumer waits for in its iteration
+// n + 1 was issued before it released anything in iteration n — which the single K+V ring with a
+// release one block late (the order before issue 22) fails.
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/fa3/kernels/pipeline_state.h"
@@ -171,6 +179,276 @@ TEST(Fa3Pipeline, StateWrapsAndFlipsParity) {
   EXPECT_EQ(s.index, 1);
   EXPECT_EQ(s.phase, 1u);  // wrapped twice: flipped twice
   EXPECT_EQ(s.count, 7);
+}
+
+// ---- Split K and V rings (issue 22) --------------------------------------------------------
+
+enum Ring { kK = 0, kV = 1 };
+// A producer load or a consumer step on a ring: block `block` (of the tile) of ring `ring`.
+struct RingOp {
+  int ring;
+  int block;
+  bool release = false;  // consumer steps: acquire (wait for `full`) or release (arrive `empty`)
+};
+
+// The orders under test, per tile of `blocks` blocks. Consumer steps are grouped by iteration (the
+// kernel's loop trips; the iteration after the last block holds the last release(s)).
+enum class Order {
+  // prefill_cta.h, 16-bit: kv_load(k_ahead); acquire V(n-1), K(n), release K(n), V(n-1)
+  kSplit16,
+  // prefill_cta.h, FP8: kv_load(natural); acquire K(n), V(n), release K(n), V(n)
+  kSplitFp8,
+  kSplitFp8KAhead,  // the FP8 consumer under the 16-bit load order (why FP8 keeps the natural one)
+  kSingleRing,      // before issue 22: one K+V ring, acquire n, release n - 1 (16-bit overlap)
+};
+
+std::vector<RingOp> producer_loads(Order order, int blocks) {
+  std::vector<RingOp> loads;
+  if (order == Order::kSingleRing) {
+    for (int n = 0; n < blocks; ++n) loads.push_back({kK, n});
+    return loads;
+  }
+  const bool k_ahead = order != Order::kSplitFp8;
+  for (int j = 0; j < 2 * blocks; ++j) {
+    const KvLoad l = kv_load(j, blocks, k_ahead);
+    loads.push_back({l.v ? kV : kK, l.block});
+  }
+  return loads;
+}
+
+std::vector<std::vector<RingOp>> consumer_iterations(Order order, int blocks) {
+  std::vector<std::vector<RingOp>> it;
+  if (blocks == 0) return it;
+  switch (order) {
+    case Order::kSplit16:
+      it.push_back({{kK, 0}, {kK, 0, true}});
+      for (int n = 1; n < blocks; ++n)
+        it.push_back({{kV, n - 1}, {kK, n}, {kK, n, true}, {kV, n - 1, true}});
+      it.push_back({{kV, blocks - 1}, {kV, blocks - 1, true}});
+      break;
+    case Order::kSplitFp8:
+    case Order::kSplitFp8KAhead:
+      for (int n = 0; n < blocks; ++n)
+        it.push_back({{kK, n}, {kV, n}, {kK, n, true}, {kV, n, true}});
+      break;
+    case Order::kSingleRing:
+      it.push_back({{kK, 0}});
+      for (int n = 1; n < blocks; ++n) it.push_back({{kK, n}, {kK, n - 1, true}});
+      it.push_back({{kK, blocks - 1, true}});
+      break;
+  }
+  return it;
+}
+
+struct RingOutcome {
+  bool ok = true;         // no slot read before its load, none overwritten while in use
+  bool finished = false;  // no deadlock
+  bool lookahead = true;  // every wait's load issued before the previous iteration's first release
+  std::string error, lookahead_error;
+};
+
+// A CTA's tiles (blocks per tile) through the two rings of S slots: the producer and `consumers`
+// warpgroups. random: each step picks an actor at random; otherwise rounds in which the producer
+// issues every load its barriers allow, then each consumer takes one step (the eager schedule
+// that the lookahead is measured under).
+template <int S>
+RingOutcome replay_rings(Order order, const std::vector<int>& tiles, int consumers, bool random,
+                         std::mt19937& rng) {
+  MBarrier full[2][S], empty[2][S];
+  for (int r = 0; r < 2; ++r)
+    for (int s = 0; s < S; ++s) full[r][s].init(1), empty[r][s].init(consumers);
+  // The global sequences: loads (ring, use number), consumer iterations.
+  struct Load {
+    int ring, use;
+  };
+  struct Step {
+    int ring, use;
+    bool release;
+  };
+  std::vector<Load> loads;
+  std::vector<std::vector<Step>> iterations;
+  int base = 0;
+  for (int blocks : tiles) {
+    for (const RingOp& l : producer_loads(order, blocks)) loads.push_back({l.ring, base + l.block});
+    for (const auto& it : consumer_iterations(order, blocks)) {
+      std::vector<Step> steps;
+      for (const RingOp& c : it) steps.push_back({c.ring, base + c.block, c.release});
+      iterations.push_back(steps);
+    }
+    base += blocks;
+  }
+  std::vector<std::vector<int>> slot_use(2, std::vector<int>(S, -1));
+  std::vector<std::vector<int>> readers(2, std::vector<int>(S, 0));
+  std::vector<long> issued(size_t(2 * base + 2), -1);  // event time of load (ring, use)
+  const auto at = [](int ring, int use) { return size_t(2 * use + ring); };
+  PipelineState<S> prod[2] = {producer_start<S>(), producer_start<S>()};
+  size_t next_load = 0;
+  struct Consumer {
+    size_t iteration = 0, step = 0;
+    PipelineState<S> acq[2] = {consumer_start<S>(), consumer_start<S>()};
+    PipelineState<S> rel[2] = {consumer_start<S>(), consumer_start<S>()};
+    std::vector<long> first_release;  // per iteration
+  };
+  std::vector<Consumer> cons(static_cast<size_t>(consumers));
+  long now = 0;
+  RingOutcome out;
+  const auto fail = [&](const std::string& e) {
+    out.ok = false;
+    out.error = e;
+    return out;
+  };
+  // One producer load if its barrier lets it; false otherwise.
+  const auto produce = [&]() -> bool {
+    if (next_load == loads.size()) return false;
+    const Load l = loads[next_load];
+    PipelineState<S>& st = prod[l.ring];
+    if (!empty[l.ring][st.index].try_wait(st.phase)) return false;
+    if (readers[l.ring][st.index] != 0) return false;  // checked below as an error
+    slot_use[l.ring][st.index] = l.use;
+    issued[at(l.ring, l.use)] = now++;
+    full[l.ring][st.index].arrive();
+    st.advance();
+    ++next_load;
+    return true;
+  };
+  // One consumer step if it can take it; false when it waits.
+  const auto consume = [&](Consumer& c) -> bool {
+    if (c.iteration == iterations.size()) return false;
+    const Step& s = iterations[c.iteration][c.step];
+    if (!s.release) {
+      PipelineState<S>& st = c.acq[s.ring];
+      if (!full[s.ring][st.index].try_wait(st.phase)) return false;
+      if (slot_use[s.ring][st.index] != s.use) {
+        fail("ring " + std::to_string(s.ring) + " use " + std::to_string(s.use) + " read use " +
+             std::to_string(slot_use[s.ring][st.index]));
+        return false;
+      }
+      if (c.iteration > 0 && issued[at(s.ring, s.use)] > c.first_release[c.iteration - 1] &&
+          out.lookahead) {
+        out.lookahead = false;
+        out.lookahead_error = "iteration " + std::to_string(c.iteration) + " waits for ring " +
+                              std::to_string(s.ring) + " use " + std::to_string(s.use) +
+                              ", issued after a release of iteration " +
+                              std::to_string(c.iteration - 1);
+      }
+      ++readers[s.ring][st.index];
+      st.advance();
+    } else {
+      PipelineState<S>& st = c.rel[s.ring];
+      if (slot_use[s.ring][st.index] != s.use) {
+        fail("ring " + std::to_string(s.ring) + " released use " + std::to_string(s.use) +
+             " from a slot holding " + std::to_string(slot_use[s.ring][st.index]));
+        return false;
+      }
+      --readers[s.ring][st.index];
+      empty[s.ring][st.index].arrive();
+      st.advance();
+      if (c.first_release.size() == c.iteration) c.first_release.push_back(now);
+    }
+    ++now;
+    if (++c.step == iterations[c.iteration].size()) {
+      if (c.first_release.size() == c.iteration) c.first_release.push_back(now);
+      ++c.iteration, c.step = 0;
+    }
+    return true;
+  };
+  // A producer whose empty wait passes while readers remain overwrote a slot in use.
+  const auto overwrite = [&]() {
+    if (next_load == loads.size()) return false;
+    const Load l = loads[next_load];
+    const PipelineState<S>& st = prod[l.ring];
+    return empty[l.ring][st.index].try_wait(st.phase) && readers[l.ring][st.index] != 0;
+  };
+  int stuck = 0;
+  while (stuck < (random ? 1000 : 2)) {
+    bool done = next_load == loads.size();
+    for (const Consumer& c : cons) done = done && c.iteration == iterations.size();
+    if (done) {
+      out.finished = true;
+      return out;
+    }
+    bool moved = false;
+    if (random) {
+      const int who = int(rng() % unsigned(consumers + 1));
+      moved = who == consumers ? produce() : consume(cons[size_t(who)]);
+    } else {
+      while (produce()) moved = true;
+      for (Consumer& c : cons) moved = consume(c) || moved;
+    }
+    if (!out.ok) return out;
+    if (overwrite()) return fail("producer overwrote a slot still in use");
+    stuck = moved ? 0 : stuck + 1;
+  }
+  return out;  // deadlock: not finished
+}
+
+std::vector<int> random_tiles(std::mt19937& rng) {
+  std::vector<int> tiles(1 + rng() % 3);
+  for (int& b : tiles) b = int(rng() % 8);
+  return tiles;
+}
+
+TEST(Fa3Pipeline, SplitRingsNeverReusePhasesEarly) {
+  std::mt19937 rng(17);
+  for (Order order : {Order::kSplit16, Order::kSplitFp8, Order::kSingleRing}) {
+    for (int trial = 0; trial < 1000; ++trial) {
+      const std::vector<int> tiles = random_tiles(rng);
+      const RingOutcome two = replay_rings<2>(order, tiles, 2, true, rng);
+      ASSERT_TRUE(two.ok) << two.error;
+      ASSERT_TRUE(two.finished) << "deadlock, 2 stages, order " << int(order);
+      const RingOutcome three = replay_rings<3>(order, tiles, 2, true, rng);
+      ASSERT_TRUE(three.ok) << three.error;
+      ASSERT_TRUE(three.finished) << "deadlock, 3 stages, order " << int(order);
+    }
+  }
+}
+
+// The lookahead of fa3's two-stage rings: when a consumer waits for a block's K or V, that load
+// was issued before the consumer released anything in the iteration before — so the load
+// overlaps a whole iteration of compute. The order before issue 22 (one K+V ring, released a
+// block late) fails it: block n + 1's load could start only after iteration n released slot
+// n - 1.
+TEST(Fa3Pipeline, NextBlocksLoadIssuedBeforeTheIterationReleasesAnything) {
+  std::mt19937 rng(23);
+  for (const std::vector<int>& tiles :
+       std::vector<std::vector<int>>{{1}, {2}, {3}, {8}, {5, 1, 4}, {2, 2, 2}, {7, 0, 3}}) {
+    for (Order order : {Order::kSplit16, Order::kSplitFp8}) {
+      const RingOutcome o = replay_rings<2>(order, tiles, 2, false, rng);
+      ASSERT_TRUE(o.ok && o.finished) << o.error;
+      EXPECT_TRUE(o.lookahead) << "order " << int(order) << ": " << o.lookahead_error;
+    }
+  }
+  for (Order order : {Order::kSingleRing, Order::kSplitFp8KAhead}) {
+    const RingOutcome o = replay_rings<2>(order, {8}, 2, false, rng);
+    ASSERT_TRUE(o.ok && o.finished) << o.error;
+    EXPECT_FALSE(o.lookahead) << "order " << int(order) << " has the lookahead it should lack";
+  }
+}
+
+TEST(Fa3Pipeline, KvLoadOrderAndStateAt) {
+  // 16-bit: K(0), K(1), V(0), K(2), V(1), V(2); FP8: K(0), V(0), K(1), V(1), ...
+  const int v16[] = {0, 0, 1, 0, 1, 1}, b16[] = {0, 1, 0, 2, 1, 2};
+  for (int j = 0; j < 6; ++j) {
+    EXPECT_EQ(kv_load(j, 3, true).v, v16[j] == 1) << j;
+    EXPECT_EQ(kv_load(j, 3, true).block, b16[j]) << j;
+    EXPECT_EQ(kv_load(j, 3, false).v, j % 2 == 1) << j;
+    EXPECT_EQ(kv_load(j, 3, false).block, j / 2) << j;
+  }
+  EXPECT_FALSE(kv_load(0, 1, true).v);
+  EXPECT_TRUE(kv_load(1, 1, true).v);
+  EXPECT_EQ(kv_load(1, 1, true).block, 0);
+  // state_at(start, c) is c advance() calls from start.
+  for (uint32_t phase : {0u, 1u}) {
+    PipelineState<2> s;
+    s.phase = phase;
+    const PipelineState<2> start = s;
+    for (int c = 0; c < 9; ++c, s.advance()) {
+      const PipelineState<2> t = state_at(start, c);
+      EXPECT_EQ(t.index, s.index);
+      EXPECT_EQ(t.phase, s.phase);
+      EXPECT_EQ(t.count, s.count);
+    }
+  }
 }
 
 }  // namespace

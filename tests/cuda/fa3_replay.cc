@@ -10,7 +10,6 @@
 #include "core/numeric.h"
 #include "core/status_macros.h"
 #include "cuda/fa3/kernel_params.h"
-#include "cuda/fa3/kernels/merge_row.h"
 #include "cuda/fa3_emu_ops.h"
 #include "cuda/fa3_replay_ctas.h"
 
@@ -19,20 +18,6 @@ namespace {
 
 emu::WgmmaType map_type(DType d) {
   return d == DType::kF16 ? emu::WgmmaType::kF16 : emu::WgmmaType::kBf16;
-}
-
-void store_out_host(const PrefillParams& p, int64_t offset, float x) {
-  switch (p.out_kind) {
-    case OutKind::kF32:
-      static_cast<float*>(p.out)[offset] = x;
-      break;
-    case OutKind::kF16:
-      static_cast<uint16_t*>(p.out)[offset] = num::f32_to_f16(x);
-      break;
-    case OutKind::kBF16:
-      static_cast<uint16_t*>(p.out)[offset] = num::f32_to_bf16(x);
-      break;
-  }
 }
 
 }  // namespace
@@ -83,19 +68,8 @@ testing::RunBackend run_replay(const ReplayOptions& o) {
     } catch (const emu::EmulatorError& e) {
       return make_error(ErrorCode::kInternal, "replay: ", e.what());
     }
-    // merge_kernel's work, element by element (merge_row.h).
-    for (const split_kv::MergeRow& row : in.split.merge_rows) {
-      for (int h = 0; h < p.num_qo_heads; ++h) {
-        for (int d = 0; d < p.head_dim_vo; ++d) {
-          const MergedElement m = merge_element(row, k, h, d, p.head_dim_vo);
-          store_out_host(k, row.out_row * k.o_stride_row + h * k.o_stride_head + d * k.o_stride_dim,
-                         m.o);
-          if (k.lse && d == 0) {
-            k.lse[row.out_row * k.lse_stride_row + h * k.lse_stride_head] = m.lse;
-          }
-        }
-      }
-    }
+    // The split-KV merge kernel's grid, CTA by CTA (cuda/common/split_merge.h: its body).
+    cuda::merge_on_host(merge_params(k, in.split.merge_rows.data(), in.split, p));
     return Status::Ok();
   };
 }

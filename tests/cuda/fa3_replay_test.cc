@@ -5,7 +5,8 @@
 // barriers, setmaxnreg; fa3_emu_ops.h binds the body's operations to it), with the plan of fa3's
 // own plan() and the parameters of the same host function as run() (kernel_params.h), against
 // the fp64 reference with the precision-following tolerance of testing/tolerance.h
-// (fa3_replay.h). The split-KV merge runs merge.cuh's element function (merge_row.h) on the host.
+// (fa3_replay.h). The split-KV merge runs the merge kernel's body (cuda/common/split_merge.h, fa2's
+// too) over its grid on the host.
 //
 // CI runs a reduced grid; KVATTN_FA3_REPLAY_FULL=1 runs the full one (every declared key through
 // every test, both TMA landing schedules).
@@ -180,7 +181,7 @@ TEST(Fa3Replay, CausalAndWindows) {
 }
 
 // Split-KV: forced chunks (rounded up to whole K/V blocks by fa3's plan) over decode and paged /
-// ragged prefill, the partial states merged by merge_row.h; and the planner's own split of a
+// ragged prefill, the partial states merged by split_merge.h's kernel body; and the planner's own split of a
 // long decode.
 TEST(Fa3Replay, SplitKv) {
   for (const KernelKey& key : grid_keys()) {

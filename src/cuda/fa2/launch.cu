@@ -9,60 +9,14 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/attention_math.h"
-#include "cuda/common/store_out.cuh"
 #include "cuda/fa2/kernel_params.h"
 #include "cuda/fa2/kernel_table.h"
 #include "cuda/fa2/launch.h"
-#include "cuda/fa2/launch_kernel.h"
 #include "cuda/fa2/plan_state.h"
 #include "cuda/fa2/schedule.h"
 
 namespace kvattn::fa2 {
 namespace {
-
-// The split-KV merge, in parallel: one CTA per (merge row, query head) (blockIdx.x, blockIdx.y),
-// each thread owning kMergeDims consecutive output dims read as one float4 (D_vo is a multiple of
-// 16 and each partial row starts 16-byte aligned). Every thread folds the same chunk LSEs, a
-// warp-uniform (broadcast) load.
-constexpr int kMergeDims = 4;
-__global__ void merge_partials_kernel(const MergeRow* rows, const float* partial_o,
-                                      const float* partial_lse, int num_heads, int head_dim,
-                                      const AttentionParams p) {
-  const MergeRow row = rows[blockIdx.x];
-  const int h = int(blockIdx.y);
-  const int d0 = int(threadIdx.x) * kMergeDims;
-  if (d0 >= head_dim) return;
-  math::StateMerger merger;
-  float o[kMergeDims] = {0.0f, 0.0f, 0.0f, 0.0f};
-  // The sink joins once, here, as a state with no value (the partials exclude it).
-  if (p.sinks) {
-    float scale_acc = 0.0f, scale_c = 0.0f;
-    merger.add(__ldg(p.sinks + h * p.sinks_stride), &scale_acc, &scale_c);
-  }
-  for (int64_t c = 0; c < row.chunks; ++c) {
-    const int64_t state = row.first_state + c;
-    const float lse = __ldg(partial_lse + state * num_heads + h);
-    // A chunk with no visible key adds nothing (a NaN chunk is folded in: it makes the row NaN).
-    if (lse == -INFINITY) continue;
-    float scale_acc = 0.0f, scale_c = 0.0f;
-    merger.add(lse, &scale_acc, &scale_c);
-    const float4 v =
-        __ldg(reinterpret_cast<const float4*>(partial_o + (state * num_heads + h) * head_dim + d0));
-    o[0] = o[0] * scale_acc + v.x * scale_c;
-    o[1] = o[1] * scale_acc + v.y * scale_c;
-    o[2] = o[2] * scale_acc + v.z * scale_c;
-    o[3] = o[3] * scale_acc + v.w * scale_c;
-  }
-  const float inv_sum = merger.inv_sum();
-  const int64_t base = row.out_row * p.o_stride_row + h * p.o_stride_head;
-#pragma unroll
-  for (int i = 0; i < kMergeDims; ++i)
-    cuda::store_out(p, base + (d0 + i) * p.o_stride_dim, o[i] * inv_sum);
-  if (p.lse && threadIdx.x == 0) {
-    p.lse[row.out_row * p.lse_stride_row + h * p.lse_stride_head] = merger.lse() * p.lse_scale;
-  }
-}
 
 const KernelEntry* find_kernel(const KernelKey& key) {
   for (const KernelEntry& e : kKernelTable) {
@@ -224,12 +178,13 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
       runtime().launch(info.kernel, Dim3{unsigned(s.work.size())}, Dim3{unsigned(info.threads)},
                        kernel_args, std::size_t(info.shared_bytes), plan.stream)));
   if (!s.merge_rows.empty()) {
-    const unsigned threads = unsigned((p.head_dim_vo / kMergeDims + 31) / 32 * 32);
-    KVATTN_RETURN_IF_ERROR(
-        launch_kernel("fa2 merge kernel", merge_partials_kernel,
-                      Dim3{unsigned(s.merge_rows.size()), unsigned(p.num_qo_heads)}, Dim3{threads},
-                      0, plan.stream, state->at<const MergeRow>(l.merge_rows), k.partial_o,
-                      k.partial_lse, p.num_qo_heads, p.head_dim_vo, k));
+    // The split-KV merge (cuda/common/split_merge.h, fa3's too): a CTA per (row, query head).
+    cuda::MergeParams m = merge_params(k, state->at<const MergeRow>(l.merge_rows), s, p);
+    const cuda::MergeGrid g = cuda::merge_grid(m);
+    void* merge_args[] = {&m};
+    KVATTN_RETURN_IF_ERROR(runtime_status(
+        "fa2 merge kernel", runtime().launch(cuda::split_merge_kernel(), Dim3{g.rows, g.heads},
+                                             Dim3{g.threads}, merge_args, 0, plan.stream)));
   }
   return Status::Ok();
 }

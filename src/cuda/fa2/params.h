@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/paged_kv.h"
+#include "cuda/common/merge_row.h"
 #include "cuda/common/out_kind.h"
 #include "cuda/fa2/kernels/fast_div.h"
 
@@ -65,13 +66,8 @@ struct WorkUnit {
   int32_t reserved = 0;
 };
 
-// One row of the split-KV merge: the states [first_state, first_state + chunks) of query row
-// out_row, each [H_qo, D_vo] f32 with [H_qo] lse.
-struct MergeRow {
-  int64_t out_row = 0;
-  int64_t first_state = 0;
-  int64_t chunks = 1;
-};
+// One row of the split-KV merge (the merge kernel is fa3's too: cuda/common/split_merge.h).
+using MergeRow = cuda::MergeRow;
 
 struct AttentionParams {
   // q [rows, H_qo, D_qk] (16-bit), strides in elements.

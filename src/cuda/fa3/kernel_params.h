@@ -14,6 +14,7 @@
 #include <functional>
 #include <vector>
 
+#include "cuda/common/split_merge.h"
 #include "cuda/fa3/params.h"
 #include "cuda/fa3/split_plan.h"
 #include "kvattn/attention.h"
@@ -44,5 +45,14 @@ struct KernelInputs {
 
 Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const EncodeKvMap& encode,
                           KernelInputs* out);
+
+// The split-KV merge's parameters (cuda/common/split_merge.h, one kernel for fa2 and fa3) from
+// the kernel's, once its partial states are set; `rows` holds split.merge_rows where the merge
+// reads them (the device copy in run(), the host vector in the replay). fa3 has no sinks.
+inline cuda::MergeParams merge_params(const PrefillParams& k, const split_kv::MergeRow* rows,
+                                      const split_kv::SplitPlan& split, const Problem& p) {
+  return cuda::merge_params(k, rows, int64_t(split.merge_rows.size()), p.num_qo_heads,
+                            p.head_dim_vo, nullptr, 0);
+}
 
 }  // namespace kvattn::fa3

@@ -12,7 +12,6 @@
 #include "cuda/common/device_buffer.h"
 #include "cuda/fa3/kernel_params.h"
 #include "cuda/fa3/kernel_table.h"
-#include "cuda/fa3/kernels/merge.cuh"
 #include "cuda/fa3/launch.h"
 
 namespace kvattn::fa3 {
@@ -135,9 +134,13 @@ Status run_attention(const Plan& plan, const AttentionArgs& args) {
   const int err = kernel->launch(k, std::min(sms, k.num_tiles), nullptr);
   KVATTN_RETURN_IF_ERROR(cuda::cuda_status("fa3 attention kernel", cudaError_t(err)));
   if (!split.merge_rows.empty()) {
-    merge_kernel<<<int(split.merge_rows.size()), kMergeThreads>>>(
-        merge_rows.as<split_kv::MergeRow>(), k, p.head_dim_vo);
-    KVATTN_RETURN_IF_ERROR(cuda::cuda_status("fa3 merge kernel", cudaGetLastError()));
+    // The split-KV merge (cuda/common/split_merge.h, fa2's too): a CTA per (row, query head).
+    cuda::MergeParams m = merge_params(k, merge_rows.as<split_kv::MergeRow>(), split, p);
+    const cuda::MergeGrid g = cuda::merge_grid(m);
+    void* merge_args[] = {&m};
+    KVATTN_RETURN_IF_ERROR(cuda::cuda_status(
+        "fa3 merge kernel", cudaLaunchKernel(cuda::split_merge_kernel(), dim3(g.rows, g.heads),
+                                             dim3(g.threads), merge_args, 0, nullptr)));
   }
   return Status::Ok();
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/split_kv.h"
+#include "cuda/common/merge_row.h"
 #include "cuda/fa3/kernels/packed_rows.h"
 #include "cuda/fa3/kernels/tile_scheduler.h"
 
@@ -23,13 +24,9 @@ inline constexpr int kAssumedSms = 132;
 // CTAs gain (four 128-key blocks).
 inline constexpr int64_t kMinChunkKeys = 512;
 
-// One query token of a split request: its partial states [first_state, first_state + chunks)
-// (each [H_qo, D_vo] fp32 outputs and [H_qo] natural-log LSEs) merge into row out_row of out.
-struct MergeRow {
-  int64_t out_row = 0;
-  int64_t first_state = 0;
-  int64_t chunks = 1;
-};
+// One query token of a split request: its partial states merge into its row of out
+// (cuda/common/merge_row.h; the merge kernel is fa2's too: cuda/common/split_merge.h).
+using MergeRow = cuda::MergeRow;
 
 // Tiles of the unsplit batch: per request, tile heads x row tiles.
 inline int64_t unsplit_tiles(const std::vector<int64_t>& qo_len, int num_qo_heads,

@@ -62,7 +62,8 @@ struct SmemPlan {
   static constexpr uint32_t v(int stage) { return k(stage) + kKBytes; }
   static constexpr uint32_t barriers() { return k(kStages); }
   // + 1024: the dynamic shared memory base is rounded up to the swizzle's alignment.
-  static constexpr uint32_t total() { return barriers() + 2 * kStages * 8 + 1024; }
+  // full_k, full_v, empty_k, empty_v: kStages mbarriers each (prefill_cta.h's Barriers).
+  static constexpr uint32_t total() { return barriers() + 4 * kStages * 8 + 1024; }
 };
 
 template <int EB>
@@ -153,17 +154,30 @@ KVATTN_HD void copy_block(const Ops& ops, const PrefillParams& p, const RequestI
   }
 }
 
-// Warpgroup 0: K/V blocks of every tile of this CTA into the ring, in the consumers' order.
+// The rings' mbarriers (pipeline_state.h): a K ring and a V ring of kStages slots, each slot with
+// its `full` (the load landed) and `empty` (every consumer warp is done reading it).
+// One base pointer (the producer runs at 40 registers): the four arrays follow each other.
+struct Barriers {
+  uint64_t* base;
+  KVATTN_HD uint64_t* full_k(int slot) const { return base + slot; }
+  KVATTN_HD uint64_t* full_v(int slot) const { return base + kStages + slot; }
+  KVATTN_HD uint64_t* empty_k(int slot) const { return base + 2 * kStages + slot; }
+  KVATTN_HD uint64_t* empty_v(int slot) const { return base + 3 * kStages + slot; }
+};
+
+// Warpgroup 0: the K and V blocks of every tile of this CTA into their rings, in the consumers'
+// order (pipe::kv_load: 16-bit K(n+1) before V(n)).
 template <class Tag, int QK, int VO, class Ops>
-KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, uint64_t* full,
-                       uint64_t* empty) {
+KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, const Barriers& b) {
   constexpr int EB = Elem<Tag>::kBytes;
+  constexpr bool kKAhead = !Elem<Tag>::kFp8;
   using Plan = SmemPlan<EB, QK, VO>;
   constexpr int BN = Plan::BN;
   const int tid = ops.thread();  // 0..127
-  pipe::PipelineState<kStages> st = pipe::producer_start<kStages>();
+  const pipe::PipelineState<kStages> start = pipe::producer_start<kStages>();
+  int used = 0;  // blocks of this CTA's earlier tiles: uses of each ring so far
   if (!Elem<Tag>::kFp8 && p.tma) {
-    // One thread issues every load: the expected bytes, then the panels of K and of V.
+    // One thread issues every load: the expected bytes, then the panels of K or of V.
     if (tid != 0) return;
     for (int t = sched::first_tile(ops.cta()); t < p.num_tiles;
          t = sched::next_tile(t, ops.ctas())) {
@@ -171,23 +185,24 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
       const RequestInfo r = p.requests[tile.request];
       const sched::KvRange kr = tile_range<BN>(p, tile, r);
       const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
-      for (int n = kr.begin; n < kr.end; ++n) {
-        ops.mbarrier_wait(&empty[st.index], st.phase);
-        ops.mbarrier_arrive_expect_tx(&full[st.index], Plan::kKBytes + Plan::kVBytes);
+      const int blocks = kr.end > kr.begin ? kr.end - kr.begin : 0;
+      for (int j = 0; j < 2 * blocks; ++j) {
+        const pipe::KvLoad l = pipe::kv_load(j, blocks, kKAhead);
+        const pipe::PipelineState<kStages> st = pipe::state_at(start, used + l.block);
+        uint64_t* full = l.v ? b.full_v(st.index) : b.full_k(st.index);
+        ops.mbarrier_wait(l.v ? b.empty_v(st.index) : b.empty_k(st.index), st.phase);
+        ops.mbarrier_arrive_expect_tx(full, l.v ? Plan::kVBytes : Plan::kKBytes);
         // < the map's tokens <= 2^31 - 1 (launch.cu: tma_token_coordinates_fit, else cp.async)
-        const int token = int(r.kv_first + int64_t(n) * BN);
-        KVATTN_FA3_PRAGMA(unroll)
-        for (int panel = 0; panel < QK / smem::kPanelCols16; ++panel) {
-          ops.tma_load_3d(smem + Plan::k(st.index) + smem::tma_panel_offset(panel, BN), &p.tma_k,
-                          panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
+        const int token = int(r.kv_first + int64_t(kr.begin + l.block) * BN);
+        uint8_t* dst = smem + (l.v ? Plan::v(st.index) : Plan::k(st.index));
+        const CUtensorMap* map = l.v ? &p.tma_v : &p.tma_k;
+        const int panels = (l.v ? VO : QK) / smem::kPanelCols16;
+        for (int panel = 0; panel < panels; ++panel) {
+          ops.tma_load_3d(dst + smem::tma_panel_offset(panel, BN), map, panel * smem::kPanelCols16,
+                          kv_head, token, full);
         }
-        KVATTN_FA3_PRAGMA(unroll)
-        for (int panel = 0; panel < VO / smem::kPanelCols16; ++panel) {
-          ops.tma_load_3d(smem + Plan::v(st.index) + smem::tma_panel_offset(panel, BN), &p.tma_v,
-                          panel * smem::kPanelCols16, kv_head, token, &full[st.index]);
-        }
-        st.advance();
       }
+      used += blocks;
     }
     return;
   }
@@ -198,16 +213,20 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
     const RequestInfo r = p.requests[tile.request];
     const sched::KvRange kr = tile_range<BN>(p, tile, r);
     const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
-    for (int n = kr.begin; n < kr.end; ++n) {
-      ops.mbarrier_wait(&empty[st.index], st.phase);
-      uint8_t* k_smem = smem + Plan::k(st.index);
-      uint8_t* v_smem = smem + Plan::v(st.index);
-      copy_block<Tag, BN, kKRowChunks>(ops, p, r, p.k, p.k_strides, p.k_chunks, n, kv_head, k_smem,
-                                       tid);
-      if constexpr (!Elem<Tag>::kFp8) {
+    const int blocks = kr.end > kr.begin ? kr.end - kr.begin : 0;
+    // One load: wait for the slot's release, copy, then the slot's `full` arrival.
+    const auto load = [&](bool v, int block) {
+      const int n = kr.begin + block;
+      const pipe::PipelineState<kStages> st = pipe::state_at(start, used + block);
+      ops.mbarrier_wait(v ? b.empty_v(st.index) : b.empty_k(st.index), st.phase);
+      if (!v) {
+        copy_block<Tag, BN, kKRowChunks>(ops, p, r, p.k, p.k_strides, p.k_chunks, n, kv_head,
+                                         smem + Plan::k(st.index), tid);
+      } else if constexpr (!Elem<Tag>::kFp8) {
         copy_block<Tag, BN, kVRowChunks>(ops, p, r, p.v, p.v_strides, p.v_chunks, n, kv_head,
-                                         v_smem, tid);
+                                         smem + Plan::v(st.index), tid);
       } else {
+        uint8_t* v_smem = smem + Plan::v(st.index);
         KVATTN_FA3_PRAGMA(unroll 1)
         for (int c = tid; c < BN * kVRowChunks; c += frag::kWarpgroupThreads) {
           const int row = c / kVRowChunks, byte_col = (c % kVRowChunks) * 16;
@@ -232,15 +251,27 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
       }
       ops.cp_async_wait_all();
       ops.fence_proxy_async();
-      ops.mbarrier_arrive(&full[st.index]);
-      st.advance();
+      ops.mbarrier_arrive(v ? b.full_v(st.index) : b.full_k(st.index));
+    };
+    // pipe::kv_load's order; two loads a step, each with its ring known at compile time.
+    if constexpr (kKAhead) {
+      for (int j = 0; j < 2 * blocks; ++j) {
+        const pipe::KvLoad l = pipe::kv_load(j, blocks, kKAhead);
+        load(l.v, l.block);
+      }
+    } else {
+      for (int i = 0; i < blocks; ++i) {
+        load(false, i);
+        load(true, i);
+      }
     }
+    used += blocks;
   }
 }
 
 template <class Tag, int QK, int VO, class Ops>
-KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, uint64_t* full,
-                       uint64_t* empty, int wg) {
+KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, const Barriers& b,
+                       int wg) {
   constexpr int EB = Elem<Tag>::kBytes;
   constexpr bool kFp8 = Elem<Tag>::kFp8;
   using Plan = SmemPlan<EB, QK, VO>;
@@ -251,6 +282,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
   const int lane = ops.thread() % 32;
   uint8_t* q_smem = smem + Plan::q(wg);
   const uint32_t q_addr = ops.smem_addr(q_smem);
+  // The K and V rings are used once per block each, in the same order: one state serves both.
   pipe::PipelineState<kStages> st = pipe::consumer_start<kStages>();
 
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
@@ -301,11 +333,21 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
     float m[2] = {-INFINITY, -INFINITY};
     float l[2] = {0.0f, 0.0f};
 
+    // The K and V rings (pipeline_state.h): block n's K is waited for, read by S = Q K^T and
+    // released as soon as S is done; its V is waited for and released around O += P V. A
+    // release is one arrival per consumer warp, once the warp is past the wgmma that read the
+    // slot. (The slot is advanced, not computed from a count: pipe::state_at here cost the FP8
+    // consumers 24 bytes of spills, ptxas sm_90a.)
+    const auto release = [&](uint64_t* empty) {
+      ops.syncwarp();
+      if (lane == 0) ops.mbarrier_arrive(empty);
+    };
     // Softmax of block n overlapped with O += P V of block n - 1 (FA3's intra-warpgroup
-    // overlap): S_n is issued before PV_{n-1}, waited for alone (wgmma groups complete in order),
-    // and turned into P_n while PV_{n-1} runs; O is rescaled once PV_{n-1} is done, and slot n - 1
-    // is released then (pipeline_state.h: a consumer holds at most two slots, released in
-    // order; fa3_pipeline_test replays it).
+    // overlap): S_n is issued before PV_{n-1}, waited for alone (wgmma groups complete in order:
+    // then K(n) is released), and turned into P_n while PV_{n-1} runs; O is rescaled once
+    // PV_{n-1} is done, and V(n - 1) is released then. A consumer thus holds one K and one V
+    // slot, and the producer, loading K(n + 1) before V(n), keeps the next block's loads in
+    // flight while the consumers compute (fa3_pipeline_test replays the order).
     // FP8 keeps the blocks apart (one at a time, as below the overlap): with S, P and O live at
     // once its consumers spill (ptxas: 64 bytes), and FP8's P is half the registers that would
     // pay for it. FP8's O stays in f32 registers: each block's P V goes into a fresh wgmma
@@ -317,52 +359,56 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
     typename Ops::AFrag a[kPSteps];
     if constexpr (!kOverlap) {
       for (int n = kr.begin; n < kr.end; ++n) {
-        ops.mbarrier_wait(&full[st.index], st.phase);
+        // V(n) is waited for with K(n) (the producer loads it right behind K(n): pipe::kv_load)
+        // and checked for inf/NaN before S is issued, while S's registers are free.
+        const pipe::PipelineState<kStages> cur = st;
+        st.advance();
+        ops.mbarrier_wait(b.full_k(cur.index), cur.phase);
+        ops.mbarrier_wait(b.full_v(cur.index), cur.phase);
         const bool guard = kr.masked(n) && step::v_has_non_finite<Tag, VO, BN>(
-                                               ops, smem + Plan::v(st.index), ctid, wg);
-        step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
+                                               ops, smem + Plan::v(cur.index), ctid, wg);
+        step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(cur.index)));
         ops.template wgmma_wait<0>();
         ops.fence_registers(s);
+        release(b.empty_k(cur.index));
         step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
         float alpha[2];
         step::softmax<BN>(ops, s, m, l, alpha);
         if (guard) {
           step::rescale<kORegs>(o, alpha);
-          step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(st.index), p, n,
+          step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(cur.index), p, n,
                                                  r.kv_len, diag0, token_step, ctid);
         } else {
           step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
           step::pv_promoted<Tag, VO, kPSteps>(ops, o, alpha, a,
-                                              ops.smem_addr(smem + Plan::v(st.index)));
+                                              ops.smem_addr(smem + Plan::v(cur.index)));
         }
-        ops.syncwarp();
-        if (lane == 0) ops.mbarrier_arrive(&empty[st.index]);
-        st.advance();
+        release(b.empty_v(cur.index));
       }
     } else if (kr.begin < kr.end) {
-      ops.mbarrier_wait(&full[st.index], st.phase);
-      // Whether the previous block's O += P V must be guarded_pv (consumer_steps.h).
-      bool guard_prev = kr.masked(kr.begin) && step::v_has_non_finite<Tag, VO, BN>(
-                                                   ops, smem + Plan::v(st.index), ctid, wg);
+      ops.mbarrier_wait(b.full_k(st.index), st.phase);
       step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
       ops.template wgmma_wait<0>();
       ops.fence_registers(s);
+      release(b.empty_k(st.index));
       step::scores<BN>(s, p, kr.masked(kr.begin), kr.begin, r.kv_len, diag0, token_step, ctid);
       float alpha[2];
       step::softmax<BN>(ops, s, m, l, alpha);  // O is still zero: nothing to rescale
       step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
-      pipe::PipelineState<kStages> prev = st;
+      pipe::PipelineState<kStages> prev = st;  // block n - 1: its V is next
       st.advance();
       for (int n = kr.begin + 1; n < kr.end; ++n) {
-        // A guarded block's O += P V runs here, before S_n is issued: S's registers are free
-        // then (P_{n-1} is in the A fragments), and nothing is in flight.
+        // V(n - 1), and whether its O += P V must be guarded_pv (consumer_steps.h); a guarded
+        // block's runs here, before S_n is issued: S's registers are free then (P_{n-1} is in
+        // the A fragments), and nothing is in flight.
+        ops.mbarrier_wait(b.full_v(prev.index), prev.phase);
+        const bool guard_prev = kr.masked(n - 1) && step::v_has_non_finite<Tag, VO, BN>(
+                                                        ops, smem + Plan::v(prev.index), ctid, wg);
         if (guard_prev) {
           step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(prev.index), p, n - 1,
                                                  r.kv_len, diag0, token_step, ctid);
         }
-        ops.mbarrier_wait(&full[st.index], st.phase);
-        const bool guard = kr.masked(n) && step::v_has_non_finite<Tag, VO, BN>(
-                                               ops, smem + Plan::v(st.index), ctid, wg);
+        ops.mbarrier_wait(b.full_k(st.index), st.phase);
         step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
         if (guard_prev) {
           ops.template wgmma_wait<0>();  // S_n done (no PV_{n-1} in flight)
@@ -372,19 +418,22 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
           ops.template wgmma_wait<1>();  // S_n done; PV_{n-1} may still run
         }
         ops.fence_registers(s);
+        release(b.empty_k(st.index));
         step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
         step::softmax<BN>(ops, s, m, l, alpha);
-        ops.template wgmma_wait<0>();  // PV_{n-1} done: its slot, O and P are free
+        ops.template wgmma_wait<0>();  // PV_{n-1} done: V(n - 1), O and P are free
         step::pv_done<VO, kPSteps>(ops, o, a);
-        ops.syncwarp();
-        if (lane == 0) ops.mbarrier_arrive(&empty[prev.index]);
+        release(b.empty_v(prev.index));
         step::rescale<kORegs>(o, alpha);
         step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
         prev = st;
-        guard_prev = guard;
         st.advance();
       }
-      if (guard_prev) {
+      ops.mbarrier_wait(b.full_v(prev.index), prev.phase);
+      const bool guard_last =
+          kr.masked(kr.end - 1) &&
+          step::v_has_non_finite<Tag, VO, BN>(ops, smem + Plan::v(prev.index), ctid, wg);
+      if (guard_last) {
         step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(prev.index), p,
                                                kr.end - 1, r.kv_len, diag0, token_step, ctid);
       } else {
@@ -392,10 +441,8 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
       }
       ops.template wgmma_wait<0>();
       step::pv_done<VO, kPSteps>(ops, o, a);
-      ops.syncwarp();
-      if (lane == 0) ops.mbarrier_arrive(&empty[prev.index]);
+      release(b.empty_v(prev.index));
     }
-
     // Epilogue: normalize, write O and the natural-log LSE of the rows this request has.
     KVATTN_FA3_PRAGMA(unroll)
     for (int h = 0; h < 2; ++h) {
@@ -403,9 +450,9 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, ui
       l[h] += ops.shfl_xor(l[h], 2);
     }
     // Where each of this thread's two rows goes: out (and lse), or, for a split request, the
-    // partial state of (token, chunk) (split_plan.h), merged by merge_kernel. The request is read
-    // again here (the mbarrier waits' memory clobbers keep it a load) so that its split fields
-    // hold no registers during the main loop.
+    // partial state of (token, chunk) (split_plan.h), merged by the split-KV merge
+    // (cuda/common/split_merge.h). The request is read again here (the mbarrier waits' memory
+    // clobbers keep it a load) so that its split fields hold no registers during the main loop.
     const RequestInfo re = p.requests[tile.request];
     const bool split = re.chunks > 1;
     const int64_t rows = pack::packed_rows(re.qo_len, p.rows_per_token);
@@ -452,13 +499,15 @@ template <class Tag, int QK, int VO, class Ops>
 KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem_raw) {
   uint8_t* smem = smem_raw + ((1024u - (ops.smem_addr(smem_raw) & 1023u)) & 1023u);
   using Plan = SmemPlan<Elem<Tag>::kBytes, QK, VO>;
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Plan::barriers());
-  uint64_t* empty = full + kStages;
+  const Barriers b{reinterpret_cast<uint64_t*>(smem + Plan::barriers())};
   if (ops.thread() == 0) {
     for (int s = 0; s < kStages; ++s) {
       // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives.
-      ops.mbarrier_init(&full[s], !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads);
-      ops.mbarrier_init(&empty[s], kConsumerWarps);  // one arrival per consumer warp
+      const int loads = !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads;
+      ops.mbarrier_init(b.full_k(s), loads);
+      ops.mbarrier_init(b.full_v(s), loads);
+      ops.mbarrier_init(b.empty_k(s), kConsumerWarps);  // one arrival per consumer warp
+      ops.mbarrier_init(b.empty_v(s), kConsumerWarps);
     }
     ops.fence_barrier_init();
   }
@@ -466,10 +515,10 @@ KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem
   const int wg = ops.thread() / frag::kWarpgroupThreads;
   if (wg == 0) {
     ops.template setmaxnreg_dec<kProducerRegs>();
-    produce<Tag, QK, VO>(ops, p, smem, full, empty);
+    produce<Tag, QK, VO>(ops, p, smem, b);
   } else {
     ops.template setmaxnreg_inc<kConsumerRegs>();
-    consume<Tag, QK, VO>(ops, p, smem, full, empty, wg - 1);
+    consume<Tag, QK, VO>(ops, p, smem, b, wg - 1);
   }
 }
 
