@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/hd.h"
+#include "core/math_constants.h"
 
 namespace kvattn::cuda {
 
@@ -17,7 +18,7 @@ struct RowFinish {
 };
 // m and quad_sum are the row's (fa2: the quad's reduced sum).
 KVATTN_HD RowFinish finish_row(float m, float quad_sum, float v_scale) {
-  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr float kLn2 = math::kLn2;
   if (quad_sum != quad_sum) return RowFinish{quad_sum, quad_sum};
   if (!(quad_sum > 0.0f)) return RowFinish{0.0f, -INFINITY};
   return RowFinish{v_scale / quad_sum, (m + log2f(quad_sum)) * kLn2};
@@ -26,8 +27,8 @@ KVATTN_HD RowFinish finish_row(float m, float quad_sum, float v_scale) {
 // m' = max(m, sink2), sum' = sum 2^(m - m') + 2^(sink2 - m'); a row with no visible key gives
 // o = 0 and lse = sink.
 KVATTN_HD RowFinish finish_row_with_sink(float m, float quad_sum, float v_scale, float sink) {
-  constexpr float kLn2 = 0.6931471805599453f;
-  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr float kLn2 = math::kLn2;
+  constexpr float kLog2e = math::kLog2e;
   if (quad_sum != quad_sum) return RowFinish{quad_sum, quad_sum};
   if (!(quad_sum > 0.0f)) return RowFinish{0.0f, sink};
   const float sink2 = sink * kLog2e;

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "core/math_constants.h"
 #include "core/run_scalars.h"
 #include "core/status_macros.h"
 #include "cuda/common/problem_layout.h"
@@ -110,10 +111,10 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
   k.rows_per_token = pack::rows_per_token(is_decode(p.op), k.group);
   const double score_scale =
       double(p.effective_sm_scale()) * args.scalars.q_scale * args.scalars.k_scale;
-  k.score_scale_log2 = float(score_scale * M_LOG2E);
+  k.score_scale_log2 = float(score_scale * math::kLog2eF64);
   if (p.logits_soft_cap > 0) {
     k.soft_cap = p.logits_soft_cap;
-    k.cap_log2 = float(double(p.logits_soft_cap) * M_LOG2E);
+    k.cap_log2 = float(double(p.logits_soft_cap) * math::kLog2eF64);
     k.score_scale_over_cap = float(score_scale / p.logits_soft_cap);
   }
   k.v_scale = args.scalars.v_scale;

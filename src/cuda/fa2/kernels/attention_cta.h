@@ -31,6 +31,7 @@
 
 #include "core/attention_math.h"
 #include "core/hd.h"
+#include "core/math_constants.h"
 #include "core/split_kv.h"
 #include "cuda/fa2/kernels/formats.h"
 #include "cuda/fa2/kernels/fragment_layout.h"
@@ -116,7 +117,7 @@ KVATTN_HD void scores_block(const Ops& ops, const AttentionParams& p, const Requ
                             const split::ChunkRange& keys, const uint16_t* q_s,
                             const uint16_t* k_tile, bool fully_visible, float (&s)[C::kNTiles][4],
                             Accumulators<C>& acc) {
-  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr float kLog2e = math::kLog2e;
   const int warp = ops.thread() / 32, lane = ops.thread() % 32;
   const int rw = warp % C::kRowWarps, kw = warp / C::kRowWarps;
   const int key0 = kw * C::kWarpKeys;
