@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/numeric.h"
+#include "cuda/common/store_element.h"
 #include "cuda/fa3/kernels/elem.h"
 #include "cuda/fa3/params.h"
 #include "cuda/sm90_emulator.h"
@@ -72,17 +73,7 @@ class Fa3EmuOps {
     ops_.st_shared(p, v);
   }
   void store_out(const PrefillParams& p, int64_t offset, float x) const {
-    switch (p.out_kind) {
-      case OutKind::kF32:
-        static_cast<float*>(p.out)[offset] = x;
-        break;
-      case OutKind::kF16:
-        static_cast<uint16_t*>(p.out)[offset] = num::f32_to_f16(x);
-        break;
-      case OutKind::kBF16:
-        static_cast<uint16_t*>(p.out)[offset] = num::f32_to_bf16(x);
-        break;
-    }
+    cuda::store_element(p.out, p.out_kind, offset, x);
   }
 
   void mbarrier_init(uint64_t* bar, int count) const { ops_.mbarrier_init(bar, count); }

@@ -21,6 +21,7 @@
 #include "core/numeric.h"
 #include "cuda/common/merge_row.h"
 #include "cuda/common/out_kind.h"
+#include "cuda/common/store_element.h"
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
@@ -94,27 +95,8 @@ inline MergeGrid merge_grid(const MergeParams& p) {
 // that records every store.
 struct MergeOutWriter {
   KVATTN_HD void out(const MergeParams& p, int64_t out_row, int head, int d, float x) const {
-    const int64_t offset = out_row * p.o_stride_row + head * p.o_stride_head + d * p.o_stride_dim;
-    switch (p.out_kind) {
-      case OutKind::kF32:
-        static_cast<float*>(p.out)[offset] = x;
-        break;
-#if defined(__CUDA_ARCH__)
-      case OutKind::kF16:
-        static_cast<__half*>(p.out)[offset] = __float2half_rn(x);
-        break;
-      case OutKind::kBF16:
-        static_cast<__nv_bfloat16*>(p.out)[offset] = __float2bfloat16_rn(x);
-        break;
-#else
-      case OutKind::kF16:
-        static_cast<uint16_t*>(p.out)[offset] = num::f32_to_f16(x);
-        break;
-      case OutKind::kBF16:
-        static_cast<uint16_t*>(p.out)[offset] = num::f32_to_bf16(x);
-        break;
-#endif
-    }
+    store_element(p.out, p.out_kind,
+                  out_row * p.o_stride_row + head * p.o_stride_head + d * p.o_stride_dim, x);
   }
   KVATTN_HD void lse(const MergeParams& p, int64_t out_row, int head, float x) const {
     p.lse[out_row * p.lse_stride_row + head * p.lse_stride_head] = x;

@@ -1,6 +1,5 @@
-// One output element in the output's type (f32, f16 or bf16): fa2's and fa3's epilogues and
-// split-KV merges alike. Params: any kernel parameter block with `void* out` and
-// `cuda::OutKind out_kind`.
+// One output element in the output's type, in a kernel parameter block (`void* out`,
+// `cuda::OutKind out_kind`): store_element (store_element.h) for fa2's and fa3's epilogues.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,22 +8,13 @@
 #include <cstdint>
 
 #include "cuda/common/out_kind.h"
+#include "cuda/common/store_element.h"
 
 namespace kvattn::cuda {
 
 template <class Params>
 __device__ __forceinline__ void store_out(const Params& p, int64_t offset, float x) {
-  switch (p.out_kind) {
-    case OutKind::kF32:
-      static_cast<float*>(p.out)[offset] = x;
-      break;
-    case OutKind::kF16:
-      static_cast<__half*>(p.out)[offset] = __float2half_rn(x);
-      break;
-    case OutKind::kBF16:
-      static_cast<__nv_bfloat16*>(p.out)[offset] = __float2bfloat16_rn(x);
-      break;
-  }
+  store_element(p.out, p.out_kind, offset, x);
 }
 
 }  // namespace kvattn::cuda
