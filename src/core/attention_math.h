@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/hd.h"
+#include "core/math_constants.h"
 
 namespace kvattn::math {
 
@@ -81,6 +82,35 @@ struct StateMerger {
   KVATTN_HD float inv_sum() const { return acc.inv_sum(); }
   KVATTN_HD float lse() const { return acc.lse(); }
 };
+
+// ---- The end of a row ------------------------------------------------------------------------
+// Every backend's epilogue (fa2, fa3, cpu): from a row's running max m (log2 units) and its sum of
+// exponentials, the factor for the outputs (v_scale folded in) and the natural-log LSE. The
+// numerics policy (docs/cuda.md): a row with no visible key gives o = 0 and lse = -inf; a NaN
+// score of a visible key made the sum NaN, and the row gives o = NaN and lse = NaN, never an empty
+// row that a split-KV merge would then drop.
+struct RowFinish {
+  float o_scale;
+  float lse;
+};
+KVATTN_HD RowFinish finish_row(float m, float sum, float v_scale) {
+  if (sum != sum) return RowFinish{sum, sum};
+  if (!(sum > 0.0f)) return RowFinish{0.0f, -INFINITY};
+  return RowFinish{v_scale / sum, (m + log2f(sum)) * kLn2};
+}
+// With an attention sink (natural-log logit) joining the denominator (DESIGN.md §2):
+// m' = max(m, sink2), sum' = sum 2^(m - m') + 2^(sink2 - m'); a row with no visible key gives
+// o = 0 and lse = sink. Only a row's final state takes the sink: a split chunk's partial
+// excludes it and the merge adds it once.
+KVATTN_HD RowFinish finish_row_with_sink(float m, float sum, float v_scale, float sink) {
+  if (sum != sum) return RowFinish{sum, sum};
+  if (!(sum > 0.0f)) return RowFinish{0.0f, sink};
+  const float sink2 = sink * kLog2e;
+  const float m_new = fmaxf(m, sink2);
+  const float keys = exp2f(m - m_new);
+  const float total = sum * keys + exp2f(sink2 - m_new);
+  return RowFinish{v_scale * keys / total, (m_new + log2f(total)) * kLn2};
+}
 
 // ---- Score transforms, in the order DESIGN.md §2 applies them --------------------------------
 // Soft cap c > 0: c * tanh(s / c); c <= 0: no cap.

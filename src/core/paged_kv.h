@@ -59,3 +59,21 @@ KVATTN_HD int64_t append_offset(const CacheStrides& s, const int32_t* kv_indices
 }
 
 }  // namespace kvattn::paged
+
+namespace kvattn {
+struct Problem;
+struct TensorView;
+}  // namespace kvattn
+
+namespace kvattn::paged {
+
+// Host only (core/paged_kv.cc), for every backend's parameters: the strides by meaning of a K or V
+// tensor of `problem`'s operation — a paged cache in its layout; single K / V [keys, H, D] (NHD)
+// or [H, keys, D] (HND) and ragged K / V (always NHD, as in FlashInfer) with page = 0 and slot
+// the token stride.
+CacheStrides kv_strides(const Problem& problem, const TensorView& t);
+// The per-(token, head) scale tensor's: [P, page_size, H_kv] beside a paged cache (either
+// layout), [keys, H_kv] beside single or ragged K / V (page = 0); dim unused.
+CacheStrides scale_strides(const Problem& problem, const TensorView& t);
+
+}  // namespace kvattn::paged

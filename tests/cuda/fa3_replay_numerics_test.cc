@@ -46,7 +46,7 @@ std::byte* kv_element(const Problem& p, const AttentionArgs& a, bool v, int b, i
                       int head, int dim) {
   const bool paged = is_paged(p.op);
   const TensorView& t = paged ? (v ? a.paged_v_cache : a.paged_k_cache) : (v ? a.v : a.k);
-  const paged::CacheStrides s = cuda::kv_strides(p, t);
+  const paged::CacheStrides s = paged::kv_strides(p, t);
   const cuda::RequestStarts starts = cuda::request_starts(p, a);
   int64_t off;
   if (paged) {

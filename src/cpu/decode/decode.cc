@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "core/numeric.h"
+#include "core/int_math.h"
+#include "core/paged_kv.h"
 #include "core/run_scalars.h"
 #include "core/status_macros.h"
-#include "cpu/common/split_merge.h"
-#include "cpu/common/thread_pool.h"
+#include "cpu/common/driver.h"
 #include "cpu/kernel_table.h"
 
 namespace kvattn::cpu {
@@ -26,8 +26,6 @@ constexpr int64_t kMinAutoChunk = 256;
 // of different lengths.
 constexpr int64_t kTasksPerThread = 4;
 
-std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int pad_to(int n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
 
 // The keys query position kv_len - 1 can see at all: [lo, kv_len).
@@ -36,75 +34,34 @@ int64_t first_visible_key(const Problem& problem, int64_t kv_len) {
   return std::max<int64_t>(0, kv_len - 1 - problem.window_left);
 }
 
-// Workspace of a decode run: partial states of split items, per-request mask offsets, ALiBi
-// slopes, then one scratch per thread. One function for the size and the layout.
-struct DecodeWorkspaceLayout {
+// Workspace of a decode run (common/driver.h): partial states of split items, per-request mask
+// offsets, ALiBi slopes, sinks, per-head scales, then one scratch per thread.
+struct DecodeWorkspace {
   std::size_t partial_o = 0, partial_lse = 0, mask_begin = 0, alibi = 0, sinks = 0, k_head = 0,
               v_head = 0, scratch = 0;
-  std::size_t scratch_bytes = 0, bytes = 0;
+  WorkspaceLayout layout;
 
-  static DecodeWorkspaceLayout make(const Problem& problem, int64_t num_partial, int threads) {
-    DecodeWorkspaceLayout l;
+  DecodeWorkspace(const Problem& problem, int64_t num_partial, int threads) {
     const int group = problem.group_size();
-    std::size_t at = 0;
-    auto take = [&](std::size_t bytes) {
-      const std::size_t begin = at;
-      at = align_up(at + bytes, 64);
-      return begin;
-    };
-    l.partial_o = take(sizeof(float) * num_partial * group * problem.head_dim_vo);
-    l.partial_lse = take(sizeof(float) * num_partial * group);
-    l.mask_begin = take(sizeof(int64_t) * problem.batch_size);
-    l.alibi = take(sizeof(float) * problem.num_qo_heads);
-    l.sinks = take(sizeof(float) * problem.num_qo_heads);
-    l.k_head = take(sizeof(float) * problem.num_kv_heads);
-    l.v_head = take(sizeof(float) * problem.num_kv_heads);
-    l.scratch_bytes = DecodeScratchLayout::make(
-                          decode_padded_group(group), pad_to(problem.head_dim_qk, kDecodeRowPad),
-                          pad_to(problem.head_dim_vo, kDecodeRowPad),
-                          problem.pos_encoding_mode == PosEncoding::kRopeLlama,
-                          problem.kv_scale_granularity == KVScaleGranularity::kPerTokenHead)
-                          .bytes;
-    l.scratch = take(l.scratch_bytes * threads);
-    l.bytes = at;
-    return l;
+    partial_o = layout.take(sizeof(float) * num_partial * group * problem.head_dim_vo);
+    partial_lse = layout.take(sizeof(float) * num_partial * group);
+    mask_begin = layout.take(sizeof(int64_t) * problem.batch_size);
+    alibi = layout.take(sizeof(float) * problem.num_qo_heads);
+    sinks = layout.take(sizeof(float) * problem.num_qo_heads);
+    k_head = layout.take(sizeof(float) * problem.num_kv_heads);
+    v_head = layout.take(sizeof(float) * problem.num_kv_heads);
+    scratch = layout.take_per_thread(
+        DecodeScratchLayout::make(decode_padded_group(group),
+                                  pad_to(problem.head_dim_qk, kDecodeRowPad),
+                                  pad_to(problem.head_dim_vo, kDecodeRowPad),
+                                  problem.pos_encoding_mode == PosEncoding::kRopeLlama,
+                                  problem.kv_scale_granularity == KVScaleGranularity::kPerTokenHead)
+            .bytes,
+        threads);
   }
 };
 
 float read_f32(const TensorView& t, int64_t i) { return t.as<const float>()[i * t.strides[0]]; }
-
-// Merges the partial states of one split (request, KV head): plan items `items`, in chunk order.
-void merge_split(const Plan& plan, const DecodeParams& p, const std::vector<int64_t>& items) {
-  const WorkItem& w0 = plan.work[items.front()];
-  const int group = p.group, dvo = p.head_dim_vo;
-  const int64_t o_bytes = static_cast<int64_t>(dtype_size(p.o_dtype));
-  const int64_t count = static_cast<int64_t>(items.size());
-  std::vector<float> merged(dvo);
-  for (int g = 0; g < group; ++g) {
-    const int qo_head = w0.kv_head * group + g;
-    const float lse = merge_partial_states(
-        count, dvo,
-        [&](int64_t k) {
-          const int64_t state = int64_t{plan.work[items[k]].partial} * group + g;
-          return std::pair{p.partial_lse[state], p.partial_o + state * dvo};
-        },
-        p.sinks ? p.sinks + qo_head : nullptr, merged.data());
-    std::byte* dst = p.out + (w0.request * p.o_stride_b + qo_head * p.o_stride_h) * o_bytes;
-    for (int d = 0; d < dvo; ++d) {
-      std::byte* e = dst + d * p.o_stride_d * o_bytes;
-      if (p.o_dtype == DType::kF32) {
-        std::memcpy(e, &merged[d], 4);
-      } else {
-        const uint16_t h =
-            p.o_dtype == DType::kF16 ? num::f32_to_f16(merged[d]) : num::f32_to_bf16(merged[d]);
-        std::memcpy(e, &h, 2);
-      }
-    }
-    if (p.lse) {
-      p.lse[w0.request * p.lse_stride_b + qo_head * p.lse_stride_h] = lse * p.lse_scale;
-    }
-  }
-}
 
 }  // namespace
 
@@ -119,12 +76,8 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
                                               int head_dim_vo_padded, bool rope,
                                               bool token_scales) {
   DecodeScratchLayout l;
-  std::size_t at = 0;
-  auto take = [&](std::size_t bytes) {
-    const std::size_t begin = at;
-    at = align_up(at + bytes, 64);
-    return begin;
-  };
+  WorkspaceLayout at;
+  auto take = [&](std::size_t bytes) { return at.take(bytes); };
   const int heads = kDecodeMaxTaskHeads;
   l.q = take(sizeof(float) * heads * group_padded * head_dim_qk_padded);
   l.o = take(sizeof(float) * heads * group_padded * head_dim_vo_padded);
@@ -144,7 +97,7 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
     l.rope_k = take(sizeof(float) * kDecodeTileKeys * head_dim_qk_padded);
     l.rope_cos_sin = take(sizeof(double) * 5 * (head_dim_qk_padded / 2));
   }
-  l.bytes = at;
+  l.bytes = at.size();
   return l;
 }
 
@@ -204,20 +157,17 @@ Status plan_decode(const Problem& problem, const AttentionArgs& args, const Plan
     }
   }
   plan->num_partial_states = partial;
-  plan->workspace_bytes = DecodeWorkspaceLayout::make(problem, partial, threads).bytes;
+  plan->workspace_bytes = DecodeWorkspace(problem, partial, threads).layout.bytes();
   return Status::Ok();
 }
 
 Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
                   std::size_t workspace_bytes) {
   const Problem& pb = plan.problem;
-  const DecodeWorkspaceLayout layout =
-      DecodeWorkspaceLayout::make(pb, plan.num_partial_states, plan.num_threads);
-  if (workspace_bytes < layout.bytes || (layout.bytes > 0 && workspace == nullptr)) {
-    return make_error(ErrorCode::kInvalidArgument, "cpu decode: workspace of ", workspace_bytes,
-                      " bytes, the plan needs ", layout.bytes);
-  }
-  auto* ws = static_cast<std::byte*>(workspace);
+  const DecodeWorkspace layout(pb, plan.num_partial_states, plan.num_threads);
+  std::byte* ws = nullptr;
+  KVATTN_RETURN_IF_ERROR(
+      bind_workspace("decode", layout.layout, workspace, workspace_bytes, &ws));
   const bool single = pb.op == Op::kSingleDecode;
 
   DecodeParams p;
@@ -229,51 +179,26 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   p.head_dim_vo_padded = pad_to(pb.head_dim_vo, kDecodeRowPad);
   p.q_dtype = pb.q_dtype;
   p.kv_dtype = pb.kv_dtype;
-  p.o_dtype = pb.o_dtype;
 
   p.q = static_cast<const std::byte*>(args.q.data);
   p.q_stride_b = single ? 0 : args.q.strides[0];
   p.q_stride_h = args.q.strides[single ? 0 : 1];
   p.q_stride_d = args.q.strides[single ? 1 : 2];
-  p.out = static_cast<std::byte*>(args.out.data);
-  p.o_stride_b = single ? 0 : args.out.strides[0];
-  p.o_stride_h = args.out.strides[single ? 0 : 1];
-  p.o_stride_d = args.out.strides[single ? 1 : 2];
-  if (!args.lse.empty()) {
-    p.lse = args.lse.as<float>();
-    p.lse_scale = lse_store_scale(args.scalars);
-    p.lse_stride_b = single ? 0 : args.lse.strides[0];
-    p.lse_stride_h = args.lse.strides[single ? 0 : 1];
-  }
+  p.output = OutputRows::of(args);
 
   static const int32_t kSinglePageIndptr[2] = {0, 1};
   static const int32_t kSinglePage[1] = {0};
-  const bool nhd = pb.kv_layout == KVLayout::kNHD;
+  const TensorView& k = single ? args.k : args.paged_k_cache;
+  const TensorView& v = single ? args.v : args.paged_v_cache;
+  p.k = static_cast<const std::byte*>(k.data);
+  p.v = static_cast<const std::byte*>(v.data);
+  p.k_strides = paged::kv_strides(pb, k);
+  p.v_strides = paged::kv_strides(pb, v);
   if (single) {
-    const TensorView &k = args.k, &v = args.v;
-    p.k = static_cast<const std::byte*>(k.data);
-    p.v = static_cast<const std::byte*>(v.data);
-    p.k_token_stride = k.strides[nhd ? 0 : 1];
-    p.k_head_stride = k.strides[nhd ? 1 : 0];
-    p.k_elem_stride = k.strides[2];
-    p.v_token_stride = v.strides[nhd ? 0 : 1];
-    p.v_head_stride = v.strides[nhd ? 1 : 0];
-    p.v_elem_stride = v.strides[2];
     p.page_size = std::max<int64_t>(plan.kv_len[0], 1);
     p.kv_indptr = kSinglePageIndptr;
     p.kv_indices = kSinglePage;
   } else {
-    const TensorView &k = args.paged_k_cache, &v = args.paged_v_cache;
-    p.k = static_cast<const std::byte*>(k.data);
-    p.v = static_cast<const std::byte*>(v.data);
-    p.k_page_stride = k.strides[0];
-    p.k_token_stride = k.strides[nhd ? 1 : 2];
-    p.k_head_stride = k.strides[nhd ? 2 : 1];
-    p.k_elem_stride = k.strides[3];
-    p.v_page_stride = v.strides[0];
-    p.v_token_stride = v.strides[nhd ? 1 : 2];
-    p.v_head_stride = v.strides[nhd ? 2 : 1];
-    p.v_elem_stride = v.strides[3];
     p.page_size = pb.page_size;
     p.kv_indptr = args.kv_indptr.as<const int32_t>();
     p.indptr_stride = args.kv_indptr.strides[0];
@@ -300,16 +225,10 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   if (pb.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
     // [kv_len, H_kv] beside single K/V (one page of the whole length); [P, page_size, H_kv]
     // beside a paged cache.
-    const TensorView &ks = args.k_scale_cache, &vs = args.v_scale_cache;
-    p.k_token_scale = ks.as<const float>();
-    p.v_token_scale = vs.as<const float>();
-    const int r = single ? 0 : 1;
-    p.ks_page_stride = single ? 0 : ks.strides[0];
-    p.ks_token_stride = ks.strides[r];
-    p.ks_head_stride = ks.strides[r + 1];
-    p.vs_page_stride = single ? 0 : vs.strides[0];
-    p.vs_token_stride = vs.strides[r];
-    p.vs_head_stride = vs.strides[r + 1];
+    p.k_token_scale = args.k_scale_cache.as<const float>();
+    p.v_token_scale = args.v_scale_cache.as<const float>();
+    p.ks_strides = paged::scale_strides(pb, args.k_scale_cache);
+    p.vs_strides = paged::scale_strides(pb, args.v_scale_cache);
   }
   if (!args.sinks.empty()) {
     auto* sinks = reinterpret_cast<float*>(ws + layout.sinks);
@@ -344,13 +263,15 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
     p.mask_packed = args.custom_mask_packed;
     p.mask_begin = begin;
   }
-  p.partial_o = reinterpret_cast<float*>(ws + layout.partial_o);
-  p.partial_lse = reinterpret_cast<float*>(ws + layout.partial_lse);
+  p.partial.o = reinterpret_cast<float*>(ws + layout.partial_o);
+  p.partial.lse = reinterpret_cast<float*>(ws + layout.partial_lse);
+  p.partial.rows = p.group;
+  p.partial.dim = p.head_dim_vo;
 
   // The plan's kernel (kernel_table.h); the vector ones need unit-stride K/V rows.
   const CpuKernel* planned = nullptr;
   KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan.kernel, KernelOp::kDecode, &planned));
-  const bool contiguous = p.k_elem_stride == 1 && p.v_elem_stride == 1;
+  const bool contiguous = p.k_strides.dim == 1 && p.v_strides.dim == 1;
   const CpuKernel& chosen = contiguous ? *planned : strided_cpu_kernel(*planned);
   DecodeItemFn kernel = chosen.decode(pb, p.group_padded);
   if (!kernel) {
@@ -377,30 +298,20 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
     tasks.emplace_back(i, count);
     i += count;
   }
-  std::byte* scratch = ws + layout.scratch;
-  ThreadPool::global().parallel_for(plan.num_threads, static_cast<int64_t>(tasks.size()),
-                                    [&](int64_t t, int thread_id) {
-                                      kernel(p, plan.work.data() + tasks[t].first, tasks[t].second,
-                                             scratch + layout.scratch_bytes * thread_id);
-                                    });
-
-  if (plan.num_partial_states > 0) {
-    // The partial states of each split (request, KV head), in chunk order.
-    std::vector<std::vector<int64_t>> splits;
-    std::vector<int64_t> split_of(int64_t{pb.batch_size} * pb.num_kv_heads, -1);
-    for (int64_t i = 0; i < num_items; ++i) {
-      const WorkItem& w = plan.work[i];
-      if (w.partial < 0) continue;
-      int64_t& s = split_of[int64_t{w.request} * pb.num_kv_heads + w.kv_head];
-      if (s < 0) {
-        s = static_cast<int64_t>(splits.size());
-        splits.emplace_back();
-      }
-      splits[s].push_back(i);
-    }
-    ThreadPool::global().parallel_for(plan.num_threads, static_cast<int64_t>(splits.size()),
-                                      [&](int64_t s, int) { merge_split(plan, p, splits[s]); });
-  }
+  for_each_item(plan.num_threads, static_cast<int64_t>(tasks.size()), ws + layout.scratch,
+                layout.layout.thread_stride(), [&](int64_t t, std::byte* scratch) {
+                  kernel(p, plan.work.data() + tasks[t].first, tasks[t].second, scratch);
+                });
+  // Each split (request, KV head): its group's rows merged, the sink joining, then stored.
+  merge_splits(
+      plan, p.partial, [&](const WorkItem&) { return p.group; },
+      [&](const WorkItem& w, int64_t g) {
+        return p.sinks ? p.sinks + w.kv_head * p.group + g : nullptr;
+      },
+      [&](const WorkItem& w, int64_t g, const float* o, float lse) {
+        p.output.store(w.request, w.kv_head * p.group + static_cast<int>(g), o, p.head_dim_vo,
+                       lse);
+      });
   return Status::Ok();
 }
 

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/paged_kv.h"
+#include "cpu/common/epilogue.h"
 #include "kvattn/attention.h"
 #include "kvattn/device.h"
 #include "kvattn/problem.h"
@@ -25,18 +27,17 @@ struct DecodeParams {
   int group = 1, group_padded = 1;
   int head_dim_qk = 0, head_dim_vo = 0;
   int head_dim_qk_padded = 0, head_dim_vo_padded = 0;
-  DType q_dtype = DType::kBF16, kv_dtype = DType::kBF16, o_dtype = DType::kBF16;
+  DType q_dtype = DType::kBF16, kv_dtype = DType::kBF16;
 
   // q element (b, qo_head, d) at q + (b*q_stride_b + qo_head*q_stride_h + d*q_stride_d).
   const std::byte* q = nullptr;
   int64_t q_stride_b = 0, q_stride_h = 0, q_stride_d = 1;
   // Key j of request b, KV head h: page = kv_indices[(kv_indptr[b] + j / page_size) *
-  // indices_stride], row at base + (page*page_stride + (j % page_size)*token_stride +
-  // h*head_stride) elements. The single ops use one page of the whole length.
+  // indices_stride], row at base + k_strides.offset(page, j % page_size, h, 0) elements. The
+  // single ops use one page of the whole length.
   const std::byte* k = nullptr;
   const std::byte* v = nullptr;
-  int64_t k_page_stride = 0, k_token_stride = 0, k_head_stride = 0, k_elem_stride = 1;
-  int64_t v_page_stride = 0, v_token_stride = 0, v_head_stride = 0, v_elem_stride = 1;
+  paged::CacheStrides k_strides, v_strides;
   int64_t page_size = 1;
   const int32_t* kv_indptr = nullptr;
   const int32_t* kv_indices = nullptr;
@@ -51,12 +52,11 @@ struct DecodeParams {
   const float* k_head_scale = nullptr;
   const float* v_head_scale = nullptr;
   // per_token_head: the scale of key j of request b, KV head h sits at
-  // k_token_scale[page*ks_page_stride + (j % page_size)*ks_token_stride + h*ks_head_stride],
-  // page as for the K row (likewise v_*).
+  // k_token_scale[ks_strides.offset(page, j % page_size, h, 0)], page as for the K row (likewise
+  // v_*).
   const float* k_token_scale = nullptr;
   const float* v_token_scale = nullptr;
-  int64_t ks_page_stride = 0, ks_token_stride = 0, ks_head_stride = 0;
-  int64_t vs_page_stride = 0, vs_token_stride = 0, vs_head_stride = 0;
+  paged::CacheStrides ks_strides, vs_strides;
   // Attention sinks [H_qo] (natural-log logits) or null; joined when the final state is formed.
   const float* sinks = nullptr;
   float logits_soft_cap = 0;            // > 0: on
@@ -71,15 +71,10 @@ struct DecodeParams {
   bool mask_packed = false;
   const int64_t* mask_begin = nullptr;
 
-  std::byte* out = nullptr;
-  int64_t o_stride_b = 0, o_stride_h = 0, o_stride_d = 1;
-  float* lse = nullptr;  // null: not asked
-  int64_t lse_stride_b = 0, lse_stride_h = 0;
-  float lse_scale = 1;  // the final LSE's base (lse_store_scale); partial states stay natural
-  // Split requests: partial state s (= WorkItem::partial) of query g at
-  // partial_o[(s*group + g)*head_dim_vo + d], partial_lse[s*group + g].
-  float* partial_o = nullptr;
-  float* partial_lse = nullptr;
+  // Final rows: token b (one query per request), head qo_head. Split requests: partial state s
+  // (= WorkItem::partial) of query g is partial.row(s, g) (rows = group).
+  OutputRows output;
+  PartialStates partial;
 
   // True when the general score path (soft cap, ALiBi, custom mask) is needed.
   bool general_scores() const {

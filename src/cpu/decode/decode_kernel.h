@@ -30,7 +30,6 @@
 namespace kvattn::cpu::decode_detail {
 
 using math::kLog2e;
-inline constexpr double kLn2 = math::kLn2F64;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 
@@ -58,16 +57,6 @@ float load_element(DType dtype, const std::byte* p) {
   }
 }
 
-template <class S>
-void store_element(DType dtype, std::byte* p, float x) {
-  if (dtype == DType::kF32) {
-    std::memcpy(p, &x, 4);
-  } else {
-    const uint16_t h = dtype == DType::kF16 ? num::f32_to_f16(x) : num::f32_to_bf16(x);
-    std::memcpy(p, &h, 2);
-  }
-}
-
 // llama RoPE of x[0, dim) with cos/sin of each pair t given.
 template <class S>
 void rotate(float* x, int dim, bool interleave, const double* cos_t, const double* sin_t) {
@@ -91,13 +80,11 @@ void row_pointers(const DecodeParams& p, int b, int h, int64_t j0, int n, std::s
   int64_t page_index = j0 / p.page_size, slot = j0 % p.page_size;
   int64_t page = p.kv_indices[(first_page + page_index) * p.indices_stride];
   for (int i = 0; i < n; ++i) {
-    k_rows[i] = p.k + (page * p.k_page_stride + slot * p.k_token_stride + h * p.k_head_stride) *
-                          static_cast<int64_t>(elem_bytes);
-    v_rows[i] = p.v + (page * p.v_page_stride + slot * p.v_token_stride + h * p.v_head_stride) *
-                          static_cast<int64_t>(elem_bytes);
+    k_rows[i] = p.k + p.k_strides.offset(page, slot, h, 0) * static_cast<int64_t>(elem_bytes);
+    v_rows[i] = p.v + p.v_strides.offset(page, slot, h, 0) * static_cast<int64_t>(elem_bytes);
     if (k_off) {
-      k_off[i] = page * p.ks_page_stride + slot * p.ks_token_stride;
-      v_off[i] = page * p.vs_page_stride + slot * p.vs_token_stride;
+      k_off[i] = p.ks_strides.offset(page, slot, 0, 0);
+      v_off[i] = p.vs_strides.offset(page, slot, 0, 0);
     }
     if (++slot == p.page_size && i + 1 < n) {
       slot = 0;
@@ -297,10 +284,10 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   if (p.window_left >= 0) begin = std::max(begin, q_pos - p.window_left);
 
   constexpr std::size_t kv_bytes = kElemBytes<kKV>;
-  const int64_t k_row_bytes = p.k_elem_stride == 1 ? dqk * int64_t{kv_bytes} : 0;
-  const int64_t v_row_bytes = p.v_elem_stride == 1 ? dvo * int64_t{kv_bytes} : 0;
-  const int64_t k_head_step = p.k_head_stride * int64_t{kv_bytes};
-  const int64_t v_head_step = p.v_head_stride * int64_t{kv_bytes};
+  const int64_t k_row_bytes = p.k_strides.dim == 1 ? dqk * int64_t{kv_bytes} : 0;
+  const int64_t v_row_bytes = p.v_strides.dim == 1 ? dvo * int64_t{kv_bytes} : 0;
+  const int64_t k_head_step = p.k_strides.head * int64_t{kv_bytes};
+  const int64_t v_head_step = p.v_strides.head * int64_t{kv_bytes};
   const float k_raw = p.rope ? 1.0f : Tiles::kKRaw;
   TilePrefetcher prefetch;
   // tick() calls per head step: one per key in each QK and PV pass over a block of kNG rows.
@@ -333,10 +320,11 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       // page's tokens. Taken as two strided streams they were one stream per key and K/V (more
       // than the table holds): decode over that cache took 1.8x the time of separate K and V.
       const int64_t pair_bytes = k_row_bytes + v_row_bytes;
-      const bool side_by_side = p.v == p.k + k_row_bytes && p.k_page_stride == p.v_page_stride &&
-                                p.k_token_stride == p.v_token_stride && k_head_step == v_head_step;
-      const bool token_major = side_by_side ? k_head_step == pair_bytes
-                                            : k_head_step == k_row_bytes && v_head_step == v_row_bytes;
+      const bool side_by_side = p.v == p.k + k_row_bytes && p.k_strides.page == p.v_strides.page &&
+                                p.k_strides.slot == p.v_strides.slot && k_head_step == v_head_step;
+      const bool token_major = side_by_side
+                                   ? k_head_step == pair_bytes
+                                   : k_head_step == k_row_bytes && v_head_step == v_row_bytes;
       for (const bool is_v : {false, true}) {
         if (is_v && side_by_side) break;
         const std::byte* const* rows = is_v ? next_v : next_k;
@@ -348,7 +336,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
           // HND: per run of keys in one page, each head's rows are contiguous, and a full page
           // of all heads is one block: added page by page, head by head, they merge into one
           // stream per page as NHD's do (32 streams at 4 KiB strides ran at half the rate).
-          const int64_t token_step = (is_v ? p.v_token_stride : p.k_token_stride) *
+          const int64_t token_step = (is_v ? p.v_strides.slot : p.k_strides.slot) *
                                      static_cast<int64_t>(kv_bytes);
           for (int k0 = 0; k0 < next_n;) {
             int k1 = k0 + 1;
@@ -401,7 +389,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         for (int kk = 0; kk < n; ++kk) {
           float* dst = rope_k + kk * q_row;
           for (int d = 0; d < dqk; ++d) {
-            dst[d] = load_element<S>(p.kv_dtype, hk[kk] + d * p.k_elem_stride * kv_bytes);
+            dst[d] = load_element<S>(p.kv_dtype, hk[kk] + d * p.k_strides.dim * kv_bytes);
           }
           if (kk == 0) {
             for (int tt = 0; tt < half; ++tt) {
@@ -420,12 +408,12 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         }
         qk_tile<S, DType::kF32, kDqk, kNG>(q, q_row, gp, hk, n, dqk, 1, scores, &prefetch);
       } else {
-        Tiles::qk(q, q_row, gp, hk, n, dqk, p.k_elem_stride, scores, &prefetch);
+        Tiles::qk(q, q_row, gp, hk, n, dqk, p.k_strides.dim, scores, &prefetch);
       }
 
       if (token_scales) {
-        const float* ks = p.k_token_scale + h * p.ks_head_stride;
-        const float* vs = p.v_token_scale + h * p.vs_head_stride;
+        const float* ks = p.k_token_scale + h * p.ks_strides.head;
+        const float* vs = p.v_token_scale + h * p.vs_strides.head;
         for (int kk = 0; kk < n; ++kk) {
           key_scale[kk] = ks[tile_k_off[kk]];
           value_scale[kk] = vs[tile_v_off[kk]];
@@ -465,7 +453,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         }
         pv_rows = shown_rows;
       }
-      Tiles::pv(scores, gp, pv_rows, num_shown, dvo, p.v_elem_stride, o, o_row, &prefetch);
+      Tiles::pv(scores, gp, pv_rows, num_shown, dvo, p.v_strides.dim, o, o_row, &prefetch);
       prefetch.finish_step();
       if constexpr (Tiles::kPoisonE4m3Nans) {
         poison_e4m3_nans<S>(p, hk, hv, n, tile_visible, o, o_row, &nan_key[hi]);
@@ -473,52 +461,27 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
     }
   }
 
-  // Epilogue: normalize, undo the V raw factor, write the output or the partial state.
+  // Epilogue (common/epilogue.h): normalize, undo the V raw factor, write the output or the
+  // partial state.
   for (int hi = 0; hi < num_heads; ++hi) Tiles::finish_o(o_all + hi * o_head, gp, o_row, dvo);
-  const float v_raw = Tiles::kVRaw;
-  const int64_t o_bytes = static_cast<int64_t>(dtype_size(p.o_dtype));
   for (int hi = 0; hi < num_heads; ++hi) {
     const int h = h0 + hi;
     const WorkItem& item = items[hi];
-    const float v_scale = p.v_head_scale ? p.v_head_scale[h] : p.v_scale;
+    const float v_scale = (p.v_head_scale ? p.v_head_scale[h] : p.v_scale) * Tiles::kVRaw;
     for (int g = 0; g < group; ++g) {
       const int qo_head = h * group + g;
-      const float* acc = o_all + hi * o_head + g * o_row;
-      const float row_sum = sum_all[hi * gp + g], row_max = max_all[hi * gp + g];
-      const bool empty = row_sum == 0.0f;
-      float norm = nan_key[hi] ? std::numeric_limits<float>::quiet_NaN()
-                   : empty     ? 0.0f
-                               : v_scale / row_sum;
-      float lse =
-          nan_key[hi] ? std::numeric_limits<float>::quiet_NaN()
-          : empty     ? kNegInf
-                  : static_cast<float>((row_max + std::log2(static_cast<double>(row_sum))) * kLn2);
-      // The sink joins the final state (a split item's partial excludes it: merge_split adds
-      // it): m = max(row max, sink), denominator sum * 2^(max - m) + 2^(sink - m), base 2.
-      if (p.sinks && item.partial < 0 && !nan_key[hi]) {
-        const double sink = p.sinks[qo_head];
-        if (empty) {
-          lse = static_cast<float>(sink);
-        } else {
-          const double sink2 = sink * double{kLog2e};
-          const double m = std::max<double>(row_max, sink2);
-          const double keys = std::exp2(row_max - m);
-          const double total = row_sum * keys + std::exp2(sink2 - m);
-          norm = static_cast<float>(v_scale * keys / total);
-          lse = static_cast<float>((m + std::log2(total)) * kLn2);
-        }
-      }
-      if (item.partial >= 0) {
-        float* dst = p.partial_o + (int64_t{item.partial} * group + g) * dvo;
-        for (int d = 0; d < dvo; ++d) dst[d] = empty && !nan_key[hi] ? 0.0f : acc[d] * v_raw * norm;
-        p.partial_lse[int64_t{item.partial} * group + g] = lse;
+      float* acc = o_all + hi * o_head + g * o_row;
+      const bool final_row = item.partial < 0;
+      const math::RowFinish fin =
+          finish_row(max_all[hi * gp + g], sum_all[hi * gp + g], v_scale, nan_key[hi] != 0,
+                     final_row && p.sinks ? p.sinks + qo_head : nullptr);
+      // A row that saw no key writes zeros, whatever its accumulator holds.
+      for (int d = 0; d < dvo; ++d) acc[d] = fin.o_scale == 0.0f ? 0.0f : acc[d] * fin.o_scale;
+      if (final_row) {
+        p.output.store(b, qo_head, acc, dvo, fin.lse);
       } else {
-        std::byte* dst = p.out + (b * p.o_stride_b + qo_head * p.o_stride_h) * o_bytes;
-        for (int d = 0; d < dvo; ++d) {
-          store_element<S>(p.o_dtype, dst + d * p.o_stride_d * o_bytes,
-                           empty && !nan_key[hi] ? 0.0f : acc[d] * v_raw * norm);
-        }
-        if (p.lse) p.lse[b * p.lse_stride_b + qo_head * p.lse_stride_h] = lse * p.lse_scale;
+        std::copy(acc, acc + dvo, p.partial.row(item.partial, g));
+        p.partial.lse_of(item.partial, g) = fin.lse;
       }
     }
   }

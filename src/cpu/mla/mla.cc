@@ -16,44 +16,36 @@
 #include "core/run_scalars.h"
 #include "core/split_kv.h"
 #include "core/status_macros.h"
-#include "cpu/common/split_merge.h"
-#include "cpu/common/thread_pool.h"
+#include "cpu/common/driver.h"
 #include "cpu/kernel_table.h"
 
 namespace kvattn::cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-using math::kLn2;
 using math::kLog2e;
 // Split only into chunks of at least this many keys: a smaller chunk costs more to merge
 // (128 rows x D_ckv per state) than it saves.
 constexpr int64_t kMinAutoChunk = 512;
 // Items per thread the automatic split aims at, so that uneven items still balance.
 constexpr int64_t kItemsPerThread = 4;
-constexpr std::size_t kAlign = 64;
-
-std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 using io::load_f32;
-using io::store_f32;
 
-// Workspace: the partial states (each kMlaMaxRows rows of D_ckv outputs and their lse), then
-// each thread's item output and kernel scratch. One function for the size and the layout.
-struct MlaWorkspaceLayout {
-  std::size_t state_floats = 0, partial_bytes = 0, item_bytes = 0, kernel_bytes = 0,
-              thread_bytes = 0, bytes = 0;
-  static MlaWorkspaceLayout make(const Problem& p, int64_t partial_states, int threads) {
-    MlaWorkspaceLayout l;
-    l.state_floats = static_cast<std::size_t>(kMlaMaxRows) * (p.head_dim_ckv + 1);
-    l.partial_bytes = align_up(static_cast<std::size_t>(partial_states) * l.state_floats * 4);
-    l.item_bytes = align_up(l.state_floats * 4);
-    l.kernel_bytes =
-        align_up(mla_kernel_scratch_bytes(p.num_qo_heads, p.head_dim_ckv, p.head_dim_kpe));
-    l.thread_bytes = l.item_bytes + l.kernel_bytes;
-    l.bytes = l.partial_bytes + static_cast<std::size_t>(threads) * l.thread_bytes + kAlign;
-    return l;
+// Workspace (common/driver.h): the partial states (each kMlaMaxRows rows of D_ckv outputs and
+// their lse), then each thread's item output (rows, then lse) and kernel scratch.
+struct MlaWorkspace {
+  std::size_t partial_o = 0, partial_lse = 0, threads = 0, item_bytes = 0;
+  WorkspaceLayout layout;
+
+  MlaWorkspace(const Problem& p, int64_t partial_states, int num_threads) {
+    const std::size_t rows = kMlaMaxRows;
+    partial_o = layout.take(sizeof(float) * partial_states * rows * p.head_dim_ckv);
+    partial_lse = layout.take(sizeof(float) * partial_states * rows);
+    item_bytes = align_up(sizeof(float) * rows * (p.head_dim_ckv + 1), WorkspaceLayout::kAlign);
+    threads = layout.take_per_thread(
+        item_bytes + mla_kernel_scratch_bytes(p.num_qo_heads, p.head_dim_ckv, p.head_dim_kpe),
+        num_threads);
   }
 };
 
@@ -74,14 +66,14 @@ MlaParams make_params(const Problem& pb, const AttentionArgs& a,
   p.qp_row = a.q_pe.strides[0];
   p.qp_head = a.q_pe.strides[1];
   p.qp_dim = a.q_pe.strides[2];
+  // The caches [P, page_size, D]: page, slot, dim.
+  auto strides = [](const TensorView& t) {
+    return paged::CacheStrides{t.strides[0], t.strides[1], 0, t.strides[2]};
+  };
   p.ckv = static_cast<const std::byte*>(a.ckv_cache.data);
-  p.ckv_page = a.ckv_cache.strides[0];
-  p.ckv_slot = a.ckv_cache.strides[1];
-  p.ckv_dim = a.ckv_cache.strides[2];
+  p.ckv_strides = strides(a.ckv_cache);
   p.kpe = static_cast<const std::byte*>(a.kpe_cache.data);
-  p.kpe_page = a.kpe_cache.strides[0];
-  p.kpe_slot = a.kpe_cache.strides[1];
-  p.kpe_dim = a.kpe_cache.strides[2];
+  p.kpe_strides = strides(a.kpe_cache);
   p.kv_indptr = static_cast<const int32_t*>(a.kv_indptr.data);
   p.indptr_stride = a.kv_indptr.strides[0];
   p.kv_indices = static_cast<const int32_t*>(a.kv_indices.data);
@@ -102,54 +94,23 @@ int64_t visible_end(const MlaParams& p, int b, int64_t i) {
   return std::clamp<int64_t>(i + p.kv_len[b] - p.qo_len[b] + 1, 0, p.kv_len[b]);
 }
 
-// Writes the rows of a finished item (or merged state) to out / lse.
-void store_rows(const Problem& pb, const AttentionArgs& a, int64_t first_row, int64_t tokens,
-                const float* o, const float* lse) {
-  auto* out = static_cast<std::byte*>(a.out.data);
-  const int heads = pb.num_qo_heads, d_ckv = pb.head_dim_ckv;
-  const float lse_scale = lse_store_scale(a.scalars);  // partial states stay natural
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int h = 0; h < heads; ++h) {
-      const int64_t r = t * heads + h;
-      const int64_t base = (first_row + t) * a.out.strides[0] + h * a.out.strides[1];
-      const float* src = o + r * d_ckv;
-      // Unit-stride bf16 / f32 rows (the usual output) in a plain loop the compiler vectorizes:
-      // the per-element dtype switch took ~10 % of a DeepSeek-V3 decode step.
-      if (a.out.strides[2] == 1 && pb.o_dtype == DType::kBF16) {
-        uint16_t* dst = reinterpret_cast<uint16_t*>(out) + base;
-        for (int d = 0; d < d_ckv; ++d) dst[d] = num::f32_to_bf16(src[d]);
-      } else if (a.out.strides[2] == 1 && pb.o_dtype == DType::kF32) {
-        std::memcpy(reinterpret_cast<float*>(out) + base, src, sizeof(float) * d_ckv);
-      } else {
-        for (int d = 0; d < d_ckv; ++d) {
-          store_f32(out, pb.o_dtype, base + d * a.out.strides[2], src[d]);
-        }
-      }
-      if (!a.lse.empty()) {
-        static_cast<float*>(a.lse.data)[(first_row + t) * a.lse.strides[0] + h * a.lse.strides[1]] =
-            lse[r] * lse_scale;
-      }
-    }
-  }
-}
-
 }  // namespace
 
 std::size_t mla_kernel_scratch_bytes(int heads, int d_ckv, int d_kpe) {
   const std::size_t rows = kMlaMaxRows, dqk = static_cast<std::size_t>(d_ckv + d_kpe);
   (void)heads;
-  // The larger of the two kernels' needs (mla_avx512_bf16.cc lays its scratch out inside this):
-  // packed queries, scores, packed probabilities, packed values, a bf16 tile copy with a zero
-  // row, accumulators and the running max / sum / rescale of every row.
-  std::size_t bytes = 0;
-  bytes += align_up(rows * dqk * 4);                    // q (f32) or q pairs
-  bytes += align_up(rows * kMlaTileKeys * 4);           // scores / probabilities
-  bytes += align_up(rows * kMlaTileKeys * 4);           // probability pairs
-  bytes += align_up(kMlaTileKeys * dqk * 4 + dqk * 4);  // tile (f32 or bf16) + zero row
-  bytes += align_up(kMlaTileKeys * static_cast<std::size_t>(d_ckv) * 4);  // packed values
-  bytes += align_up(rows * static_cast<std::size_t>(d_ckv) * 4);          // accumulators
-  bytes += 3 * align_up(rows * 4);                                        // max, sum, rescale
-  return bytes;
+  // The larger of the kernels' needs (each kernel lays its scratch out inside this and checks it
+  // fits): packed queries, scores, packed probabilities, a tile copy with a zero row, packed
+  // values, accumulators and the running max / sum / rescale of every row.
+  WorkspaceLayout l;
+  l.take(rows * dqk * 4);                                         // q (f32) or q pairs
+  l.take(rows * kMlaTileKeys * 4);                                // scores / probabilities
+  l.take(rows * kMlaTileKeys * 4);                                // probability pairs
+  l.take(kMlaTileKeys * dqk * 4 + dqk * 4);                       // tile + zero row
+  l.take(kMlaTileKeys * static_cast<std::size_t>(d_ckv) * 4);     // packed values
+  l.take(rows * static_cast<std::size_t>(d_ckv) * 4);             // accumulators
+  for (int i = 0; i < 3; ++i) l.take(rows * 4);                   // max, sum, rescale
+  return l.size();
 }
 
 void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* lse,
@@ -183,8 +144,9 @@ void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* l
       const std::byte* c = p.ckv_row(b, j0 + jj);
       const std::byte* r = p.kpe_row(b, j0 + jj);
       float* row = tile + int64_t{jj} * dqk;
-      for (int d = 0; d < d_ckv; ++d) row[d] = load_f32(c, p.kv_dtype, d * p.ckv_dim);
-      for (int d = 0; d < p.d_kpe; ++d) row[d_ckv + d] = load_f32(r, p.kv_dtype, d * p.kpe_dim);
+      for (int d = 0; d < d_ckv; ++d) row[d] = load_f32(c, p.kv_dtype, d * p.ckv_strides.dim);
+      for (int d = 0; d < p.d_kpe; ++d)
+        row[d_ckv + d] = load_f32(r, p.kv_dtype, d * p.kpe_strides.dim);
     }
     for (int64_t t = 0; t < tokens; ++t) {
       const int64_t end = visible_end(p, b, w.qo_begin + t);
@@ -217,9 +179,9 @@ void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* l
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
-    const float scale = l[r] > 0.0f ? p.k_scale / l[r] : 0.0f;
-    for (int d = 0; d < d_ckv; ++d) o[r * d_ckv + d] *= scale;
-    lse[r] = l[r] > 0.0f ? (m[r] + std::log2(l[r])) * kLn2 : kNegInf;
+    const math::RowFinish fin = finish_row(m[r], l[r], p.k_scale, false, nullptr);
+    for (int d = 0; d < d_ckv; ++d) o[r * d_ckv + d] *= fin.o_scale;
+    lse[r] = fin.lse;
   }
 }
 
@@ -276,23 +238,16 @@ Status plan_mla(const Problem& problem, const AttentionArgs& args, const PlanOpt
     }
   }
   plan->num_partial_states = partial;
-  plan->workspace_bytes = MlaWorkspaceLayout::make(problem, partial, threads).bytes;
+  plan->workspace_bytes = MlaWorkspace(problem, partial, threads).layout.bytes();
   return Status::Ok();
 }
 
 Status run_mla(const Plan& plan, const AttentionArgs& args, void* workspace,
                std::size_t workspace_bytes) {
   const Problem& pb = plan.problem;
-  const MlaWorkspaceLayout layout =
-      MlaWorkspaceLayout::make(pb, plan.num_partial_states, plan.num_threads);
-  if (workspace_bytes < layout.bytes || (layout.bytes > 0 && workspace == nullptr)) {
-    return make_error(ErrorCode::kInvalidArgument, "cpu mla: workspace of ", workspace_bytes,
-                      " bytes, the plan needs ", layout.bytes);
-  }
-  auto addr = reinterpret_cast<std::uintptr_t>(workspace);
-  auto* ws = static_cast<std::byte*>(workspace) + (kAlign - addr % kAlign) % kAlign;
-  auto* partial = reinterpret_cast<float*>(ws);
-  std::byte* thread_base = ws + layout.partial_bytes;
+  const MlaWorkspace layout(pb, plan.num_partial_states, plan.num_threads);
+  std::byte* ws = nullptr;
+  KVATTN_RETURN_IF_ERROR(bind_workspace("mla", layout.layout, workspace, workspace_bytes, &ws));
 
   std::vector<int64_t> qo_begin(pb.batch_size + 1, 0);
   for (int b = 0; b < pb.batch_size; ++b) qo_begin[b + 1] = qo_begin[b] + plan.qo_len[b];
@@ -307,56 +262,33 @@ Status run_mla(const Plan& plan, const AttentionArgs& args, void* workspace,
   }
 
   const int heads = pb.num_qo_heads, d_ckv = pb.head_dim_ckv;
-  ThreadPool::global().parallel_for(
-      plan.num_threads, static_cast<int64_t>(plan.work.size()), [&](int64_t i, int thread) {
-        const WorkItem& w = plan.work[i];
-        std::byte* mine = thread_base + static_cast<std::size_t>(thread) * layout.thread_bytes;
-        const int64_t rows = int64_t{w.qo_end - w.qo_begin} * heads;
-        float* o = w.partial >= 0 ? partial + w.partial * layout.state_floats
-                                  : reinterpret_cast<float*>(mine);
-        float* lse = o + rows * d_ckv;
-        kernel(params, w, o, lse, mine + layout.item_bytes);
-        if (w.partial < 0) {
-          store_rows(pb, args, qo_begin[w.request] + w.qo_begin, w.qo_end - w.qo_begin, o, lse);
-        }
-      });
-
-  // Merge each run of partial states of one (request, token block).
-  struct Run {
-    std::size_t first_item;
-    int count;
+  const OutputRows output = OutputRows::of(args);
+  // Row r of an item (or split) starting at query token `token` of the batch: (token + r / heads,
+  // head r % heads).
+  auto store = [&](int64_t token, int64_t r, const float* o, float lse) {
+    output.store(token + r / heads, static_cast<int>(r % heads), o, d_ckv, lse);
   };
-  std::vector<Run> runs;
-  for (std::size_t i = 0; i < plan.work.size(); ++i) {
-    const WorkItem& w = plan.work[i];
-    if (w.partial < 0) continue;
-    const bool extends = !runs.empty() && plan.work[runs.back().first_item].request == w.request &&
-                         plan.work[runs.back().first_item].qo_begin == w.qo_begin;
-    if (extends) {
-      ++runs.back().count;
-    } else {
-      runs.push_back({i, 1});
-    }
-  }
-  ThreadPool::global().parallel_for(
-      plan.num_threads, static_cast<int64_t>(runs.size()), [&](int64_t ri, int thread) {
-        const Run& run = runs[ri];
-        const WorkItem& w0 = plan.work[run.first_item];
-        const int64_t rows = int64_t{w0.qo_end - w0.qo_begin} * heads;
-        auto* o = reinterpret_cast<float*>(thread_base +
-                                           static_cast<std::size_t>(thread) * layout.thread_bytes);
-        float* lse = o + rows * d_ckv;
-        for (int64_t r = 0; r < rows; ++r) {
-          lse[r] = merge_partial_states(
-              run.count, d_ckv,
-              [&](int64_t c) {
-                const float* st =
-                    partial + plan.work[run.first_item + c].partial * layout.state_floats;
-                return std::pair{st[rows * d_ckv + r], st + r * d_ckv};
-              },
-              nullptr, o + r * d_ckv);
-        }
-        store_rows(pb, args, qo_begin[w0.request] + w0.qo_begin, w0.qo_end - w0.qo_begin, o, lse);
+  PartialStates partial{ws ? reinterpret_cast<float*>(ws + layout.partial_o) : nullptr,
+                        ws ? reinterpret_cast<float*>(ws + layout.partial_lse) : nullptr,
+                        kMlaMaxRows, d_ckv};
+  for_each_item(plan.num_threads, static_cast<int64_t>(plan.work.size()), ws + layout.threads,
+                layout.layout.thread_stride(), [&](int64_t i, std::byte* mine) {
+                  const WorkItem& w = plan.work[i];
+                  const int64_t rows = int64_t{w.qo_end - w.qo_begin} * heads;
+                  float* o = w.partial >= 0 ? partial.row(w.partial, 0)
+                                            : reinterpret_cast<float*>(mine);
+                  float* lse = w.partial >= 0 ? &partial.lse_of(w.partial, 0) : o + rows * d_ckv;
+                  kernel(params, w, o, lse, mine + layout.item_bytes);
+                  if (w.partial >= 0) return;
+                  const int64_t token = qo_begin[w.request] + w.qo_begin;
+                  for (int64_t r = 0; r < rows; ++r) store(token, r, o + r * d_ckv, lse[r]);
+                });
+  // Each split (request, token block): its rows merged, then stored.
+  merge_splits(
+      plan, partial, [&](const WorkItem& w) { return int64_t{w.qo_end - w.qo_begin} * heads; },
+      [](const WorkItem&, int64_t) -> const float* { return nullptr; },
+      [&](const WorkItem& w, int64_t r, const float* o, float lse) {
+        store(qo_begin[w.request] + w.qo_begin, r, o, lse);
       });
   return Status::Ok();
 }

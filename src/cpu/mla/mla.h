@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/paged_kv.h"
 #include "kvattn/attention.h"
 #include "kvattn/device.h"
 #include "kvattn/problem.h"
@@ -36,10 +37,11 @@ struct MlaParams {
   int64_t qn_row = 0, qn_head = 0, qn_dim = 1;
   const std::byte* q_pe = nullptr;
   int64_t qp_row = 0, qp_head = 0, qp_dim = 1;
+  // The caches [P, page_size, D] (core/paged_kv.h's strides by meaning; head unused).
   const std::byte* ckv = nullptr;
-  int64_t ckv_page = 0, ckv_slot = 0, ckv_dim = 1;
+  paged::CacheStrides ckv_strides;
   const std::byte* kpe = nullptr;
-  int64_t kpe_page = 0, kpe_slot = 0, kpe_dim = 1;
+  paged::CacheStrides kpe_strides;
   const int32_t* kv_indptr = nullptr;
   const int32_t* kv_indices = nullptr;
   int64_t indptr_stride = 1, indices_stride = 1;
@@ -55,10 +57,10 @@ struct MlaParams {
 
   // Key j of request b lives in page kv_indices[kv_indptr[b] + j / page_size], slot j % page_size.
   const std::byte* ckv_row(int b, int64_t j) const {
-    return ckv + (page_of(b, j) * ckv_page + (j % page_size) * ckv_slot) * kv_elem_bytes;
+    return ckv + ckv_strides.offset(page_of(b, j), j % page_size, 0, 0) * kv_elem_bytes;
   }
   const std::byte* kpe_row(int b, int64_t j) const {
-    return kpe + (page_of(b, j) * kpe_page + (j % page_size) * kpe_slot) * kv_elem_bytes;
+    return kpe + kpe_strides.offset(page_of(b, j), j % page_size, 0, 0) * kv_elem_bytes;
   }
   int64_t page_of(int b, int64_t j) const {
     return kv_indices[(int64_t{kv_indptr[b * indptr_stride]} + j / page_size) * indices_stride];

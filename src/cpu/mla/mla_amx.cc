@@ -23,6 +23,8 @@
 #include "core/cpu_features.h"
 #include "cpu/common/amx.h"
 #include "cpu/common/simd_avx512.h"
+#include "cpu/common/epilogue.h"
+#include "cpu/common/workspace.h"
 #include "cpu/mla/mla.h"
 #include "cpu/mla/mla_e4m3.h"
 
@@ -35,7 +37,6 @@ using avx512::Simd;
 constexpr int T = kMlaTileKeys;  // keys per KV tile
 constexpr int kGroups = T / 16;  // 16-key row blocks of a tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-using math::kLn2;
 // The running max moves only where a tile's scores pass it by more than this (log2 units): below
 // that P = 2^(s - max) <= 256 stays exact enough in bf16 and f32, and O is not rescaled.
 constexpr float kRescaleSlack = 8.0f;
@@ -47,8 +48,6 @@ constexpr int kRowPad = 16;
 // pass (measured on the DeepSeek shape: ~5 % faster than one part; 3 or 6 parts no better).
 constexpr int kDimParts = 2;
 
-std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
-
 // The scratch of one item (inside mla_kernel_scratch_bytes).
 struct Scratch {
   uint32_t* qp;    // Q^T pairs per token [D_qk / 2][heads]
@@ -59,30 +58,22 @@ struct Scratch {
   float* acc;      // O [rows][acc_stride], columns in the V pairs' order
   float *m, *l;    // running max (log2 units) and sum per row
   int vp_stride, acc_stride;
-  Scratch(std::byte* s, int d_ckv, int d_kpe) {
+  std::size_t size;  // bytes
+  // base null: sizes only (common/workspace.h).
+  Scratch(std::byte* base, int d_ckv, int d_kpe) {
     const std::size_t rows = kMlaMaxRows, dqk = static_cast<std::size_t>(d_ckv + d_kpe);
     vp_stride = d_ckv + kRowPad;
     acc_stride = d_ckv + kRowPad;
-    auto take = [&s](std::size_t bytes) {
-      std::byte* p = s;
-      s += align64(bytes);
-      return p;
-    };
-    qp = reinterpret_cast<uint32_t*>(take(rows * dqk * 2));
-    st = reinterpret_cast<float*>(take(rows * T * 4));
-    pa = reinterpret_cast<uint32_t*>(take(rows * T * 2));
-    tile = reinterpret_cast<uint16_t*>(take(T * dqk * 2));
-    vp = reinterpret_cast<uint32_t*>(take(T / 2 * static_cast<std::size_t>(vp_stride) * 4));
-    acc = reinterpret_cast<float*>(take(rows * static_cast<std::size_t>(acc_stride) * 4));
-    m = reinterpret_cast<float*>(take(rows * 4));
-    l = reinterpret_cast<float*>(take(rows * 4));
-  }
-  static std::size_t bytes(int d_ckv, int d_kpe) {
-    const std::size_t rows = kMlaMaxRows, dqk = static_cast<std::size_t>(d_ckv + d_kpe);
-    const std::size_t stride = static_cast<std::size_t>(d_ckv + kRowPad);
-    return align64(rows * dqk * 2) + align64(rows * T * 4) + align64(rows * T * 2) +
-           align64(T * dqk * 2) + align64(T / 2 * stride * 4) + align64(rows * stride * 4) +
-           2 * align64(rows * 4);
+    RegionCursor s(base);
+    qp = s.take<uint32_t>(rows * dqk * 2);
+    st = s.take<float>(rows * T * 4);
+    pa = s.take<uint32_t>(rows * T * 2);
+    tile = s.take<uint16_t>(T * dqk * 2);
+    vp = s.take<uint32_t>(T / 2 * static_cast<std::size_t>(vp_stride) * 4);
+    acc = s.take<float>(rows * static_cast<std::size_t>(acc_stride) * 4);
+    m = s.take<float>(rows * 4);
+    l = s.take<float>(rows * 4);
+    size = s.size();
   }
 };
 
@@ -329,7 +320,7 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
 
   Prefetcher pf(p, b);
   KeyRows groups[kGroups];
-  const int64_t ckv_slot_bytes = p.ckv_slot * 2, kpe_slot_bytes = p.kpe_slot * 2;
+  const int64_t ckv_slot_bytes = p.ckv_strides.slot * 2, kpe_slot_bytes = p.kpe_strides.slot * 2;
   for (int64_t j0 = w.kv_begin; j0 < w.kv_end; j0 += T) {
     const int n = static_cast<int>(std::min<int64_t>(T, w.kv_end - j0));
     const int n_groups = (n + 15) / 16;
@@ -507,8 +498,8 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
   }
   const __m512i lo_idx = _mm512_load_si512(lo_index), hi_idx = _mm512_load_si512(hi_index);
   for (int64_t r = 0; r < rows; ++r) {
-    const float lr = s.l[r];
-    const __m512 scale = _mm512_set1_ps(lr > 0.0f ? p.k_scale / lr : 0.0f);
+    const math::RowFinish fin = finish_row(s.m[r], s.l[r], p.k_scale, false, nullptr);
+    const __m512 scale = _mm512_set1_ps(fin.o_scale);
     const float* a = s.acc + r * acc_stride;
     float* out = o + r * d_ckv;
     for (int blk = 0; blk < d_ckv; blk += 32) {
@@ -517,7 +508,7 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
       _mm512_storeu_ps(out + blk + 16,
                        _mm512_mul_ps(_mm512_permutex2var_ps(x0, hi_idx, x1), scale));
     }
-    lse[r] = lr > 0.0f ? (s.m[r] + std::log2(lr)) * kLn2 : kNegInf;
+    lse[r] = fin.lse;
   }
 }
 
@@ -531,9 +522,10 @@ MlaItemFn find_mla_kernel_amx(const MlaParams& p) {
       p.d_ckv % 64 != 0 || p.d_kpe % 32 != 0 || p.d_ckv + p.d_kpe > 1024) {
     return nullptr;
   }
-  if (p.qn_dim != 1 || p.qp_dim != 1 || p.ckv_dim != 1 || p.kpe_dim != 1) return nullptr;
+  if (p.qn_dim != 1 || p.qp_dim != 1 || p.ckv_strides.dim != 1 || p.kpe_strides.dim != 1)
+    return nullptr;
   // The scratch the planner gives every thread holds this kernel's layout.
-  if (Scratch::bytes(p.d_ckv, p.d_kpe) > mla_kernel_scratch_bytes(p.heads, p.d_ckv, p.d_kpe)) {
+  if (Scratch(nullptr, p.d_ckv, p.d_kpe).size > mla_kernel_scratch_bytes(p.heads, p.d_ckv, p.d_kpe)) {
     return nullptr;
   }
   switch (p.kv_dtype) {

@@ -20,6 +20,8 @@
 #include "core/math_constants.h"
 #include "core/numeric.h"
 #include "cpu/common/simd_avx2.h"
+#include "cpu/common/epilogue.h"
+#include "cpu/common/workspace.h"
 #include "cpu/mla/mla.h"
 
 namespace kvattn::cpu {
@@ -30,10 +32,7 @@ constexpr int kSubKeys = 64;   // keys per sub-tile: 64 x 576 f32 = 144 KiB
 constexpr int kDimChunk = 192; // query dims per score pass: 3 x 8 heads x 192 x 4 B = 18 KiB
 constexpr int kKB = 4;         // keys per score block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-using math::kLn2;
 static_assert(kMlaTileKeys % kSubKeys == 0);
-
-std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 
 struct Scratch {
   float* qt;             // [tokens][dqk][heads]: the query, transposed (heads in lanes)
@@ -43,22 +42,18 @@ struct Scratch {
   float *m, *l, *alpha;  // [rows], [rows], [heads]
   // Inside mla_kernel_scratch_bytes: its slots are at least this large (q as f32, scores of 128
   // keys, a 128-key f32 tile, accumulators, three row vectors).
-  Scratch(std::byte* s, int d_ckv, int d_kpe) {
+  Scratch(std::byte* base, int d_ckv, int d_kpe) {
     const std::size_t rows = kMlaMaxRows, dqk = static_cast<std::size_t>(d_ckv + d_kpe);
-    auto take = [&s](std::size_t bytes) {
-      std::byte* p = s;
-      s += align64(bytes);
-      return reinterpret_cast<float*>(p);
-    };
-    qt = take(rows * dqk * 4);
-    st = take(rows * kMlaTileKeys * 4);
-    take(rows * kMlaTileKeys * 4);  // the probability-pair slot of the bf16 kernel: unused
-    tile = take(kMlaTileKeys * dqk * 4 + dqk * 4);
-    take(kMlaTileKeys * static_cast<std::size_t>(d_ckv) * 4);  // packed values: unused
-    acc = take(rows * static_cast<std::size_t>(d_ckv) * 4);
-    m = take(rows * 4);
-    l = take(rows * 4);
-    alpha = take(rows * 4);
+    RegionCursor s(base);
+    qt = s.take<float>(rows * dqk * 4);
+    st = s.take<float>(rows * kMlaTileKeys * 4);
+    s.take(rows * kMlaTileKeys * 4);  // the probability-pair slot of the bf16 kernel: unused
+    tile = s.take<float>(kMlaTileKeys * dqk * 4 + dqk * 4);
+    s.take(kMlaTileKeys * static_cast<std::size_t>(d_ckv) * 4);  // packed values: unused
+    acc = s.take<float>(rows * static_cast<std::size_t>(d_ckv) * 4);
+    m = s.take<float>(rows * 4);
+    l = s.take<float>(rows * 4);
+    alpha = s.take<float>(rows * 4);
   }
 };
 
@@ -248,12 +243,11 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
   }
 
   for (int64_t r = 0; r < rows; ++r) {
-    const float lr = s.l[r];
-    const float scale = lr > 0.0f ? p.k_scale / lr : 0.0f;
+    const math::RowFinish fin = finish_row(s.m[r], s.l[r], p.k_scale, false, nullptr);
     const float* a = s.acc + r * d_ckv;
     float* out = o + r * d_ckv;
-    for (int d = 0; d < d_ckv; ++d) out[d] = a[d] * scale;
-    lse[r] = lr > 0.0f ? (s.m[r] + std::log2(lr)) * kLn2 : kNegInf;
+    for (int d = 0; d < d_ckv; ++d) out[d] = a[d] * fin.o_scale;
+    lse[r] = fin.lse;
   }
 }
 
@@ -266,7 +260,8 @@ MlaItemFn find_mla_kernel_avx2(const MlaParams& p) {
   if (p.q_dtype != DType::kBF16 && p.q_dtype != DType::kF16 && p.q_dtype != DType::kF32) {
     return nullptr;
   }
-  if (p.qn_dim != 1 || p.qp_dim != 1 || p.ckv_dim != 1 || p.kpe_dim != 1) return nullptr;
+  if (p.qn_dim != 1 || p.qp_dim != 1 || p.ckv_strides.dim != 1 || p.kpe_strides.dim != 1)
+    return nullptr;
   switch (p.kv_dtype) {
     case DType::kBF16:
       return item<DType::kBF16>;

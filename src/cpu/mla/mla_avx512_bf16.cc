@@ -20,6 +20,8 @@
 
 #include "core/math_constants.h"
 #include "core/cpu_features.h"
+#include "cpu/common/epilogue.h"
+#include "cpu/common/workspace.h"
 #include "cpu/mla/mla.h"
 #include "cpu/mla/mla_e4m3.h"
 #include "cpu/common/simd_avx512.h"
@@ -30,9 +32,6 @@ namespace {
 using avx512::Simd;
 constexpr int T = kMlaTileKeys;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-using math::kLn2;
-
-std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 
 inline __m512bh as_bh(__m512i x) { return (__m512bh)x; }
 inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
@@ -53,23 +52,19 @@ struct Scratch {
   uint32_t* vp;          // [T/2][D_ckv]: value pairs, per 32-dim block (lo, hi) zmm
   float* acc;            // [rows][D_ckv]: accumulators (permuted dims)
   float *m, *l, *alpha;  // [rows]
-  Scratch(std::byte* s, int heads, int d_ckv, int d_kpe) {
+  Scratch(std::byte* base, int heads, int d_ckv, int d_kpe) {
     const std::size_t rows = kMlaMaxRows, dqk = static_cast<std::size_t>(d_ckv + d_kpe);
     (void)heads;
-    auto take = [&s](std::size_t bytes) {
-      std::byte* p = s;
-      s += align64(bytes);
-      return p;
-    };
-    qp = reinterpret_cast<uint32_t*>(take(rows * dqk * 4));
-    st = reinterpret_cast<float*>(take(rows * T * 4));
-    pp = reinterpret_cast<uint32_t*>(take(rows * T * 4));
-    tile = reinterpret_cast<uint16_t*>(take(T * dqk * 4 + dqk * 4));
-    vp = reinterpret_cast<uint32_t*>(take(T * static_cast<std::size_t>(d_ckv) * 4));
-    acc = reinterpret_cast<float*>(take(rows * static_cast<std::size_t>(d_ckv) * 4));
-    m = reinterpret_cast<float*>(take(rows * 4));
-    l = reinterpret_cast<float*>(take(rows * 4));
-    alpha = reinterpret_cast<float*>(take(rows * 4));
+    RegionCursor s(base);
+    qp = s.take<uint32_t>(rows * dqk * 4);
+    st = s.take<float>(rows * T * 4);
+    pp = s.take<uint32_t>(rows * T * 4);
+    tile = s.take<uint16_t>(T * dqk * 4 + dqk * 4);
+    vp = s.take<uint32_t>(T * static_cast<std::size_t>(d_ckv) * 4);
+    acc = s.take<float>(rows * static_cast<std::size_t>(d_ckv) * 4);
+    m = s.take<float>(rows * 4);
+    l = s.take<float>(rows * 4);
+    alpha = s.take<float>(rows * 4);
   }
 };
 
@@ -273,7 +268,8 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
   // Normalize, dequantize, undo the dim permutation of the value pairs.
   for (int64_t r = 0; r < rows; ++r) {
     const float lr = s.l[r];
-    const float scale = lr > 0.0f ? p.k_scale / lr : 0.0f;
+    const math::RowFinish fin = finish_row(s.m[r], lr, p.k_scale, false, nullptr);
+    const float scale = fin.o_scale;
     const float* a = s.acc + r * d_ckv;
     float* out = o + r * d_ckv;
     for (int blk = 0; blk < d_ckv / 32; ++blk) {
@@ -284,7 +280,7 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
         }
       }
     }
-    lse[r] = lr > 0.0f ? (s.m[r] + std::log2(lr)) * kLn2 : kNegInf;
+    lse[r] = fin.lse;
   }
 }
 
@@ -309,7 +305,8 @@ MlaItemFn find_mla_kernel_avx512_bf16(const MlaParams& p) {
       p.d_ckv % 64 != 0 || p.d_kpe % 16 != 0 || p.d_ckv + p.d_kpe > 1024) {
     return nullptr;
   }
-  if (p.qn_dim != 1 || p.qp_dim != 1 || p.ckv_dim != 1 || p.kpe_dim != 1) return nullptr;
+  if (p.qn_dim != 1 || p.qp_dim != 1 || p.ckv_strides.dim != 1 || p.kpe_strides.dim != 1)
+    return nullptr;
   switch (p.kv_dtype) {
     case DType::kBF16:
       return pick<DType::kBF16>(p.heads);

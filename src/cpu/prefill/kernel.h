@@ -52,34 +52,18 @@ inline void load_row(const void* src, DType dtype, int n, int64_t stride, float 
   }
 }
 
-inline void store_row(const float* src, int n, DType dtype, void* dst, int64_t stride) {
-  if (stride == 1) {
-    Vec::store_convert(src, n, dtype, dst);
-    return;
-  }
-  const int esize = dtype_bytes(dtype);
-  constexpr int kChunk = 64;
-  alignas(64) unsigned char packed[kChunk * 4];
-  auto* bytes = static_cast<unsigned char*>(dst);
-  for (int at = 0; at < n; at += kChunk) {
-    const int m = static_cast<int>(imin(kChunk, n - at));
-    Vec::store_convert(src + at, m, dtype, packed);
-    for (int e = 0; e < m; ++e)
-      std::memcpy(bytes + (at + e) * stride * esize, packed + e * esize, esize);
-  }
+// Key j's element offset in a KV source (row or per-token scale), params.h.
+inline int64_t kv_offset(const PrefillParams& p, const KVSource& s, const RequestInfo& req,
+                         int64_t j, int kv_head) {
+  if (!p.paged) return s.strides.offset(0, req.kv_token_begin + j, kv_head, 0);
+  const int64_t page = p.page_ids[(req.page_begin + j / p.page_size) * p.page_ids_stride];
+  return s.strides.offset(page, j % p.page_size, kv_head, 0);
 }
 
 inline const void* kv_row(const PrefillParams& p, const KVSource& s, const RequestInfo& req,
                           int64_t j, int kv_head) {
-  int64_t offset;
-  if (p.paged) {
-    const int64_t page = p.page_ids[(req.page_begin + j / p.page_size) * p.page_ids_stride];
-    offset = page * s.stride_page + (j % p.page_size) * s.stride_slot;
-  } else {
-    offset = (req.kv_token_begin + j) * s.stride_token;
-  }
-  offset += kv_head * s.stride_head;
-  return static_cast<const unsigned char*>(s.base) + offset * dtype_bytes(p.kv_dtype);
+  return static_cast<const unsigned char*>(s.base) +
+         kv_offset(p, s, req, j, kv_head) * dtype_bytes(p.kv_dtype);
 }
 
 // Rotates x (head dim `dim`) at absolute position `pos` with the precomputed cos/sin table.
@@ -290,14 +274,7 @@ inline void stage_queries(const PrefillParams& p, const RequestInfo& req, int kv
 // The per-(token, head) scale of key j (addressed like its row, element size 4).
 inline float token_scale(const PrefillParams& p, const KVSource& s, const RequestInfo& req,
                          int64_t j, int kv_head) {
-  int64_t offset;
-  if (p.paged) {
-    const int64_t page = p.page_ids[(req.page_begin + j / p.page_size) * p.page_ids_stride];
-    offset = page * s.stride_page + (j % p.page_size) * s.stride_slot;
-  } else {
-    offset = (req.kv_token_begin + j) * s.stride_token;
-  }
-  return static_cast<const float*>(s.base)[offset + kv_head * s.stride_head];
+  return static_cast<const float*>(s.base)[kv_offset(p, s, req, j, kv_head)];
 }
 
 inline void stage_kv_tile(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0,
@@ -313,9 +290,9 @@ inline void stage_kv_tile(const PrefillParams& p, const RequestInfo& req, int kv
     float* k = kf + int64_t{jj} * p.head_dim_qk;
     const float ks = per_token ? token_scale(p, p.k_token_scale, req, j, kv_head) : k_scale;
     const float vs = per_token ? token_scale(p, p.v_token_scale, req, j, kv_head) : v_scale;
-    load_row(kv_row(p, p.k, req, j, kv_head), p.kv_dtype, p.head_dim_qk, p.k.stride_dim, ks, k);
+    load_row(kv_row(p, p.k, req, j, kv_head), p.kv_dtype, p.head_dim_qk, p.k.strides.dim, ks, k);
     if (p.rope_table) rope_rotate(p, j, p.head_dim_qk, k);
-    load_row(kv_row(p, p.v, req, j, kv_head), p.kv_dtype, p.head_dim_vo, p.v.stride_dim, vs,
+    load_row(kv_row(p, p.v, req, j, kv_head), p.kv_dtype, p.head_dim_vo, p.v.strides.dim, vs,
              vf + int64_t{jj} * p.head_dim_vo);
   }
 }
@@ -326,8 +303,8 @@ inline void stage_kv_tile(const PrefillParams& p, const RequestInfo& req, int kv
 inline void prefetch_kv_tile(const PrefillParams& p, const RequestInfo& req, int kv_head,
                              int64_t j0, int keys) {
   const int esize = dtype_bytes(p.kv_dtype);
-  const int k_bytes = p.head_dim_qk * esize * static_cast<int>(p.k.stride_dim);
-  const int v_bytes = p.head_dim_vo * esize * static_cast<int>(p.v.stride_dim);
+  const int k_bytes = p.head_dim_qk * esize * static_cast<int>(p.k.strides.dim);
+  const int v_bytes = p.head_dim_vo * esize * static_cast<int>(p.v.strides.dim);
   for (int jj = 0; jj < keys; ++jj) {
     const auto* k = static_cast<const char*>(kv_row(p, p.k, req, j0 + jj, kv_head));
     const auto* v = static_cast<const char*>(kv_row(p, p.v, req, j0 + jj, kv_head));
@@ -448,46 +425,23 @@ inline void softmax_update(const PrefillParams& p, const TileRows& t, int keys, 
   }
 }
 
-// o = O^T / sum per row in o_dtype; lse = ln(sum) + max (natural log); a row that saw no key
-// writes o = 0 and lse = -inf, a row with a NaN score o = lse = NaN. A sink s joins the denominator
-// here, in the log2 domain: m = max(max, s2), sum' = sum 2^(max - m) + 2^(s2 - m); a row with no
-// key gets lse = s.
+// The tile's rows through the one epilogue (common/epilogue.h): o = O^T / sum in o's dtype, the
+// natural-log LSE, the sink joining the denominator; a row that saw no key writes o = 0 and
+// lse = -inf (or the sink), a row with a NaN score o = lse = NaN — the sum carries the NaN (exp2
+// keeps it) even where the running max skipped it, and a NaN max marks the row too.
 inline void store_tile(const PrefillParams& p, const RequestInfo& req, int kv_head,
                        const TileRows& t, float value_scale, float* scratch) {
   const float* ot = scratch + p.scratch.ot;
   const float* row_max = scratch + p.scratch.row_max;
   const float* row_sum = scratch + p.scratch.row_sum;
   float* tmp = scratch + p.scratch.row_tmp;
-  const int o_bytes = dtype_bytes(p.o_dtype);
   for (int r = 0; r < t.rows; ++r) {
-    const int token = r / p.group;
     const int head = kv_head * p.group + r % p.group;
-    const int64_t row = req.qo_begin + t.t0 + token;
-    // A NaN score makes the row NaN (docs/cuda.md, numerics policy), with a sink too; the sum
-    // carries it (exp2 keeps NaN) even where the running max skipped it.
-    const bool nan_row = row_sum[r] != row_sum[r] || row_max[r] != row_max[r];
-    const bool seen = !nan_row && row_max[r] != kNegInf && row_sum[r] > 0.0f;
-    constexpr float kNan = __builtin_nanf("");
-    float inv = nan_row ? kNan : seen ? value_scale / row_sum[r] : 0.0f;
-    float lse = nan_row ? kNan : seen ? (row_max[r] + __builtin_log2f(row_sum[r])) * kLn2 : kNegInf;
-    if (p.sinks && !nan_row) {
-      const float sink = p.sinks[head];
-      if (!seen) {
-        lse = sink;
-      } else {
-        const float sink2 = sink * kLog2e;
-        const float m = row_max[r] > sink2 ? row_max[r] : sink2;
-        const float keys = __builtin_exp2f(row_max[r] - m);
-        const float total = row_sum[r] * keys + __builtin_exp2f(sink2 - m);
-        inv = value_scale * keys / total;
-        lse = (m + __builtin_log2f(total)) * kLn2;
-      }
-    }
-    for (int d = 0; d < p.head_dim_vo; ++d) tmp[d] = ot[d * t.rows_pad + r] * inv;
-    const int64_t o_offset = row * p.o_stride_token + head * p.o_stride_head;
-    store_row(tmp, p.head_dim_vo, p.o_dtype,
-              static_cast<unsigned char*>(p.out) + o_offset * o_bytes, p.o_stride_dim);
-    if (p.lse) p.lse[row * p.lse_stride_token + head * p.lse_stride_head] = lse * p.lse_scale;
+    const math::RowFinish fin =
+        finish_row(row_max[r], row_sum[r], value_scale, row_max[r] != row_max[r],
+                   p.sinks ? p.sinks + head : nullptr);
+    for (int d = 0; d < p.head_dim_vo; ++d) tmp[d] = ot[d * t.rows_pad + r] * fin.o_scale;
+    p.output.store(req.qo_begin + t.t0 + r / p.group, head, tmp, p.head_dim_vo, fin.lse);
   }
 }
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 
 #include "core/math_constants.h"  // kLog2e, kLn2 of the kernel body (kernel.h)
+#include "core/paged_kv.h"
+#include "cpu/common/epilogue.h"
 #include "cpu/prefill/tile_config.h"
 #include "kvattn/attention.h"
 #include "kvattn/dtype.h"
@@ -13,15 +15,12 @@
 namespace kvattn::cpu::prefill {
 
 // Where K (or V) row j of request b, KV head h starts, in elements of `base`:
-//   contiguous (single, ragged): (token_begin[b] + j) * stride_token + h * stride_head
-//   paged: page * stride_page + (j % page_size) * stride_slot + h * stride_head,
-//          page = page_ids[page_begin[b] + j / page_size]
+// strides.offset(page, slot, h, 0) (core/paged_kv.h), with
+//   contiguous (single, ragged): page 0, slot kv_token_begin[b] + j
+//   paged: page = page_ids[page_begin[b] + j / page_size], slot j % page_size
 struct KVSource {
   const void* base = nullptr;
-  int64_t stride_token = 0;                  // contiguous forms
-  int64_t stride_page = 0, stride_slot = 0;  // paged form
-  int64_t stride_head = 0;
-  int64_t stride_dim = 1;
+  paged::CacheStrides strides;
 };
 
 struct RequestInfo {
@@ -37,16 +36,11 @@ struct PrefillParams {
   ScratchLayout scratch;
   const RequestInfo* requests = nullptr;
 
-  // q [N, H_qo, D_qk], out [N, H_qo, D_vo], lse [N, H_qo] (may be null); strides in elements.
+  // q [N, H_qo, D_qk] (strides in elements); the final rows out [N, H_qo, D_vo], lse [N, H_qo].
   const void* q = nullptr;
   DType q_dtype = DType::kF32;
   int64_t q_stride_token = 0, q_stride_head = 0, q_stride_dim = 1;
-  void* out = nullptr;
-  DType o_dtype = DType::kF32;
-  int64_t o_stride_token = 0, o_stride_head = 0, o_stride_dim = 1;
-  float* lse = nullptr;
-  int64_t lse_stride_token = 0, lse_stride_head = 0;
-  float lse_scale = 1.0f;  // the LSE's base (lse_store_scale): 1 natural, log2 e base 2
+  OutputRows output;
 
   KVSource k, v;
   DType kv_dtype = DType::kF32;
@@ -67,7 +61,7 @@ struct PrefillParams {
   const float* k_head_scale = nullptr;
   const float* v_head_scale = nullptr;
   // per_token_head: each key's scale, addressed like its row (KVSource strides of the
-  // [.., H_kv] scale tensors, stride_dim unused); base null: none.
+  // [.., H_kv] scale tensors, dim unused); base null: none.
   KVSource k_token_scale, v_token_scale;
   // Attention sinks [H_qo] (natural log), joined in the final normalization; null: none.
   const float* sinks = nullptr;

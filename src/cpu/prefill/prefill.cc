@@ -11,9 +11,9 @@
 
 #include "core/backend.h"
 #include "core/math_constants.h"
-#include "core/run_scalars.h"
+#include "core/paged_kv.h"
 #include "core/status_macros.h"
-#include "cpu/common/thread_pool.h"
+#include "cpu/common/driver.h"
 #include "cpu/kernel_table.h"
 #include "cpu/prefill/params.h"
 #include "cpu/prefill/tile_config.h"
@@ -27,9 +27,6 @@ using prefill::RequestInfo;
 using prefill::ScratchLayout;
 
 constexpr double kLog2e = math::kLog2eF64;
-constexpr std::size_t kAlign = 64;
-
-std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // The tile of the plan's kernel (its policy), which the strided fallback runs with too.
 Status tile_of(const Problem& p, const std::string& kernel, PrefillTile* tile) {
@@ -56,39 +53,26 @@ PositionRange rope_positions(const std::vector<int64_t>& qo_len,
   return r;
 }
 
-// The workspace: request table, ALiBi slopes, RoPE table, then one scratch per thread. One
-// function computes offsets and size, so plan and run cannot disagree.
-struct WorkspaceLayout {
-  std::size_t requests = 0, slopes = 0, sinks = 0, head_scales = 0, rope = 0, scratch = 0,
-              bytes = 0;
-  std::size_t scratch_stride = 0;  // bytes per thread
-};
+// The workspace (common/driver.h): request table, ALiBi slopes, sinks, per-head scales, RoPE
+// table, then one scratch per thread.
+struct PrefillWorkspace {
+  std::size_t requests = 0, slopes = 0, sinks = 0, head_scales = 0, rope = 0, scratch = 0;
+  WorkspaceLayout layout;
 
-WorkspaceLayout workspace_layout(const Problem& p, const PrefillTile& tile,
-                                 const std::vector<int64_t>& qo_len,
-                                 const std::vector<int64_t>& kv_len, int num_threads) {
-  const ScratchLayout scratch = prefill::scratch_layout(tile, p.head_dim_qk, p.head_dim_vo);
-  WorkspaceLayout w;
-  std::size_t at = 0;
-  w.requests = at;
-  at += align_up(sizeof(RequestInfo) * qo_len.size());
-  w.slopes = at;
-  at += align_up(sizeof(float) * p.num_qo_heads);
-  w.sinks = at;
-  at += align_up(sizeof(float) * p.num_qo_heads);
-  w.head_scales = at;  // K then V
-  at += align_up(sizeof(float) * 2 * p.num_kv_heads);
-  w.rope = at;
-  if (uses_rope(p)) {
-    const PositionRange pos = rope_positions(qo_len, kv_len);
-    at += align_up(sizeof(float) * (pos.end - pos.begin) * (p.head_dim_qk / 2) * 2);
+  PrefillWorkspace(const Problem& p, const PrefillTile& tile, const std::vector<int64_t>& qo_len,
+                   const std::vector<int64_t>& kv_len, int num_threads) {
+    requests = layout.take(sizeof(RequestInfo) * qo_len.size());
+    slopes = layout.take(sizeof(float) * p.num_qo_heads);
+    sinks = layout.take(sizeof(float) * p.num_qo_heads);
+    head_scales = layout.take(sizeof(float) * 2 * p.num_kv_heads);  // K then V
+    if (uses_rope(p)) {
+      const PositionRange pos = rope_positions(qo_len, kv_len);
+      rope = layout.take(sizeof(float) * (pos.end - pos.begin) * (p.head_dim_qk / 2) * 2);
+    }
+    const ScratchLayout s = prefill::scratch_layout(tile, p.head_dim_qk, p.head_dim_vo);
+    scratch = layout.take_per_thread(sizeof(float) * s.floats, num_threads);
   }
-  w.scratch = at;
-  w.scratch_stride = align_up(sizeof(float) * scratch.floats);
-  at += w.scratch_stride * num_threads;
-  w.bytes = at + kAlign;  // room to align the caller's pointer
-  return w;
-}
+};
 
 int64_t read_index(const TensorView& t, int64_t i) {
   return static_cast<const int32_t*>(t.data)[i * t.strides[0]];
@@ -126,7 +110,7 @@ void fill_rope_table(const Problem& p, const PositionRange& pos, float* table, i
 // Whether the prefill kernels read this run's q, K and V rows at unit stride (the bf16
 // dot-product kernel needs it; the others take any stride).
 bool unit_stride_rows(const PrefillParams& params) {
-  return params.q_stride_dim == 1 && params.k.stride_dim == 1 && params.v.stride_dim == 1;
+  return params.q_stride_dim == 1 && params.k.strides.dim == 1 && params.v.strides.dim == 1;
 }
 
 }  // namespace
@@ -179,7 +163,7 @@ Status plan_prefill(const Problem& problem, const AttentionArgs& args, const Pla
   plan->kv_chunk_size = 0;
   plan->num_partial_states = 0;
   plan->workspace_bytes =
-      workspace_layout(problem, tile, plan->qo_len, plan->kv_len, plan->num_threads).bytes;
+      PrefillWorkspace(problem, tile, plan->qo_len, plan->kv_len, plan->num_threads).layout.bytes();
   return Status::Ok();
 }
 
@@ -188,14 +172,10 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
   const Problem& p = plan.problem;
   PrefillParams params;
   KVATTN_RETURN_IF_ERROR(tile_of(p, plan.kernel, &params.tile));
-  const WorkspaceLayout layout =
-      workspace_layout(p, params.tile, plan.qo_len, plan.kv_len, plan.num_threads);
-  if (workspace == nullptr || workspace_bytes < layout.bytes) {
-    return make_error(ErrorCode::kInvalidArgument, "cpu prefill: workspace of ", workspace_bytes,
-                      " bytes, the plan needs ", layout.bytes);
-  }
-  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) /
-                                            kAlign * kAlign);
+  const PrefillWorkspace layout(p, params.tile, plan.qo_len, plan.kv_len, plan.num_threads);
+  std::byte* base = nullptr;
+  KVATTN_RETURN_IF_ERROR(
+      bind_workspace("prefill", layout.layout, workspace, workspace_bytes, &base));
 
   params.scratch = prefill::scratch_layout(params.tile, p.head_dim_qk, p.head_dim_vo);
 
@@ -224,55 +204,19 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
   params.q_stride_token = args.q.strides[0];
   params.q_stride_head = args.q.strides[1];
   params.q_stride_dim = args.q.strides[2];
-  params.out = args.out.data;
-  params.o_dtype = p.o_dtype;
-  params.o_stride_token = args.out.strides[0];
-  params.o_stride_head = args.out.strides[1];
-  params.o_stride_dim = args.out.strides[2];
-  if (!args.lse.empty()) {
-    params.lse = static_cast<float*>(args.lse.data);
-    params.lse_scale = lse_store_scale(args.scalars);
-    params.lse_stride_token = args.lse.strides[0];
-    params.lse_stride_head = args.lse.strides[1];
-  }
+  params.output = OutputRows::of(args);
 
   params.kv_dtype = p.kv_dtype;
   params.paged = paged;
-  auto source = [&](const TensorView& flat, const TensorView& cache) {
-    prefill::KVSource s;
-    if (paged) {
-      s.base = cache.data;
-      s.stride_page = cache.strides[0];
-      const bool nhd = p.kv_layout == KVLayout::kNHD;
-      s.stride_slot = nhd ? cache.strides[1] : cache.strides[2];
-      s.stride_head = nhd ? cache.strides[2] : cache.strides[1];
-      s.stride_dim = cache.strides[3];
-    } else {
-      // Ragged K/V are always NHD (as in FlashInfer); single K/V follow kv_layout.
-      const bool nhd = p.op == Op::kBatchPrefillRagged || p.kv_layout == KVLayout::kNHD;
-      s.base = flat.data;
-      s.stride_token = nhd ? flat.strides[0] : flat.strides[1];
-      s.stride_head = nhd ? flat.strides[1] : flat.strides[0];
-      s.stride_dim = flat.strides[2];
-    }
-    return s;
+  auto source = [&](const TensorView& t) {
+    return prefill::KVSource{t.data, paged::kv_strides(p, t)};
   };
-  params.k = source(args.k, args.paged_k_cache);
-  params.v = source(args.v, args.paged_v_cache);
+  params.k = source(paged ? args.paged_k_cache : args.k);
+  params.v = source(paged ? args.paged_v_cache : args.v);
   if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
     // [P, page_size, H_kv] beside a paged cache (either layout); [kv_len or nnz, H_kv] else.
     auto scales = [&](const TensorView& t) {
-      prefill::KVSource s;
-      s.base = t.data;
-      if (paged) {
-        s.stride_page = t.strides[0];
-        s.stride_slot = t.strides[1];
-        s.stride_head = t.strides[2];
-      } else {
-        s.stride_token = t.strides[0];
-        s.stride_head = t.strides[1];
-      }
-      return s;
+      return prefill::KVSource{t.data, paged::scale_strides(p, t)};
     };
     params.k_token_scale = scales(args.k_scale_cache);
     params.v_token_scale = scales(args.v_scale_cache);
@@ -354,12 +298,10 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
   if (kernel == nullptr) {
     return make_error(ErrorCode::kInternal, "cpu prefill: kernel ", chosen.name, " not built");
   }
-  std::byte* scratch = base + layout.scratch;
-  const std::size_t stride = layout.scratch_stride;
-  ThreadPool::global().parallel_for(
-      plan.num_threads, static_cast<int64_t>(plan.work.size()), [&](int64_t i, int thread_id) {
-        kernel(params, plan.work[i], reinterpret_cast<float*>(scratch + stride * thread_id));
-      });
+  for_each_item(plan.num_threads, static_cast<int64_t>(plan.work.size()), base + layout.scratch,
+                layout.layout.thread_stride(), [&](int64_t i, std::byte* scratch) {
+                  kernel(params, plan.work[i], reinterpret_cast<float*>(scratch));
+                });
   return Status::Ok();
 }
 

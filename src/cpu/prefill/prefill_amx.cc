@@ -127,11 +127,7 @@ inline RowBlock key_block(const PrefillParams& p, const KVSource& s, const Reque
                           int64_t j, int kv_head) {
   RowBlock block{static_cast<const char*>(kv_row(p, s, req, j, kv_head)), 0};
   const int esize = dtype_bytes(p.kv_dtype);
-  if (!p.paged) {
-    block.stride = s.stride_token * esize;
-  } else if (j / p.page_size == (j + 15) / p.page_size) {
-    block.stride = s.stride_slot * esize;
-  }
+  if (!p.paged || j / p.page_size == (j + 15) / p.page_size) block.stride = s.strides.slot * esize;
   return block;
 }
 

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu/common/workspace.h"
+
 namespace kvattn::cpu::prefill {
 
 // Query rows of a tile are padded to a multiple of this (the widest vector, 16 f32 lanes), so the
@@ -73,15 +75,11 @@ struct ScratchLayout {
   int64_t floats = 0;                // total per thread
 };
 
-constexpr int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
-
 constexpr ScratchLayout scratch_layout(const PrefillTile& t, int head_dim_qk, int head_dim_vo) {
   ScratchLayout s{};
-  int64_t at = 0;
+  WorkspaceLayout at;
   auto take = [&at](int64_t n) {
-    int64_t here = at;
-    at += align16(n);
-    return here;
+    return static_cast<int64_t>(at.take(sizeof(float) * n) / sizeof(float));
   };
   s.qt = take(int64_t{head_dim_qk} * t.rows_pad);
   s.st = take(int64_t{t.kv_tile} * t.rows_pad);
@@ -95,7 +93,7 @@ constexpr ScratchLayout scratch_layout(const PrefillTile& t, int head_dim_qk, in
   const int64_t widest = head_dim_qk > head_dim_vo ? head_dim_qk : head_dim_vo;
   s.row_tmp = take(widest + 64);
   s.pair_rows = take((3 * widest + 1) / 2);
-  s.floats = at;
+  s.floats = static_cast<int64_t>(at.size() / sizeof(float));
   return s;
 }
 

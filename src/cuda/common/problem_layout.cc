@@ -9,16 +9,6 @@ int32_t read_i32(const TensorView& t, int64_t i) {
 
 }  // namespace
 
-paged::CacheStrides kv_strides(const Problem& p, const TensorView& t) {
-  if (is_paged(p.op)) return paged::cache_strides(t.strides.data(), p.kv_layout == KVLayout::kHND);
-  paged::CacheStrides s;
-  const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
-  s.slot = hnd ? t.strides[1] : t.strides[0];
-  s.head = hnd ? t.strides[0] : t.strides[1];
-  s.dim = t.strides[2];
-  return s;
-}
-
 RequestStarts request_starts(const Problem& p, const AttentionArgs& args) {
   RequestStarts s;
   s.q_row.assign(p.batch_size, 0);

@@ -1,5 +1,6 @@
 // Where a problem's tensors put things, on the host, for fa2's and fa3's kernel parameters alike
-// (no CUDA): K / V strides by meaning, and where each request starts in the index tensors.
+// (no CUDA): where each request starts in the index tensors. (K / V strides by meaning:
+// core/paged_kv.h's kv_strides, every backend's.)
 #pragma once
 
 #include <cstdint>
@@ -10,9 +11,6 @@
 #include "kvattn/problem.h"
 
 namespace kvattn::cuda {
-
-// K / V strides by meaning (page, slot, head, dim), for every operation's layout.
-paged::CacheStrides kv_strides(const Problem& problem, const TensorView& t);
 
 // Where each request starts in the (host) index tensors of validated args.
 struct RequestStarts {

@@ -96,19 +96,10 @@ Status make_kernel_params(const Problem& p, const AttentionArgs& args, const Sch
     k.v_head_scale_stride = args.v_scale.strides[0];
   }
   if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
-    // [P, page_size, H_kv] beside a paged cache (either layout), [keys, H_kv] otherwise.
-    auto scale_strides = [&](const TensorView& t) {
-      paged::CacheStrides s;
-      const int r = is_paged(p.op) ? 1 : 0;
-      s.page = is_paged(p.op) ? t.strides[0] : 0;
-      s.slot = t.strides[r];
-      s.head = t.strides[r + 1];
-      return s;
-    };
     k.k_scale_cache = static_cast<const float*>(args.k_scale_cache.data);
     k.v_scale_cache = static_cast<const float*>(args.v_scale_cache.data);
-    k.ks_strides = scale_strides(args.k_scale_cache);
-    k.vs_strides = scale_strides(args.v_scale_cache);
+    k.ks_strides = paged::scale_strides(p, args.k_scale_cache);
+    k.vs_strides = paged::scale_strides(p, args.v_scale_cache);
   }
   k.rope = p.pos_encoding_mode == PosEncoding::kRopeLlama;
   k.rope_theta = p.rope_theta;

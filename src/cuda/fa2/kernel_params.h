@@ -14,8 +14,8 @@
 
 namespace kvattn::fa2 {
 
-// K / V strides by meaning (cuda/common/problem_layout.h).
-using cuda::kv_strides;
+// K / V strides by meaning (core/paged_kv.h).
+using paged::kv_strides;
 
 Status make_kernel_params(const Problem& problem, const AttentionArgs& args,
                           const Schedule& schedule, AttentionParams* params);

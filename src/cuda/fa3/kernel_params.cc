@@ -75,8 +75,8 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
   k.q_chunks = rows_in_chunks(args.q, {k.q_stride_row, k.q_stride_head}, k.q_stride_dim);
   k.k = kt.data;
   k.v = vt.data;
-  k.k_strides = cuda::kv_strides(p, kt);
-  k.v_strides = cuda::kv_strides(p, vt);
+  k.k_strides = paged::kv_strides(p, kt);
+  k.v_strides = paged::kv_strides(p, vt);
   k.k_chunks =
       rows_in_chunks(kt, {k.k_strides.page, k.k_strides.slot, k.k_strides.head}, k.k_strides.dim);
   k.v_chunks =

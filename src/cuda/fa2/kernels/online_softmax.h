@@ -8,8 +8,8 @@
 
 #include <cmath>
 
+#include "core/attention_math.h"
 #include "core/hd.h"
-#include "cuda/common/row_finish.h"
 
 #if defined(__CUDACC__)
 #define KVATTN_UNROLL _Pragma("unroll")
@@ -56,10 +56,10 @@ KVATTN_HD void softmax_block_update(float (&s)[kNTiles][4], float (&o)[kDTiles][
 }
 
 // Step 3, with the quad's row sum: the factor for the outputs and the natural-log LSE
-// (cuda/common/row_finish.h, fa3's epilogue too).
-using cuda::finish_row;
-using cuda::finish_row_with_sink;
-using cuda::RowFinish;
+// (core/attention_math.h, fa3's and the cpu's epilogues too).
+using math::finish_row;
+using math::finish_row_with_sink;
+using math::RowFinish;
 
 // O += P V of one block, exactly, for a block whose V tile holds a non-finite value (rare: the
 // loader flags it). The MMA would add p * v for every key of the tile, and a masked key (p = 0)

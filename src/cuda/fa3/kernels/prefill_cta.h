@@ -19,8 +19,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/attention_math.h"
 #include "core/hd.h"
-#include "cuda/common/row_finish.h"
 #include "cuda/fa3/kernels/consumer_steps.h"
 #include "cuda/fa3/kernels/elem.h"
 #include "cuda/fa3/kernels/packed_rows.h"
@@ -462,10 +462,11 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       if (row >= rows) continue;
       const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
       const int64_t state = re.partial_base + th.token * re.chunks + tile.chunk;
-      // The row's end (cuda/common/row_finish.h, fa2's too): o = 0 and lse = -inf without a
-      // visible key, o = lse = NaN after a NaN score (the numerics policy; a split merge then
-      // folds the NaN in instead of dropping the row). FP8's O carries P's 2^8 (pack_p).
-      const cuda::RowFinish fin = cuda::finish_row(m[h], l[h], p.v_scale);
+      // The row's end (core/attention_math.h, fa2's and the cpu's too): o = 0 and lse = -inf
+      // without a visible key, o = lse = NaN after a NaN score (the numerics policy; a split
+      // merge then folds the NaN in instead of dropping the row). FP8's O carries P's 2^8
+      // (pack_p).
+      const math::RowFinish fin = math::finish_row(m[h], l[h], p.v_scale);
       const float inv = kFp8 ? fin.o_scale * step::kFp8PUnscale : fin.o_scale;
       if (split) {
         float* dst = p.partial_o + (state * p.num_qo_heads + th.qo_head) * VO;

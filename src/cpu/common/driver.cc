@@ -1,0 +1,40 @@
+#include "cpu/common/driver.h"
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "core/status_macros.h"
+
+namespace kvattn::cpu {
+
+Status bind_workspace(const char* op, const WorkspaceLayout& layout, void* workspace,
+                      std::size_t workspace_bytes, std::byte** base) {
+  *base = nullptr;
+  if (layout.bytes() == 0) return Status::Ok();
+  if (workspace == nullptr || workspace_bytes < layout.bytes()) {
+    return make_error(ErrorCode::kInvalidArgument, "cpu ", op, ": workspace of ", workspace_bytes,
+                      " bytes", workspace == nullptr ? " (null)" : "", ", the plan needs ",
+                      layout.bytes());
+  }
+  const auto addr = reinterpret_cast<std::uintptr_t>(workspace);
+  *base = static_cast<std::byte*>(workspace) +
+          (WorkspaceLayout::kAlign - addr % WorkspaceLayout::kAlign) % WorkspaceLayout::kAlign;
+  return Status::Ok();
+}
+
+std::vector<Split> find_splits(const std::vector<WorkItem>& work) {
+  std::vector<Split> splits;
+  std::map<std::tuple<int, int, int32_t, int32_t>, std::size_t> index;
+  for (std::size_t i = 0; i < work.size(); ++i) {
+    const WorkItem& w = work[i];
+    if (w.partial < 0) continue;
+    const auto [at, added] =
+        index.try_emplace({w.request, w.kv_head, w.qo_begin, w.qo_end}, splits.size());
+    if (added) splits.emplace_back();
+    splits[at->second].push_back(static_cast<int64_t>(i));
+  }
+  return splits;
+}
+
+}  // namespace kvattn::cpu
