@@ -62,8 +62,11 @@ OutputRows OutputRows::of(const AttentionArgs& args) {
 }
 
 void OutputRows::store(int64_t token, int head, const float* row, int dim, float lse_value) const {
-  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
-  store_row(row, dim, dtype, out + (token * stride_token + head * stride_head) * elem, stride_dim);
+  store_row(row, dim, dtype, row_at(token, head), stride_dim);
+  store_lse(token, head, lse_value);
+}
+
+void OutputRows::store_lse(int64_t token, int head, float lse_value) const {
   if (lse) lse[token * lse_stride_token + head * lse_stride_head] = lse_value * lse_scale;
 }
 

@@ -40,6 +40,11 @@ struct OutputRows {
 
   // Row (token, head): `row` (f32, final values) in o's dtype, and its natural-log `lse`.
   void store(int64_t token, int head, const float* row, int dim, float lse_value) const;
+  // The parts, for a kernel that converts a unit-stride row with its own vector code.
+  std::byte* row_at(int64_t token, int head) const {
+    return out + (token * stride_token + head * stride_head) * int64_t(dtype_size(dtype));
+  }
+  void store_lse(int64_t token, int head, float lse_value) const;
 };
 
 // Split-KV partial states: state s holds `rows` rows of `dim` normalized outputs (f32) and their

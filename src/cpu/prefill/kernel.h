@@ -441,7 +441,13 @@ inline void store_tile(const PrefillParams& p, const RequestInfo& req, int kv_he
         finish_row(row_max[r], row_sum[r], value_scale, row_max[r] != row_max[r],
                    p.sinks ? p.sinks + head : nullptr);
     for (int d = 0; d < p.head_dim_vo; ++d) tmp[d] = ot[d * t.rows_pad + r] * fin.o_scale;
-    p.output.store(req.qo_begin + t.t0 + r / p.group, head, tmp, p.head_dim_vo, fin.lse);
+    const int64_t token = req.qo_begin + t.t0 + r / p.group;
+    if (p.output.stride_dim == 1) {  // converted by this ISA's vectors
+      Vec::store_convert(tmp, p.head_dim_vo, p.output.dtype, p.output.row_at(token, head));
+      p.output.store_lse(token, head, fin.lse);
+    } else {
+      p.output.store(token, head, tmp, p.head_dim_vo, fin.lse);
+    }
   }
 }
 
