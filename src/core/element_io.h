@@ -36,6 +36,9 @@ KVATTN_HD void store_bits(void* base, int64_t offset, T x) {
 }
 
 // Element `offset` (in elements) of a buffer of `dtype` as f32: exact for every float dtype.
+// `Isa`: a cpu kernel compiled with an ISA's flags passes its own (file-local) type, so that its
+// copy is its own and never the one the linker keeps for lower-ISA code.
+template <class Isa = void>
 KVATTN_HD float load_f32(const void* base, DType dtype, int64_t offset) {
   switch (dtype) {
     case DType::kF32:

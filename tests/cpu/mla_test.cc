@@ -200,6 +200,25 @@ TEST(CpuMla, Fp8NanCodeStaysNan) {
   }
 }
 
+// A NaN score (the e4m3 NaN code in a key's kpe, which only the score reads) makes the rows that
+// see the key NaN, their LSE included, on every kernel (the numerics policy, cpu/common/epilogue.h):
+// a NaN sum once read as an empty row (lse = -inf), which a split-KV merge would then drop.
+TEST(CpuMla, NanScoreMakesTheRowAndItsLseNan) {
+  for (CpuIsa isa : isa_levels()) {
+    for_each_tile_kernel([&] {
+      IsaLimit limit(isa);
+      testing::Case c = testing::Case::make(mla_spec(16, 16, {1}, {40}, DType::kE4M3));
+      c.v_cache[static_cast<size_t>(c.kv_indices[1]) * 16 * 64 + 3 * 64] =
+          std::byte{0x7F};  // key 19, kpe dim 0
+      PlanOptions options;
+      options.backend = "cpu";
+      ASSERT_TRUE(kvattn::run(c.problem(), c.args(), options).ok());
+      for (float x : c.lse_f32()) ASSERT_TRUE(std::isnan(x)) << cpu_isa_name(isa);
+      for (float x : c.out_f32()) ASSERT_TRUE(std::isnan(x)) << cpu_isa_name(isa);
+    });
+  }
+}
+
 // The tile kernels widen e4m3 to bf16 with integer bit placement: every one of the 256 codes
 // gives the value the reference decodes (NaN stays NaN), over a 16-code tail too.
 TEST(CpuMla, E4m3ToBf16IsExactForEveryCode) {

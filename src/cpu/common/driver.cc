@@ -1,5 +1,6 @@
 #include "cpu/common/driver.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <tuple>
@@ -21,6 +22,14 @@ Status bind_workspace(const char* op, const WorkspaceLayout& layout, void* works
   *base = static_cast<std::byte*>(workspace) +
           (WorkspaceLayout::kAlign - addr % WorkspaceLayout::kAlign) % WorkspaceLayout::kAlign;
   return Status::Ok();
+}
+
+int64_t auto_kv_chunk(int64_t items, int64_t longest, int threads, int tile, int64_t min_chunk) {
+  const int64_t target = int64_t{4} * threads;
+  if (threads <= 1 || items <= 0 || items >= target) return 0;
+  const int64_t pieces = ceil_div(target, items);
+  const int64_t chunk = std::max(min_chunk, ceil_div(ceil_div(longest, pieces), tile) * tile);
+  return chunk >= longest ? 0 : chunk;
 }
 
 std::vector<Split> find_splits(const std::vector<WorkItem>& work) {

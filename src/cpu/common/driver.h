@@ -24,6 +24,11 @@ namespace kvattn::cpu {
 Status bind_workspace(const char* op, const WorkspaceLayout& layout, void* workspace,
                       std::size_t workspace_bytes, std::byte** base);
 
+// The automatic split-KV chunk: 0 (no split) where `items` unsplit items keep `threads` threads
+// busy (4 items each, so that dynamic scheduling evens out their lengths); else the longest key
+// range cut into enough pieces, in whole tiles of `tile` keys, at least `min_chunk` keys each.
+int64_t auto_kv_chunk(int64_t items, int64_t longest, int threads, int tile, int64_t min_chunk);
+
 // fn(item, scratch) for items [0, count) on the pool, scratch the calling thread's region of
 // `thread_stride` bytes from `scratch`.
 template <class Fn>

@@ -22,9 +22,6 @@ namespace {
 // Below this many keys per chunk the merge and the per-item prologue cost more than the
 // parallelism gains.
 constexpr int64_t kMinAutoChunk = 256;
-// Tasks per thread the automatic split aims for, so that dynamic scheduling can even out tasks
-// of different lengths.
-constexpr int64_t kTasksPerThread = 4;
 
 int pad_to(int n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
 
@@ -121,13 +118,7 @@ Status plan_decode(const Problem& problem, const AttentionArgs& args, const Plan
       max_len = std::max(max_len, plan->kv_len[b] - first_visible_key(problem, plan->kv_len[b]));
     }
     const int64_t tasks = int64_t{batch} * ceil_div(heads, kDecodeMaxTaskHeads);
-    const int64_t target = kTasksPerThread * threads;
-    if (threads > 1 && tasks < target) {
-      const int64_t pieces = ceil_div(target, tasks);
-      chunk = std::max(kMinAutoChunk,
-                       ceil_div(ceil_div(max_len, pieces), kDecodeTileKeys) * kDecodeTileKeys);
-      if (chunk >= max_len) chunk = 0;
-    }
+    chunk = auto_kv_chunk(tasks, max_len, threads, kDecodeTileKeys, kMinAutoChunk);
   }
   plan->kv_chunk_size = chunk;
 

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/element_io.h"
 #include "core/math_constants.h"
 #include "core/numeric.h"
 #include "cpu/decode/decode.h"
@@ -32,30 +33,6 @@ namespace kvattn::cpu::decode_detail {
 using math::kLog2e;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-
-// One stored element of any float dtype as f32, exactly.
-template <class S>
-float load_element(DType dtype, const std::byte* p) {
-  switch (dtype) {
-    case DType::kF32: {
-      float x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case DType::kF16:
-    case DType::kBF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return dtype == DType::kF16 ? num::f16_to_f32(h) : num::bf16_to_f32(h);
-    }
-    case DType::kE4M3:
-      return num::e4m3_to_f32(static_cast<uint8_t>(*p));
-    case DType::kE5M2:
-      return num::e5m2_to_f32(static_cast<uint8_t>(*p));
-    default:
-      return 0.0f;
-  }
-}
 
 // llama RoPE of x[0, dim) with cos/sin of each pair t given.
 template <class S>
@@ -259,7 +236,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       const std::byte* src = p.q + (b * p.q_stride_b + qo_head * p.q_stride_h) * q_bytes;
       float* dst = q_all + hi * q_head + g * q_row;
       for (int d = 0; d < dqk; ++d) {
-        dst[d] = load_element<S>(p.q_dtype, src + d * p.q_stride_d * q_bytes) * p.q_scale;
+        dst[d] = io::load_f32<S>(src, p.q_dtype, d * p.q_stride_d) * p.q_scale;
       }
       if (p.rope) {
         for (int t = 0; t < half; ++t) {
@@ -389,7 +366,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         for (int kk = 0; kk < n; ++kk) {
           float* dst = rope_k + kk * q_row;
           for (int d = 0; d < dqk; ++d) {
-            dst[d] = load_element<S>(p.kv_dtype, hk[kk] + d * p.k_strides.dim * kv_bytes);
+            dst[d] = io::load_f32<S>(hk[kk], p.kv_dtype, d * p.k_strides.dim);
           }
           if (kk == 0) {
             for (int tt = 0; tt < half; ++tt) {

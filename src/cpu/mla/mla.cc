@@ -27,8 +27,6 @@ using math::kLog2e;
 // Split only into chunks of at least this many keys: a smaller chunk costs more to merge
 // (128 rows x D_ckv per state) than it saves.
 constexpr int64_t kMinAutoChunk = 512;
-// Items per thread the automatic split aims at, so that uneven items still balance.
-constexpr int64_t kItemsPerThread = 4;
 
 using io::load_f32;
 
@@ -205,13 +203,7 @@ Status plan_mla(const Problem& problem, const AttentionArgs& args, const PlanOpt
       items += ceil_div(plan->qo_len[b], per_item);
       longest = std::max(longest, plan->kv_len[b]);
     }
-    const int64_t target = kItemsPerThread * threads;
-    if (threads > 1 && items > 0 && items < target) {
-      const int64_t pieces = ceil_div(target, items);
-      chunk =
-          std::max(kMinAutoChunk, ceil_div(ceil_div(longest, pieces), kMlaTileKeys) * kMlaTileKeys);
-      if (chunk >= longest) chunk = 0;
-    }
+    chunk = auto_kv_chunk(items, longest, threads, kMlaTileKeys, kMinAutoChunk);
   }
   plan->kv_chunk_size = chunk;
 

@@ -62,6 +62,10 @@ struct MlaParams {
   const std::byte* kpe_row(int b, int64_t j) const {
     return kpe + kpe_strides.offset(page_of(b, j), j % page_size, 0, 0) * kv_elem_bytes;
   }
+  // The vector kernels read q, ckv and kpe rows at unit stride.
+  bool unit_stride_rows() const {
+    return qn_dim == 1 && qp_dim == 1 && ckv_strides.dim == 1 && kpe_strides.dim == 1;
+  }
   int64_t page_of(int b, int64_t j) const {
     return kv_indices[(int64_t{kv_indptr[b * indptr_stride]} + j / page_size) * indices_stride];
   }

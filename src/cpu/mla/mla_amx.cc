@@ -522,10 +522,10 @@ MlaItemFn find_mla_kernel_amx(const MlaParams& p) {
       p.d_ckv % 64 != 0 || p.d_kpe % 32 != 0 || p.d_ckv + p.d_kpe > 1024) {
     return nullptr;
   }
-  if (p.qn_dim != 1 || p.qp_dim != 1 || p.ckv_strides.dim != 1 || p.kpe_strides.dim != 1)
-    return nullptr;
+  if (!p.unit_stride_rows()) return nullptr;
   // The scratch the planner gives every thread holds this kernel's layout.
-  if (Scratch(nullptr, p.d_ckv, p.d_kpe).size > mla_kernel_scratch_bytes(p.heads, p.d_ckv, p.d_kpe)) {
+  const std::size_t scratch = Scratch(nullptr, p.d_ckv, p.d_kpe).size;
+  if (scratch > mla_kernel_scratch_bytes(p.heads, p.d_ckv, p.d_kpe)) {
     return nullptr;
   }
   switch (p.kv_dtype) {

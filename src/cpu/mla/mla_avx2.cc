@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/element_io.h"
 #include "core/math_constants.h"
 #include "core/numeric.h"
 #include "cpu/common/simd_avx2.h"
@@ -57,22 +58,10 @@ struct Scratch {
   }
 };
 
+// This file's own copy of the element loader (core/element_io.h).
+struct Avx2;
 float load_one(const std::byte* base, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, base + i * 4, 4);
-      return v;
-    }
-    case DType::kF16:
-    case DType::kBF16: {
-      uint16_t h;
-      std::memcpy(&h, base + i * 2, 2);
-      return dtype == DType::kF16 ? num::f16_to_f32(h) : num::bf16_to_f32(h);
-    }
-    default:
-      return 0.0f;
-  }
+  return io::load_f32<Avx2>(base, dtype, i);
 }
 
 // n values (n % 8 == 0) of a cache row as f32.
@@ -260,8 +249,7 @@ MlaItemFn find_mla_kernel_avx2(const MlaParams& p) {
   if (p.q_dtype != DType::kBF16 && p.q_dtype != DType::kF16 && p.q_dtype != DType::kF32) {
     return nullptr;
   }
-  if (p.qn_dim != 1 || p.qp_dim != 1 || p.ckv_strides.dim != 1 || p.kpe_strides.dim != 1)
-    return nullptr;
+  if (!p.unit_stride_rows()) return nullptr;
   switch (p.kv_dtype) {
     case DType::kBF16:
       return item<DType::kBF16>;

@@ -305,8 +305,7 @@ MlaItemFn find_mla_kernel_avx512_bf16(const MlaParams& p) {
       p.d_ckv % 64 != 0 || p.d_kpe % 16 != 0 || p.d_ckv + p.d_kpe > 1024) {
     return nullptr;
   }
-  if (p.qn_dim != 1 || p.qp_dim != 1 || p.ckv_strides.dim != 1 || p.kpe_strides.dim != 1)
-    return nullptr;
+  if (!p.unit_stride_rows()) return nullptr;
   switch (p.kv_dtype) {
     case DType::kBF16:
       return pick<DType::kBF16>(p.heads);
