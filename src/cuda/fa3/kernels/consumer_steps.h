@@ -6,7 +6,7 @@
 // writes are fenced (ops.fence_registers) before the issue and after the wait that completes it,
 // so the compiler neither moves their accesses across it nor reuses them while it runs.
 // Host/device templates over the thread's operations (device_ops.cuh on the GPU; the SM90
-// emulator's binding on the CPU, tests/cuda/fa3_emu_ops.h): S, O (Ops::Acc<N>) and P's fragments
+// emulator's binding on the CPU, tests/cuda/fa3/fa3_emu_ops.h): S, O (Ops::Acc<N>) and P's fragments
 // (Ops::AFrag) are plain registers on the GPU and checked registers in the emulator.
 #pragma once
 

@@ -2,7 +2,7 @@
 // the inline PTX of sm90_ptx.cuh and sm90_wgmma_fp8.cuh and the SM80 wrappers of
 // cuda/common/ptx.cuh. Every method is a forced-inline host/device function so that the one body
 // compiles for both sides of nvcc; only the device side ever runs (the host side is empty). The
-// CPU's counterpart binds the same names to the SM90 CTA emulator (tests/cuda/fa3_emu_ops.h).
+// CPU's counterpart binds the same names to the SM90 CTA emulator (tests/cuda/fa3/fa3_emu_ops.h).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
 // fa3's attention kernel body (prefill and decode), written once for the GPU and the CPU: a
 // host/device template over the thread-level operations of one SM90 CTA (Ops: device_ops.cuh's
-// DeviceOps, the PTX of sm90_ptx.cuh, on the GPU; tests/cuda/fa3_emu_ops.h's binding to the SM90
-// CTA emulator, tests/cuda/sm90_emulator.h, on the CPU, where tests/cuda/fa3_replay_test.cc runs
+// DeviceOps, the PTX of sm90_ptx.cuh, on the GPU; tests/cuda/fa3/fa3_emu_ops.h's binding to the SM90
+// CTA emulator, tests/cuda/emulator/sm90_emulator.h, on the CPU, where tests/cuda/fa3/fa3_replay_test.cc runs
 // this exact code against the fp64 reference). What the body does: prefill.cuh's header.
 //
 // An Ops is a per-thread handle with:

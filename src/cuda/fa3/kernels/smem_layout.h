@@ -6,7 +6,7 @@
 // CU_TENSOR_MAP_SWIZZLE_128B writes exactly this pattern when the tile base is 1024-byte aligned,
 // and wgmma applies the same XOR to the addresses it forms from a descriptor with layout type
 // "128B swizzle", so the producer's writes and the consumer's reads agree by construction of the
-// addresses below; tests/cuda/fa3_smem_layout_test.cc replays both sides (and an emulated wgmma)
+// addresses below; tests/cuda/fa3/fa3_smem_layout_test.cc replays both sides (and an emulated wgmma)
 // on the CPU.
 //
 // Q [kBlockM x D] and K [kBlockN x D] are K-major operands (the reduction dim, the head dim, is

@@ -2,7 +2,7 @@
 // in which order, and which K/V blocks a tile visits (split into the fully visible blocks, which
 // need no mask test, and the masked edges of the causal diagonal and the sliding window). Plain
 // host/device code: the planner builds the ordered tile list with it, the kernel reads the same
-// functions, and tests/cuda/fa3_tile_scheduler_test.cc replays it on the CPU (every tile once,
+// functions, and tests/cuda/fa3/fa3_tile_scheduler_test.cc replays it on the CPU (every tile once,
 // longest first, every visible key in range, no mask needed where none is tested).
 #pragma once
 

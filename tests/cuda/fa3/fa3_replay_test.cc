@@ -10,7 +10,7 @@
 //
 // CI runs a reduced grid; KVATTN_FA3_REPLAY_FULL=1 runs the full one (every declared key through
 // every test, both TMA landing schedules).
-#include "cuda/fa3_replay.h"
+#include "cuda/fa3/fa3_replay.h"
 
 #include <gtest/gtest.h>
 

@@ -15,7 +15,7 @@
 #include "cuda/common/store_element.h"
 #include "cuda/fa3/kernels/elem.h"
 #include "cuda/fa3/params.h"
-#include "cuda/sm90_emulator.h"
+#include "cuda/emulator/sm90_emulator.h"
 
 namespace kvattn::fa3::emu {
 
