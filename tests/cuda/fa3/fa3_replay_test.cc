@@ -23,6 +23,7 @@
 #include "core/capability.h"
 #include "core/numeric.h"
 #include "cuda/fa3/capability.h"
+#include "cuda/fa3/fa3_emu_ops.h"
 #include "cuda/fa3/kernel_key.h"
 #include "cuda/fa3/kernel_keys.h"
 #include "cuda/common/case_spec.h"
@@ -93,6 +94,37 @@ TEST(Fa3Replay, EveryOperationEveryVariant) {
                              (early ? "/TMA early" : ""),
                          o);
         }
+      }
+    }
+  }
+}
+
+// The L2 hints (kernels/l2_hint.h), counted over the replay: every K/V load (TMA box, cp.async,
+// the FP8 producer's V rows) evict_last, every Q row evict_first, none left unhinted (the cases'
+// rows are in 16-byte chunks), on the TMA (16-bit dense/ragged) and cp.async (paged, FP8) paths.
+TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
+  using emu::LoadKind;
+  emu::ReplayCounters& c = emu::replay_counters();
+  for (const KernelKey& key : kCiKeys) {
+    for (Op op : {Op::kBatchPrefillRagged, Op::kBatchPrefillPaged, Op::kBatchDecode}) {
+      const std::string what = std::string(op_name(op)) + "/" + kernel_key_string(key);
+      c.reset();
+      expect_matches(spec_for(key, op, {70, 1}, {130, 65}), what);
+      int64_t kv_last = 0;
+      for (LoadKind k : {LoadKind::kTmaBox, LoadKind::kCpAsync, LoadKind::kLd16Producer}) {
+        EXPECT_EQ(c.count(k, L2Hint::kNormal), 0) << what << " load kind " << int(k);
+        EXPECT_EQ(c.count(k, L2Hint::kEvictFirst), 0) << what << " load kind " << int(k);
+        kv_last += c.count(k, L2Hint::kEvictLast);
+      }
+      EXPECT_GT(kv_last, 0) << what;
+      EXPECT_EQ(c.count(LoadKind::kLd16Consumer, L2Hint::kNormal), 0) << what;
+      EXPECT_EQ(c.count(LoadKind::kLd16Consumer, L2Hint::kEvictLast), 0) << what;
+      EXPECT_GT(c.count(LoadKind::kLd16Consumer, L2Hint::kEvictFirst), 0) << what;
+      if (!is_fp8(key.kv) && op == Op::kBatchPrefillRagged) {
+        EXPECT_GT(c.count(LoadKind::kTmaBox, L2Hint::kEvictLast), 0) << what << ": TMA path";
+      }
+      if (op == Op::kBatchPrefillPaged) {
+        EXPECT_GT(c.count(LoadKind::kCpAsync, L2Hint::kEvictLast), 0) << what << ": cp.async path";
       }
     }
   }
