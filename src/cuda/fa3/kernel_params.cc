@@ -1,6 +1,7 @@
 // fa3's kernel parameters on the host (kernel_params.h).
 #include "cuda/fa3/kernel_params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -152,6 +153,11 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
                                    out->split.partial_base[b],
                                    out->split.chunks[b]};
   }
+  int64_t max_rows = 0;
+  for (int64_t qo : plan.qo_len) {
+    max_rows = std::max(max_rows, pack::packed_rows(qo, k.rows_per_token));
+  }
+  k.consumer_warpgroups = consumer_warpgroups(shape, max_rows);
   out->tiles = sched::ordered_tiles(plan.qo_len, plan.kv_len, p.num_qo_heads, k.causal,
                                     k.window_left, block_n, k.rows_per_token, plan.kv_chunk_size);
   out->kv_indices = k.paged ? read_indices(args.kv_indices) : std::vector<int32_t>{};

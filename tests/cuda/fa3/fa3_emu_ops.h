@@ -45,13 +45,17 @@ inline WgmmaType wgmma_type(ElemKind k) {
 }
 
 // What the replay counts over the kernel body's operations, for every CTA of every replay since
-// the last reset (a test resets, replays, reads): global loads by kind and L2 hint (l2_hint.h).
+// the last reset (a test resets, replays, reads): global loads by kind and L2 hint (l2_hint.h),
+// wgmma instructions (m64nNk16 / k32, ss or rs) per warpgroup (0 the producer, 1 and 2 the
+// consumers).
 enum class LoadKind : int { kTmaBox, kCpAsync, kLd16Producer, kLd16Consumer, kCount };
 struct ReplayCounters {
   std::atomic<int64_t> loads[int(LoadKind::kCount)][3] = {};
+  std::atomic<int64_t> wgmma[3] = {};
   void reset() {
     for (auto& kind : loads)
       for (auto& n : kind) n = 0;
+    for (auto& n : wgmma) n = 0;
   }
   int64_t count(LoadKind k, L2Hint h) const { return loads[int(k)][int(h)]; }
 };
@@ -160,6 +164,7 @@ class Fa3EmuOps {
   template <class Tag, int N, int NR>
   void wgmma_ss(Acc<NR>& d, uint64_t a_desc, uint64_t b_desc, int accumulate) const {
     static_assert(2 * NR == N, "m64nN: N / 2 accumulators per thread");
+    count_wgmma();
     ops_.wgmma_ss(d, wgmma_type(Elem<Tag>::kQ), wgmma_type(Elem<Tag>::kKv), a_desc, false, b_desc,
                   false, accumulate != 0);
   }
@@ -169,6 +174,7 @@ class Fa3EmuOps {
   void wgmma_rs(Acc<NR>& d, AFrag& a, uint64_t b_desc, int accumulate) const {
     static_assert(2 * NR == N, "m64nN: N / 2 accumulators per thread");
     constexpr bool kFp8 = Elem<Tag>::kFp8;
+    count_wgmma();
     ops_.wgmma_rs(d, kFp8 ? WgmmaType::kE4m3 : wgmma_type(Elem<Tag>::kQ),
                   wgmma_type(Elem<Tag>::kKv), a, b_desc, !kFp8, accumulate != 0);
   }
@@ -191,6 +197,10 @@ class Fa3EmuOps {
 
  private:
   static void count_load(LoadKind k, L2Hint h) { ++replay_counters().loads[int(k)][int(h)]; }
+  // Counted by the warpgroup's first thread: one per warpgroup instruction.
+  void count_wgmma() const {
+    if (ops_.thread() % 128 == 0) ++replay_counters().wgmma[ops_.thread() / 128];
+  }
 
   const Sm90Ops& ops_;
   int cta_, ctas_;

@@ -399,6 +399,10 @@ TEST(Fa3Pipeline, SplitRingsNeverReusePhasesEarly) {
       const RingOutcome three = replay_rings<3>(order, tiles, 2, true, rng);
       ASSERT_TRUE(three.ok) << three.error;
       ASSERT_TRUE(three.finished) << "deadlock, 3 stages, order " << int(order);
+      // One consumer warpgroup (params.h's consumer_warpgroups = 1: tiles of 64 rows).
+      const RingOutcome one = replay_rings<2>(order, tiles, 1, true, rng);
+      ASSERT_TRUE(one.ok) << one.error;
+      ASSERT_TRUE(one.finished) << "deadlock, 1 consumer, order " << int(order);
     }
   }
 }

@@ -37,7 +37,7 @@ namespace kvattn::fa3 {
 // The K and V rings' depth (tile_size.h: the same for every key).
 inline constexpr int kStages = tile_shape(128, 128, 2).stages;
 inline constexpr int kThreads = 3 * frag::kWarpgroupThreads;
-inline constexpr int kConsumerWarps = 8;
+inline constexpr int kWarpsPerWarpgroup = frag::kWarpgroupThreads / 32;
 // Register split between the producer and the consumers (setmaxnreg): 128 x 40 + 256 x 232 fits
 // the 64 K registers of an SM with one CTA resident. (The producer's copy loops are unrolled by
 // 2, by 1 for FP8's V, which its producer transposes through registers, and for K rows of 12
@@ -512,8 +512,9 @@ KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem
       const int loads = !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads;
       ops.mbarrier_init(b.full_k(s), loads);
       ops.mbarrier_init(b.full_v(s), loads);
-      ops.mbarrier_init(b.empty_k(s), kConsumerWarps);  // one arrival per consumer warp
-      ops.mbarrier_init(b.empty_v(s), kConsumerWarps);
+      // One arrival per computing consumer warp.
+      ops.mbarrier_init(b.empty_k(s), kWarpsPerWarpgroup * p.consumer_warpgroups);
+      ops.mbarrier_init(b.empty_v(s), kWarpsPerWarpgroup * p.consumer_warpgroups);
     }
     ops.fence_barrier_init();
   }
@@ -523,8 +524,11 @@ KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem
     ops.template setmaxnreg_dec<kProducerRegs>();
     produce<Tag, QK, VO>(ops, p, smem, b);
   } else {
+    // Every consumer warpgroup takes its registers (the pool is split for two), then one with
+    // no row in any tile of the launch (params.h's consumer_warpgroups) exits. (Exiting before
+    // setmaxnreg cost the FP8 d128 consumers 24 bytes of spills, ptxas sm_90a.)
     ops.template setmaxnreg_inc<kConsumerRegs>();
-    consume<Tag, QK, VO>(ops, p, smem, b, wg - 1);
+    if (wg <= p.consumer_warpgroups) consume<Tag, QK, VO>(ops, p, smem, b, wg - 1);
   }
 }
 

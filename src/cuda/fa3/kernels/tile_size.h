@@ -5,6 +5,8 @@
 // block shape and the mainloop's form).
 #pragma once
 
+#include <cstdint>
+
 #include "core/hd.h"
 
 namespace kvattn::fa3 {
@@ -33,6 +35,13 @@ struct TileShape {
 KVATTN_HD constexpr TileShape tile_shape(int head_dim_qk, int head_dim_vo, int elem_bytes) {
   (void)head_dim_vo;  // O's width enters through head_dim_qk: the declared pairs have VO <= QK
   return TileShape{128, head_dim_qk >= 256 ? 64 : 128, 2, elem_bytes == 2};
+}
+
+// Consumer warpgroups a launch needs: each takes 64 rows of a tile (the M of one wgmma), so one
+// when no request has more than 64 (packed) rows: every tile's rows then lie in the first
+// warpgroup's half, and the second would compute only on padding (decode: a token's GQA group).
+KVATTN_HD constexpr int consumer_warpgroups(const TileShape& t, int64_t max_packed_rows) {
+  return max_packed_rows <= t.block_m / 2 ? 1 : 2;
 }
 
 }  // namespace kvattn::fa3
