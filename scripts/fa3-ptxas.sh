@@ -3,8 +3,9 @@
 # bf16_bf16_128_128 and e4m3_e4m3_128_128) for sm_90a with -Xptxas -v and prints registers,
 # spills, stack and PTX instruction counts per kernel. Usage:
 #   scripts/fa3-ptxas.sh [--keep DIR] [source-root] [key ...]
-# --keep DIR leaves each key's PTX as DIR/<key>.ptx, so two checkouts can be compared exactly
-# (diff of the PTX: the host/device template must not change the device code).
+# --keep DIR leaves each key's PTX as DIR/<key>.ptx and its cubin as DIR/<key>.cubin, so two
+# checkouts can be compared exactly (diff of the PTX: the host/device template must not change the
+# device code; cuobjdump -sass of the cubins: SASS instruction counts).
 set -euo pipefail
 keep=
 if [[ ${1:-} == --keep ]]; then keep=$2; shift 2; mkdir -p "$keep"; fi
@@ -27,7 +28,7 @@ for key in "${keys[@]}"; do
     --expt-relaxed-constexpr -arch=compute_90a -ptx -o "$work/k.ptx" "$src"
   /usr/local/cuda/bin/ptxas -v -arch=sm_90a -o "$work/k.cubin" "$work/k.ptx" \
     2> "$work/ptxas.txt" || { cat "$work/ptxas.txt"; exit 1; }
-  [[ -z $keep ]] || cp "$work/k.ptx" "$keep/$key.ptx"
+  [[ -z $keep ]] || { cp "$work/k.ptx" "$keep/$key.ptx"; cp "$work/k.cubin" "$keep/$key.cubin"; }
   python3 - "$work/ptxas.txt" "$work/k.ptx" "$key" <<'PY'
 import re, sys
 log, text, label = open(sys.argv[1]).read(), open(sys.argv[2]).read(), sys.argv[3]

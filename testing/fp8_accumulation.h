@@ -5,7 +5,7 @@
 // the largest one's leading bit, the bits more than kFp8AccumulatorBits below it are dropped
 // (truncation toward zero), and the rest is summed. The hardware's exact truncation point is not
 // documented: kernels are checked against this model, not against its bits. Used by the SM90
-// emulator's wgmma (tests/cuda/sm90_emulator.h) and by the tolerance baseline's FP8 scores
+// emulator's wgmma (tests/cuda/emulator/sm90_emulator.h) and by the tolerance baseline's FP8 scores
 // (baseline.cc), so that a kernel and its bound see the same arithmetic.
 #pragma once
 

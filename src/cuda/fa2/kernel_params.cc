@@ -1,5 +1,5 @@
 // fa2's kernel parameters from a problem, its tensors and the schedule (host code, no CUDA):
-// launch.cu adds the device workspace's pointers; tests/cuda/cta_replay_test.cc runs the kernel
+// launch.cu adds the device workspace's pointers; tests/cuda/fa2/cta_replay_test.cc runs the kernel
 // body on the CPU with the same parameters over host tensors.
 #include "cuda/fa2/kernel_params.h"
 

@@ -1,7 +1,7 @@
 // fa2's kernel parameters (params.h AttentionParams) from a problem, its tensors and the
 // schedule, on the host: everything but the device workspace's pointers (requests, work,
 // kv_indices, partial states), which the caller sets. One function for run() and for the CPU
-// replay of the kernel body (tests/cuda/cta_replay_test.cc), so the two cannot drift.
+// replay of the kernel body (tests/cuda/fa2/cta_replay_test.cc), so the two cannot drift.
 #pragma once
 
 #include "cuda/common/problem_layout.h"

@@ -8,6 +8,7 @@
 #include "cuda/fa3/capability.h"
 #include "cuda/fa3/kernel_keys.h"
 #include "cuda/fa3/kernels/packed_rows.h"
+#include "cuda/fa3/kernels/tile_size.h"
 #include "cuda/fa3/split_plan.h"
 #if defined(KVATTN_WITH_FA3_KERNELS)
 #include "cuda/fa3/launch.h"
@@ -122,7 +123,9 @@ class Fa3Backend final : public Backend {
 #endif
     const int rows_per_token =
         fa3::pack::rows_per_token(is_decode(problem.op), problem.group_size());
-    const int block_n = fa3::sched::block_n_for(problem.head_dim_qk);
+    const int block_n =
+        fa3::tile_shape(problem.head_dim_qk, problem.head_dim_vo, is_fp8(problem.kv_dtype) ? 1 : 2)
+            .block_n;
     plan->kv_chunk_size =
         fa3::split_kv::choose_chunk_keys(plan->qo_len, plan->kv_len, problem.num_qo_heads,
                                          rows_per_token, block_n, sms, options.kv_chunk_size);

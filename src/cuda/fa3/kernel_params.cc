@@ -1,6 +1,7 @@
 // fa3's kernel parameters on the host (kernel_params.h).
 #include "cuda/fa3/kernel_params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -13,6 +14,7 @@
 #include "cuda/fa3/kernels/packed_rows.h"
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/tile_scheduler.h"
+#include "cuda/fa3/kernels/tile_size.h"
 #include "cuda/fa3/kernels/tma_coords.h"
 #include "cuda/fa3/tile_order.h"
 
@@ -39,9 +41,9 @@ std::vector<int32_t> read_indices(const TensorView& t) {
 }
 
 // The map over dense K or V [tokens, H_kv, D] with strides `s` (elements): box 64 x 1 x the K/V
-// block of head dim `block_n_head_dim`.
+// block (block_n keys).
 KvMapSpec kv_map_spec(DType dtype, const void* data, int64_t tokens, int heads, int head_dim,
-                      int block_n_head_dim, const paged::CacheStrides& s) {
+                      int block_n, const paged::CacheStrides& s) {
   KvMapSpec m;
   m.dtype = dtype;
   m.data = data;
@@ -52,7 +54,7 @@ KvMapSpec kv_map_spec(DType dtype, const void* data, int64_t tokens, int heads, 
   m.strides[1] = uint64_t(s.slot * 2);
   m.box[0] = uint32_t(smem::kPanelCols16);
   m.box[1] = 1;
-  m.box[2] = uint32_t(sched::block_n_for(block_n_head_dim));
+  m.box[2] = uint32_t(block_n);
   return m;
 }
 
@@ -83,6 +85,10 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
       rows_in_chunks(vt, {k.v_strides.page, k.v_strides.slot, k.v_strides.head}, k.v_strides.dim);
   k.paged = is_paged(p.op);
   k.page_size = p.page_size;
+  // The kernel's tile shape (tile_size.h): its K/V block is the TMA box's depth, the tile list's
+  // and the split chunks' unit.
+  const TileShape shape = tile_shape(p.head_dim_qk, p.head_dim_vo, is_fp8(p.kv_dtype) ? 1 : 2);
+  const int block_n = shape.block_n;
   if (!k.paged && is_16bit_float(p.kv_dtype) && k.k_chunks && k.v_chunks) {
     // Dense and ragged 16-bit K/V in 16-byte chunks go through TMA (FP8 V is transposed by the
     // producer's threads); the token dim is the one with the slot stride.
@@ -91,9 +97,9 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
     // Past 2^31 - 1 tokens a box's token coordinate would wrap: cp.async copies them instead.
     k.tma = tokens > 0 && tma_token_coordinates_fit(tokens) &&
             encode(&k.tma_k, kv_map_spec(p.kv_dtype, kt.data, tokens, p.num_kv_heads, p.head_dim_qk,
-                                         p.head_dim_qk, k.k_strides)) &&
+                                         block_n, k.k_strides)) &&
             encode(&k.tma_v, kv_map_spec(p.kv_dtype, vt.data, tokens, p.num_kv_heads, p.head_dim_vo,
-                                         p.head_dim_qk, k.v_strides));
+                                         block_n, k.v_strides));
   }
   k.out = args.out.data;
   k.o_stride_row = single_decode ? 0 : args.out.strides[0];
@@ -122,7 +128,6 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
   k.window_left = p.window_left;
 
   // The plan's split-KV chunk (Fa3Backend::plan chose it with split_kv::choose_chunk_keys).
-  const int block_n = sched::block_n_for(p.head_dim_qk);
   if (plan.kv_chunk_size < 0 || plan.kv_chunk_size % block_n != 0) {
     return make_error(ErrorCode::kInvalidArgument, "fa3: plan.kv_chunk_size ", plan.kv_chunk_size,
                       " must be 0 (no split) or a positive multiple of the K/V block of ", block_n,
@@ -148,6 +153,11 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
                                    out->split.partial_base[b],
                                    out->split.chunks[b]};
   }
+  int64_t max_rows = 0;
+  for (int64_t qo : plan.qo_len) {
+    max_rows = std::max(max_rows, pack::packed_rows(qo, k.rows_per_token));
+  }
+  k.consumer_warpgroups = consumer_warpgroups(shape, max_rows);
   out->tiles = sched::ordered_tiles(plan.qo_len, plan.kv_len, p.num_qo_heads, k.causal,
                                     k.window_left, block_n, k.rows_per_token, plan.kv_chunk_size);
   out->kv_indices = k.paged ? read_indices(args.kv_indices) : std::vector<int32_t>{};

@@ -6,7 +6,7 @@
 // (requests, tiles, kv_indices, partial states) are left for the caller, who points them at its
 // copies of the host vectors made here. One function for run() (launch.cu: the driver's
 // cuTensorMapEncodeTiled, device copies) and the CPU replay of the kernel body
-// (tests/cuda/fa3_replay_test.cc: the emulator's tensor maps, host memory), so the two cannot
+// (tests/cuda/fa3/fa3_replay_test.cc: the emulator's tensor maps, host memory), so the two cannot
 // drift.
 #pragma once
 

@@ -65,6 +65,10 @@ struct PrefillParams {
   // Decode packs the query rows of a GQA group into one tile (packed_rows.h): rows_per_token =
   // group; prefill: 1.
   int rows_per_token = 1;
+  // Consumer warpgroups that compute (tile_size.h's consumer_warpgroups): 1 when no tile of the
+  // launch has a row past the first warpgroup's 64 (decode of a GQA group of up to 64 heads, or
+  // short prefills): the second warpgroup exits at once instead of computing on padding.
+  int consumer_warpgroups = 2;
   // Split-KV (split_plan.h): a split request's tile covers chunk_blocks K/V blocks of its keys and
   // writes its normalized output and LSE (v_scale applied) as a partial state, fp32
   // [state, H_qo, D_vo] and [state, H_qo]; a merge kernel forms out and lse from them.

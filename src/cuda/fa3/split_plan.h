@@ -2,7 +2,7 @@
 // leave SMs idle: decode of a few long requests), the chunk size in whole K/V blocks, where each
 // split request's partial (o, lse) states go, and the rows the merge combines. One function for
 // plan() and run() (the plan records the chunk, run() rebuilds the rest from it), replayed with
-// the tile list by tests/cuda/fa3_split_kv_test.cc: every visible key attended once, every
+// the tile list by tests/cuda/fa3/fa3_split_kv_test.cc: every visible key attended once, every
 // partial state written once before the merge reads it, every output row written once.
 #pragma once
 

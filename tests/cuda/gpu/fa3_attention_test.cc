@@ -109,7 +109,8 @@ TEST_F(Fa3Gpu, LengthsAroundTheTilesAndGroups) {
   };
   const int64_t m = sched::kBlockM;
   for (const KernelKey& key : built_keys()) {
-    const int64_t n = sched::block_n_for(key.head_dim_qk);
+    const int64_t n =
+        tile_shape(key.head_dim_qk, key.head_dim_vo, is_fp8(key.kv) ? 1 : 2).block_n;
     for (Heads h : {Heads{4, 4}, Heads{8, 2}, Heads{32, 8}, Heads{20, 4}}) {
       for (int64_t qo : {int64_t(1), m - 1, m, m + 1, 2 * m + 5}) {
         for (int64_t kv : {n - 1, n, n + 1, 2 * n + 3}) {
@@ -176,7 +177,8 @@ TEST_F(Fa3Gpu, DecodeGroupsLengthsMasksAndLse) {
     int qo, kv;
   };
   for (const KernelKey& key : built_keys()) {
-    const int64_t n = sched::block_n_for(key.head_dim_qk);
+    const int64_t n =
+        tile_shape(key.head_dim_qk, key.head_dim_vo, is_fp8(key.kv) ? 1 : 2).block_n;
     for (Op op : {Op::kBatchDecode, Op::kSingleDecode}) {
       for (Heads h : {Heads{4, 4}, Heads{8, 2}, Heads{20, 4}, Heads{32, 8}, Heads{64, 4}}) {
         for (int64_t kv : {int64_t(1), n - 1, n, n + 1, 2 * n + 3, int64_t(1000)}) {

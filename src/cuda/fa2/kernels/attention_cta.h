@@ -1,7 +1,7 @@
 // fa2's attention kernel body, FlashAttention-2 style, written once for the GPU and the CPU: a
 // host/device template over the thread-level operations of cta_ops.h (DeviceOps on the GPU; the
-// CPU emulator of tests/cuda/cta_emulator.h runs this exact code, one std::thread per CUDA
-// thread, in tests/cuda/cta_replay_test.cc). One CTA is one work unit: packed query rows of a
+// CPU emulator of tests/cuda/emulator/cta_emulator.h runs this exact code, one std::thread per CUDA
+// thread, in tests/cuda/fa2/cta_replay_test.cc). One CTA is one work unit: packed query rows of a
 // request and KV head against one KV chunk.
 //
 // Two tiles (issue 13):

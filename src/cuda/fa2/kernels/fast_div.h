@@ -1,6 +1,6 @@
 // Division by a divisor fixed at launch (the page size) with a multiply-high and a shift instead
 // of a hardware-less 64-bit division: Granlund-Montgomery, as FlashInfer's uint_fastdiv. Exact
-// for every 32-bit dividend; host and device (tests/cuda/fa2_fast_div_test.cc checks it).
+// for every 32-bit dividend; host and device (tests/cuda/fa2/fa2_fast_div_test.cc checks it).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // The element formats of fa2's kernel, host and device: the 16-bit compute formats of Q and the
 // tiles (bf16, f16), and the K/V cache formats (bf16, f16, e4m3, e5m2). Tiles hold raw 16-bit
 // bits (uint16_t); these functions convert them, with the hardware instructions on the device
-// and core/numeric.h's exact software conversions on the host (tests/cuda/cta_replay_test.cc runs
+// and core/numeric.h's exact software conversions on the host (tests/cuda/fa2/cta_replay_test.cc runs
 // the kernel body on the CPU through them).
 #pragma once
 

@@ -1,6 +1,6 @@
 // Where each lane's ldmatrix row address points and which accumulator element it holds, for
 // fa2's warp-level tiles: plain index functions, used by the kernel and replayed on the CPU by
-// tests/cuda/fragment_layout_test.cc against an emulation of ldmatrix and mma.m16n8k16 (the PTX
+// tests/cuda/fa2/fragment_layout_test.cc against an emulation of ldmatrix and mma.m16n8k16 (the PTX
 // ISA's fragment layouts), so the index math is checked without a GPU.
 #pragma once
 

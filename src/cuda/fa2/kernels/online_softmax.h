@@ -2,7 +2,7 @@
 // each of its two query rows ("halves": rows g and g + 8 of the warp tile), two scores per
 // 8-key n-tile and two outputs per 8-dim tile; the four lanes of a quad share a row. Scores are
 // in log2 units (pre-multiplied by log2 e). The quad reductions between the steps are the
-// kernel's (warp shuffles); tests/cuda/online_softmax_test.cc replays the steps over an emulated
+// kernel's (warp shuffles); tests/cuda/fa2/fragment_layout_test.cc replays the steps over an emulated
 // warp on the CPU.
 #pragma once
 

@@ -1,7 +1,7 @@
 // What one work unit (CTA) of fa2's attention kernel attends to, host and device: its key range
 // (the chunk, narrowed by the causal and window masks so fully masked blocks are never loaded),
 // the facts about each of its query rows, and whether a row sees a key. Used by the kernel and
-// checked on the CPU against DESIGN.md §2's rule (tests/cuda/unit_math_test.cc).
+// checked on the CPU against DESIGN.md §2's rule (tests/cuda/fa2/unit_math_test.cc).
 #pragma once
 
 #include <cstdint>

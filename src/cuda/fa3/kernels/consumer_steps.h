@@ -6,7 +6,7 @@
 // writes are fenced (ops.fence_registers) before the issue and after the wait that completes it,
 // so the compiler neither moves their accesses across it nor reuses them while it runs.
 // Host/device templates over the thread's operations (device_ops.cuh on the GPU; the SM90
-// emulator's binding on the CPU, tests/cuda/fa3_emu_ops.h): S, O (Ops::Acc<N>) and P's fragments
+// emulator's binding on the CPU, tests/cuda/fa3/fa3_emu_ops.h): S, O (Ops::Acc<N>) and P's fragments
 // (Ops::AFrag) are plain registers on the GPU and checked registers in the emulator.
 #pragma once
 
@@ -29,16 +29,19 @@
 namespace kvattn::fa3::step {
 
 // S = Q K^T for one block, issued and committed (one wgmma group); wait before reading s.
-// A k-step is 32 bytes: k16 for 16-bit, k32 for FP8; the descriptors are the same.
+// A k-step is 32 bytes: k16 for 16-bit, k32 for FP8; the descriptors are the same, made once and
+// advanced per k-step (smem::advance).
 template <class Tag, int QK, int EB, int BN, class Ops, class SAcc>
 KVATTN_HD void issue_s(const Ops& ops, SAcc& s, uint32_t q_addr, uint32_t k_addr) {
+  const uint64_t q_desc = smem::encode(smem::k_major(q_addr, frag::kWarpgroupRows, 0, 0));
+  const uint64_t k_desc = smem::encode(smem::k_major(k_addr, BN, 0, 0));
   ops.fence_registers(s);
   ops.wgmma_fence();
   KVATTN_FA3_PRAGMA(unroll)
   for (int ks = 0; ks < QK * EB / 32; ++ks) {
-    ops.template wgmma_ss<Tag, BN>(s,
-                                   smem::encode(smem::k_major(q_addr, frag::kWarpgroupRows, 0, ks)),
-                                   smem::encode(smem::k_major(k_addr, BN, 0, ks)), ks > 0);
+    ops.template wgmma_ss<Tag, BN>(
+        s, smem::advance(q_desc, smem::k_major_step(frag::kWarpgroupRows, ks)),
+        smem::advance(k_desc, smem::k_major_step(BN, ks)), ks > 0);
   }
   ops.wgmma_commit();
 }
@@ -53,6 +56,9 @@ KVATTN_HD bool key_visible(const PrefillParams& p, int64_t key, int64_t kv_len, 
   return key < kv_len && (!p.causal || key <= d) && (p.window_left < 0 || key >= d - p.window_left);
 }
 
+// Without a soft cap S stays unscaled here: softmax() applies the scale inside the exp2 argument
+// (exp_scale), one FFMA per score instead of a multiply here and a subtract there (FA3's way).
+// With a soft cap the capped score is already in the log2 domain (exp_scale 1).
 template <int BN, class SAcc>
 KVATTN_HD void scores(SAcc& s, const PrefillParams& p, bool masked, int n, int64_t kv_len,
                       int64_t diag0, const int (&token_step)[2], int ctid) {
@@ -60,9 +66,6 @@ KVATTN_HD void scores(SAcc& s, const PrefillParams& p, bool masked, int n, int64
   if (p.soft_cap > 0.0f) {
     KVATTN_FA3_PRAGMA(unroll)
     for (int i = 0; i < kSRegs; ++i) s[i] = p.cap_log2 * tanhf(s[i] * p.score_scale_over_cap);
-  } else {
-    KVATTN_FA3_PRAGMA(unroll)
-    for (int i = 0; i < kSRegs; ++i) s[i] *= p.score_scale_log2;
   }
   if (!masked) return;
   KVATTN_FA3_PRAGMA(unroll)
@@ -75,11 +78,20 @@ KVATTN_HD void scores(SAcc& s, const PrefillParams& p, bool masked, int n, int64
   }
 }
 
+// The factor from scores() to the log2 domain: the score scale (sm_scale, q/k scales, log2 e),
+// or 1 after a soft cap (scores() applied it inside the tanh). Positive (validation: every scale
+// is finite and positive), so the maximum of the unscaled scores, scaled, is the scaled maximum.
+KVATTN_HD float exp_scale(const PrefillParams& p) {
+  return p.soft_cap > 0.0f ? 1.0f : p.score_scale_log2;
+}
+
 // Online softmax in the log2 domain; each thread holds the keys of two rows in its accumulator
-// columns, its quad the rest of each row. s becomes P (unnormalized), m and l move on, alpha[h]
-// is the factor for O's row half h.
+// columns, its quad the rest of each row. s (times `scale`: exp_scale) becomes P (unnormalized),
+// m and l move on (in the log2 domain), alpha[h] is the factor for O's row half h. P is
+// exp2(s * scale - m): one FFMA into the exp2.
 template <int BN, class Ops, class SAcc>
-KVATTN_HD void softmax(const Ops& ops, SAcc& s, float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+KVATTN_HD void softmax(const Ops& ops, SAcc& s, float scale, float (&m)[2], float (&l)[2],
+                       float (&alpha)[2]) {
   constexpr int kSRegs = BN / 2;
   KVATTN_FA3_PRAGMA(unroll)
   for (int h = 0; h < 2; ++h) {
@@ -90,14 +102,15 @@ KVATTN_HD void softmax(const Ops& ops, SAcc& s, float (&m)[2], float (&l)[2], fl
     }
     mx = fmaxf(mx, ops.shfl_xor(mx, 1));
     mx = fmaxf(mx, ops.shfl_xor(mx, 2));
-    const float m_new = fmaxf(m[h], mx);
+    const float m_new = fmaxf(m[h], mx * scale);
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row that sees nothing yet
     alpha[h] = exp2f(m[h] - m_use);
+    const float neg_m = -m_use;
     float sum = 0.0f;
     KVATTN_FA3_PRAGMA(unroll)
     for (int i = 0; i < kSRegs; ++i) {
       if (frag::acc_row_half(i) == h) {
-        s[i] = exp2f(s[i] - m_use);
+        s[i] = exp2f(fmaf(s[i], scale, neg_m));
         sum += s[i];
       }
     }
@@ -147,10 +160,11 @@ KVATTN_HD void issue_pv(const Ops& ops, OAcc& o, AFrag (&a)[kPSteps], uint32_t v
   ops.fence_registers(o);
   KVATTN_FA3_PRAGMA(unroll)
   for (int kk = 0; kk < kPSteps; ++kk) ops.fence_registers(a[kk]);
+  const uint64_t v_desc = smem::encode(smem::mn_major(v_addr, BN, 0));
   ops.wgmma_fence();
   KVATTN_FA3_PRAGMA(unroll)
   for (int kk = 0; kk < kPSteps; ++kk) {
-    ops.template wgmma_rs<Tag, VO>(o, a[kk], smem::encode(smem::mn_major(v_addr, BN, kk)), 1);
+    ops.template wgmma_rs<Tag, VO>(o, a[kk], smem::advance(v_desc, smem::mn_major_step(BN, kk)), 1);
   }
   ops.wgmma_commit();
 }
@@ -175,11 +189,12 @@ KVATTN_HD void pv_promoted(const Ops& ops, OAcc& o, const float (&alpha)[2], AFr
   KVATTN_FA3_PRAGMA(unroll)
   for (int part = 0; part < VO / kN; ++part) {
     typename Ops::template Acc<kN / 2> acc;
+    const uint64_t v_desc = smem::encode(smem::k_major(v_addr, VO, part * kN, 0));
     ops.wgmma_fence();
     KVATTN_FA3_PRAGMA(unroll)
     for (int kk = 0; kk < kPSteps; ++kk) {
-      ops.template wgmma_rs<Tag, kN>(
-          acc, a[kk], smem::encode(smem::k_major(v_addr, VO, part * kN, kk)), kk > 0);
+      ops.template wgmma_rs<Tag, kN>(acc, a[kk], smem::advance(v_desc, smem::k_major_step(VO, kk)),
+                                     kk > 0);
     }
     ops.wgmma_commit();
     ops.template wgmma_wait<0>();

@@ -2,7 +2,7 @@
 // the inline PTX of sm90_ptx.cuh and sm90_wgmma_fp8.cuh and the SM80 wrappers of
 // cuda/common/ptx.cuh. Every method is a forced-inline host/device function so that the one body
 // compiles for both sides of nvcc; only the device side ever runs (the host side is empty). The
-// CPU's counterpart binds the same names to the SM90 CTA emulator (tests/cuda/fa3_emu_ops.h).
+// CPU's counterpart binds the same names to the SM90 CTA emulator (tests/cuda/fa3/fa3_emu_ops.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +14,7 @@
 #include "cuda/common/store_out.cuh"
 #include "cuda/common/warp_shuffles.cuh"
 #include "cuda/fa3/kernels/elem.h"
+#include "cuda/fa3/kernels/l2_hint.h"
 #include "cuda/fa3/kernels/sm90_ptx.cuh"
 #include "cuda/fa3/kernels/sm90_wgmma_fp8.cuh"
 
@@ -30,6 +31,12 @@ struct DeviceOps : cuda::WarpShuffles {
 #define KVATTN_FA3_DEVICE(...) __VA_ARGS__
 #else
 #define KVATTN_FA3_DEVICE(...)
+#endif
+
+#if defined(__CUDA_ARCH__)
+  static __device__ __forceinline__ uint64_t l2_policy(L2Hint hint) {
+    return hint == L2Hint::kEvictLast ? ptx::l2_policy_evict_last() : ptx::l2_policy_evict_first();
+  }
 #endif
 
   // Unsigned, as threadIdx.x is (the body's divisions and remainders by it are unsigned).
@@ -61,8 +68,12 @@ struct DeviceOps : cuda::WarpShuffles {
     return p ? 0u : 0u;
 #endif
   }
-  // 16 bytes of global memory (q rows, FP8 V rows), and one byte (rows not in 16-byte chunks).
-  KVATTN_HD uint4 ld16(const void* p) const { return *reinterpret_cast<const uint4*>(p); }
+  // 16 bytes of global memory (q rows, FP8 V rows) at an L2 priority (l2_hint.h), and one byte
+  // (rows not in 16-byte chunks). The hint is a constant at every call: the branches fold.
+  KVATTN_HD uint4 ld16(const void* p, L2Hint hint = L2Hint::kNormal) const {
+    KVATTN_FA3_DEVICE(if (hint != L2Hint::kNormal) return ptx::ld16_hint(p, l2_policy(hint)));
+    return *reinterpret_cast<const uint4*>(p);
+  }
   KVATTN_HD uint8_t ld_byte(const void* p) const { return *static_cast<const uint8_t*>(p); }
   template <class T>
   KVATTN_HD void st_shared(T* p, T v) const {
@@ -87,11 +98,16 @@ struct DeviceOps : cuda::WarpShuffles {
     KVATTN_FA3_DEVICE(ptx::mbarrier_arrive_expect_tx(bar, bytes));
   }
   KVATTN_HD void tma_load_3d(void* smem_dst, const void* tensor_map, int c0, int c1, int c2,
-                             uint64_t* bar) const {
-    KVATTN_FA3_DEVICE(ptx::tma_load_3d(smem_dst, tensor_map, c0, c1, c2, bar));
+                             uint64_t* bar, L2Hint hint = L2Hint::kNormal) const {
+    KVATTN_FA3_DEVICE(if (hint != L2Hint::kNormal) {
+      ptx::tma_load_3d_hint(smem_dst, tensor_map, c0, c1, c2, bar, l2_policy(hint));
+    } else { ptx::tma_load_3d(smem_dst, tensor_map, c0, c1, c2, bar); });
   }
-  KVATTN_HD void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid) const {
-    KVATTN_FA3_DEVICE(cuda::cp_async_16_zfill(smem_dst, gmem_src, valid));
+  KVATTN_HD void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid,
+                                   L2Hint hint = L2Hint::kNormal) const {
+    KVATTN_FA3_DEVICE(if (hint != L2Hint::kNormal) {
+      ptx::cp_async_16_zfill_hint(smem_dst, gmem_src, valid, l2_policy(hint));
+    } else { cuda::cp_async_16_zfill(smem_dst, gmem_src, valid); });
   }
   KVATTN_HD void cp_async_wait_all() const { KVATTN_FA3_DEVICE(cuda::cp_async_wait_all()); }
   KVATTN_HD void fence_proxy_async() const { KVATTN_FA3_DEVICE(ptx::fence_proxy_async()); }

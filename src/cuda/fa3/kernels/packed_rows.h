@@ -4,7 +4,7 @@
 // KV head `tile.head` serves every query head that reads it, and a decode step of one token fills
 // `group` of the tile's 64-row wgmma instead of 1. Row r of the packed rows is token
 // r / rows_per_token at query head tile.head * rows_per_token + r % rows_per_token. Plain
-// host/device code: the planner, the kernel and tests/cuda/fa3_split_kv_test.cc use the same
+// host/device code: the planner, the kernel and tests/cuda/fa3/fa3_split_kv_test.cc use the same
 // functions (every (token, head) in exactly one row of one tile).
 #pragma once
 

@@ -12,8 +12,8 @@
 // The producer waits on `empty` starting at parity 1: on a freshly initialised barrier (phase 0
 // in progress) "phase with parity 1 completed" holds at once, so the first pass over the ring
 // does not wait, and from the second pass on it waits for the consumers' release of the previous
-// use of that slot. Consumers wait on `full` starting at parity 0. tests/cuda/
-// fa3_pipeline_test.cc replays this against an emulated mbarrier under random interleavings:
+// use of that slot. Consumers wait on `full` starting at parity 0.
+// tests/cuda/fa3/fa3_pipeline_test.cc replays this against an emulated mbarrier under random interleavings:
 // no consumer reads a slot before its load completed, no load overwrites a slot still being read;
 // and with the producer as eager as the barriers let it be, every load a consumer waits for in
 // iteration n + 1 was issued before that consumer released anything in iteration n (one block of

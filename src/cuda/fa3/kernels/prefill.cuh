@@ -15,7 +15,7 @@
 // wgmma_fragment.h, tile_scheduler.h, pipeline_state.h, packed_rows.h, ../split_plan.h).
 // The body itself is prefill_cta.h, a host/device template over the thread's operations: here
 // with DeviceOps (device_ops.cuh: the PTX), on the CPU with the SM90 CTA emulator
-// (tests/cuda/fa3_replay_test.cc runs it against the fp64 reference).
+// (tests/cuda/fa3/fa3_replay_test.cc runs it against the fp64 reference).
 //
 // Keys past a request's end that a TMA box brings in (the next request's, or zeros past the
 // tensor) are masked in S, so their V rows get weight exactly 0; an edge block whose V holds an

@@ -1,7 +1,7 @@
 // fa3's attention kernel body (prefill and decode), written once for the GPU and the CPU: a
 // host/device template over the thread-level operations of one SM90 CTA (Ops: device_ops.cuh's
-// DeviceOps, the PTX of sm90_ptx.cuh, on the GPU; tests/cuda/fa3_emu_ops.h's binding to the SM90
-// CTA emulator, tests/cuda/sm90_emulator.h, on the CPU, where tests/cuda/fa3_replay_test.cc runs
+// DeviceOps, the PTX of sm90_ptx.cuh, on the GPU; tests/cuda/fa3/fa3_emu_ops.h's binding to the SM90
+// CTA emulator, tests/cuda/emulator/sm90_emulator.h, on the CPU, where tests/cuda/fa3/fa3_replay_test.cc runs
 // this exact code against the fp64 reference). What the body does: prefill.cuh's header.
 //
 // An Ops is a per-thread handle with:
@@ -23,18 +23,21 @@
 #include "core/hd.h"
 #include "cuda/fa3/kernels/consumer_steps.h"
 #include "cuda/fa3/kernels/elem.h"
+#include "cuda/fa3/kernels/l2_hint.h"
 #include "cuda/fa3/kernels/packed_rows.h"
 #include "cuda/fa3/kernels/pipeline_state.h"
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/tile_scheduler.h"
+#include "cuda/fa3/kernels/tile_size.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
 #include "cuda/fa3/params.h"
 
 namespace kvattn::fa3 {
 
-inline constexpr int kStages = 2;
+// The K and V rings' depth (tile_size.h: the same for every key).
+inline constexpr int kStages = tile_shape(128, 128, 2).stages;
 inline constexpr int kThreads = 3 * frag::kWarpgroupThreads;
-inline constexpr int kConsumerWarps = 8;
+inline constexpr int kWarpsPerWarpgroup = frag::kWarpgroupThreads / 32;
 // Register split between the producer and the consumers (setmaxnreg): 128 x 40 + 256 x 232 fits
 // the 64 K registers of an SM with one CTA resident. (The producer's copy loops are unrolled by
 // 2, by 1 for FP8's V, which its producer transposes through registers, and for K rows of 12
@@ -48,7 +51,9 @@ inline constexpr int kLaunchRegs = 168;
 // and FP8 V^T rows of 64 keys (head dim 256), carry padding.
 template <int EB, int QK, int VO>
 struct SmemPlan {
-  static constexpr int BN = sched::block_n_for(QK);
+  static constexpr TileShape kShape = tile_shape(QK, VO, EB);
+  static_assert(kShape.stages == kStages && kShape.block_m == sched::kBlockM);
+  static constexpr int BN = kShape.block_n;
   static constexpr uint32_t kQBytes =  // per warpgroup
       frag::kWarpgroupRows * smem::padded_row_bytes(QK * EB);
   static constexpr uint32_t kKBytes = BN * smem::padded_row_bytes(QK * EB);
@@ -132,7 +137,7 @@ KVATTN_HD void copy_block(const Ops& ops, const PrefillParams& p, const RequestI
       const uint8_t* src = kv_row<EB>(p, r, base, s, src_key, kv_head);
       uint8_t* dst = tile + kv_tile_offset<Tag, BN>(row, byte_col);
       if (!kOneLoop || chunks) {
-        ops.cp_async_16_zfill(dst, src + byte_col, in);
+        ops.cp_async_16_zfill(dst, src + byte_col, in, L2Hint::kEvictLast);
       } else {
         typename Ops::U4 vals{0, 0, 0, 0};
         if (in) vals = gather16<EB>(ops, src, byte_col, s.dim);
@@ -199,7 +204,7 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         const int panels = (l.v ? VO : QK) / smem::kPanelCols16;
         for (int panel = 0; panel < panels; ++panel) {
           ops.tma_load_3d(dst + smem::tma_panel_offset(panel, BN), map, panel * smem::kPanelCols16,
-                          kv_head, token, full);
+                          kv_head, token, full, L2Hint::kEvictLast);
         }
       }
       used += blocks;
@@ -237,7 +242,7 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
           // V^T [dim][key], its columns renumbered as P's A fragment needs (wgmma_fragment.h).
           typename Ops::U4 vals{0, 0, 0, 0};
           if (in) {
-            vals = p.v_chunks ? ops.ld16(src + byte_col)
+            vals = p.v_chunks ? ops.ld16(src + byte_col, L2Hint::kEvictLast)
                               : gather16<EB>(ops, src, byte_col, p.v_strides.dim);
           }
           const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&vals);
@@ -284,6 +289,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
   const uint32_t q_addr = ops.smem_addr(q_smem);
   // The K and V rings are used once per block each, in the same order: one state serves both.
   pipe::PipelineState<kStages> st = pipe::consumer_start<kStages>();
+  const float exp_scale = step::exp_scale(p);  // into softmax's exp2 argument
 
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
     const sched::Tile tile = p.tiles[t];
@@ -317,7 +323,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         const uint8_t* q_row =
             static_cast<const uint8_t*>(p.q) +
             ((r.q_row + th.token) * p.q_stride_row + th.qo_head * p.q_stride_head) * EB;
-        val = p.q_chunks ? ops.ld16(q_row + byte_col)
+        val = p.q_chunks ? ops.ld16(q_row + byte_col, L2Hint::kEvictFirst)
                          : gather16<EB>(ops, q_row, byte_col, p.q_stride_dim);
       }
       const uint32_t dst = kFp8 ? smem::tile_offset8(tile_row, byte_col, frag::kWarpgroupRows)
@@ -354,7 +360,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
     // accumulator (in S's registers, free by then) added to O by FFMA (pv_promoted: FP8 wgmma
     // adds in reduced precision).
     constexpr int kPSteps = BN * EB / 32;
-    constexpr bool kOverlap = !kFp8;
+    constexpr bool kOverlap = Plan::kShape.intra_wg_overlap;
     typename Ops::template Acc<kSRegs> s;
     typename Ops::AFrag a[kPSteps];
     if constexpr (!kOverlap) {
@@ -373,7 +379,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         release(b.empty_k(cur.index));
         step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
         float alpha[2];
-        step::softmax<BN>(ops, s, m, l, alpha);
+        step::softmax<BN>(ops, s, exp_scale, m, l, alpha);
         if (guard) {
           step::rescale<kORegs>(o, alpha);
           step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(cur.index), p, n,
@@ -393,7 +399,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       release(b.empty_k(st.index));
       step::scores<BN>(s, p, kr.masked(kr.begin), kr.begin, r.kv_len, diag0, token_step, ctid);
       float alpha[2];
-      step::softmax<BN>(ops, s, m, l, alpha);  // O is still zero: nothing to rescale
+      step::softmax<BN>(ops, s, exp_scale, m, l, alpha);  // O is still zero: nothing to rescale
       step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
       pipe::PipelineState<kStages> prev = st;  // block n - 1: its V is next
       st.advance();
@@ -420,7 +426,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         ops.fence_registers(s);
         release(b.empty_k(st.index));
         step::scores<BN>(s, p, kr.masked(n), n, r.kv_len, diag0, token_step, ctid);
-        step::softmax<BN>(ops, s, m, l, alpha);
+        step::softmax<BN>(ops, s, exp_scale, m, l, alpha);
         ops.template wgmma_wait<0>();  // PV_{n-1} done: V(n - 1), O and P are free
         step::pv_done<VO, kPSteps>(ops, o, a);
         release(b.empty_v(prev.index));
@@ -507,8 +513,9 @@ KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem
       const int loads = !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads;
       ops.mbarrier_init(b.full_k(s), loads);
       ops.mbarrier_init(b.full_v(s), loads);
-      ops.mbarrier_init(b.empty_k(s), kConsumerWarps);  // one arrival per consumer warp
-      ops.mbarrier_init(b.empty_v(s), kConsumerWarps);
+      // One arrival per computing consumer warp.
+      ops.mbarrier_init(b.empty_k(s), kWarpsPerWarpgroup * p.consumer_warpgroups);
+      ops.mbarrier_init(b.empty_v(s), kWarpsPerWarpgroup * p.consumer_warpgroups);
     }
     ops.fence_barrier_init();
   }
@@ -518,8 +525,11 @@ KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem
     ops.template setmaxnreg_dec<kProducerRegs>();
     produce<Tag, QK, VO>(ops, p, smem, b);
   } else {
+    // Every consumer warpgroup takes its registers (the pool is split for two), then one with
+    // no row in any tile of the launch (params.h's consumer_warpgroups) exits. (Exiting before
+    // setmaxnreg cost the FP8 d128 consumers 24 bytes of spills, ptxas sm_90a.)
     ops.template setmaxnreg_inc<kConsumerRegs>();
-    consume<Tag, QK, VO>(ops, p, smem, b, wg - 1);
+    if (wg <= p.consumer_warpgroups) consume<Tag, QK, VO>(ops, p, smem, b, wg - 1);
   }
 }
 

@@ -59,6 +59,47 @@ __device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tensor_m
       : "memory");
 }
 
+// L2 cache policies (l2_hint.h): the whole access at the priority, as a 64-bit policy operand of
+// the .L2::cache_hint forms below (no asm volatile: the compiler may share one per function).
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// tma_load_3d with an L2 cache policy.
+__device__ __forceinline__ void tma_load_3d_hint(void* smem_dst, const void* tensor_map, int c0,
+                                                 int c1, int c2, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(smem_addr(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)),
+      "l"(policy)
+      : "memory");
+}
+// 16 bytes of global memory with an L2 cache policy.
+__device__ __forceinline__ uint4 ld16_hint(const void* gmem, uint64_t policy) {
+  // Not volatile and no memory clobber, as a plain load of the read-only inputs: the compiler may
+  // schedule it freely.
+  uint4 v;
+  asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(gmem), "l"(policy));
+  return v;
+}
+// cuda::cp_async_16_zfill with an L2 cache policy.
+__device__ __forceinline__ void cp_async_16_zfill_hint(void* smem_dst, const void* gmem_src,
+                                                       bool valid, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(
+                   smem_addr(smem_dst)),
+               "l"(gmem_src), "r"(valid ? 16 : 0), "l"(policy)
+               : "memory");
+}
+
 // cp.async (16 bytes, zero-fill) and its waits: cuda/common/ptx.cuh (cp_async_16_zfill,
 // cp_async_wait_all).
 // Orders this thread's generic-proxy shared-memory writes (st.shared, cp.async) before later

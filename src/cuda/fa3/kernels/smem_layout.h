@@ -6,7 +6,7 @@
 // CU_TENSOR_MAP_SWIZZLE_128B writes exactly this pattern when the tile base is 1024-byte aligned,
 // and wgmma applies the same XOR to the addresses it forms from a descriptor with layout type
 // "128B swizzle", so the producer's writes and the consumer's reads agree by construction of the
-// addresses below; tests/cuda/fa3_smem_layout_test.cc replays both sides (and an emulated wgmma)
+// addresses below; tests/cuda/fa3/fa3_smem_layout_test.cc replays both sides (and an emulated wgmma)
 // on the CPU.
 //
 // Q [kBlockM x D] and K [kBlockN x D] are K-major operands (the reduction dim, the head dim, is
@@ -92,6 +92,22 @@ KVATTN_HD constexpr Desc k_major(uint32_t base, int rows, int first_row, int ks)
 KVATTN_HD constexpr Desc mn_major(uint32_t base, int rows, int kk) {
   return Desc{base + uint32_t(kk) * 16u * kRowBytes, uint32_t(rows) * kRowBytes,
               uint32_t(kAtomBytes)};
+}
+
+// Descriptors advanced, not rebuilt (CUTLASS's descriptor iterator, as FA3's mainloop uses it):
+// a k-step's descriptor is k-step 0's with the start address moved by the k-step's offset, a
+// constant. The start field (bits 0-13, address >> 4) never carries into the LBO field: shared
+// memory addresses are below 2^18 bytes (228 KB per SM), so one 32-bit add on the low word.
+// tests/cuda/fa3/fa3_smem_layout_test.cc checks advance == encode for every k-step of every tile
+// at every 16-byte aligned base up to the shared memory's end.
+KVATTN_HD constexpr uint32_t k_major_step(int rows, int ks) {
+  return k_major(0, rows, 0, ks).start >> 4;
+}
+KVATTN_HD constexpr uint32_t mn_major_step(int rows, int kk) {
+  return mn_major(0, rows, kk).start >> 4;
+}
+KVATTN_HD constexpr uint64_t advance(uint64_t desc, uint32_t step) {
+  return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + step);
 }
 
 // Where wgmma reads element (mn, k) of a 16-deep k-step through descriptor `d` (the canonical

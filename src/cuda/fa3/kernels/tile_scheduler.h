@@ -2,25 +2,21 @@
 // in which order, and which K/V blocks a tile visits (split into the fully visible blocks, which
 // need no mask test, and the masked edges of the causal diagonal and the sliding window). Plain
 // host/device code: the planner builds the ordered tile list with it, the kernel reads the same
-// functions, and tests/cuda/fa3_tile_scheduler_test.cc replays it on the CPU (every tile once,
+// functions, and tests/cuda/fa3/fa3_tile_scheduler_test.cc replays it on the CPU (every tile once,
 // longest first, every visible key in range, no mask needed where none is tested).
 #pragma once
 
 #include <cstdint>
 
 #include "core/hd.h"
+#include "cuda/fa3/kernels/tile_size.h"
 
 namespace kvattn::fa3::sched {
 
-// Tile sizes, one source for planner and kernel (STYLE.md "One source of truth"): a CTA's query
-// tile is kBlockM rows (two consumer warpgroups of 64 rows, the M of one wgmma each), a K/V
-// block is kBlockN keys (the N of the S = Q K^T wgmma).
-inline constexpr int kBlockM = 128;
-inline constexpr int kBlockN = 128;
-
-// Keys per K/V block for a QK head dim: 64 at d256, where a 128-key block's S accumulators and a
-// 256-wide O would not fit the consumers' registers together.
-KVATTN_HD constexpr int block_n_for(int head_dim_qk) { return head_dim_qk >= 256 ? 64 : kBlockN; }
+// A CTA's query tile rows, the same for every key (tile_size.h's tile_shape), and the K/V block
+// the functions below default to (head dims below 256).
+inline constexpr int kBlockM = tile_shape(128, 128, 2).block_m;
+inline constexpr int kBlockN = tile_shape(128, 128, 2).block_n;
 
 KVATTN_HD int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 

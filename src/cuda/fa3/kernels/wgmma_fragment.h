@@ -1,6 +1,6 @@
 // Which (row, column) of a wgmma m64nNk16 tile each thread of a warpgroup holds (PTX ISA "Matrix
 // Fragments for wgmma.mma_async.m64nNk16"), as plain index functions the kernel and the CPU replay
-// (tests/cuda/fa3_wgmma_fragment_test.cc) share. Warp w of the warpgroup owns rows 16w .. 16w+15;
+// (tests/cuda/fa3/fa3_smem_layout_test.cc) share. Warp w of the warpgroup owns rows 16w .. 16w+15;
 // inside a warp the layout repeats mma.m16n8k16's, with g = lane / 4 and t = lane % 4:
 //   accumulator (f32, N/2 registers): d_i at row 16w + g + 8 ((i / 2) % 2), column 8 (i / 4) +
 //     2t + i % 2;
@@ -47,7 +47,7 @@ KVATTN_HD constexpr int p_a_register(int kk, int r, int h) {
 // 2t, 2t+1 (+8 j), not the A fragment's 4t .. 4t+3, so rather than exchanging registers the
 // keys are renumbered: A column c of k-step kk stands for key 32 kk + fp8_key_of_column(c), and
 // the producer writes V^T's column c from that key. P V is a sum over keys, so any one-to-one
-// renumbering used by both sides gives the same result (tests/cuda/fa3_smem_layout_test.cc).
+// renumbering used by both sides gives the same result (tests/cuda/fa3/fa3_smem_layout_test.cc).
 KVATTN_HD constexpr RowCol a_element8(int tid, int r, int b) {
   const int warp = tid / 32, lane = tid % 32;
   return RowCol{16 * warp + lane / 4 + 8 * (r % 2), 4 * (lane % 4) + b + 16 * (r / 2)};

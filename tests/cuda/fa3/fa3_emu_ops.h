@@ -7,6 +7,7 @@
 // bytes of each, and tma_load_3d reads it back (a map not encoded that way fails by name).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -14,8 +15,9 @@
 #include "core/numeric.h"
 #include "cuda/common/store_element.h"
 #include "cuda/fa3/kernels/elem.h"
+#include "cuda/fa3/kernels/l2_hint.h"
 #include "cuda/fa3/params.h"
-#include "cuda/sm90_emulator.h"
+#include "cuda/emulator/sm90_emulator.h"
 
 namespace kvattn::fa3::emu {
 
@@ -42,6 +44,26 @@ inline WgmmaType wgmma_type(ElemKind k) {
   return WgmmaType::kBf16;
 }
 
+// What the replay counts over the kernel body's operations, for every CTA of every replay since
+// the last reset (a test resets, replays, reads): global loads by kind and L2 hint (l2_hint.h),
+// wgmma instructions (m64nNk16 / k32, ss or rs) per warpgroup (0 the producer, 1 and 2 the
+// consumers).
+enum class LoadKind : int { kTmaBox, kCpAsync, kLd16Producer, kLd16Consumer, kCount };
+struct ReplayCounters {
+  std::atomic<int64_t> loads[int(LoadKind::kCount)][3] = {};
+  std::atomic<int64_t> wgmma[3] = {};
+  void reset() {
+    for (auto& kind : loads)
+      for (auto& n : kind) n = 0;
+    for (auto& n : wgmma) n = 0;
+  }
+  int64_t count(LoadKind k, L2Hint h) const { return loads[int(k)][int(h)]; }
+};
+inline ReplayCounters& replay_counters() {
+  static ReplayCounters c;
+  return c;
+}
+
 class Fa3EmuOps {
  public:
   template <int N>
@@ -57,7 +79,8 @@ class Fa3EmuOps {
   int cta() const { return cta_; }
   int ctas() const { return ctas_; }
   uint32_t smem_addr(const void* p) const { return ops_.smem_addr(p); }
-  U4 ld16(const void* p) const {
+  U4 ld16(const void* p, L2Hint hint = L2Hint::kNormal) const {
+    count_load(ops_.thread() < 128 ? LoadKind::kLd16Producer : LoadKind::kLd16Consumer, hint);
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
       throw EmulatorError("warp " + std::to_string(ops_.warp()) + " thread " +
                           std::to_string(ops_.thread()) +
@@ -83,8 +106,9 @@ class Fa3EmuOps {
   void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) const {
     ops_.mbarrier_arrive_expect_tx(bar, bytes);
   }
-  void tma_load_3d(void* smem_dst, const void* cu_map, int c0, int c1, int c2,
-                   uint64_t* bar) const {
+  void tma_load_3d(void* smem_dst, const void* cu_map, int c0, int c1, int c2, uint64_t* bar,
+                   L2Hint hint = L2Hint::kNormal) const {
+    count_load(LoadKind::kTmaBox, hint);
     const TensorMap* map = nullptr;
     uint64_t tag = 0;
     std::memcpy(&map, cu_map, sizeof(map));
@@ -95,7 +119,9 @@ class Fa3EmuOps {
     }
     ops_.tma_load_3d(smem_dst, map, c0, c1, c2, bar);
   }
-  void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid) const {
+  void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid,
+                         L2Hint hint = L2Hint::kNormal) const {
+    count_load(LoadKind::kCpAsync, hint);
     ops_.cp_async_16_zfill(smem_dst, gmem_src, valid);
   }
   void cp_async_wait_all() const { ops_.cp_async_wait_all(); }
@@ -138,6 +164,7 @@ class Fa3EmuOps {
   template <class Tag, int N, int NR>
   void wgmma_ss(Acc<NR>& d, uint64_t a_desc, uint64_t b_desc, int accumulate) const {
     static_assert(2 * NR == N, "m64nN: N / 2 accumulators per thread");
+    count_wgmma();
     ops_.wgmma_ss(d, wgmma_type(Elem<Tag>::kQ), wgmma_type(Elem<Tag>::kKv), a_desc, false, b_desc,
                   false, accumulate != 0);
   }
@@ -147,6 +174,7 @@ class Fa3EmuOps {
   void wgmma_rs(Acc<NR>& d, AFrag& a, uint64_t b_desc, int accumulate) const {
     static_assert(2 * NR == N, "m64nN: N / 2 accumulators per thread");
     constexpr bool kFp8 = Elem<Tag>::kFp8;
+    count_wgmma();
     ops_.wgmma_rs(d, kFp8 ? WgmmaType::kE4m3 : wgmma_type(Elem<Tag>::kQ),
                   wgmma_type(Elem<Tag>::kKv), a, b_desc, !kFp8, accumulate != 0);
   }
@@ -168,6 +196,12 @@ class Fa3EmuOps {
   }
 
  private:
+  static void count_load(LoadKind k, L2Hint h) { ++replay_counters().loads[int(k)][int(h)]; }
+  // Counted by the warpgroup's first thread: one per warpgroup instruction.
+  void count_wgmma() const {
+    if (ops_.thread() % 128 == 0) ++replay_counters().wgmma[ops_.thread() / 128];
+  }
+
   const Sm90Ops& ops_;
   int cta_, ctas_;
 };

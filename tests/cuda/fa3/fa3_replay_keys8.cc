@@ -1,7 +1,7 @@
 // fa3's FP8 keys (the four (q, kv) pairs of e4m3 / e5m2 at every declared head dims) on the
 // emulator.
 #include "cuda/fa3/kernel_key.h"
-#include "cuda/fa3_replay_ctas.h"
+#include "cuda/fa3/fa3_replay_ctas.h"
 
 namespace kvattn::fa3 {
 

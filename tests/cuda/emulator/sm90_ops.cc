@@ -3,8 +3,8 @@
 #include <cstring>
 #include <string>
 
-#include "cuda/sm90_emulator.h"
-#include "cuda/sm90_emulator_state.h"
+#include "cuda/emulator/sm90_emulator.h"
+#include "cuda/emulator/sm90_emulator_state.h"
 
 namespace kvattn::fa3::emu {
 

@@ -19,7 +19,7 @@
 #include "core/attention_math.h"
 #include "cuda/fa2/kernels/online_softmax.h"
 #include "cuda/fa2/params.h"
-#include "cuda/warp_emulation.h"
+#include "cuda/emulator/warp_emulation.h"
 
 namespace kvattn::fa2 {
 namespace {

@@ -399,6 +399,10 @@ TEST(Fa3Pipeline, SplitRingsNeverReusePhasesEarly) {
       const RingOutcome three = replay_rings<3>(order, tiles, 2, true, rng);
       ASSERT_TRUE(three.ok) << three.error;
       ASSERT_TRUE(three.finished) << "deadlock, 3 stages, order " << int(order);
+      // One consumer warpgroup (params.h's consumer_warpgroups = 1: tiles of 64 rows).
+      const RingOutcome one = replay_rings<2>(order, tiles, 1, true, rng);
+      ASSERT_TRUE(one.ok) << one.error;
+      ASSERT_TRUE(one.finished) << "deadlock, 1 consumer, order " << int(order);
     }
   }
 }
@@ -413,15 +417,21 @@ TEST(Fa3Pipeline, NextBlocksLoadIssuedBeforeTheIterationReleasesAnything) {
   for (const std::vector<int>& tiles :
        std::vector<std::vector<int>>{{1}, {2}, {3}, {8}, {5, 1, 4}, {2, 2, 2}, {7, 0, 3}}) {
     for (Order order : {Order::kSplit16, Order::kSplitFp8}) {
-      const RingOutcome o = replay_rings<2>(order, tiles, 2, false, rng);
-      ASSERT_TRUE(o.ok && o.finished) << o.error;
-      EXPECT_TRUE(o.lookahead) << "order " << int(order) << ": " << o.lookahead_error;
+      for (int consumers : {2, 1}) {  // 1: params.h's consumer_warpgroups = 1 (64-row tiles)
+        const RingOutcome o = replay_rings<2>(order, tiles, consumers, false, rng);
+        ASSERT_TRUE(o.ok && o.finished) << o.error;
+        EXPECT_TRUE(o.lookahead) << "order " << int(order) << ", " << consumers
+                                 << " consumers: " << o.lookahead_error;
+      }
     }
   }
   for (Order order : {Order::kSingleRing, Order::kSplitFp8KAhead}) {
-    const RingOutcome o = replay_rings<2>(order, {8}, 2, false, rng);
-    ASSERT_TRUE(o.ok && o.finished) << o.error;
-    EXPECT_FALSE(o.lookahead) << "order " << int(order) << " has the lookahead it should lack";
+    for (int consumers : {2, 1}) {
+      const RingOutcome o = replay_rings<2>(order, {8}, consumers, false, rng);
+      ASSERT_TRUE(o.ok && o.finished) << o.error;
+      EXPECT_FALSE(o.lookahead) << "order " << int(order) << ", " << consumers
+                                << " consumers, has the lookahead it should lack";
+    }
   }
 }
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "cuda/sm90_emulator.h"
+#include "cuda/emulator/sm90_emulator.h"
 
 namespace kvattn::fa3::emu {
 

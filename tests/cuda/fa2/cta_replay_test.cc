@@ -17,7 +17,7 @@
 #include "core/backend.h"
 #include "core/capability.h"
 #include "core/status_macros.h"
-#include "cta_emulator.h"
+#include "cuda/emulator/cta_emulator.h"
 #include "cuda/common/case_spec.h"
 #include "cuda/fa2/capability.h"
 #include "cuda/fa2/kernel_key.h"

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/sm90_emulator.h"
+#include "cuda/emulator/sm90_emulator.h"
 
 namespace kvattn::fa3::emu {
 

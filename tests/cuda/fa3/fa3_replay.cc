@@ -1,5 +1,5 @@
 // fa3's kernel body replayed on the CPU (fa3_replay.h).
-#include "cuda/fa3_replay.h"
+#include "cuda/fa3/fa3_replay.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include "core/numeric.h"
 #include "core/status_macros.h"
 #include "cuda/fa3/kernel_params.h"
-#include "cuda/fa3_emu_ops.h"
-#include "cuda/fa3_replay_ctas.h"
+#include "cuda/fa3/fa3_emu_ops.h"
+#include "cuda/fa3/fa3_replay_ctas.h"
 
 namespace kvattn::fa3 {
 namespace {

@@ -32,7 +32,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "cuda/warp_emulation.h"
+#include "cuda/emulator/warp_emulation.h"
 
 namespace kvattn::fa2::emu {
 

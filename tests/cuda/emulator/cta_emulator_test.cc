@@ -4,7 +4,7 @@
 // old bytes); and the rules it enforces: lanes at different collectives, a barrier some threads
 // never reach, copies left in flight, addresses outside shared memory, a stalled thread (the
 // watchdog).
-#include "cuda/cta_emulator.h"
+#include "cuda/emulator/cta_emulator.h"
 
 #include <gtest/gtest.h>
 

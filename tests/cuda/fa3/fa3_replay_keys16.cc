@@ -1,6 +1,6 @@
 // fa3's 16-bit keys (bf16 and f16 at every declared head dims) on the emulator.
 #include "cuda/fa3/kernel_key.h"
-#include "cuda/fa3_replay_ctas.h"
+#include "cuda/fa3/fa3_replay_ctas.h"
 
 namespace kvattn::fa3 {
 

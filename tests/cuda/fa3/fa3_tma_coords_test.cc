@@ -23,7 +23,7 @@ TEST(Fa3TmaCoordinates, EveryBoxStartOfAnAdmittedMapIsExactInInt32) {
   // The last request of a ragged K ending at the map's last token: its last box starts below
   // tokens, and the producer's narrowing keeps it exact.
   for (int head_dim : {64, 128, 256}) {
-    const int bn = sched::block_n_for(head_dim);
+    const int bn = tile_shape(head_dim, head_dim, 2).block_n;  // TMA: 16-bit
     const int64_t tokens = INT32_MAX;
     const int64_t kv_len = 10 * int64_t(bn) + 7;
     const int64_t kv_first = tokens - kv_len;

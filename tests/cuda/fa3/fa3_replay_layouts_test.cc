@@ -17,7 +17,7 @@
 
 #include "cuda/common/case_spec.h"
 #include "cuda/fa3/kernel_key.h"
-#include "cuda/fa3_replay.h"
+#include "cuda/fa3/fa3_replay.h"
 #include "kvattn/selection.h"
 #include "testing/case_builder.h"
 #include "testing/tolerance.h"

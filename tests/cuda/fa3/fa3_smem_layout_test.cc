@@ -120,10 +120,47 @@ void wgmma_rs_mnmajor(const Smem& s, const std::vector<std::array<std::array<flo
   }
 }
 
+// The kernel's descriptors are made once per operand and advanced per k-step (smem::advance,
+// consumer_steps.h): the same bits as the descriptor built for the k-step, for every operand the
+// kernel reads (K-major Q / K rows of 64-256 at first rows 0 and 128, FP8 V^T as K-major, MN-major
+// 16-bit V of 64 or 128 keys), every k-step, at every 16-byte aligned start address of a tile that
+// lies in an SM's shared memory (228 KB).
+TEST(Fa3SmemLayout, AdvancedDescriptorsEqualRebuiltOnes) {
+  constexpr uint32_t kSmemEnd = 228 * 1024;
+  int64_t checked = 0;
+  for (uint32_t base = 0; base < kSmemEnd; base += 16) {
+    for (int rows : {64, 128, 256}) {
+      for (int first_row : {0, 128}) {
+        if (first_row >= rows) continue;
+        const uint64_t d0 = smem::encode(smem::k_major(base, rows, first_row, 0));
+        for (int ks = 0; ks < 16; ++ks) {
+          const smem::Desc d = smem::k_major(base, rows, first_row, ks);
+          if (d.start >= kSmemEnd) break;
+          ASSERT_EQ(smem::advance(d0, smem::k_major_step(rows, ks)), smem::encode(d))
+              << "k-major rows " << rows << " first row " << first_row << " k-step " << ks
+              << " base " << base;
+          ++checked;
+        }
+      }
+    }
+    for (int keys : {64, 128}) {
+      const uint64_t d0 = smem::encode(smem::mn_major(base, keys, 0));
+      for (int kk = 0; kk < keys / 16; ++kk) {
+        const smem::Desc d = smem::mn_major(base, keys, kk);
+        if (d.start >= kSmemEnd) break;
+        ASSERT_EQ(smem::advance(d0, smem::mn_major_step(keys, kk)), smem::encode(d))
+            << "mn-major keys " << keys << " k-step " << kk << " base " << base;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 900000);
+}
+
 // One pair of head dims' S = Q K^T and O = P V through the producer's tiles and the kernel's
 // descriptors (N of the PV GEMM = the V head dim).
 void check_16bit_wgmma(int qk, int vo) {
-  const int bn = sched::block_n_for(qk);  // keys per block, as the kernel uses
+  const int bn = tile_shape(qk, vo, 2).block_n;  // keys per block, as the kernel uses
   std::mt19937 rng(5);
   auto val = [&] { return float(int(rng() % 7) - 3); };
   std::vector<float> q(kM * qk), k(bn * qk), v(bn * vo);
@@ -285,7 +322,7 @@ TEST(Fa3SmemLayout, EmulatedFp8WgmmaWithRenumberedKeysGivesQKtAndPV) {
   // fa3's FP8 kernels: every declared head dims, with the kernel's block size for each.
   for (auto [qk, vo] :
        {std::pair{128, 128}, std::pair{64, 64}, std::pair{192, 128}, std::pair{256, 256}}) {
-    emulated_fp8_wgmma(qk, vo, sched::block_n_for(qk));
+    emulated_fp8_wgmma(qk, vo, tile_shape(qk, vo, 1).block_n);
     if (::testing::Test::HasFatalFailure()) return;
   }
   // The padding is real: Q/K rows of 64 and 192 bytes and V^T rows of 64 keys take whole panels.

@@ -1,6 +1,6 @@
 // The SM90 CTA emulator (sm90_emulator.h): the fibers and their scheduler, the registers' rules
 // and wgmma (operand layouts and tensor maps: sm90_layouts.cc; the instructions: sm90_ops.cc).
-#include "cuda/sm90_emulator.h"
+#include "cuda/emulator/sm90_emulator.h"
 
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/numeric.h"
-#include "cuda/sm90_emulator_state.h"
+#include "cuda/emulator/sm90_emulator_state.h"
 #include "testing/fp8_accumulation.h"
 
 // The sanitizers' fiber annotations (gcc defines __SANITIZE_*__, clang has __has_feature).

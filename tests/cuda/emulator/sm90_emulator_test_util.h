@@ -11,7 +11,7 @@
 
 #include "core/numeric.h"
 #include "cuda/fa3/kernels/smem_layout.h"
-#include "cuda/sm90_emulator.h"
+#include "cuda/emulator/sm90_emulator.h"
 
 namespace kvattn::fa3::emu::test {
 

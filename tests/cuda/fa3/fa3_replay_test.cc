@@ -10,11 +10,12 @@
 //
 // CI runs a reduced grid; KVATTN_FA3_REPLAY_FULL=1 runs the full one (every declared key through
 // every test, both TMA landing schedules).
-#include "cuda/fa3_replay.h"
+#include "cuda/fa3/fa3_replay.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -23,6 +24,7 @@
 #include "core/capability.h"
 #include "core/numeric.h"
 #include "cuda/fa3/capability.h"
+#include "cuda/fa3/fa3_emu_ops.h"
 #include "cuda/fa3/kernel_key.h"
 #include "cuda/fa3/kernel_keys.h"
 #include "cuda/common/case_spec.h"
@@ -93,6 +95,76 @@ TEST(Fa3Replay, EveryOperationEveryVariant) {
                              (early ? "/TMA early" : ""),
                          o);
         }
+      }
+    }
+  }
+}
+
+// The L2 hints (kernels/l2_hint.h), counted over the replay: every K/V load (TMA box, cp.async,
+// the FP8 producer's V rows) evict_last, every Q row evict_first, none left unhinted (the cases'
+// rows are in 16-byte chunks), on the TMA (16-bit dense/ragged) and cp.async (paged, FP8) paths.
+TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
+  using emu::LoadKind;
+  emu::ReplayCounters& c = emu::replay_counters();
+  for (const KernelKey& key : kCiKeys) {
+    for (Op op : {Op::kBatchPrefillRagged, Op::kBatchPrefillPaged, Op::kBatchDecode}) {
+      const std::string what = std::string(op_name(op)) + "/" + kernel_key_string(key);
+      c.reset();
+      expect_matches(spec_for(key, op, {70, 1}, {130, 65}), what);
+      int64_t kv_last = 0;
+      for (LoadKind k : {LoadKind::kTmaBox, LoadKind::kCpAsync, LoadKind::kLd16Producer}) {
+        EXPECT_EQ(c.count(k, L2Hint::kNormal), 0) << what << " load kind " << int(k);
+        EXPECT_EQ(c.count(k, L2Hint::kEvictFirst), 0) << what << " load kind " << int(k);
+        kv_last += c.count(k, L2Hint::kEvictLast);
+      }
+      EXPECT_GT(kv_last, 0) << what;
+      EXPECT_EQ(c.count(LoadKind::kLd16Consumer, L2Hint::kNormal), 0) << what;
+      EXPECT_EQ(c.count(LoadKind::kLd16Consumer, L2Hint::kEvictLast), 0) << what;
+      EXPECT_GT(c.count(LoadKind::kLd16Consumer, L2Hint::kEvictFirst), 0) << what;
+      if (!is_fp8(key.kv) && op == Op::kBatchPrefillRagged) {
+        EXPECT_GT(c.count(LoadKind::kTmaBox, L2Hint::kEvictLast), 0) << what << ": TMA path";
+      }
+      if (op == Op::kBatchPrefillPaged) {
+        EXPECT_GT(c.count(LoadKind::kCpAsync, L2Hint::kEvictLast), 0) << what << ": cp.async path";
+      }
+    }
+  }
+}
+
+// Tiles of 64 rows on one consumer warpgroup (params.h's consumer_warpgroups): decode of a GQA
+// group of 4 (4 packed rows a tile: the second warpgroup's rows are all padding) issues no wgmma
+// on warpgroup 2; a prefill batch of 70 and 1 query tokens needs it (the 70-row tile's last 6
+// rows), as does decode with a group of 80. Before, both consumer warpgroups computed every tile.
+TEST(Fa3ReplayCounters, AWarpgroupWithoutRowsIssuesNoWgmma) {
+  emu::ReplayCounters& c = emu::replay_counters();
+  struct Case {
+    Op op;
+    std::vector<int64_t> qo, kv;
+    int qo_heads, kv_heads;
+    bool second_idle;
+  };
+  const Case cases[] = {{Op::kBatchDecode, {1, 1, 1}, {300, 65, 129}, 8, 2, true},
+                        {Op::kBatchPrefillRagged, {70, 1}, {130, 65}, 4, 2, false},
+                        {Op::kBatchDecode, {1, 1}, {200, 70}, 80, 1, false}};
+  for (const KernelKey& key : kCiKeys) {
+    for (const Case& k : cases) {
+      const std::string what = std::string(op_name(k.op)) + " qo " + std::to_string(k.qo[0]) +
+                               " heads " + std::to_string(k.qo_heads) + "/" +
+                               std::to_string(k.kv_heads) + " " + kernel_key_string(key);
+      c.reset();
+      testing::CaseSpec s = spec_for(key, k.op, k.qo, k.kv, k.qo_heads, k.kv_heads);
+      s.problem.mask_mode = MaskMode::kCausal;
+      expect_matches(s, what);
+      const int64_t wg1 = c.wgmma[1], wg2 = c.wgmma[2];
+      std::printf("[ counters ] %s: wgmma per consumer warpgroup %lld / %lld\n", what.c_str(),
+                  static_cast<long long>(wg1), static_cast<long long>(wg2));
+      EXPECT_EQ(c.wgmma[0], 0) << what << ": the producer issues no wgmma";
+      EXPECT_GT(wg1, 0) << what;
+      if (k.second_idle) {
+        EXPECT_EQ(wg2, 0) << what << ": warpgroup 2 has no row of any tile";
+      } else {
+        EXPECT_GT(wg2, 0) << what;
+        EXPECT_LE(wg2, wg1) << what;
       }
     }
   }

@@ -7,7 +7,7 @@
 // wgmma tests are laid out by fa3's own layout code (src/cuda/fa3/kernels/smem_layout.h,
 // wgmma_fragment.h), which the emulator does not use: the kernel's index math against the
 // emulator's reading of the PTX ISA.
-#include "cuda/sm90_emulator.h"
+#include "cuda/emulator/sm90_emulator.h"
 
 #include <gtest/gtest.h>
 
@@ -21,7 +21,7 @@
 #include "cuda/fa3/kernels/pipeline_state.h"
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
-#include "cuda/sm90_emulator_test_util.h"
+#include "cuda/emulator/sm90_emulator_test_util.h"
 #include "testing/fp8_accumulation.h"
 
 namespace kvattn::fa3::emu {

@@ -3,8 +3,8 @@
 
 #include "cuda/fa3/kernels/prefill_cta.h"
 #include "cuda/fa3/params.h"
-#include "cuda/fa3_emu_ops.h"
-#include "cuda/sm90_emulator.h"
+#include "cuda/fa3/fa3_emu_ops.h"
+#include "cuda/emulator/sm90_emulator.h"
 
 namespace kvattn::fa3 {
 

@@ -1,4 +1,4 @@
-#include "cuda/cta_emulator.h"
+#include "cuda/emulator/cta_emulator.h"
 
 #include <algorithm>
 #include <atomic>

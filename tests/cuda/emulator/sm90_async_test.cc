@@ -14,8 +14,8 @@
 #include "cuda/fa3/kernels/pipeline_state.h"
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
-#include "cuda/sm90_emulator.h"
-#include "cuda/sm90_emulator_test_util.h"
+#include "cuda/emulator/sm90_emulator.h"
+#include "cuda/emulator/sm90_emulator_test_util.h"
 
 namespace kvattn::fa3::emu {
 namespace {

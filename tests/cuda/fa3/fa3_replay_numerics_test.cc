@@ -23,7 +23,7 @@
 #include "cuda/common/case_spec.h"
 #include "cuda/common/problem_layout.h"
 #include "cuda/fa3/kernel_key.h"
-#include "cuda/fa3_replay.h"
+#include "cuda/fa3/fa3_replay.h"
 #include "testing/case_builder.h"
 #include "testing/tolerance.h"
 
