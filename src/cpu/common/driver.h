@@ -49,7 +49,7 @@ std::vector<Split> find_splits(const std::vector<WorkItem>& work);
 // more state with no value (the partials exclude it). A NaN LSE or a NaN in a weighted o_k makes
 // the row NaN; a row that no partial gave a key yields o = 0 and lse = -inf (or the sink's logit).
 template <class State>
-float merge_states(int64_t count, int dim, State state, const float* sink, float* o) {
+float fold_states(int64_t count, int dim, State state, const float* sink, float* o) {
   math::StateMerger merger;
   std::fill(o, o + dim, 0.0f);
   auto rescale = [&](float factor) {
@@ -90,7 +90,7 @@ void merge_splits(const Plan& plan, const PartialStates& states, Rows rows, Sink
         o.resize(states.dim);
         const int64_t count = static_cast<int64_t>(split.size());
         for (int64_t r = 0, n = rows(w0); r < n; ++r) {
-          const float lse = merge_states(
+          const float lse = fold_states(
               count, states.dim,
               [&](int64_t k) {
                 const int64_t state = plan.work[split[k]].partial;
