@@ -95,44 +95,48 @@ inline void tile_block(const RowBlock* a, const char* b, int64_t b_stride, int64
   if constexpr (KB > 1 && RB > 1) _tile_stored(3, c11, c_stride);
 }
 
+// Which operand the outer loop of tile_product holds while the inner one walks the other's blocks.
+enum class Outer { kA, kB };
+
 // C = A . B over blocks of 2 x 2 tiles: the `a_blocks` A row blocks, `b_blocks` B column blocks
 // of 16 words (B: `b_stride` bytes between pair rows, `b_step` bytes a step); C `c_stride_floats`
-// floats between rows.
+// floats between rows. The outer loop holds a pair of A (kA) or B (kB) blocks in L1 while the
+// inner one reads every block of the other operand.
+template <Outer kOuter>
 inline void tile_product(const RowBlock* a, int a_blocks, const void* b, int64_t b_stride,
                          int64_t b_step, int b_blocks, int steps, float* c,
                          int64_t c_stride_floats, bool load_c) {
   const int64_t c_block = 16 * c_stride_floats, c_stride = c_stride_floats * 4;
-  for (int i = 0; i < a_blocks; i += 2) {
-    float* ci = c + i * c_block;
+  auto block = [&](int i, int j) {
     const bool two_a = i + 1 < a_blocks;
+    const char* bj = static_cast<const char*>(b) + j * 64;
+    float* cij = c + i * c_block + 16 * j;
+    if (two_a && j + 1 < b_blocks) {
+      tile_block<2, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
+    } else if (two_a) {
+      tile_block<2, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
+    } else if (j + 1 < b_blocks) {
+      tile_block<1, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
+    } else {
+      tile_block<1, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
+    }
+  };
+  if constexpr (kOuter == Outer::kA) {
+    for (int i = 0; i < a_blocks; i += 2) {
+      for (int j = 0; j < b_blocks; j += 2) block(i, j);
+    }
+  } else {
     for (int j = 0; j < b_blocks; j += 2) {
-      const char* bj = static_cast<const char*>(b) + j * 64;
-      float* cij = ci + 16 * j;
-      if (two_a && j + 1 < b_blocks) {
-        tile_block<2, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
-      } else if (two_a) {
-        tile_block<2, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
-      } else if (j + 1 < b_blocks) {
-        tile_block<1, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
-      } else {
-        tile_block<1, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
-      }
+      for (int i = 0; i < a_blocks; i += 2) block(i, j);
     }
   }
 }
 
-// Where key j's row of `s` starts and, when keys [j, j + 16) are one run of equally spaced rows
-// (contiguous K, or one page), how many bytes apart they are (else 0).
-inline RowBlock key_block(const PrefillParams& p, const KVSource& s, const RequestInfo& req,
-                          int64_t j, int kv_head) {
-  RowBlock block{static_cast<const char*>(kv_row(p, s, req, j, kv_head)), 0};
-  const int esize = dtype_bytes(p.kv_dtype);
-  if (!p.paged) {
-    block.stride = s.stride_token * esize;
-  } else if (j / p.page_size == (j + 15) / p.page_size) {
-    block.stride = s.stride_slot * esize;
+// A bf16 row of `dim` values (a multiple of 32) copied by 64-byte vectors.
+inline void copy_row(const uint16_t* src, int dim, uint16_t* dst) {
+  for (int d = 0; d < dim; d += 32) {
+    _mm512_storeu_si512(dst + d, _mm512_loadu_si512(src + d));
   }
-  return block;
 }
 
 struct AmxProducts {
@@ -140,30 +144,53 @@ struct AmxProducts {
   static constexpr int kMaxValueBlocks = 1024 / 16;  // head dims up to 1024 (validate_problem)
   RowBlock k_blocks[kMaxBlocks];
 
-  // K: each full block of 16 bf16 rows that is one strided run is read by the tiles where it
-  // lies; the other blocks (fp8 rows, a page boundary inside, the last partial block) are
-  // copied as bf16 into the K tile buffer [round16(keys)][dqk] (rows past `keys` zero). V: the
-  // pairs, padded with zero pairs to 16 (transposed in values()).
+  // Q^T pairs as stage_query_pairs (bf16_pairs.h) writes them, 16 rows x 16 pairs at a time by
+  // one 16 x 16 dword transpose in registers (the head dims are multiples of 32; the scalar
+  // dword loop was ~2 % of the kernel); padding rows are zeros.
+  void stage_query_pairs(const PrefillParams& p, const RequestInfo& req, int kv_head,
+                         const TileRows& t, float* scratch) const {
+    auto* qp = reinterpret_cast<uint32_t*>(scratch + p.scratch.qt);
+    const int pairs = p.head_dim_qk / 2;
+    for (int r0 = 0; r0 < t.rows_pad; r0 += 16) {
+      const unsigned char* rows[16];
+      for (int i = 0; i < 16; ++i) {
+        const int r = r0 + i;
+        rows[i] = r < t.rows ? query_row(p, req, t, r / p.group, kv_head * p.group + r % p.group)
+                             : nullptr;
+      }
+      for (int pr0 = 0; pr0 < pairs; pr0 += 16) {
+        __m512i v[16];
+        for (int i = 0; i < 16; ++i) {
+          v[i] = rows[i] ? _mm512_loadu_si512(rows[i] + 4 * pr0) : _mm512_setzero_si512();
+        }
+        ::kvattn::cpu::amx::transpose16(v);
+        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(qp + (pr0 + i) * t.rows_pad + r0, v[i]);
+      }
+    }
+  }
+
+  // K: every row copied (bf16) or widened (fp8) into the K tile buffer [round16(keys)][dqk], rows
+  // past `keys` zero. Read where it lies, a block's 16 rows are a cache row apart (page slots
+  // hold every KV head: 2 KiB at 8 heads x d128, 4 KiB at d256), so they share 2 (or 1) of the 64
+  // L1 sets and the tile loads miss L1 over and over; contiguous at a row of 128-512 bytes they
+  // spread over the sets, and the whole tile (32 KiB at d128) stays in L1 while the score
+  // product walks it once per pair of row blocks. V: the pairs, padded with zero pairs to 16
+  // (transposed in values()).
   void stage(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys,
              float* scratch) {
     auto* k_copy = reinterpret_cast<uint16_t*>(scratch + p.scratch.kf);
     float* tmp = scratch + p.scratch.row_tmp;
     const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
-    for (int b = 0; b * 16 < keys; ++b) {
-      const int first = b * 16, count = keys - first < 16 ? keys - first : 16;
-      if (p.kv_dtype == DType::kBF16 && count == 16) {
-        k_blocks[b] = key_block(p, p.k, req, j0 + first, kv_head);
-        if (k_blocks[b].stride != 0) continue;
-      }
-      uint16_t* block = k_copy + int64_t{first} * dqk;
-      k_blocks[b] = {reinterpret_cast<const char*>(block), int64_t{dqk} * 2};
-      for (int jj = 0; jj < count; ++jj) {
-        uint16_t* dst = block + int64_t{jj} * dqk;
-        const uint16_t* row =
-            bf16_row(p, kv_row(p, p.k, req, j0 + first + jj, kv_head), dqk, tmp, dst);
-        if (row != dst) std::memcpy(dst, row, sizeof(uint16_t) * dqk);
-      }
-      std::memset(block + int64_t{count} * dqk, 0, sizeof(uint16_t) * (16 - count) * dqk);
+    for (int jj = 0; jj < keys; ++jj) {
+      uint16_t* dst = k_copy + int64_t{jj} * dqk;
+      const uint16_t* row = bf16_row(p, kv_row(p, p.k, req, j0 + jj, kv_head), dqk, tmp, dst);
+      if (row != dst) copy_row(row, dqk, dst);
+    }
+    const int keys_pad = round16(keys);
+    std::memset(k_copy + int64_t{keys} * dqk, 0, sizeof(uint16_t) * (keys_pad - keys) * dqk);
+    for (int b = 0; b < keys_pad / 16; ++b) {
+      k_blocks[b] = {reinterpret_cast<const char*>(k_copy + int64_t{16 * b} * dqk),
+                     int64_t{dqk} * 2};
     }
     stage_value_pairs(p, req, kv_head, j0, keys, scratch);
     auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
@@ -172,7 +199,9 @@ struct AmxProducts {
   }
 
   void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) const {
-    tile_product(k_blocks, round16(keys) / 16, scratch + p.scratch.qt, t.rows_pad * 4,
+    // B outer: a pair of row blocks' Q^T (8 KiB at d128) and the K tile stay in L1, and Q^T
+    // streams from L2 once per KV tile instead of once per pair of K blocks.
+    tile_product<Outer::kB>(k_blocks, round16(keys) / 16, scratch + p.scratch.qt, t.rows_pad * 4,
                  16 * t.rows_pad * 4, t.row_vecs, p.head_dim_qk / 32,
                  scratch + p.scratch.st, t.rows_pad, false);
   }
@@ -197,7 +226,7 @@ struct AmxProducts {
       v_blocks[b] = {reinterpret_cast<const char*>(vt + int64_t{16 * b} * vt_stride),
                      int64_t{vt_stride} * 4};
     }
-    tile_product(v_blocks, dvo / 16, pp, t.rows_pad * 4, 16 * t.rows_pad * 4,
+    tile_product<Outer::kA>(v_blocks, dvo / 16, pp, t.rows_pad * 4, 16 * t.rows_pad * 4,
                  t.row_vecs, pairs_pad / 16, scratch + p.scratch.ot,
                  t.rows_pad, true);
   }
