@@ -47,6 +47,61 @@ inline void transpose16x16(const uint32_t* src, int64_t src_stride, uint32_t* ds
   for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * dst_stride, r[i]);
 }
 
+// Prefetches the next KV tile's K and V rows into L2 a few lines per product step, so that their
+// reads (L3 or DRAM, behind the page table) overlap this tile's products instead of stalling the
+// next tile's staging. kernel.h's prefetch_kv_tile does not do it: GCC finds that function pure
+// (its body is only __builtin_prefetch) and drops the call (no prefetch instruction in the
+// kernel); a burst of a whole tile's lines would also hold the L1 fill buffers that the tile
+// loads need.
+class NextTilePrefetch {
+ public:
+  // Keys [j0, j0 + keys) of the next tile; `steps` set later by spread().
+  void plan(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys) {
+    p_ = &p;
+    req_ = &req;
+    kv_head_ = kv_head;
+    j_ = j0;
+    end_ = j0 + keys;
+    const int esize = dtype_bytes(p.kv_dtype);
+    k_lines_ = (p.head_dim_qk * esize + 63) / 64;
+    v_lines_ = (p.head_dim_vo * esize + 63) / 64;
+    line_ = 0;
+    per_step_ = 0;
+    if (j_ < end_) rows();
+  }
+  void clear() { j_ = end_ = 0; }
+  // Spreads the lines over about `steps` calls of step().
+  void spread(int steps) {
+    const int64_t lines = (end_ - j_) * (k_lines_ + v_lines_);
+    per_step_ = steps > 0 ? static_cast<int>((lines + steps - 1) / steps) : 0;
+  }
+  void step() { issue(per_step_); }
+  void finish() { issue(1 << 30); }
+
+ private:
+  void rows() {
+    k_ = static_cast<const char*>(kv_row(*p_, p_->k, *req_, j_, kv_head_));
+    v_ = static_cast<const char*>(kv_row(*p_, p_->v, *req_, j_, kv_head_));
+  }
+  void issue(int n) {
+    for (; n > 0 && j_ < end_; --n) {
+      const char* at = line_ < k_lines_ ? k_ + 64 * line_ : v_ + 64 * (line_ - k_lines_);
+      _mm_prefetch(at, _MM_HINT_T1);
+      if (++line_ == k_lines_ + v_lines_) {
+        line_ = 0;
+        if (++j_ < end_) rows();
+      }
+    }
+  }
+  const PrefillParams* p_ = nullptr;
+  const RequestInfo* req_ = nullptr;
+  int kv_head_ = 0;
+  int64_t j_ = 0, end_ = 0;
+  int k_lines_ = 0, v_lines_ = 0, line_ = 0, per_step_ = 0;
+  const char* k_ = nullptr;
+  const char* v_ = nullptr;
+};
+
 // Where the A rows of one block of 16 start and how many bytes apart they are.
 struct RowBlock {
   const char* rows = nullptr;
@@ -59,7 +114,8 @@ struct RowBlock {
 // stored to `c` (`c_stride` bytes between rows, block (i, j) at c + i * c_block + 16 * j).
 template <int KB, int RB>
 inline void tile_block(const RowBlock* a, const char* b, int64_t b_stride, int64_t b_step,
-                       int steps, float* c, int64_t c_stride, int64_t c_block, bool load_c) {
+                       int steps, float* c, int64_t c_stride, int64_t c_block, bool load_c,
+                       NextTilePrefetch& pf) {
   static_assert(KB >= 1 && KB <= 2 && RB >= 1 && RB <= 2);
   float* c01 = c + 16;
   float* c10 = c + c_block;
@@ -76,6 +132,7 @@ inline void tile_block(const RowBlock* a, const char* b, int64_t b_stride, int64
     if constexpr (KB > 1 && RB > 1) _tile_zero(3);
   }
   for (int s = 0; s < steps; ++s) {
+    pf.step();
     _tile_loadd(4, a[0].rows + 64 * s, a[0].stride);
     _tile_loadd(6, b + s * b_step, b_stride);
     _tile_dpbf16ps(0, 4, 6);
@@ -105,20 +162,20 @@ enum class Outer { kA, kB };
 template <Outer kOuter>
 inline void tile_product(const RowBlock* a, int a_blocks, const void* b, int64_t b_stride,
                          int64_t b_step, int b_blocks, int steps, float* c,
-                         int64_t c_stride_floats, bool load_c) {
+                         int64_t c_stride_floats, bool load_c, NextTilePrefetch& pf) {
   const int64_t c_block = 16 * c_stride_floats, c_stride = c_stride_floats * 4;
   auto block = [&](int i, int j) {
     const bool two_a = i + 1 < a_blocks;
     const char* bj = static_cast<const char*>(b) + j * 64;
     float* cij = c + i * c_block + 16 * j;
     if (two_a && j + 1 < b_blocks) {
-      tile_block<2, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
+      tile_block<2, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c, pf);
     } else if (two_a) {
-      tile_block<2, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
+      tile_block<2, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c, pf);
     } else if (j + 1 < b_blocks) {
-      tile_block<1, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
+      tile_block<1, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c, pf);
     } else {
-      tile_block<1, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
+      tile_block<1, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c, pf);
     }
   };
   if constexpr (kOuter == Outer::kA) {
@@ -143,6 +200,13 @@ struct AmxProducts {
   static constexpr int kMaxBlocks = kMaxKVTile / 16;
   static constexpr int kMaxValueBlocks = 1024 / 16;  // head dims up to 1024 (validate_problem)
   RowBlock k_blocks[kMaxBlocks];
+  NextTilePrefetch pf;
+
+  // The next tile's rows, prefetched during this tile's products (instead of prefetch_kv_tile).
+  void prefetch_next(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0,
+                     int keys) {
+    pf.plan(p, req, kv_head, j0, keys);
+  }
 
   // Q^T pairs as stage_query_pairs (bf16_pairs.h) writes them, 16 rows x 16 pairs at a time by
   // one 16 x 16 dword transpose in registers (the head dims are multiples of 32; the scalar
@@ -198,17 +262,20 @@ struct AmxProducts {
     std::memset(vp + int64_t{pairs} * dvo, 0, sizeof(uint32_t) * (round16(pairs) - pairs) * dvo);
   }
 
-  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) const {
+  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
+    const int row_pairs = (t.row_vecs + 1) / 2;
+    pf.spread(row_pairs * ((round16(keys) / 16 + 1) / 2 * (p.head_dim_qk / 32) +
+                           (p.head_dim_vo / 16 + 1) / 2 * (round16((keys + 1) / 2) / 16)));
     // B outer: a pair of row blocks' Q^T (8 KiB at d128) and the K tile stay in L1, and Q^T
     // streams from L2 once per KV tile instead of once per pair of K blocks.
     tile_product<Outer::kB>(k_blocks, round16(keys) / 16, scratch + p.scratch.qt, t.rows_pad * 4,
                  16 * t.rows_pad * 4, t.row_vecs, p.head_dim_qk / 32,
-                 scratch + p.scratch.st, t.rows_pad, false);
+                 scratch + p.scratch.st, t.rows_pad, false, pf);
   }
 
   // The P pairs past the tile's keys are zeroed up to 16 (their S^T rows hold other keys'
   // scores), the V pairs (zero past the keys, after the numerics policy's guard) transposed.
-  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) const {
+  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
     const int dvo = p.head_dim_vo, pairs = (keys + 1) / 2, pairs_pad = round16(pairs);
     auto* pp = reinterpret_cast<uint32_t*>(scratch + p.scratch.st);
     std::memset(pp + pairs * t.rows_pad, 0, sizeof(uint32_t) * (pairs_pad - pairs) * t.rows_pad);
@@ -228,7 +295,9 @@ struct AmxProducts {
     }
     tile_product<Outer::kA>(v_blocks, dvo / 16, pp, t.rows_pad * 4, 16 * t.rows_pad * 4,
                  t.row_vecs, pairs_pad / 16, scratch + p.scratch.ot,
-                 t.rows_pad, true);
+                 t.rows_pad, true, pf);
+    pf.finish();
+    pf.clear();
   }
 };
 
