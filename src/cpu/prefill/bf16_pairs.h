@@ -128,8 +128,15 @@ inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, fl
   for (int rv = 0; rv < t.row_vecs; ++rv) {
     float* s = st + rv * Vec::W;
     const R old_max = Vec::load(row_max + rv * Vec::W);
-    R raw_max = Vec::set1(kNegInf);
-    for (int jj = 0; jj < keys; ++jj) raw_max = Vec::max(raw_max, Vec::load(s + jj * t.rows_pad));
+    // Four running maxima: one chain of dependent vmaxps (4 cycles each) over 128 keys cost more
+    // than the loads it waits on.
+    R part[4] = {Vec::set1(kNegInf), Vec::set1(kNegInf), Vec::set1(kNegInf), Vec::set1(kNegInf)};
+    int k = 0;
+    for (; k + 4 <= keys; k += 4) {
+      for (int u = 0; u < 4; ++u) part[u] = Vec::max(part[u], Vec::load(s + (k + u) * t.rows_pad));
+    }
+    for (; k < keys; ++k) part[0] = Vec::max(part[0], Vec::load(s + k * t.rows_pad));
+    const R raw_max = Vec::max(Vec::max(part[0], part[1]), Vec::max(part[2], part[3]));
     // The running max moves only where the tile's passes it by more than kRescaleSlack: below
     // that, P = 2^(s - max) <= 2^kRescaleSlack stays as it is (the f32 sums and O^T and the bf16
     // P hold it as precisely), and the rescale of O^T (head_dim_vo multiplies a row) is skipped.
@@ -175,15 +182,24 @@ inline void scale_scores(const TileRows& t, int keys, float scale, float* st) {
 }
 
 // One tile of query rows over its keys with the products of `Products`:
+//   Products::stage_query_pairs(p, req, kv_head, t, scratch), where it has one: the Q^T pairs as
+//     stage_query_pairs above writes them (else that function stages them);
 //   Products::stage(p, req, kv_head, j0, keys, scratch): K of keys [j0, j0 + keys) in the form
 //     its scores read, and the V pairs (stage_value_pairs);
+//   Products::prefetch_next(p, req, kv_head, j0, keys), where it has one: the next tile's rows
+//     are coming (else prefetch_kv_tile asks for them);
 //   Products::scores(p, t, keys, scratch): S^T [keys][rows_pad] at scratch + st;
 //   Products::values(p, t, keys, scratch): O^T += V^T P^T from the P pairs over S^T.
 template <class Products>
 inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int kv_head,
                            const TileRows& t, float* scratch) {
+  Products products;
   init_rows(p, req, kv_head, t, scratch);
-  stage_query_pairs(p, req, kv_head, t, scratch);
+  if constexpr (requires { products.stage_query_pairs(p, req, kv_head, t, scratch); }) {
+    products.stage_query_pairs(p, req, kv_head, t, scratch);
+  } else {
+    stage_query_pairs(p, req, kv_head, t, scratch);
+  }
   const KeyRange keys = key_range(p, req, t);
   const bool transform = p.soft_cap > 0.0f || p.alibi_slopes_log2e;
   // The dot products see stored q and k: their scales join the score scale.
@@ -192,13 +208,16 @@ inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int k
   const float score_scale = p.q_scale * k_scale * p.qk_scale;
   const int kv_tile = p.tile.kv_tile;
   float* st = scratch + p.scratch.st;
-  Products products;
   for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kv_tile) {
     const int n = static_cast<int>(imin(kv_tile, keys.end - j0));
     products.stage(p, req, kv_head, j0, n, scratch);
     if (j0 + kv_tile < keys.end) {
-      prefetch_kv_tile(p, req, kv_head, j0 + kv_tile,
-                       static_cast<int>(imin(kv_tile, keys.end - j0 - kv_tile)));
+      const int next = static_cast<int>(imin(kv_tile, keys.end - j0 - kv_tile));
+      if constexpr (requires { products.prefetch_next(p, req, kv_head, j0, next); }) {
+        products.prefetch_next(p, req, kv_head, j0 + kv_tile, next);
+      } else {
+        prefetch_kv_tile(p, req, kv_head, j0 + kv_tile, next);
+      }
     }
     products.scores(p, t, n, scratch);
     // The soft cap and ALiBi act on scaled scores; otherwise the scale rides along the softmax.

@@ -47,6 +47,61 @@ inline void transpose16x16(const uint32_t* src, int64_t src_stride, uint32_t* ds
   for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * dst_stride, r[i]);
 }
 
+// Prefetches the next KV tile's K and V rows into L2 a few lines per product step, so that their
+// reads (L3 or DRAM, behind the page table) overlap this tile's products instead of stalling the
+// next tile's staging. kernel.h's prefetch_kv_tile does not do it: GCC finds that function pure
+// (its body is only __builtin_prefetch) and drops the call (no prefetch instruction in the
+// kernel); a burst of a whole tile's lines would also hold the L1 fill buffers that the tile
+// loads need.
+class NextTilePrefetch {
+ public:
+  // Keys [j0, j0 + keys) of the next tile; `steps` set later by spread().
+  void plan(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys) {
+    p_ = &p;
+    req_ = &req;
+    kv_head_ = kv_head;
+    j_ = j0;
+    end_ = j0 + keys;
+    const int esize = dtype_bytes(p.kv_dtype);
+    k_lines_ = (p.head_dim_qk * esize + 63) / 64;
+    v_lines_ = (p.head_dim_vo * esize + 63) / 64;
+    line_ = 0;
+    per_step_ = 0;
+    if (j_ < end_) rows();
+  }
+  void clear() { j_ = end_ = 0; }
+  // Spreads the lines over about `steps` calls of step().
+  void spread(int steps) {
+    const int64_t lines = (end_ - j_) * (k_lines_ + v_lines_);
+    per_step_ = steps > 0 ? static_cast<int>((lines + steps - 1) / steps) : 0;
+  }
+  void step() { issue(per_step_); }
+  void finish() { issue(1 << 30); }
+
+ private:
+  void rows() {
+    k_ = static_cast<const char*>(kv_row(*p_, p_->k, *req_, j_, kv_head_));
+    v_ = static_cast<const char*>(kv_row(*p_, p_->v, *req_, j_, kv_head_));
+  }
+  void issue(int n) {
+    for (; n > 0 && j_ < end_; --n) {
+      const char* at = line_ < k_lines_ ? k_ + 64 * line_ : v_ + 64 * (line_ - k_lines_);
+      _mm_prefetch(at, _MM_HINT_T1);
+      if (++line_ == k_lines_ + v_lines_) {
+        line_ = 0;
+        if (++j_ < end_) rows();
+      }
+    }
+  }
+  const PrefillParams* p_ = nullptr;
+  const RequestInfo* req_ = nullptr;
+  int kv_head_ = 0;
+  int64_t j_ = 0, end_ = 0;
+  int k_lines_ = 0, v_lines_ = 0, line_ = 0, per_step_ = 0;
+  const char* k_ = nullptr;
+  const char* v_ = nullptr;
+};
+
 // Where the A rows of one block of 16 start and how many bytes apart they are.
 struct RowBlock {
   const char* rows = nullptr;
@@ -59,7 +114,8 @@ struct RowBlock {
 // stored to `c` (`c_stride` bytes between rows, block (i, j) at c + i * c_block + 16 * j).
 template <int KB, int RB>
 inline void tile_block(const RowBlock* a, const char* b, int64_t b_stride, int64_t b_step,
-                       int steps, float* c, int64_t c_stride, int64_t c_block, bool load_c) {
+                       int steps, float* c, int64_t c_stride, int64_t c_block, bool load_c,
+                       NextTilePrefetch& pf) {
   static_assert(KB >= 1 && KB <= 2 && RB >= 1 && RB <= 2);
   float* c01 = c + 16;
   float* c10 = c + c_block;
@@ -76,6 +132,7 @@ inline void tile_block(const RowBlock* a, const char* b, int64_t b_stride, int64
     if constexpr (KB > 1 && RB > 1) _tile_zero(3);
   }
   for (int s = 0; s < steps; ++s) {
+    pf.step();
     _tile_loadd(4, a[0].rows + 64 * s, a[0].stride);
     _tile_loadd(6, b + s * b_step, b_stride);
     _tile_dpbf16ps(0, 4, 6);
@@ -95,71 +152,109 @@ inline void tile_block(const RowBlock* a, const char* b, int64_t b_stride, int64
   if constexpr (KB > 1 && RB > 1) _tile_stored(3, c11, c_stride);
 }
 
+// Which operand the outer loop of tile_product holds while the inner one walks the other's blocks.
+enum class Outer { kA, kB };
+
 // C = A . B over blocks of 2 x 2 tiles: the `a_blocks` A row blocks, `b_blocks` B column blocks
 // of 16 words (B: `b_stride` bytes between pair rows, `b_step` bytes a step); C `c_stride_floats`
-// floats between rows.
+// floats between rows. The outer loop holds a pair of A (kA) or B (kB) blocks in L1 while the
+// inner one reads every block of the other operand.
+template <Outer kOuter>
 inline void tile_product(const RowBlock* a, int a_blocks, const void* b, int64_t b_stride,
-                         int64_t b_step, int b_blocks, int steps, float* c,
-                         int64_t c_stride_floats, bool load_c) {
+                         int64_t b_step, int b_blocks, int steps, float* c, int64_t c_stride_floats,
+                         bool load_c, NextTilePrefetch& pf) {
   const int64_t c_block = 16 * c_stride_floats, c_stride = c_stride_floats * 4;
-  for (int i = 0; i < a_blocks; i += 2) {
-    float* ci = c + i * c_block;
+  auto block = [&](int i, int j) {
     const bool two_a = i + 1 < a_blocks;
+    const char* bj = static_cast<const char*>(b) + j * 64;
+    float* cij = c + i * c_block + 16 * j;
+    if (two_a && j + 1 < b_blocks) {
+      tile_block<2, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c, pf);
+    } else if (two_a) {
+      tile_block<2, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c, pf);
+    } else if (j + 1 < b_blocks) {
+      tile_block<1, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c, pf);
+    } else {
+      tile_block<1, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c, pf);
+    }
+  };
+  if constexpr (kOuter == Outer::kA) {
+    for (int i = 0; i < a_blocks; i += 2) {
+      for (int j = 0; j < b_blocks; j += 2) block(i, j);
+    }
+  } else {
     for (int j = 0; j < b_blocks; j += 2) {
-      const char* bj = static_cast<const char*>(b) + j * 64;
-      float* cij = ci + 16 * j;
-      if (two_a && j + 1 < b_blocks) {
-        tile_block<2, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
-      } else if (two_a) {
-        tile_block<2, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
-      } else if (j + 1 < b_blocks) {
-        tile_block<1, 2>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
-      } else {
-        tile_block<1, 1>(a + i, bj, b_stride, b_step, steps, cij, c_stride, c_block, load_c);
-      }
+      for (int i = 0; i < a_blocks; i += 2) block(i, j);
     }
   }
 }
 
-// Where key j's row of `s` starts and, when keys [j, j + 16) are one run of equally spaced rows
-// (contiguous K, or one page), how many bytes apart they are (else 0).
-inline RowBlock key_block(const PrefillParams& p, const KVSource& s, const RequestInfo& req,
-                          int64_t j, int kv_head) {
-  RowBlock block{static_cast<const char*>(kv_row(p, s, req, j, kv_head)), 0};
-  const int esize = dtype_bytes(p.kv_dtype);
-  if (!p.paged || j / p.page_size == (j + 15) / p.page_size) block.stride = s.strides.slot * esize;
-  return block;
+// A bf16 row of `dim` values (a multiple of 32) copied by 64-byte vectors.
+inline void copy_row(const uint16_t* src, int dim, uint16_t* dst) {
+  for (int d = 0; d < dim; d += 32) {
+    _mm512_storeu_si512(dst + d, _mm512_loadu_si512(src + d));
+  }
 }
 
 struct AmxProducts {
   static constexpr int kMaxBlocks = kMaxKVTile / 16;
   static constexpr int kMaxValueBlocks = 1024 / 16;  // head dims up to 1024 (validate_problem)
   RowBlock k_blocks[kMaxBlocks];
+  NextTilePrefetch pf;
 
-  // K: each full block of 16 bf16 rows that is one strided run is read by the tiles where it
-  // lies; the other blocks (fp8 rows, a page boundary inside, the last partial block) are
-  // copied as bf16 into the K tile buffer [round16(keys)][dqk] (rows past `keys` zero). V: the
-  // pairs, padded with zero pairs to 16 (transposed in values()).
+  // The next tile's rows, prefetched during this tile's products (instead of prefetch_kv_tile).
+  void prefetch_next(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0,
+                     int keys) {
+    pf.plan(p, req, kv_head, j0, keys);
+  }
+
+  // Q^T pairs as stage_query_pairs (bf16_pairs.h) writes them, 16 rows x 16 pairs at a time by
+  // one 16 x 16 dword transpose in registers (the head dims are multiples of 32; the scalar
+  // dword loop was ~2 % of the kernel); padding rows are zeros.
+  void stage_query_pairs(const PrefillParams& p, const RequestInfo& req, int kv_head,
+                         const TileRows& t, float* scratch) const {
+    auto* qp = reinterpret_cast<uint32_t*>(scratch + p.scratch.qt);
+    const int pairs = p.head_dim_qk / 2;
+    for (int r0 = 0; r0 < t.rows_pad; r0 += 16) {
+      const unsigned char* rows[16];
+      for (int i = 0; i < 16; ++i) {
+        const int r = r0 + i;
+        rows[i] = r < t.rows ? query_row(p, req, t, r / p.group, kv_head * p.group + r % p.group)
+                             : nullptr;
+      }
+      for (int pr0 = 0; pr0 < pairs; pr0 += 16) {
+        __m512i v[16];
+        for (int i = 0; i < 16; ++i) {
+          v[i] = rows[i] ? _mm512_loadu_si512(rows[i] + 4 * pr0) : _mm512_setzero_si512();
+        }
+        ::kvattn::cpu::amx::transpose16(v);
+        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(qp + (pr0 + i) * t.rows_pad + r0, v[i]);
+      }
+    }
+  }
+
+  // K: every row copied (bf16) or widened (fp8) into the K tile buffer [round16(keys)][dqk], rows
+  // past `keys` zero. Read where it lies, a block's 16 rows are a cache row apart (page slots
+  // hold every KV head: 2 KiB at 8 heads x d128, 4 KiB at d256), so they share 2 (or 1) of the 64
+  // L1 sets and the tile loads miss L1 over and over; contiguous at a row of 128-512 bytes they
+  // spread over the sets, and the whole tile (32 KiB at d128) stays in L1 while the score
+  // product walks it once per pair of row blocks. V: the pairs, padded with zero pairs to 16
+  // (transposed in values()).
   void stage(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys,
              float* scratch) {
     auto* k_copy = reinterpret_cast<uint16_t*>(scratch + p.scratch.kf);
     float* tmp = scratch + p.scratch.row_tmp;
     const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
-    for (int b = 0; b * 16 < keys; ++b) {
-      const int first = b * 16, count = keys - first < 16 ? keys - first : 16;
-      if (p.kv_dtype == DType::kBF16 && count == 16) {
-        k_blocks[b] = key_block(p, p.k, req, j0 + first, kv_head);
-        if (k_blocks[b].stride != 0) continue;
-      }
-      uint16_t* block = k_copy + int64_t{first} * dqk;
-      k_blocks[b] = {reinterpret_cast<const char*>(block), int64_t{dqk} * 2};
-      for (int jj = 0; jj < count; ++jj) {
-        uint16_t* dst = block + int64_t{jj} * dqk;
-        const uint16_t* row =
-            bf16_row(p, kv_row(p, p.k, req, j0 + first + jj, kv_head), dqk, tmp, dst);
-        if (row != dst) std::memcpy(dst, row, sizeof(uint16_t) * dqk);
-      }
-      std::memset(block + int64_t{count} * dqk, 0, sizeof(uint16_t) * (16 - count) * dqk);
+    for (int jj = 0; jj < keys; ++jj) {
+      uint16_t* dst = k_copy + int64_t{jj} * dqk;
+      const uint16_t* row = bf16_row(p, kv_row(p, p.k, req, j0 + jj, kv_head), dqk, tmp, dst);
+      if (row != dst) copy_row(row, dqk, dst);
+    }
+    const int keys_pad = round16(keys);
+    std::memset(k_copy + int64_t{keys} * dqk, 0, sizeof(uint16_t) * (keys_pad - keys) * dqk);
+    for (int b = 0; b < keys_pad / 16; ++b) {
+      k_blocks[b] = {reinterpret_cast<const char*>(k_copy + int64_t{16 * b} * dqk),
+                     int64_t{dqk} * 2};
     }
     stage_value_pairs(p, req, kv_head, j0, keys, scratch);
     auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
@@ -167,15 +262,31 @@ struct AmxProducts {
     std::memset(vp + int64_t{pairs} * dvo, 0, sizeof(uint32_t) * (round16(pairs) - pairs) * dvo);
   }
 
-  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) const {
-    tile_product(k_blocks, round16(keys) / 16, scratch + p.scratch.qt, t.rows_pad * 4,
-                 16 * t.rows_pad * 4, t.row_vecs, p.head_dim_qk / 32,
-                 scratch + p.scratch.st, t.rows_pad, false);
+  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
+    const int row_pairs = (t.row_vecs + 1) / 2;
+    pf.spread(row_pairs * ((round16(keys) / 16 + 1) / 2 * (p.head_dim_qk / 32) +
+                           (p.head_dim_vo / 16 + 1) / 2 * (round16((keys + 1) / 2) / 16)));
+    // B outer where the K tile fits L1 beside a pair of row blocks' Q^T (up to 32 KiB: d128 and
+    // below): both stay there, and Q^T streams from L2 once per KV tile instead of once per
+    // pair of K blocks. A larger K tile (64 KiB at d256) would stream from L2 once per pair of
+    // row blocks instead: there A outer (a pair of K blocks held, Q^T streamed) measured 2 %
+    // faster (7 alternations, bench d256: 215.1 vs 220.0 ms).
+    const int key_blocks = round16(keys) / 16;
+    const bool k_tile_in_l1 = int64_t{16 * key_blocks} * p.head_dim_qk * 2 <= 32 * 1024;
+    const int64_t b_stride = t.rows_pad * 4, b_step = 16 * t.rows_pad * 4;
+    float* st = scratch + p.scratch.st;
+    if (k_tile_in_l1) {
+      tile_product<Outer::kB>(k_blocks, key_blocks, scratch + p.scratch.qt, b_stride, b_step,
+                              t.row_vecs, p.head_dim_qk / 32, st, t.rows_pad, false, pf);
+    } else {
+      tile_product<Outer::kA>(k_blocks, key_blocks, scratch + p.scratch.qt, b_stride, b_step,
+                              t.row_vecs, p.head_dim_qk / 32, st, t.rows_pad, false, pf);
+    }
   }
 
   // The P pairs past the tile's keys are zeroed up to 16 (their S^T rows hold other keys'
   // scores), the V pairs (zero past the keys, after the numerics policy's guard) transposed.
-  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) const {
+  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
     const int dvo = p.head_dim_vo, pairs = (keys + 1) / 2, pairs_pad = round16(pairs);
     auto* pp = reinterpret_cast<uint32_t*>(scratch + p.scratch.st);
     std::memset(pp + pairs * t.rows_pad, 0, sizeof(uint32_t) * (pairs_pad - pairs) * t.rows_pad);
@@ -193,9 +304,10 @@ struct AmxProducts {
       v_blocks[b] = {reinterpret_cast<const char*>(vt + int64_t{16 * b} * vt_stride),
                      int64_t{vt_stride} * 4};
     }
-    tile_product(v_blocks, dvo / 16, pp, t.rows_pad * 4, 16 * t.rows_pad * 4,
-                 t.row_vecs, pairs_pad / 16, scratch + p.scratch.ot,
-                 t.rows_pad, true);
+    tile_product<Outer::kA>(v_blocks, dvo / 16, pp, t.rows_pad * 4, 16 * t.rows_pad * 4, t.row_vecs,
+                            pairs_pad / 16, scratch + p.scratch.ot, t.rows_pad, true, pf);
+    pf.finish();
+    pf.clear();
   }
 };
 
