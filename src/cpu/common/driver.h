@@ -8,13 +8,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/attention_math.h"
-#include "core/backend.h"
 #include "cpu/common/epilogue.h"
 #include "cpu/common/thread_pool.h"
 #include "cpu/common/workspace.h"
+#include "kvattn/attention.h"
 #include "kvattn/status.h"
 
 namespace kvattn::cpu {

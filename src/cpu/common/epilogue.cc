@@ -40,8 +40,8 @@ void store_16bit(const float* src, int n, unsigned char* o, int64_t stride) {
   }
 }
 
-}  // namespace
-
+// f32 values src[0, n) stored as `dtype` (f32, f16 or bf16: the cpu backend's output dtypes) at
+// dst, element stride `stride`; dst need not be aligned.
 void store_row(const float* src, int n, DType dtype, void* dst, int64_t stride) {
   auto* o = static_cast<unsigned char*>(dst);
   if (dtype == DType::kF32) {
@@ -56,6 +56,8 @@ void store_row(const float* src, int n, DType dtype, void* dst, int64_t stride) 
     store_16bit<num::f32_to_f16>(src, n, o, stride);
   }
 }
+
+}  // namespace
 
 OutputRows OutputRows::of(const AttentionArgs& args) {
   OutputRows r;

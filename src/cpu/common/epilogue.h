@@ -22,10 +22,6 @@ namespace kvattn::cpu {
 // null for a split item's partial (the merge adds the sink once).
 math::RowFinish finish_row(float m, float sum, float v_scale, bool nan_row, const float* sink);
 
-// f32 values src[0, n) stored as `dtype` (f32, f16 or bf16: the cpu backend's output dtypes) at
-// dst, element stride `stride`; dst need not be aligned.
-void store_row(const float* src, int n, DType dtype, void* dst, int64_t stride);
-
 // Where final rows go: out [token, head, dim] in its dtype and lse [token, head] (optional),
 // from the run's arguments (single decode's rank-2 out [head, dim] is one token).
 struct OutputRows {

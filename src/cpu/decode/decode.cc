@@ -74,25 +74,24 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
                                               bool token_scales) {
   DecodeScratchLayout l;
   WorkspaceLayout at;
-  auto take = [&](std::size_t bytes) { return at.take(bytes); };
   const int heads = kDecodeMaxTaskHeads;
-  l.q = take(sizeof(float) * heads * group_padded * head_dim_qk_padded);
-  l.o = take(sizeof(float) * heads * group_padded * head_dim_vo_padded);
-  l.scores = take(sizeof(float) * group_padded * kDecodeTileKeys);
-  l.max = take(sizeof(float) * heads * group_padded);
-  l.sum = take(sizeof(float) * heads * group_padded);
-  l.k_rows = take(sizeof(void*) * 2 * kDecodeTileKeys);
-  l.v_rows = take(sizeof(void*) * 2 * kDecodeTileKeys);
-  l.head_rows = take(sizeof(void*) * 2 * kDecodeTileKeys);
-  l.mask = take(kDecodeTileKeys);
-  l.nan_key = take(kDecodeMaxTaskHeads);
+  l.q = at.take(sizeof(float) * heads * group_padded * head_dim_qk_padded);
+  l.o = at.take(sizeof(float) * heads * group_padded * head_dim_vo_padded);
+  l.scores = at.take(sizeof(float) * group_padded * kDecodeTileKeys);
+  l.max = at.take(sizeof(float) * heads * group_padded);
+  l.sum = at.take(sizeof(float) * heads * group_padded);
+  l.k_rows = at.take(sizeof(void*) * 2 * kDecodeTileKeys);
+  l.v_rows = at.take(sizeof(void*) * 2 * kDecodeTileKeys);
+  l.head_rows = at.take(sizeof(void*) * 2 * kDecodeTileKeys);
+  l.mask = at.take(kDecodeTileKeys);
+  l.nan_key = at.take(kDecodeMaxTaskHeads);
   if (token_scales) {
-    l.scale_offsets = take(sizeof(int64_t) * 2 * 2 * kDecodeTileKeys);  // [K, V][2][tile]
-    l.token_scales = take(sizeof(float) * 2 * kDecodeTileKeys);         // [K, V][tile]
+    l.scale_offsets = at.take(sizeof(int64_t) * 2 * 2 * kDecodeTileKeys);  // [K, V][2][tile]
+    l.token_scales = at.take(sizeof(float) * 2 * kDecodeTileKeys);         // [K, V][tile]
   }
   if (rope) {
-    l.rope_k = take(sizeof(float) * kDecodeTileKeys * head_dim_qk_padded);
-    l.rope_cos_sin = take(sizeof(double) * 5 * (head_dim_qk_padded / 2));
+    l.rope_k = at.take(sizeof(float) * kDecodeTileKeys * head_dim_qk_padded);
+    l.rope_cos_sin = at.take(sizeof(double) * 5 * (head_dim_qk_padded / 2));
   }
   l.bytes = at.size();
   return l;

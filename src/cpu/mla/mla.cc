@@ -260,9 +260,8 @@ Status run_mla(const Plan& plan, const AttentionArgs& args, void* workspace,
   auto store = [&](int64_t token, int64_t r, const float* o, float lse) {
     output.store(token + r / heads, static_cast<int>(r % heads), o, d_ckv, lse);
   };
-  PartialStates partial{ws ? reinterpret_cast<float*>(ws + layout.partial_o) : nullptr,
-                        ws ? reinterpret_cast<float*>(ws + layout.partial_lse) : nullptr,
-                        kMlaMaxRows, d_ckv};
+  PartialStates partial{reinterpret_cast<float*>(ws + layout.partial_o),
+                        reinterpret_cast<float*>(ws + layout.partial_lse), kMlaMaxRows, d_ckv};
   for_each_item(plan.num_threads, static_cast<int64_t>(plan.work.size()), ws + layout.threads,
                 layout.layout.thread_stride(), [&](int64_t i, std::byte* mine) {
                   const WorkItem& w = plan.work[i];

@@ -15,7 +15,6 @@
 #include "cpu/prefill/masked_values.h"
 
 inline constexpr float kNegInf = -__builtin_huge_valf();
-using ::kvattn::math::kLn2;
 using ::kvattn::math::kLog2e;
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/math_constants.h"  // kLog2e, kLn2 of the kernel body (kernel.h)
+#include "core/math_constants.h"  // kLog2e of the kernel body (kernel.h)
 #include "core/paged_kv.h"
 #include "cpu/common/epilogue.h"
 #include "cpu/prefill/tile_config.h"
