@@ -49,6 +49,7 @@ CpuFeatures detect() {
     const bool amd = __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u && d == 0x69746e65u &&
                      c == 0x444d4163u;  // "AuthenticAMD"
     f.fast_bf16_dot = f.avx512_bf16 && amd;
+    f.amd = amd;
   }
 #if defined(__x86_64__) && defined(__linux__)
   {
@@ -92,6 +93,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512_fp16, "avx512_fp16");
   add(avx512_vbmi, "avx512_vbmi");
   add(fast_bf16_dot, "fast_bf16_dot");
+  add(amd, "amd");
   add(amx_bf16, "amx_bf16");
   return s.empty() ? "none" : s;
 }

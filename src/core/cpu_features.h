@@ -16,6 +16,9 @@ struct CpuFeatures {
   // at a quarter of the FMA rate, and the fp32-FMA kernels are faster there (issue 14 note):
   // set from the vendor (AMD), the kernels' choice between the two.
   bool fast_bf16_dot = false;
+  // AMD (Zen): software prefetches of decode's next tile run faster into L1 (prefetcht0) than
+  // into L2 (prefetcht1, the Intel Xeons' best): issue 23's Zen 4 note.
+  bool amd = false;
   // AMX-BF16 and AMX-TILE (CPUID), with the tile state granted by the OS (Linux hands it out
   // only on request: arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
   bool amx_bf16 = false;

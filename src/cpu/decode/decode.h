@@ -7,6 +7,7 @@
 
 #include "core/paged_kv.h"
 #include "cpu/common/epilogue.h"
+#include "cpu/decode/decode_prefetch.h"
 #include "kvattn/attention.h"
 #include "kvattn/device.h"
 #include "kvattn/problem.h"
@@ -70,6 +71,9 @@ struct DecodeParams {
   int64_t mask_stride = 1;
   bool mask_packed = false;
   const int64_t* mask_begin = nullptr;
+
+  // Where the next tile's prefetches put its lines (decode_prefetch.h): the CPU class's.
+  decode_detail::PrefetchHint prefetch_hint = decode_detail::PrefetchHint::kL2;
 
   // Final rows: token b (one query per request), head qo_head. Split requests: partial state s
   // (= WorkItem::partial) of query g is partial.row(s, g) (rows = group).

@@ -266,7 +266,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   const int64_t k_head_step = p.k_strides.head * int64_t{kv_bytes};
   const int64_t v_head_step = p.v_strides.head * int64_t{kv_bytes};
   const float k_raw = p.rope ? 1.0f : Tiles::kKRaw;
-  TilePrefetcher prefetch;
+  TilePrefetcher prefetch(p.prefetch_hint);
   // tick() calls per head step: one per key in each QK and PV pass over a block of kNG rows.
   const int ticks_per_head = 2 * kTile * ((gp + kNG - 1) / kNG);
   if (begin < end) {

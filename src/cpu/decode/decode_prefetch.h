@@ -15,9 +15,18 @@ namespace kvattn::cpu::decode_detail {
 // in one burst per head step ran no faster than no prefetch at all (issue 14): once the core's
 // miss buffers are full the burst stalls the arithmetic queued behind it, where a steady trickle
 // keeps loads in flight while the FMAs run.
+//
+// Where the lines go is the CPU class's (DecodeParams::prefetch_hint, chosen when the params are
+// built): into L2 (prefetcht1) on the Intel Xeons (issue 14: the tile of all heads does not fit
+// L1), into L1 (prefetcht0) on AMD: on Zen 4 the L2 hint ran every decode case slower, the bf16
+// llama3 case 1.25x (issue 23's Zen 4 note; prefetchnta was between the two).
+enum class PrefetchHint : uint8_t { kL2, kL1 };
+
 class TilePrefetcher {
  public:
   static constexpr int kMaxStreams = 64;
+
+  explicit TilePrefetcher(PrefetchHint hint) : hint_(hint) {}
 
   // Empties the plan; streams are then added in the order they should be read.
   void reset() {
@@ -65,9 +74,13 @@ class TilePrefetcher {
     n = std::min(n, budget_ - issued_);
     while (n > 0 && line_ < max_lines_) {
       if (line_ < lines_[stream_]) {
-        // Into L2 (locality 2): a tile of all heads does not fit L1. Inline: GCC drops a call
-        // to a function whose body is only __builtin_prefetch.
-        __builtin_prefetch(begin_[stream_] + 64 * line_, 0, 2);
+        // Inline: GCC drops a call to a function whose body is only __builtin_prefetch.
+        const std::byte* line = begin_[stream_] + 64 * line_;
+        if (hint_ == PrefetchHint::kL1) {
+          __builtin_prefetch(line, 0, 3);
+        } else {
+          __builtin_prefetch(line, 0, 2);
+        }
         --n;
         ++issued_;
       }
@@ -81,6 +94,7 @@ class TilePrefetcher {
   const std::byte* begin_[kMaxStreams];
   const std::byte* end_[kMaxStreams];
   int64_t lines_[kMaxStreams];
+  PrefetchHint hint_;
   int count_ = 0;
   int64_t total_ = 0, issued_ = 0, budget_ = 0, per_call_ = 0, max_lines_ = 0;
   int64_t line_ = 0;
