@@ -3,7 +3,11 @@
 // prefill_avx512_bf16.cc), never from code built without them. Needs <immintrin.h> and
 // cpu/simd_avx512.h (included at the top of the file, outside its namespace).
 
-struct Vec {
+// The basic operations (zero, load, store, set1, fma, mul, add, sub, max), exp2, tanh,
+// round_f16 and the widening conversions are the AVX-512 helpers the decode kernels use too
+// (simd_avx512.h), written once.
+struct Vec : ::kvattn::cpu::avx512::Simd {
+  using Simd = ::kvattn::cpu::avx512::Simd;
   using Reg = __m512;
   static constexpr int W = 16;
   // 4 row vectors (64 query rows) x 6 keys = 24 accumulators, 4 row loads and 6 broadcasts per
@@ -12,27 +16,11 @@ struct Vec {
   static constexpr int kKeyBlock = 6;
   static constexpr int kDvBlock = 6;
 
-  static Reg zero() { return _mm512_setzero_ps(); }
-  static Reg load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, Reg x) { _mm512_storeu_ps(p, x); }
-  static Reg set1(float x) { return _mm512_set1_ps(x); }
-  static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
-  static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
-  static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
-  static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
-  static Reg max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
   static bool any_greater(Reg a, Reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) != 0; }
   static Reg zero_if_neg_inf(Reg x) {
     const __mmask16 is_neg_inf = _mm512_cmp_ps_mask(x, set1(-__builtin_huge_valf()), _CMP_EQ_OQ);
     return _mm512_mask_blend_ps(is_neg_inf, x, zero());
   }
-
-  // exp2, tanh, round_f16 and the widening conversions: the AVX-512 helpers the decode kernels
-  // use too (simd_avx512.h), written once.
-  using Simd = ::kvattn::cpu::avx512::Simd;
-  static Reg exp2(Reg x) { return Simd::exp2(x); }
-  static Reg tanh(Reg x) { return Simd::tanh(x); }
-  static Reg round_f16(Reg x) { return Simd::round_f16(x); }
 
   // 16 stored elements (those set in `m`) as f32, before the scale and before raw_scale<T>().
   template <DType T>
@@ -69,23 +57,6 @@ struct Vec {
     }
   }
 
-  static void load_convert(const void* src, DType dtype, int n, float scale, float* dst) {
-    const auto* bytes = static_cast<const unsigned char*>(src);
-    switch (dtype) {
-      case DType::kF32:
-        return convert_row<DType::kF32>(bytes, n, scale, dst);
-      case DType::kF16:
-        return convert_row<DType::kF16>(bytes, n, scale, dst);
-      case DType::kBF16:
-        return convert_row<DType::kBF16>(bytes, n, scale, dst);
-      case DType::kE4M3:
-        return convert_row<DType::kE4M3>(bytes, n, scale, dst);
-      case DType::kE5M2:
-        return convert_row<DType::kE5M2>(bytes, n, scale, dst);
-      default:
-        return;
-    }
-  }
 
   static void store16(const Reg x, DType dtype, __mmask16 m, unsigned char* dst) {
     switch (dtype) {

@@ -49,10 +49,8 @@ inline void transpose16x16(const uint32_t* src, int64_t src_stride, uint32_t* ds
 
 // Prefetches the next KV tile's K and V rows into L2 a few lines per product step, so that their
 // reads (L3 or DRAM, behind the page table) overlap this tile's products instead of stalling the
-// next tile's staging. kernel.h's prefetch_kv_tile does not do it: GCC finds that function pure
-// (its body is only __builtin_prefetch) and drops the call (no prefetch instruction in the
-// kernel); a burst of a whole tile's lines would also hold the L1 fill buffers that the tile
-// loads need.
+// next tile's staging, where kernel.h's prefetch_kv_tile asks for a whole tile's lines in one
+// burst, which would hold the L1 fill buffers that the tile loads need.
 class NextTilePrefetch {
  public:
   // Keys [j0, j0 + keys) of the next tile; `steps` set later by spread().

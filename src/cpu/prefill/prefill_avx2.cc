@@ -11,7 +11,10 @@
 namespace kvattn::cpu::prefill::avx2 {
 namespace {
 
-struct Vec {
+// The basic operations, exp2, tanh, round_f16 and the widening conversions are the AVX2 helpers
+// the decode kernels use too (simd_avx2.h), written once.
+struct Vec : ::kvattn::cpu::avx2::Simd {
+  using Simd = ::kvattn::cpu::avx2::Simd;
   using Reg = __m256;
   static constexpr int W = 8;
   // 2 row vectors x 6 keys = 12 accumulators + 2 row loads + 1 broadcast: 15 of 16 registers.
@@ -19,15 +22,6 @@ struct Vec {
   static constexpr int kKeyBlock = 6;
   static constexpr int kDvBlock = 6;
 
-  static Reg zero() { return _mm256_setzero_ps(); }
-  static Reg load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, Reg x) { _mm256_storeu_ps(p, x); }
-  static Reg set1(float x) { return _mm256_set1_ps(x); }
-  static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
-  static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
-  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
-  static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
-  static Reg max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
   static bool any_greater(Reg a, Reg b) {
     return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ)) != 0;
   }
@@ -35,13 +29,6 @@ struct Vec {
     const Reg is_neg_inf = _mm256_cmp_ps(x, set1(-__builtin_huge_valf()), _CMP_EQ_OQ);
     return _mm256_andnot_ps(is_neg_inf, x);
   }
-
-  // exp2, tanh, round_f16 and the widening conversions: the AVX2 helpers the decode kernels use
-  // too (simd_avx2.h), written once.
-  using Simd = ::kvattn::cpu::avx2::Simd;
-  static Reg exp2(Reg x) { return Simd::exp2(x); }
-  static Reg tanh(Reg x) { return Simd::tanh(x); }
-  static Reg round_f16(Reg x) { return Simd::round_f16(x); }
 
   // 8 stored elements at src as f32, before the scale and before raw_scale<T>().
   template <DType T>
@@ -87,23 +74,6 @@ struct Vec {
     }
   }
 
-  static void load_convert(const void* src, DType dtype, int n, float scale, float* dst) {
-    const auto* bytes = static_cast<const unsigned char*>(src);
-    switch (dtype) {
-      case DType::kF32:
-        return convert_row<DType::kF32>(bytes, n, scale, dst);
-      case DType::kF16:
-        return convert_row<DType::kF16>(bytes, n, scale, dst);
-      case DType::kBF16:
-        return convert_row<DType::kBF16>(bytes, n, scale, dst);
-      case DType::kE4M3:
-        return convert_row<DType::kE4M3>(bytes, n, scale, dst);
-      case DType::kE5M2:
-        return convert_row<DType::kE5M2>(bytes, n, scale, dst);
-      default:
-        return;
-    }
-  }
 
   static void store8(Reg x, DType dtype, unsigned char* dst) {
     switch (dtype) {
