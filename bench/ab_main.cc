@@ -3,6 +3,11 @@
 // medians and minimums of wall and process-CPU time per run(plan, args), and B / A.
 //
 //   kvattn_bench_ab CASE_A CASE_B [ROUNDS=15] [THREADS=1] [BACKEND=cpu]
+//
+// KVATTN_CPU_KERNEL_A / KVATTN_CPU_KERNEL_B, when either is set, are the KVATTN_CPU_KERNEL each
+// side's plan is made with (unset for a side without one): the same case twice then compares two
+// cpu kernels, e.g. CASE_A = CASE_B = decode_llama3_8b_e4m3 with
+// KVATTN_CPU_KERNEL_B=decode-avx512vbmi-fp8table-fma-k32.
 #include <time.h>
 
 #include <algorithm>
@@ -46,6 +51,16 @@ int main(int argc, char** argv) {
     for (const BenchCase& c : standard_cases()) {
       if (c.name != names[i]) continue;
       found = true;
+      // The plan is where the cpu kernel is chosen (and KVATTN_CPU_KERNEL read).
+      const char* kernel[2] = {std::getenv("KVATTN_CPU_KERNEL_A"),
+                               std::getenv("KVATTN_CPU_KERNEL_B")};
+      if (kernel[0] != nullptr || kernel[1] != nullptr) {
+        if (kernel[i] != nullptr) {
+          setenv("KVATTN_CPU_KERNEL", kernel[i], 1);
+        } else {
+          unsetenv("KVATTN_CPU_KERNEL");
+        }
+      }
       kvattn::Status s = PreparedCase::prepare(c, backend, threads, &prepared[i]);
       if (!s.ok()) {
         std::fprintf(stderr, "%s: %s\n", names[i].c_str(), s.to_string().c_str());
