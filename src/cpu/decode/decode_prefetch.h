@@ -19,7 +19,7 @@ namespace kvattn::cpu::decode_detail {
 // Where the lines go is the CPU class's (DecodeParams::prefetch_hint, chosen when the params are
 // built): into L2 (prefetcht1) on the Intel Xeons (issue 14: the tile of all heads does not fit
 // L1), into L1 (prefetcht0) on AMD: on Zen 4 the L2 hint ran every decode case slower, the bf16
-// llama3 case 1.25x (issue 23's Zen 4 note; prefetchnta was between the two).
+// llama3 case 1.27x (issue 23's Zen 4 note; prefetchnta was between the two).
 enum class PrefetchHint : uint8_t { kL2, kL1 };
 
 class TilePrefetcher {
