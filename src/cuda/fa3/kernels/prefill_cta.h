@@ -116,8 +116,8 @@ KVATTN_HD const uint8_t* locate_lane_row(const Ops& ops, const PrefillParams& p,
 // copy(row, byte_col, src, in) for each chunk of block n that this thread copies: src is the
 // row's address, in whether the row is a key (below kv_len); a row past kv_len gets the cache's
 // base, a valid address none of whose bytes is read. Not unrolled: with the row addresses held
-// across the loop, unrolling by 2 spilled at the producer's 40 registers (ptxas sm_90a: 56 bytes
-// in bf16 d128, 48 in e4m3 d128).
+// across the loop, unrolling by 2 spilled at the producer's 40 registers (ptxas sm_90a: 344 bytes
+// of spill stores in bf16 d128, 336 in e4m3 d128).
 template <int EB, int BN, int kRowChunks, class Ops, class Copy>
 KVATTN_HD void for_each_chunk(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
                               const void* base, const paged::CacheStrides& s, int n, int kv_head,
@@ -273,7 +273,8 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       const pipe::PipelineState<kStages> st = pipe::state_at(start, used + block);
       ops.mbarrier_wait(v ? b.empty_v(st.index) : b.empty_k(st.index), st.phase);
       // The request read again (the wait's memory clobber keeps it a load), so that its fields
-      // hold no registers across the copy: without it the producer spilled at 40 (sm_90a).
+      // hold no registers across the copy: without it the producer spilled at 40 (ptxas sm_90a:
+      // 56 bytes of spill stores in bf16 d128, 48 in e4m3 d128).
       const RequestInfo req = p.requests[p.tiles[t].request];
       if (!v) {
         copy_block<Tag, BN, kKRowChunks>(ops, p, req, p.k, p.k_strides, p.k_chunks, n, kv_head,
