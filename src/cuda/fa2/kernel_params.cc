@@ -47,7 +47,7 @@ Status make_kernel_params(const Problem& p, const AttentionArgs& args, const Sch
   k.v_strides = kv_strides(p, vt);
   k.paged = is_paged(p.op);
   k.page_size = p.page_size;
-  k.page_div = FastDiv(uint32_t(p.page_size > 0 ? p.page_size : 1));
+  k.page_div = cuda::FastDiv(uint32_t(p.page_size > 0 ? p.page_size : 1));
   k.kv_vector_loads =
       rows_are_vector_aligned(kt, k.k_strides) && rows_are_vector_aligned(vt, k.v_strides);
   k.out = args.out.data;

@@ -6,9 +6,9 @@
 #include <cstdint>
 
 #include "core/paged_kv.h"
+#include "cuda/common/fast_div.h"
 #include "cuda/common/merge_row.h"
 #include "cuda/common/out_kind.h"
-#include "cuda/fa2/kernels/fast_div.h"
 
 namespace kvattn::fa2 {
 
@@ -80,7 +80,7 @@ struct AttentionParams {
   bool paged = false;
   int page_size = 1;
   const int32_t* kv_indices = nullptr;  // device copy
-  FastDiv page_div;  // division by page_size (a multiply and a shift)
+  cuda::FastDiv page_div;               // division by page_size (a multiply and a shift)
   // True when every K/V row is 16-byte aligned and dense in the dim: cp.async 16-byte copies.
   bool kv_vector_loads = false;
 

@@ -84,7 +84,7 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
   k.v_chunks =
       rows_in_chunks(vt, {k.v_strides.page, k.v_strides.slot, k.v_strides.head}, k.v_strides.dim);
   k.paged = is_paged(p.op);
-  k.page_size = p.page_size;
+  k.page_div = cuda::FastDiv(uint32_t(p.page_size > 0 ? p.page_size : 1));
   // The kernel's tile shape (tile_size.h): its K/V block is the TMA box's depth, the tile list's
   // and the split chunks' unit.
   const TileShape shape = tile_shape(p.head_dim_qk, p.head_dim_vo, is_fp8(p.kv_dtype) ? 1 : 2);

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/paged_kv.h"
+#include "cuda/common/fast_div.h"
 #include "cuda/common/out_kind.h"
 #include "cuda/fa3/kernels/tile_scheduler.h"
 #include "cuda/fa3/split_plan.h"
@@ -41,7 +42,7 @@ struct PrefillParams {
   // TMA; otherwise the rows are gathered byte by byte (prefill_cta.h's gather16).
   bool q_chunks = true, k_chunks = true, v_chunks = true;
   bool paged = false;
-  int page_size = 1;
+  cuda::FastDiv page_div;               // division by the page size (its divisor: the page size)
   const int32_t* kv_indices = nullptr;  // device copy
   // Dense and ragged K/V: TMA tensor maps over [tokens, H_kv, D] (dims innermost first: D, H_kv,
   // tokens), box 64 x 1 x kBlockN with the 128-byte swizzle: one box is one panel of a K/V tile

@@ -13,11 +13,12 @@
 #include <string>
 
 #include "core/numeric.h"
+#include "cuda/common/fast_div.h"
 #include "cuda/common/store_element.h"
+#include "cuda/emulator/sm90_emulator.h"
 #include "cuda/fa3/kernels/elem.h"
 #include "cuda/fa3/kernels/l2_hint.h"
 #include "cuda/fa3/params.h"
-#include "cuda/emulator/sm90_emulator.h"
 
 namespace kvattn::fa3::emu {
 
@@ -47,15 +48,17 @@ inline WgmmaType wgmma_type(ElemKind k) {
 // What the replay counts over the kernel body's operations, for every CTA of every replay since
 // the last reset (a test resets, replays, reads): global loads by kind and L2 hint (l2_hint.h),
 // wgmma instructions (m64nNk16 / k32, ss or rs) per warpgroup (0 the producer, 1 and 2 the
-// consumers).
+// consumers), and fast divisions (fast_div: the page lookups of paged K/V rows), by every thread.
 enum class LoadKind : int { kTmaBox, kCpAsync, kLd16Producer, kLd16Consumer, kCount };
 struct ReplayCounters {
   std::atomic<int64_t> loads[int(LoadKind::kCount)][3] = {};
   std::atomic<int64_t> wgmma[3] = {};
+  std::atomic<int64_t> fast_divs = 0;
   void reset() {
     for (auto& kind : loads)
       for (auto& n : kind) n = 0;
     for (auto& n : wgmma) n = 0;
+    fast_divs = 0;
   }
   int64_t count(LoadKind k, L2Hint h) const { return loads[int(k)][int(h)]; }
 };
@@ -97,6 +100,11 @@ class Fa3EmuOps {
   }
   void store_out(const PrefillParams& p, int64_t offset, float x) const {
     cuda::store_element(p.out, p.out_kind, offset, x);
+  }
+
+  uint32_t fast_div(const cuda::FastDiv& d, uint32_t n) const {
+    ++replay_counters().fast_divs;
+    return d.div(n);
   }
 
   void mbarrier_init(uint64_t* bar, int count) const { ops_.mbarrier_init(bar, count); }

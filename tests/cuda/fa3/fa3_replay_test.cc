@@ -23,11 +23,13 @@
 
 #include "core/capability.h"
 #include "core/numeric.h"
+#include "cuda/common/case_spec.h"
+#include "cuda/common/fast_div.h"
 #include "cuda/fa3/capability.h"
 #include "cuda/fa3/fa3_emu_ops.h"
 #include "cuda/fa3/kernel_key.h"
 #include "cuda/fa3/kernel_keys.h"
-#include "cuda/common/case_spec.h"
+#include "cuda/fa3/kernels/prefill_cta.h"
 #include "testing/case_builder.h"
 #include "testing/tolerance.h"
 #include "testing/variants.h"
@@ -127,6 +129,89 @@ TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
       if (op == Op::kBatchPrefillPaged) {
         EXPECT_GT(c.count(LoadKind::kCpAsync, L2Hint::kEvictLast), 0) << what << ": cp.async path";
       }
+    }
+  }
+}
+
+// Paged K/V rows are located once per row of each block copied (prefill_cta.h's for_each_chunk:
+// one lane per row takes the page division and the page-table load, the row's chunks take its
+// address by shuffles), not once per 16-byte chunk: the replay counts the page divisions
+// (ops.fast_div) against the rows copied, 2 x blocks x BN (a K and a V block each). The rows are
+// found from the chunks copied: every row's kRowChunks cp.async (16-bit K and V, FP8 K; FP8 V
+// rows, loaded into registers, only below kv_len). Keys of every row shape: K rows of 4 to 32
+// chunks (12 and 24 at head dim 192: rows across a warp's steps), blocks of 128 and 64 keys.
+// Ragged (contiguous) K/V divide nothing. Locating per chunk, as before, divided kRowChunks
+// (4 to 32) times as often as this allows.
+TEST(Fa3ReplayCounters, PagedRowsAreLocatedOncePerBlock) {
+  using emu::LoadKind;
+  emu::ReplayCounters& c = emu::replay_counters();
+  const KernelKey keys[] = {kBf16D128,
+                            kE4m3D128,
+                            {DType::kBF16, DType::kBF16, 192, 128},
+                            {DType::kE4M3, DType::kE4M3, 192, 128},
+                            {DType::kBF16, DType::kBF16, 256, 256},
+                            {DType::kE4M3, DType::kE4M3, 64, 64}};
+  for (const KernelKey& key : keys) {
+    const bool fp8 = is_fp8(key.kv);
+    const int64_t k_chunks = key.head_dim_qk * (fp8 ? 1 : 2) / 16;
+    const int64_t v_chunks = key.head_dim_vo * (fp8 ? 1 : 2) / 16;
+    for (Op op : {Op::kBatchPrefillPaged, Op::kBatchDecode}) {
+      for (int page_size : {1, 7, 16}) {
+        const std::string what = std::string(op_name(op)) + " page " + std::to_string(page_size) +
+                                 " " + kernel_key_string(key);
+        c.reset();
+        testing::CaseSpec s = spec_for(key, op, {3, 70}, {50, 300});
+        s.problem.page_size = page_size;
+        s.problem.mask_mode = MaskMode::kCausal;
+        expect_matches(s, what);
+        const int64_t cp_async = c.count(LoadKind::kCpAsync, L2Hint::kEvictLast);
+        const int64_t block_rows = cp_async / (fp8 ? k_chunks : k_chunks + v_chunks);
+        const int64_t chunks = cp_async + c.count(LoadKind::kLd16Producer, L2Hint::kEvictLast);
+        const int64_t divisions = c.fast_divs;
+        std::printf("[ counters ] %s: %lld page divisions for %lld chunks of %lld rows\n",
+                    what.c_str(), static_cast<long long>(divisions), static_cast<long long>(chunks),
+                    static_cast<long long>(2 * block_rows));
+        ASSERT_GT(block_rows, 0) << what;
+        EXPECT_GT(divisions, 0) << what;
+        EXPECT_LE(divisions, 2 * block_rows) << what << ": more than one division per row";
+      }
+    }
+    c.reset();
+    expect_matches(spec_for(key, Op::kBatchPrefillRagged, {3, 70}, {50, 300}),
+                   "ragged " + kernel_key_string(key));
+    EXPECT_EQ(c.fast_divs, 0) << "ragged " << kernel_key_string(key);
+  }
+}
+
+// kv_row's page division: FastDiv's for keys below 2^32 (counted), a 64-bit division past them,
+// both exact: page kv_indices[kv_first + key / page_size], slot key % page_size. (kv_first is
+// set so that the page-table entry read is always the second: the keys are of requests of more
+// than 2^32 keys.)
+TEST(Fa3KvRow, KeysPast32BitsTakeTheWideDivision) {
+  struct DivOps {
+    mutable int divisions = 0;
+    uint32_t fast_div(const cuda::FastDiv& d, uint32_t n) const {
+      ++divisions;
+      return d.div(n);
+    }
+  };
+  const int32_t pages[] = {3, 5, 9};
+  const paged::CacheStrides strides{1000, 10, 1, 1};
+  std::vector<uint8_t> cache(2 * 10000);
+  PrefillParams p;
+  p.paged = true;
+  p.kv_indices = pages;
+  for (uint32_t page_size : {1u, 7u, 16u, 1000u}) {
+    p.page_div = cuda::FastDiv(page_size);
+    for (int64_t key : {int64_t(0), int64_t(UINT32_MAX) - 1, int64_t(UINT32_MAX),
+                        int64_t(UINT32_MAX) + 1, int64_t(UINT32_MAX) + 12345, int64_t(1) << 40}) {
+      RequestInfo r;
+      r.kv_first = 1 - key / page_size;
+      const DivOps ops;
+      const uint8_t* row = kv_row<2>(ops, p, r, cache.data(), strides, key, 1);
+      const int64_t expected = (5 * 1000 + (key % page_size) * 10 + 1) * 2;
+      EXPECT_EQ(row - cache.data(), expected) << key << " / " << page_size;
+      EXPECT_EQ(ops.divisions, key <= int64_t(UINT32_MAX) ? 1 : 0) << key << " / " << page_size;
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/hd.h"
+#include "cuda/common/fast_div.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/store_out.cuh"
 #include "cuda/common/warp_shuffles.cuh"
@@ -83,6 +84,9 @@ struct DeviceOps : cuda::WarpShuffles {
   KVATTN_HD void store_out(const Params& p, int64_t offset, float x) const {
     KVATTN_FA3_DEVICE(cuda::store_out(p, offset, x));
   }
+
+  // n / d's divisor: a multiply-high and a shift (the page size: prefill_cta.h's kv_row).
+  KVATTN_HD uint32_t fast_div(const cuda::FastDiv& d, uint32_t n) const { return d.div(n); }
 
   KVATTN_HD void mbarrier_init(uint64_t* bar, int count) const {
     KVATTN_FA3_DEVICE(ptx::mbarrier_init(bar, count));

@@ -11,9 +11,9 @@
 //   using U4                                      16 bytes in registers (uint4)
 //   smem_addr, ld16 / ld_byte (global), st_shared, store_out, mbarrier_*, fence_barrier_init,
 //   tma_load_3d, cp_async_16_zfill, cp_async_wait_all, fence_proxy_async, named_barrier_sync,
-//   sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, syncwarp, wgmma_fence/commit/wait<N>,
-//   wgmma_ss<Tag, N>, wgmma_rs<Tag, N>, fence_registers, pack16<Tag>, pack_e4m3x4 (as in
-//   sm90_ptx.cuh)
+//   sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, shfl, shfl_u32, syncwarp,
+//   wgmma_fence/commit/wait<N>, wgmma_ss<Tag, N>, wgmma_rs<Tag, N>, fence_registers, pack16<Tag>,
+//   pack_e4m3x4 (as in sm90_ptx.cuh), fast_div (cuda/common/fast_div.h's division)
 #pragma once
 
 #include <cmath>
@@ -39,9 +39,8 @@ inline constexpr int kStages = tile_shape(128, 128, 2).stages;
 inline constexpr int kThreads = 3 * frag::kWarpgroupThreads;
 inline constexpr int kWarpsPerWarpgroup = frag::kWarpgroupThreads / 32;
 // Register split between the producer and the consumers (setmaxnreg): 128 x 40 + 256 x 232 fits
-// the 64 K registers of an SM with one CTA resident. (The producer's copy loops are unrolled by
-// 2, by 1 for FP8's V, which its producer transposes through registers, and for K rows of 12
-// chunks (FP8 at 192): more spills at 40 otherwise.)
+// the 64 K registers of an SM with one CTA resident. (The producer's copy loops are not unrolled:
+// more spills at 40 otherwise; for_each_chunk.)
 inline constexpr int kProducerRegs = 40;
 inline constexpr int kConsumerRegs = 232;
 // The registers per thread at launch (__launch_bounds__(kThreads, 1): ptxas gives 168).
@@ -71,17 +70,73 @@ struct SmemPlan {
   static constexpr uint32_t total() { return barriers() + 4 * kStages * 8 + 1024; }
 };
 
-template <int EB>
-KVATTN_HD const uint8_t* kv_row(const PrefillParams& p, const RequestInfo& r, const void* base,
-                                const paged::CacheStrides& s, int64_t key, int kv_head) {
+// Where key `key`'s row (kv_head, dim 0) lies. A paged key's page in its request is a division by
+// the page size: FastDiv's multiply and shift (ops.fast_div) for keys below 2^32, its 32-bit
+// dividends; a 64-bit division past them (a request of more than 2^32 keys: correct, not fast).
+// Called once per row of a K/V block (locate_lane_row), not per 16-byte chunk.
+template <int EB, class Ops>
+KVATTN_HD const uint8_t* kv_row(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
+                                const void* base, const paged::CacheStrides& s, int64_t key,
+                                int kv_head) {
   int64_t off;
   if (p.paged) {
-    const int32_t page = p.kv_indices[r.kv_first + key / p.page_size];
-    off = s.offset(page, key % p.page_size, kv_head, 0);
+    const int64_t page_size = p.page_div.divisor;
+    const int64_t page_in_request =
+        key <= int64_t(UINT32_MAX) ? ops.fast_div(p.page_div, uint32_t(key)) : key / page_size;
+    const int32_t page = p.kv_indices[r.kv_first + page_in_request];
+    off = s.offset(page, key - page_in_request * page_size, kv_head, 0);
   } else {
     off = s.offset(0, r.kv_first + key, kv_head, 0);
   }
   return static_cast<const uint8_t*>(base) + off * EB;
+}
+
+// A K/V block [BN rows x kRowChunks 16-byte chunks] is copied warp by warp: warp w of the
+// producer takes rows [w * kWarpRows, (w + 1) * kWarpRows), chunk by chunk in row order, 32
+// consecutive chunks a step (the steps of one walk of the tile by all 128 threads, in another
+// order). Lane l locates row w * kWarpRows + l once per block (kv_row: the page division and the
+// page-table load), and every chunk takes its row's address from that lane (two shuffles):
+// locating the row per chunk cost a 64-bit division and a page-table load per 16 bytes copied.
+template <int BN>
+inline constexpr int kWarpRows = BN / kWarpsPerWarpgroup;
+
+// This lane's row of block n; nullptr for a row at or past kv_len, and for a lane past the warp's
+// rows (BN 64: 16 rows a warp).
+template <int EB, int BN, class Ops>
+KVATTN_HD const uint8_t* locate_lane_row(const Ops& ops, const PrefillParams& p,
+                                         const RequestInfo& r, const void* base,
+                                         const paged::CacheStrides& s, int n, int kv_head,
+                                         int tid) {
+  const int lane = tid % 32;
+  if (lane >= kWarpRows<BN>) return nullptr;
+  const int64_t key = int64_t(n) * BN + (tid / 32) * kWarpRows<BN> + lane;
+  return key < r.kv_len ? kv_row<EB>(ops, p, r, base, s, key, kv_head) : nullptr;
+}
+
+// copy(row, byte_col, src, in) for each chunk of block n that this thread copies: src is the
+// row's address, in whether the row is a key (below kv_len); a row past kv_len gets the cache's
+// base, a valid address none of whose bytes is read. Not unrolled: with the row addresses held
+// across the loop, unrolling by 2 spilled at the producer's 40 registers (ptxas sm_90a: 344 bytes
+// of spill stores in bf16 d128, 336 in e4m3 d128).
+template <int EB, int BN, int kRowChunks, class Ops, class Copy>
+KVATTN_HD void for_each_chunk(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
+                              const void* base, const paged::CacheStrides& s, int n, int kv_head,
+                              int tid, Copy&& copy) {
+  constexpr int kWarpChunks = kWarpRows<BN> * kRowChunks;
+  // Every lane takes the same steps, so each reaches every shuffle.
+  static_assert(kWarpRows<BN> <= 32 && kWarpChunks % 32 == 0);
+  const uintptr_t located =
+      reinterpret_cast<uintptr_t>(locate_lane_row<EB, BN>(ops, p, r, base, s, n, kv_head, tid));
+  const int row0 = (tid / 32) * kWarpRows<BN>;
+  KVATTN_FA3_PRAGMA(unroll 1)
+  for (int c = tid % 32; c < kWarpChunks; c += 32) {
+    const int local = c / kRowChunks;  // the row's lane
+    const uint64_t lo = ops.shfl_u32(uint32_t(located), local);
+    const uint64_t hi = ops.shfl_u32(uint32_t(uint64_t(located) >> 32), local);
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(uintptr_t(lo | hi << 32));
+    const bool in = src != nullptr;
+    copy(row0 + local, (c % kRowChunks) * 16, in ? src : static_cast<const uint8_t*>(base), in);
+  }
 }
 
 // 16 bytes of a row that is not a run of 16-byte chunks (params.h: a strided dim, or a base or
@@ -119,7 +174,7 @@ KVATTN_HD uint32_t kv_tile_offset(int row, int byte_col) {
 // Block n of K (or 16-bit V) [BN keys x kRowChunks 16-byte chunks] into its swizzled tile, zeros
 // past kv_len: cp.async for rows in 16-byte chunks, else gathered (gather16) and stored by the
 // thread. The producer runs at 40 registers, and ptxas (sm_90a) spills differently by type: the
-// gather inside the cp.async loop (unrolled by 2) spilled 136 bytes in the 16-bit kernels, a
+// gather inside the cp.async loop (then unrolled by 2) spilled 136 bytes in the 16-bit kernels, a
 // loop of its own 20 bytes in the FP8 ones; so 16-bit takes two loops, FP8 one with a branch.
 template <class Tag, int BN, int kRowChunks, class Ops>
 KVATTN_HD void copy_block(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
@@ -128,35 +183,28 @@ KVATTN_HD void copy_block(const Ops& ops, const PrefillParams& p, const RequestI
   constexpr int EB = Elem<Tag>::kBytes;
   constexpr bool kOneLoop = Elem<Tag>::kFp8;
   if (chunks || kOneLoop) {
-    KVATTN_FA3_PRAGMA(unroll(kRowChunks % 8 == 0 ? 2 : 1))
-    for (int c = tid; c < BN * kRowChunks; c += frag::kWarpgroupThreads) {
-      const int row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
-      const int64_t key = int64_t(n) * BN + row;
-      const bool in = key < r.kv_len;
-      const int64_t src_key = in ? key : 0;  // a valid address; zero bytes are read
-      const uint8_t* src = kv_row<EB>(p, r, base, s, src_key, kv_head);
-      uint8_t* dst = tile + kv_tile_offset<Tag, BN>(row, byte_col);
-      if (!kOneLoop || chunks) {
-        ops.cp_async_16_zfill(dst, src + byte_col, in, L2Hint::kEvictLast);
-      } else {
-        typename Ops::U4 vals{0, 0, 0, 0};
-        if (in) vals = gather16<EB>(ops, src, byte_col, s.dim);
-        ops.st_shared(reinterpret_cast<typename Ops::U4*>(dst), vals);
-      }
-    }
+    for_each_chunk<EB, BN, kRowChunks>(
+        ops, p, r, base, s, n, kv_head, tid,
+        [&](int row, int byte_col, const uint8_t* src, bool in) {
+          uint8_t* dst = tile + kv_tile_offset<Tag, BN>(row, byte_col);
+          if (!kOneLoop || chunks) {
+            ops.cp_async_16_zfill(dst, src + byte_col, in, L2Hint::kEvictLast);
+          } else {
+            typename Ops::U4 vals{0, 0, 0, 0};
+            if (in) vals = gather16<EB>(ops, src, byte_col, s.dim);
+            ops.st_shared(reinterpret_cast<typename Ops::U4*>(dst), vals);
+          }
+        });
     return;
   }
-  KVATTN_FA3_PRAGMA(unroll 1)
-  for (int c = tid; c < BN * kRowChunks; c += frag::kWarpgroupThreads) {
-    const int row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
-    const int64_t key = int64_t(n) * BN + row;
-    typename Ops::U4 vals{0, 0, 0, 0};
-    if (key < r.kv_len) {
-      vals = gather16<EB>(ops, kv_row<EB>(p, r, base, s, key, kv_head), byte_col, s.dim);
-    }
-    ops.st_shared(
-        reinterpret_cast<typename Ops::U4*>(tile + kv_tile_offset<Tag, BN>(row, byte_col)), vals);
-  }
+  for_each_chunk<EB, BN, kRowChunks>(
+      ops, p, r, base, s, n, kv_head, tid, [&](int row, int byte_col, const uint8_t* src, bool in) {
+        typename Ops::U4 vals{0, 0, 0, 0};
+        if (in) vals = gather16<EB>(ops, src, byte_col, s.dim);
+        ops.st_shared(
+            reinterpret_cast<typename Ops::U4*>(tile + kv_tile_offset<Tag, BN>(row, byte_col)),
+            vals);
+      });
 }
 
 // The rings' mbarriers (pipeline_state.h): a K ring and a V ring of kStages slots, each slot with
@@ -224,35 +272,37 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       const int n = kr.begin + block;
       const pipe::PipelineState<kStages> st = pipe::state_at(start, used + block);
       ops.mbarrier_wait(v ? b.empty_v(st.index) : b.empty_k(st.index), st.phase);
+      // The request read again (the wait's memory clobber keeps it a load), so that its fields
+      // hold no registers across the copy: without it the producer spilled at 40 (ptxas sm_90a:
+      // 56 bytes of spill stores in bf16 d128, 48 in e4m3 d128).
+      const RequestInfo req = p.requests[p.tiles[t].request];
       if (!v) {
-        copy_block<Tag, BN, kKRowChunks>(ops, p, r, p.k, p.k_strides, p.k_chunks, n, kv_head,
+        copy_block<Tag, BN, kKRowChunks>(ops, p, req, p.k, p.k_strides, p.k_chunks, n, kv_head,
                                          smem + Plan::k(st.index), tid);
       } else if constexpr (!Elem<Tag>::kFp8) {
-        copy_block<Tag, BN, kVRowChunks>(ops, p, r, p.v, p.v_strides, p.v_chunks, n, kv_head,
+        copy_block<Tag, BN, kVRowChunks>(ops, p, req, p.v, p.v_strides, p.v_chunks, n, kv_head,
                                          smem + Plan::v(st.index), tid);
       } else {
         uint8_t* v_smem = smem + Plan::v(st.index);
-        KVATTN_FA3_PRAGMA(unroll 1)
-        for (int c = tid; c < BN * kVRowChunks; c += frag::kWarpgroupThreads) {
-          const int row = c / kVRowChunks, byte_col = (c % kVRowChunks) * 16;
-          const int64_t key = int64_t(n) * BN + row;
-          const bool in = key < r.kv_len;
-          const int64_t src_key = in ? key : 0;
-          const uint8_t* src = kv_row<EB>(p, r, p.v, p.v_strides, src_key, kv_head);
-          // V^T [dim][key], its columns renumbered as P's A fragment needs (wgmma_fragment.h).
-          typename Ops::U4 vals{0, 0, 0, 0};
-          if (in) {
-            vals = p.v_chunks ? ops.ld16(src + byte_col, L2Hint::kEvictLast)
-                              : gather16<EB>(ops, src, byte_col, p.v_strides.dim);
-          }
-          const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&vals);
-          const int col = (row / 32) * 32 + frag::fp8_column_of_key(row % 32);
-          KVATTN_FA3_PRAGMA(unroll)
-          for (int e = 0; e < 16; ++e) {
-            const uint8_t byte = bytes[e];  // read before the address, as an assignment orders it
-            ops.st_shared(&v_smem[smem::tile_offset8(byte_col + e, col, VO)], byte);
-          }
-        }
+        for_each_chunk<EB, BN, kVRowChunks>(
+            ops, p, req, p.v, p.v_strides, n, kv_head, tid,
+            [&](int row, int byte_col, const uint8_t* src, bool in) {
+              // V^T [dim][key], its columns renumbered as P's A fragment needs
+              // (wgmma_fragment.h).
+              typename Ops::U4 vals{0, 0, 0, 0};
+              if (in) {
+                vals = p.v_chunks ? ops.ld16(src + byte_col, L2Hint::kEvictLast)
+                                  : gather16<EB>(ops, src, byte_col, p.v_strides.dim);
+              }
+              const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&vals);
+              const int col = (row / 32) * 32 + frag::fp8_column_of_key(row % 32);
+              KVATTN_FA3_PRAGMA(unroll)
+              for (int e = 0; e < 16; ++e) {
+                // The byte is read before the address, as an assignment orders it.
+                const uint8_t byte = bytes[e];
+                ops.st_shared(&v_smem[smem::tile_offset8(byte_col + e, col, VO)], byte);
+              }
+            });
       }
       ops.cp_async_wait_all();
       ops.fence_proxy_async();

@@ -1,13 +1,14 @@
-// Division by a divisor fixed at launch (the page size) with a multiply-high and a shift instead
-// of a hardware-less 64-bit division: Granlund-Montgomery, as FlashInfer's uint_fastdiv. Exact
-// for every 32-bit dividend; host and device (tests/cuda/fa2/fa2_fast_div_test.cc checks it).
+// Division by a divisor fixed at launch (the page size: fa2's and fa3's page lookups) with a
+// multiply-high and a shift instead of a hardware-less 64-bit division: Granlund-Montgomery, as
+// FlashInfer's uint_fastdiv. Exact for every 32-bit dividend; host and device
+// (tests/cuda/fast_div_test.cc checks it).
 #pragma once
 
 #include <cstdint>
 
 #include "core/hd.h"
 
-namespace kvattn::fa2 {
+namespace kvattn::cuda {
 
 struct FastDiv {
   uint32_t divisor = 1;
@@ -31,4 +32,4 @@ struct FastDiv {
   }
 };
 
-}  // namespace kvattn::fa2
+}  // namespace kvattn::cuda
