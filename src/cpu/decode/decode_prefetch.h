@@ -69,6 +69,10 @@ class TilePrefetcher {
   // Whatever the step's share still holds.
   void finish_step() { issue(budget_ - issued_); }
 
+  // Lines of the sealed plan, and how many of them have been asked for (tests).
+  int64_t total_lines() const { return total_; }
+  int64_t issued_lines() const { return issued_; }
+
  private:
   void issue(int64_t n) {
     n = std::min(n, budget_ - issued_);
