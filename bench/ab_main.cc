@@ -4,10 +4,10 @@
 //
 //   kvattn_bench_ab CASE_A CASE_B [ROUNDS=15] [THREADS=1] [BACKEND=cpu]
 //
-// KVATTN_CPU_KERNEL_A / KVATTN_CPU_KERNEL_B, when either is set, are the KVATTN_CPU_KERNEL each
-// side's plan is made with (unset for a side without one): the same case twice then compares two
-// cpu kernels, e.g. CASE_A = CASE_B = decode_llama3_8b_e4m3 with
-// KVATTN_CPU_KERNEL_B=decode-avx512vbmi-fp8table-fma-k32.
+// KVATTN_CPU_KERNEL_A / KVATTN_CPU_KERNEL_B name the cpu kernel each side's plan is made with
+// (the kernel table's override, as KVATTN_CPU_KERNEL; a side without one plans as usual): the
+// same case twice then compares two cpu kernels, e.g. CASE_A = CASE_B = decode_llama3_8b_e4m3
+// with KVATTN_CPU_KERNEL_B=decode-avx512vbmi-fp8table-fma-k32.
 #include <time.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 
 #include "bench/cases.h"
 #include "bench/harness.h"
+#include "cpu/kernel_table.h"
 
 namespace {
 
@@ -51,17 +52,13 @@ int main(int argc, char** argv) {
     for (const BenchCase& c : standard_cases()) {
       if (c.name != names[i]) continue;
       found = true;
-      // The plan is where the cpu kernel is chosen (and KVATTN_CPU_KERNEL read).
-      const char* kernel[2] = {std::getenv("KVATTN_CPU_KERNEL_A"),
-                               std::getenv("KVATTN_CPU_KERNEL_B")};
-      if (kernel[0] != nullptr || kernel[1] != nullptr) {
-        if (kernel[i] != nullptr) {
-          setenv("KVATTN_CPU_KERNEL", kernel[i], 1);
-        } else {
-          unsetenv("KVATTN_CPU_KERNEL");
-        }
+      // The plan is where the cpu kernel is chosen.
+      if (const char* kernel =
+              std::getenv(i == 0 ? "KVATTN_CPU_KERNEL_A" : "KVATTN_CPU_KERNEL_B")) {
+        kvattn::cpu::set_cpu_kernel_override(kernel);
       }
       kvattn::Status s = PreparedCase::prepare(c, backend, threads, &prepared[i]);
+      kvattn::cpu::clear_cpu_kernel_override();
       if (!s.ok()) {
         std::fprintf(stderr, "%s: %s\n", names[i].c_str(), s.to_string().c_str());
         return 1;

@@ -7,7 +7,6 @@
 // round_f16 and the widening conversions are the AVX-512 helpers the decode kernels use too
 // (simd_avx512.h), written once.
 struct Vec : ::kvattn::cpu::avx512::Simd {
-  using Simd = ::kvattn::cpu::avx512::Simd;
   using Reg = __m512;
   static constexpr int W = 16;
   // 4 row vectors (64 query rows) x 6 keys = 24 accumulators, 4 row loads and 6 broadcasts per
@@ -22,7 +21,7 @@ struct Vec : ::kvattn::cpu::avx512::Simd {
     return _mm512_mask_blend_ps(is_neg_inf, x, zero());
   }
 
-  // 16 stored elements (those set in `m`) as f32, before the scale and before raw_scale<T>().
+  // 16 stored elements (those set in `m`) as f32, before the scale and before raw_to_real<T>().
   template <DType T>
   static Reg load16(const unsigned char* src, __mmask16 m) {
     if constexpr (T == DType::kF32) {
@@ -34,21 +33,17 @@ struct Vec : ::kvattn::cpu::avx512::Simd {
     } else if constexpr (T == DType::kE5M2) {
       return _mm512_cvtph_ps(Simd::e5m2_as_f16(_mm_maskz_loadu_epi8(m, src)));
     } else {
-      // e4m3 bits moved into an f16 (a factor 2^-8, see raw_scale); S.1111.111 is NaN.
+      // e4m3 bits moved into an f16 (a factor 2^-8, see raw_to_real); S.1111.111 is NaN.
       const __m128i codes = _mm_maskz_loadu_epi8(m, src);
       return _mm512_mask_blend_ps(Simd::e4m3_nan_lanes(codes), Simd::load_e4m3(codes),
                                   set1(__builtin_nanf("")));
     }
   }
-  template <DType T>
-  static constexpr float raw_scale() {
-    return Simd::raw_to_real<T>();
-  }
 
   template <DType T>
   static void convert_row(const unsigned char* src, int n, float scale, float* dst) {
     constexpr int esize = T == DType::kF32 ? 4 : (T == DType::kF16 || T == DType::kBF16) ? 2 : 1;
-    const Reg s = set1(scale * raw_scale<T>());
+    const Reg s = set1(scale * raw_to_real<T>());
     int i = 0;
     for (; i + W <= n; i += W) store(dst + i, mul(load16<T>(src + i * esize, 0xffff), s));
     if (i < n) {
@@ -56,7 +51,6 @@ struct Vec : ::kvattn::cpu::avx512::Simd {
       _mm512_mask_storeu_ps(dst + i, m, mul(load16<T>(src + i * esize, m), s));
     }
   }
-
 
   static void store16(const Reg x, DType dtype, __mmask16 m, unsigned char* dst) {
     switch (dtype) {

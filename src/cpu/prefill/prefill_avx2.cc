@@ -14,7 +14,6 @@ namespace {
 // The basic operations, exp2, tanh, round_f16 and the widening conversions are the AVX2 helpers
 // the decode kernels use too (simd_avx2.h), written once.
 struct Vec : ::kvattn::cpu::avx2::Simd {
-  using Simd = ::kvattn::cpu::avx2::Simd;
   using Reg = __m256;
   static constexpr int W = 8;
   // 2 row vectors x 6 keys = 12 accumulators + 2 row loads + 1 broadcast: 15 of 16 registers.
@@ -30,7 +29,7 @@ struct Vec : ::kvattn::cpu::avx2::Simd {
     return _mm256_andnot_ps(is_neg_inf, x);
   }
 
-  // 8 stored elements at src as f32, before the scale and before raw_scale<T>().
+  // 8 stored elements at src as f32, before the scale and before raw_to_real<T>().
   template <DType T>
   static Reg load8(const unsigned char* src) {
     if constexpr (T == DType::kF32) {
@@ -43,25 +42,17 @@ struct Vec : ::kvattn::cpu::avx2::Simd {
       return _mm256_cvtph_ps(
           Simd::e5m2_as_f16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src))));
     } else {
-      // e4m3 bits placed in an f16 (2^-8 off, see raw_scale); S.1111.111 is NaN.
+      // e4m3 bits placed in an f16 (2^-8 off, see raw_to_real); S.1111.111 is NaN.
       const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
       return _mm256_blendv_ps(_mm256_cvtph_ps(Simd::e4m3_as_f16(codes)),
                               set1(__builtin_nanf("")), Simd::e4m3_nan_lanes(codes));
     }
   }
-  template <DType T>
-  static constexpr float raw_scale() {
-    return Simd::raw_to_real<T>();
-  }
-
-  static int element_bytes(DType dtype) {
-    return dtype == DType::kF32 ? 4 : (dtype == DType::kF16 || dtype == DType::kBF16) ? 2 : 1;
-  }
 
   template <DType T>
   static void convert_row(const unsigned char* src, int n, float scale, float* dst) {
     constexpr int esize = T == DType::kF32 ? 4 : (T == DType::kF16 || T == DType::kBF16) ? 2 : 1;
-    const Reg s = set1(scale * raw_scale<T>());
+    const Reg s = set1(scale * raw_to_real<T>());
     int i = 0;
     for (; i + W <= n; i += W) store(dst + i, mul(load8<T>(src + i * esize), s));
     if (i < n) {
@@ -73,7 +64,6 @@ struct Vec : ::kvattn::cpu::avx2::Simd {
       std::memcpy(dst + i, out, (n - i) * sizeof(float));
     }
   }
-
 
   static void store8(Reg x, DType dtype, unsigned char* dst) {
     switch (dtype) {
@@ -104,7 +94,7 @@ struct Vec : ::kvattn::cpu::avx2::Simd {
 
   static void store_convert(const float* src, int n, DType dtype, void* dst) {
     auto* bytes = static_cast<unsigned char*>(dst);
-    const int esize = element_bytes(dtype);
+    const int esize = dtype == DType::kF32 ? 4 : 2;  // the output dtypes: f32, f16, bf16
     int i = 0;
     for (; i + W <= n; i += W) store8(load(src + i), dtype, bytes + i * esize);
     if (i < n) {
