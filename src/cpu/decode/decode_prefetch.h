@@ -74,25 +74,35 @@ class TilePrefetcher {
   int64_t issued_lines() const { return issued_; }
 
  private:
+  // The lines are walked round-robin over the streams (line 0 of each, then line 1, ...) in
+  // locals, the members written back once per call.
   void issue(int64_t n) {
     n = std::min(n, budget_ - issued_);
-    while (n > 0 && line_ < max_lines_) {
-      if (line_ < lines_[stream_]) {
-        // Inline: GCC drops a call to a function whose body is only __builtin_prefetch.
-        const std::byte* line = begin_[stream_] + 64 * line_;
-        if (hint_ == PrefetchHint::kL1) {
-          __builtin_prefetch(line, 0, 3);
-        } else {
-          __builtin_prefetch(line, 0, 2);
-        }
-        --n;
-        ++issued_;
+    if (n <= 0) return;
+    // Inline: GCC drops a call to a function whose body is only __builtin_prefetch.
+    if (hint_ == PrefetchHint::kL1) {
+      issue_lines<3>(n);
+    } else {
+      issue_lines<2>(n);
+    }
+  }
+  template <int kLocality>
+  void issue_lines(int64_t n) {
+    int64_t line = line_, left = n;
+    int stream = stream_;
+    while (left > 0 && line < max_lines_) {
+      if (line < lines_[stream]) {
+        __builtin_prefetch(begin_[stream] + 64 * line, 0, kLocality);
+        --left;
       }
-      if (++stream_ == count_) {
-        stream_ = 0;
-        ++line_;
+      if (++stream == count_) {
+        stream = 0;
+        ++line;
       }
     }
+    issued_ += n - left;
+    line_ = line;
+    stream_ = stream;
   }
 
   const std::byte* begin_[kMaxStreams];
