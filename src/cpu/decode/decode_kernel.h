@@ -147,6 +147,71 @@ bool softmax_step(float* s, int n, float* running_max, float* running_sum, float
   return true;
 }
 
+// transform_scores and softmax_step for rows [0, rows) of a head at once on the plain score path
+// (no soft cap, ALiBi, custom mask, fp16 rounding or per-token scales): each row's scores scaled
+// and its max in one pass, the rescale factors of 16 rows by one vector exp2 (not a libm call a
+// row), then the probabilities. A row that saw no visible key gets zero weights (as the caller
+// of softmax_step gives it); returns whether any row saw one.
+template <class S>
+bool plain_softmax_rows(float* scores, int rows, int n, float raw_to_real, float scale_value,
+                        float* running_max, float* running_sum, float* o, int o_row) {
+  using Vec = typename S::Vec;
+  constexpr int W = S::kWidth;
+  const Vec raw = S::set1(raw_to_real), scale = S::set1(scale_value);
+  const int padded = (n + W - 1) / W * W;
+  bool any = false;
+  for (int r0 = 0; r0 < rows; r0 += 16) {
+    const int count = std::min(16, rows - r0);
+    alignas(64) float old_max[16] = {}, new_max[16] = {}, alpha[16];
+    for (int i = 0; i < count; ++i) {
+      float* s = scores + (r0 + i) * kTile;
+      Vec mx = S::set1(kNegInf);
+      for (int kb = 0; kb < n; kb += W) {
+        Vec x = S::mul(S::mul(S::load(s + kb), raw), scale);
+        S::store(s + kb, x);
+        if (kb + W > n) {  // the lanes past n: -inf, as transform_scores leaves them
+          for (int kk = n; kk < padded; ++kk) s[kk] = kNegInf;
+          x = S::load(s + kb);
+        }
+        mx = S::max(mx, x);
+      }
+      old_max[i] = running_max[r0 + i];
+      new_max[i] = std::max(old_max[i], S::reduce_max(mx));
+    }
+    for (int i = 0; i < 16; i += W) {
+      S::store(alpha + i, S::exp2(S::sub(S::load(old_max + i), S::load(new_max + i))));
+    }
+    for (int i = 0; i < count; ++i) {
+      const int g = r0 + i;
+      float* s = scores + g * kTile;
+      if (new_max[i] == kNegInf) {
+        // Every score so far is -inf or NaN (the max skips NaN): a NaN still makes the row NaN.
+        for (int k = 0; k < n; ++k) {
+          if (std::isnan(s[k])) running_sum[g] = std::numeric_limits<float>::quiet_NaN();
+        }
+        std::fill(s, s + kTile, 0.0f);
+        continue;
+      }
+      const Vec m = S::set1(new_max[i]);
+      Vec sum = S::zero();
+      for (int kb = 0; kb < n; kb += W) {
+        const Vec e = S::exp2(S::sub(S::load(s + kb), m));
+        S::store(s + kb, e);
+        sum = S::add(sum, e);
+      }
+      running_sum[g] = running_sum[g] * alpha[i] + S::reduce_add(sum);
+      running_max[g] = new_max[i];
+      if (alpha[i] != 1.0f) {
+        const Vec a = S::set1(alpha[i]);
+        float* og = o + g * o_row;
+        for (int d = 0; d < o_row; d += W) S::store(og + d, S::mul(S::load(og + d), a));
+      }
+      any = true;
+    }
+  }
+  return any;
+}
+
 // The vector ISAs widen e4m3 by bit placement, which reads the NaN code S.1111.111 as 480. The
 // reference's NaN semantics are restored here, after the tile's PV: a visible key whose K row
 // holds a NaN code makes the head's rows NaN (flagged for the epilogue), a NaN code in a visible
@@ -399,7 +464,12 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       }
       const float k_scale = p.k_head_scale ? p.k_head_scale[h] : p.k_scale;
       bool any = false;
-      for (int g = 0; g < group; ++g) {
+      const bool plain = !p.general_scores() && !token_scales;
+      if (plain) {
+        any = plain_softmax_rows<S>(scores, group, n, k_raw, k_scale * p.sm_scale * kLog2e,
+                                    row_max, row_sum, o, o_row);
+      }
+      for (int g = 0; g < group && !plain; ++g) {
         float* s = scores + g * kTile;
         const float slope = p.alibi_slopes ? p.alibi_slopes[h * group + g] : 0.0f;
         transform_scores<S>(p, s, n, j0, q_pos, slope, tile_visible, k_raw, k_scale, key_scale);
