@@ -113,70 +113,25 @@ void transform_scores(const DecodeParams& p, float* s, int n, int64_t j0, int64_
   for (int kk = n; kk < (n + W - 1) / W * W; ++kk) s[kk] = kNegInf;
 }
 
-// One online-softmax step for query row g: scores -> probabilities (in place), running max and
-// sum updated, the accumulated output rescaled. Returns false when the tile has no visible key.
-template <class S>
-bool softmax_step(float* s, int n, float* running_max, float* running_sum, float* o, int o_len) {
+// One online-softmax step for rows [0, rows) of a head: `logits(g, s)` turns row g's raw scores
+// into base-2 logits in place (lanes past n -inf) and returns their vector max; then the rescale
+// factors of 16 rows by one vector exp2, the probabilities (times `value_scale`, each key's
+// per-token V scale, where given: the sum takes them unscaled), the running max and sum updated
+// and the accumulated output rescaled. A row that saw no visible key gets zero weights; returns
+// whether any row saw one.
+template <class S, class Logits>
+bool softmax_rows(float* scores, int rows, int n, const Logits& logits, const float* value_scale,
+                  float* running_max, float* running_sum, float* o, int o_row) {
   using Vec = typename S::Vec;
   constexpr int W = S::kWidth;
-  Vec mx = S::set1(kNegInf);
-  for (int kb = 0; kb < n; kb += W) mx = S::max(mx, S::load(s + kb));
-  const float tile_max = S::reduce_max(mx);
-  const float new_max = std::max(*running_max, tile_max);
-  if (new_max == kNegInf) {
-    // Every score so far is -inf or NaN (the max skips NaN): a NaN still makes the row NaN.
-    for (int k = 0; k < n; ++k) {
-      if (std::isnan(s[k])) *running_sum = std::numeric_limits<float>::quiet_NaN();
-    }
-    return false;
-  }
-  const float alpha = std::exp2(*running_max - new_max);
-  const Vec m = S::set1(new_max);
-  Vec sum = S::zero();
-  for (int kb = 0; kb < n; kb += W) {
-    const Vec e = S::exp2(S::sub(S::load(s + kb), m));
-    S::store(s + kb, e);
-    sum = S::add(sum, e);
-  }
-  *running_sum = *running_sum * alpha + S::reduce_add(sum);
-  *running_max = new_max;
-  if (alpha != 1.0f) {
-    const Vec a = S::set1(alpha);
-    for (int d = 0; d < o_len; d += W) S::store(o + d, S::mul(S::load(o + d), a));
-  }
-  return true;
-}
-
-// transform_scores and softmax_step for rows [0, rows) of a head at once on the plain score path
-// (no soft cap, ALiBi, custom mask, fp16 rounding or per-token scales): each row's scores scaled
-// and its max in one pass, the rescale factors of 16 rows by one vector exp2 (not a libm call a
-// row), then the probabilities. A row that saw no visible key gets zero weights (as the caller
-// of softmax_step gives it); returns whether any row saw one.
-template <class S>
-bool plain_softmax_rows(float* scores, int rows, int n, float raw_to_real, float scale_value,
-                        float* running_max, float* running_sum, float* o, int o_row) {
-  using Vec = typename S::Vec;
-  constexpr int W = S::kWidth;
-  const Vec raw = S::set1(raw_to_real), scale = S::set1(scale_value);
-  const int padded = (n + W - 1) / W * W;
   bool any = false;
   for (int r0 = 0; r0 < rows; r0 += 16) {
     const int count = std::min(16, rows - r0);
     alignas(64) float old_max[16] = {}, new_max[16] = {}, alpha[16];
     for (int i = 0; i < count; ++i) {
-      float* s = scores + (r0 + i) * kTile;
-      Vec mx = S::set1(kNegInf);
-      for (int kb = 0; kb < n; kb += W) {
-        Vec x = S::mul(S::mul(S::load(s + kb), raw), scale);
-        S::store(s + kb, x);
-        if (kb + W > n) {  // the lanes past n: -inf, as transform_scores leaves them
-          for (int kk = n; kk < padded; ++kk) s[kk] = kNegInf;
-          x = S::load(s + kb);
-        }
-        mx = S::max(mx, x);
-      }
       old_max[i] = running_max[r0 + i];
-      new_max[i] = std::max(old_max[i], S::reduce_max(mx));
+      // The max skips NaN (a NaN score makes the sum NaN below).
+      new_max[i] = std::max(old_max[i], S::reduce_max(logits(r0 + i, scores + (r0 + i) * kTile)));
     }
     for (int i = 0; i < 16; i += W) {
       S::store(alpha + i, S::exp2(S::sub(S::load(old_max + i), S::load(new_max + i))));
@@ -185,7 +140,7 @@ bool plain_softmax_rows(float* scores, int rows, int n, float raw_to_real, float
       const int g = r0 + i;
       float* s = scores + g * kTile;
       if (new_max[i] == kNegInf) {
-        // Every score so far is -inf or NaN (the max skips NaN): a NaN still makes the row NaN.
+        // Every score so far is -inf or NaN: a NaN still makes the row NaN.
         for (int k = 0; k < n; ++k) {
           if (std::isnan(s[k])) running_sum[g] = std::numeric_limits<float>::quiet_NaN();
         }
@@ -196,8 +151,8 @@ bool plain_softmax_rows(float* scores, int rows, int n, float raw_to_real, float
       Vec sum = S::zero();
       for (int kb = 0; kb < n; kb += W) {
         const Vec e = S::exp2(S::sub(S::load(s + kb), m));
-        S::store(s + kb, e);
         sum = S::add(sum, e);
+        S::store(s + kb, value_scale ? S::mul(e, S::load(value_scale + kb)) : e);
       }
       running_sum[g] = running_sum[g] * alpha[i] + S::reduce_add(sum);
       running_max[g] = new_max[i];
@@ -463,25 +418,38 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         for (int kk = n; kk < kTile; ++kk) key_scale[kk] = value_scale[kk] = 0.0f;
       }
       const float k_scale = p.k_head_scale ? p.k_head_scale[h] : p.k_scale;
-      bool any = false;
-      const bool plain = !p.general_scores() && !token_scales;
-      if (plain) {
-        any = plain_softmax_rows<S>(scores, group, n, k_raw, k_scale * p.sm_scale * kLog2e,
-                                    row_max, row_sum, o, o_row);
-      }
-      for (int g = 0; g < group && !plain; ++g) {
-        float* s = scores + g * kTile;
-        const float slope = p.alibi_slopes ? p.alibi_slopes[h * group + g] : 0.0f;
-        transform_scores<S>(p, s, n, j0, q_pos, slope, tile_visible, k_raw, k_scale, key_scale);
-        if (softmax_step<S>(s, n, row_max + g, row_sum + g, o + g * o_row, o_row)) {
-          any = true;
-          // Each key's V scale weighs its probability after the sum took it unscaled.
-          if (token_scales) {
-            for (int kk = 0; kk < n; ++kk) s[kk] *= value_scale[kk];
-          }
-        } else {
-          std::fill(s, s + kTile, 0.0f);
-        }
+      bool any;
+      if (!p.general_scores() && !token_scales) {
+        // The plain path: the scale applied and the max taken in one pass.
+        const auto raw = S::set1(k_raw), scale = S::set1(k_scale * p.sm_scale * kLog2e);
+        any = softmax_rows<S>(
+            scores, group, n,
+            [&](int, float* s) {
+              auto mx = S::set1(kNegInf);
+              for (int kb = 0; kb < n; kb += S::kWidth) {
+                auto x = S::mul(S::mul(S::load(s + kb), raw), scale);
+                S::store(s + kb, x);
+                if (kb + S::kWidth > n) {  // the lanes past n: -inf
+                  std::fill(s + n, s + kb + S::kWidth, kNegInf);
+                  x = S::load(s + kb);
+                }
+                mx = S::max(mx, x);
+              }
+              return mx;
+            },
+            nullptr, row_max, row_sum, o, o_row);
+      } else {
+        any = softmax_rows<S>(
+            scores, group, n,
+            [&](int g, float* s) {
+              const float slope = p.alibi_slopes ? p.alibi_slopes[h * group + g] : 0.0f;
+              transform_scores<S>(p, s, n, j0, q_pos, slope, tile_visible, k_raw, k_scale,
+                                  key_scale);
+              auto mx = S::set1(kNegInf);
+              for (int kb = 0; kb < n; kb += S::kWidth) mx = S::max(mx, S::load(s + kb));
+              return mx;
+            },
+            token_scales ? value_scale : nullptr, row_max, row_sum, o, o_row);
       }
       if (!any) {
         prefetch.finish_step();
