@@ -22,6 +22,14 @@ struct Bf16Loader {
     *w0 = _mm512_loadu_si512(chunk);
     *w1 = _mm512_loadu_si512(chunk + 64);
   }
+  void pairs(const uint8_t* a, const uint8_t* b, __m512i* v) const {
+    const __m512i a0 = _mm512_loadu_si512(a), a1 = _mm512_loadu_si512(a + 64);
+    const __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
+    v[0] = _mm512_unpacklo_epi16(a0, b0);
+    v[1] = _mm512_unpackhi_epi16(a0, b0);
+    v[2] = _mm512_unpacklo_epi16(a1, b1);
+    v[3] = _mm512_unpackhi_epi16(a1, b1);
+  }
   static constexpr int word(int v) { return v; }
   static constexpr int pv_lane(int v) {
     const int half = v / 32, u = v % 32;

@@ -17,6 +17,9 @@
 //   Loader()                               once per tile (e.g. the table registers)
 //   kChunkBytes                            bytes of a 64-value chunk of a row
 //   operator()(chunk, &w0, &w1)            the chunk as 64 bf16 words, w0 first
+//   pairs(chunk_a, chunk_b, v[4])          the chunks of two keys as bf16 pairs (a, b) of the
+//                                          same value: 16-bit unpacks of their words, or what
+//                                          gives the same order for less
 //   static constexpr int word(int v)       where value v of a chunk sits among the 64 words
 //   static constexpr int pv_lane(int v)    where output dim v of a chunk sits among the 64 f32
 //                                          accumulators of the PV tile
@@ -139,11 +142,8 @@ struct DotTiles {
           const auto* r0 = reinterpret_cast<const uint8_t*>(rows[2 * t]);
           const auto* r1 =
               2 * t + 1 < n ? reinterpret_cast<const uint8_t*>(rows[2 * t + 1]) : kZeroRow;
-          __m512i a0, a1, b0, b1;
-          load(r0 + c * Loader::kChunkBytes, &a0, &a1);
-          load(r1 + c * Loader::kChunkBytes, &b0, &b1);
-          const __m512i v[4] = {_mm512_unpacklo_epi16(a0, b0), _mm512_unpackhi_epi16(a0, b0),
-                                _mm512_unpacklo_epi16(a1, b1), _mm512_unpackhi_epi16(a1, b1)};
+          __m512i v[4];
+          load.pairs(r0 + c * Loader::kChunkBytes, r1 + c * Loader::kChunkBytes, v);
           for (int g = 0; g < kNG; ++g) {
             const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[g][t]));
             for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_dpbf16_ps(acc[g][r], (__m512bh)v[r], w);

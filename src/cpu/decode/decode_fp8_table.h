@@ -95,6 +95,13 @@ struct Fp8TableLoader {
   void operator()(const uint8_t* chunk, __m512i* w0, __m512i* w1) const {
     widen(_mm512_loadu_si512(chunk), w0, w1);
   }
+  // The codes of the two keys interleaved by bytes first, so that the widening itself yields
+  // the pairs (the order of the 16-bit unpacks of two widened rows, for 12 instructions, not 14).
+  void pairs(const uint8_t* a, const uint8_t* b, __m512i* v) const {
+    const __m512i ca = _mm512_loadu_si512(a), cb = _mm512_loadu_si512(b);
+    widen(_mm512_unpacklo_epi8(ca, cb), &v[0], &v[1]);
+    widen(_mm512_unpackhi_epi8(ca, cb), &v[2], &v[3]);
+  }
   static constexpr int word(int v) { return widened_word(v); }
   // The 16-bit unpacks of w0/w1 of two keys give pairs r = 0..3 holding dims 16L + 4r + m at
   // lane 4L + m.
