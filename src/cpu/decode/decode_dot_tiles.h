@@ -16,6 +16,8 @@
 // A Loader:
 //   Loader()                               once per tile (e.g. the table registers)
 //   kChunkBytes                            bytes of a 64-value chunk of a row
+//   kBf16Rows                              the rows are bf16 words in order (QK may read
+//                                          them directly: qk_query_lanes)
 //   operator()(chunk, &w0, &w1)            the chunk as 64 bf16 words, w0 first
 //   pairs(chunk_a, chunk_b, v[4])          the chunks of two keys as bf16 pairs (a, b) of the
 //                                          same value: 16-bit unpacks of their words, or what
@@ -83,9 +85,29 @@ struct DotTiles {
   static constexpr float kVRaw = 1.0f;
   static constexpr bool kPoisonE4m3Nans = false;
 
+  // QK with the 4 query rows of a block in the lanes (qk_query_lanes): for bf16 rows, at blocks
+  // of 4 rows, head dims up to 128 (at 256 its 32 query vectors no longer stay in registers, and
+  // the loads of them and the broadcasts made it ~3 % slower than qk_chunks on Zen 4).
+  static constexpr bool kQueryLanes = Loader::kBf16Rows && kNG == 4 && kD <= 128;
+
   // Each query row in f32 -> bf16 (q is bf16 here: exact), in the Loader's word order, written
-  // over the start of the row.
+  // over the start of the row; for kQueryLanes, each block of 4 rows as qk_query_lanes reads it,
+  // written over the block's first rows.
   static void prepare_q(float* q, int rows, int q_row, int dqk) {
+    if constexpr (kQueryLanes) {
+      float tmp[4][kD];
+      for (int g0 = 0; g0 < rows; g0 += 4) {
+        float* block = q + g0 * q_row;
+        for (int g = 0; g < 4; ++g) std::memcpy(tmp[g], block + g * q_row, sizeof(float) * dqk);
+        auto* words = reinterpret_cast<uint16_t*>(block);
+        for (int j = 0; j < kD / 8; ++j) {
+          for (int g = 0; g < 4; ++g) {
+            for (int i = 0; i < 8; ++i) words[32 * j + 8 * g + i] = num::f32_to_bf16(tmp[g][8 * j + i]);
+          }
+        }
+      }
+      return;
+    }
     float tmp[kD];
     for (int g = 0; g < rows; ++g) {
       float* row = q + g * q_row;
@@ -111,7 +133,65 @@ struct DotTiles {
   }
   static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
                  int, int64_t, float* scores, TilePrefetcher* prefetch) {
-    qk_chunks<Loader, kChunks, kNG, DotTiles>(q, q_row, group_padded, rows, n, scores, prefetch);
+    if constexpr (kQueryLanes) {
+      qk_query_lanes(q, q_row, group_padded, rows, n, scores, prefetch);
+    } else {
+      qk_chunks<Loader, kChunks, kNG, DotTiles>(q, q_row, group_padded, rows, n, scores, prefetch);
+    }
+  }
+
+  // QK of 4 query rows at once: vector j of the block holds dims [8j, 8j + 8) of each row, row g
+  // in 128-bit lane g (prepare_q), and K's 16 bytes of the same dims are broadcast to the four
+  // lanes, so one vdpbf16ps serves all 4 rows and a key's sums need 4 lanes reduced, not 16 (a
+  // third of the shuffles and adds of reducing one vector per row and key).
+  static void qk_query_lanes(const float* q, int q_row, int group_padded,
+                             const std::byte* const* rows, int n, float* scores,
+                             TilePrefetcher* prefetch) {
+    constexpr int kSlices = kD / 8;
+    for (int g0 = 0; g0 < group_padded; g0 += 4) {
+      const auto* qv = reinterpret_cast<const uint8_t*>(q + g0 * q_row);
+      for (int kb = 0; kb < n; kb += 16) {
+        __m512 parts[16];
+        const int count = std::min(16, n - kb);
+        for (int kk = 0; kk < count; ++kk) {
+          prefetch->tick();
+          const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]);
+          __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+          for (int j = 0; j < kSlices; j += 2) {
+            const __m512i k0 = _mm512_broadcast_i32x4(_mm_loadu_si128(
+                reinterpret_cast<const __m128i*>(row + 16 * j)));
+            const __m512i k1 = _mm512_broadcast_i32x4(_mm_loadu_si128(
+                reinterpret_cast<const __m128i*>(row + 16 * j + 16)));
+            acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(qv + 64 * j), (__m512bh)k0);
+            acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_loadu_si512(qv + 64 * j + 64),
+                                    (__m512bh)k1);
+          }
+          parts[kk] = _mm512_add_ps(acc0, acc1);
+        }
+        for (int kk = count; kk < 16; ++kk) parts[kk] = _mm512_setzero_ps();
+        // Lane 4g + i of parts[k]: row g's partial sum i of key k. Two levels of pairwise sums
+        // leave w[m] with keys 4m .. 4m + 3 of row g in 128-bit lane g; a 4 x 4 transpose of
+        // the 128-bit lanes then gives each row its 16 keys.
+        __m512 u[8], w[4];
+        for (int i = 0; i < 8; ++i) {
+          u[i] = _mm512_add_ps(_mm512_unpacklo_ps(parts[2 * i], parts[2 * i + 1]),
+                               _mm512_unpackhi_ps(parts[2 * i], parts[2 * i + 1]));
+        }
+        for (int m = 0; m < 4; ++m) {
+          w[m] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0x44),
+                               _mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0xEE));
+        }
+        const __m512 x0 = _mm512_shuffle_f32x4(w[0], w[1], 0x44);
+        const __m512 x1 = _mm512_shuffle_f32x4(w[0], w[1], 0xEE);
+        const __m512 y0 = _mm512_shuffle_f32x4(w[2], w[3], 0x44);
+        const __m512 y1 = _mm512_shuffle_f32x4(w[2], w[3], 0xEE);
+        float* out = scores + g0 * kTile + kb;
+        _mm512_storeu_ps(out, _mm512_shuffle_f32x4(x0, y0, 0x88));
+        _mm512_storeu_ps(out + kTile, _mm512_shuffle_f32x4(x0, y0, 0xDD));
+        _mm512_storeu_ps(out + 2 * kTile, _mm512_shuffle_f32x4(x1, y1, 0x88));
+        _mm512_storeu_ps(out + 3 * kTile, _mm512_shuffle_f32x4(x1, y1, 0xDD));
+      }
+    }
   }
 
   static void pv(const float* p, int group_padded, const std::byte* const* rows, int n, int,
