@@ -49,7 +49,7 @@ inline WgmmaType wgmma_type(ElemKind k) {
 // the last reset (a test resets, replays, reads): global loads by kind and L2 hint (l2_hint.h),
 // wgmma instructions (m64nNk16 / k32, ss or rs) per warpgroup (0 the producer, 1 and 2 the
 // consumers), and fast divisions (fast_div: the page lookups of paged K/V rows), by every thread.
-enum class LoadKind : int { kTmaBox, kCpAsync, kLd16Producer, kLd16Consumer, kCount };
+enum class LoadKind : int { kTmaBox, kCpAsync, kLd16Producer, kLd16Consumer, kLd8Producer, kCount };
 struct ReplayCounters {
   std::atomic<int64_t> loads[int(LoadKind::kCount)][3] = {};
   std::atomic<int64_t> wgmma[3] = {};
@@ -75,6 +75,9 @@ class Fa3EmuOps {
   struct alignas(16) U4 {
     uint32_t x, y, z, w;
   };
+  struct alignas(8) U2 {
+    uint32_t x, y;
+  };
 
   Fa3EmuOps(const Sm90Ops& ops, int cta, int ctas) : ops_(ops), cta_(cta), ctas_(ctas) {}
 
@@ -91,6 +94,18 @@ class Fa3EmuOps {
     }
     U4 v;
     std::memcpy(&v, p, 16);
+    return v;
+  }
+  // The FP8 producer's V pieces (prefill_cta.h's copy_v_transposed).
+  U2 ld8(const void* p, L2Hint hint = L2Hint::kNormal) const {
+    count_load(LoadKind::kLd8Producer, hint);
+    if (reinterpret_cast<uintptr_t>(p) % 8 != 0) {
+      throw EmulatorError("warp " + std::to_string(ops_.warp()) + " thread " +
+                          std::to_string(ops_.thread()) +
+                          ": ld.global.v2.u32 of a global address not 8-byte aligned");
+    }
+    U2 v;
+    std::memcpy(&v, p, 8);
     return v;
   }
   uint8_t ld_byte(const void* p) const { return *static_cast<const uint8_t*>(p); }

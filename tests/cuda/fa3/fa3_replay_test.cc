@@ -114,7 +114,8 @@ TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
       c.reset();
       expect_matches(spec_for(key, op, {70, 1}, {130, 65}), what);
       int64_t kv_last = 0;
-      for (LoadKind k : {LoadKind::kTmaBox, LoadKind::kCpAsync, LoadKind::kLd16Producer}) {
+      for (LoadKind k : {LoadKind::kTmaBox, LoadKind::kCpAsync, LoadKind::kLd16Producer,
+                         LoadKind::kLd8Producer}) {
         EXPECT_EQ(c.count(k, L2Hint::kNormal), 0) << what << " load kind " << int(k);
         EXPECT_EQ(c.count(k, L2Hint::kEvictFirst), 0) << what << " load kind " << int(k);
         kv_last += c.count(k, L2Hint::kEvictLast);
@@ -138,8 +139,9 @@ TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
 // address by shuffles), not once per 16-byte chunk: the replay counts the page divisions
 // (ops.fast_div) against the rows copied, 2 x blocks x BN (a K and a V block each). The rows are
 // found from the chunks copied: every row's kRowChunks cp.async (16-bit K and V, FP8 K; FP8 V
-// rows, loaded into registers, only below kv_len). Keys of every row shape: K rows of 4 to 32
-// chunks (12 and 24 at head dim 192: rows across a warp's steps), blocks of 128 and 64 keys.
+// rows are loaded into registers in 8-byte pieces, two a chunk). Keys of every row shape: K rows
+// of 4 to 32 chunks (12 and 24 at head dim 192: rows across a warp's steps), blocks of 128 and 64
+// keys.
 // Ragged (contiguous) K/V divide nothing. Locating per chunk, as before, divided kRowChunks
 // (4 to 32) times as often as this allows.
 TEST(Fa3ReplayCounters, PagedRowsAreLocatedOncePerBlock) {
@@ -166,7 +168,7 @@ TEST(Fa3ReplayCounters, PagedRowsAreLocatedOncePerBlock) {
         expect_matches(s, what);
         const int64_t cp_async = c.count(LoadKind::kCpAsync, L2Hint::kEvictLast);
         const int64_t block_rows = cp_async / (fp8 ? k_chunks : k_chunks + v_chunks);
-        const int64_t chunks = cp_async + c.count(LoadKind::kLd16Producer, L2Hint::kEvictLast);
+        const int64_t chunks = cp_async + c.count(LoadKind::kLd8Producer, L2Hint::kEvictLast) / 2;
         const int64_t divisions = c.fast_divs;
         std::printf("[ counters ] %s: %lld page divisions for %lld chunks of %lld rows\n",
                     what.c_str(), static_cast<long long>(divisions), static_cast<long long>(chunks),

@@ -91,6 +91,14 @@ __device__ __forceinline__ uint4 ld16_hint(const void* gmem, uint64_t policy) {
       : "l"(gmem), "l"(policy));
   return v;
 }
+// 8 bytes of global memory with an L2 cache policy (the FP8 producer's V pieces).
+__device__ __forceinline__ uint2 ld8_hint(const void* gmem, uint64_t policy) {
+  uint2 v;
+  asm("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\n"
+      : "=r"(v.x), "=r"(v.y)
+      : "l"(gmem), "l"(policy));
+  return v;
+}
 // cuda::cp_async_16_zfill with an L2 cache policy.
 __device__ __forceinline__ void cp_async_16_zfill_hint(void* smem_dst, const void* gmem_src,
                                                        bool valid, uint64_t policy) {
