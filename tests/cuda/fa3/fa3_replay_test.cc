@@ -185,6 +185,48 @@ TEST(Fa3ReplayCounters, PagedRowsAreLocatedOncePerBlock) {
   }
 }
 
+// The FP8 producer's V^T stores (prefill_cta.h's copy_v_transposed, v_transpose.h) are free of
+// bank conflicts: over the replay, every warp-wide st.shared into a V slot takes the fewest
+// wavefronts its width allows (smem_banks.h's model: one for a 32-bit store), at every FP8 V
+// block shape (128 keys x 64 / 128 dims, 64 keys x 256 dims), paged, ragged and decode, with keys
+// past kv_len in the last block. The byte-by-byte transpose before took 8 per one-byte store.
+// The consumers' Q stores (16 bytes a lane, 4 phases) are printed, not checked: FP8 Q rows of 64
+// and 192 bytes (padded to whole 128-byte panels) put two rows in a phase, 2-way conflicts in
+// some phases (1,024 wavefronts for 512 at e4m3 d64 paged prefill).
+TEST(Fa3ReplayWavefronts, Fp8VTransposeStoresAreConflictFree) {
+  emu::ReplayCounters& c = emu::replay_counters();
+  const KernelKey keys[] = {{DType::kE4M3, DType::kE4M3, 64, 64},
+                            kE4m3D128,
+                            {DType::kE4M3, DType::kE4M3, 192, 128},
+                            {DType::kE4M3, DType::kE4M3, 256, 256}};
+  for (const KernelKey& key : keys) {
+    for (Op op : {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kBatchDecode}) {
+      const std::string what = std::string(op_name(op)) + "/" + kernel_key_string(key);
+      c.reset();
+      testing::CaseSpec s = spec_for(key, op, {3, 70}, {50, 200});
+      s.problem.page_size = 7;
+      s.problem.mask_mode = MaskMode::kCausal;
+      expect_matches(s, what);
+      const auto& v = c.stores[int(emu::SmemTile::kV)];
+      const auto& q = c.stores[int(emu::SmemTile::kQ)];
+      std::printf(
+          "[ counters ] %s: V^T stores %lld instructions, %lld wavefronts (fewest %lld); "
+          "Q stores %lld, %lld wavefronts (fewest %lld)\n",
+          what.c_str(), static_cast<long long>(v.instructions.load()),
+          static_cast<long long>(v.wavefronts.load()),
+          static_cast<long long>(v.min_wavefronts.load()),
+          static_cast<long long>(q.instructions.load()),
+          static_cast<long long>(q.wavefronts.load()),
+          static_cast<long long>(q.min_wavefronts.load()));
+      EXPECT_GT(v.instructions, 0) << what;
+      EXPECT_EQ(v.divergent, 0) << what << ": the lanes of a warp stored differently";
+      EXPECT_EQ(v.wavefronts, v.min_wavefronts) << what << ": bank conflicts in the V transpose";
+      EXPECT_EQ(v.min_wavefronts, v.instructions) << what << ": one wavefront per 32-bit store";
+      EXPECT_EQ(q.divergent, 0) << what;
+    }
+  }
+}
+
 // kv_row's page division: FastDiv's for keys below 2^32 (counted), a 64-bit division past them,
 // both exact: page kv_indices[kv_first + key / page_size], slot key % page_size. (kv_first is
 // set so that the page-table entry read is always the second: the keys are of requests of more
