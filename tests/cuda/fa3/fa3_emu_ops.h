@@ -181,6 +181,9 @@ class Fa3EmuOps {
     ops_.cp_async_16_zfill(smem_dst, gmem_src, valid);
   }
   void cp_async_wait_all() const { ops_.cp_async_wait_all(); }
+  void cp_async_mbarrier_arrive_noinc(uint64_t* bar) const {
+    ops_.cp_async_mbarrier_arrive_noinc(bar);
+  }
   void fence_proxy_async() const { ops_.fence_proxy_async(); }
   void named_barrier_sync(int id, int threads) const { ops_.named_barrier_sync(id, threads); }
   void sync_threads() const { ops_.sync_threads(); }

@@ -120,6 +120,9 @@ struct DeviceOps : cuda::WarpShuffles {
     } else { cuda::cp_async_16_zfill(smem_dst, gmem_src, valid); });
   }
   KVATTN_HD void cp_async_wait_all() const { KVATTN_FA3_DEVICE(cuda::cp_async_wait_all()); }
+  KVATTN_HD void cp_async_mbarrier_arrive_noinc(uint64_t* bar) const {
+    KVATTN_FA3_DEVICE(ptx::cp_async_mbarrier_arrive_noinc(bar));
+  }
   KVATTN_HD void fence_proxy_async() const { KVATTN_FA3_DEVICE(ptx::fence_proxy_async()); }
   KVATTN_HD void named_barrier_sync(int id, int threads) const {
     KVATTN_FA3_DEVICE(ptx::named_barrier_sync(id, threads));

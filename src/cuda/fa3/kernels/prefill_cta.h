@@ -10,8 +10,8 @@
 //   using AFrag                                   a register A fragment (uint32_t[4])
 //   using U4, U2                                  16 / 8 bytes in registers (uint4, uint2)
 //   smem_addr, ld16 / ld8 / ld_byte (global), st_shared, store_out, mbarrier_*, fence_barrier_init,
-//   tma_load_3d, cp_async_16_zfill, cp_async_wait_all, fence_proxy_async, named_barrier_sync,
-//   sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, shfl, shfl_u32, syncwarp,
+//   tma_load_3d, cp_async_16_zfill, cp_async_mbarrier_arrive_noinc, fence_proxy_async,
+//   named_barrier_sync, sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, shfl, shfl_u32, syncwarp,
 //   wgmma_fence/commit/wait<N>, wgmma_ss<Tag, N>, wgmma_rs<Tag, N>, fence_registers, pack16<Tag>,
 //   pack_e4m3x4 (as in sm90_ptx.cuh), fast_div (cuda/common/fast_div.h's division)
 #pragma once
@@ -373,9 +373,19 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       } else {
         copy_v_transposed<BN, VO>(ops, p, req, n, kv_head, smem + Plan::v(st.index), tid);
       }
-      ops.cp_async_wait_all();
+      // The slot's `full` arrival. Rows this thread stored (gathered rows, FP8 V^T) are ordered
+      // for wgmma by its own proxy fence; its cp.async copies arrive on the barrier when they
+      // complete (noinc: that is this thread's arrival of the 128 the barrier counts), so the
+      // producer goes on to the next slot without waiting for them, and the consumers fence
+      // them after their wait. FP8 V issues no cp.async (its rows go through registers to be
+      // transposed): a plain arrival.
       ops.fence_proxy_async();
-      ops.mbarrier_arrive(v ? b.full_v(st.index) : b.full_k(st.index));
+      uint64_t* full = v ? b.full_v(st.index) : b.full_k(st.index);
+      if (Elem<Tag>::kFp8 && v) {
+        ops.mbarrier_arrive(full);
+      } else {
+        ops.cp_async_mbarrier_arrive_noinc(full);
+      }
     };
     // pipe::kv_load's order; two loads a step, each with its ring known at compile time.
     if constexpr (kKAhead) {
@@ -490,6 +500,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         st.advance();
         ops.mbarrier_wait(b.full_k(cur.index), cur.phase);
         ops.mbarrier_wait(b.full_v(cur.index), cur.phase);
+        ops.fence_proxy_async();  // the producer's cp.async bytes, for wgmma (produce)
         const bool guard = kr.masked(n) && step::v_has_non_finite<Tag, VO, BN>(
                                                ops, smem + Plan::v(cur.index), ctid, wg);
         step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(cur.index)));
@@ -512,6 +523,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       }
     } else if (kr.begin < kr.end) {
       ops.mbarrier_wait(b.full_k(st.index), st.phase);
+      ops.fence_proxy_async();  // the producer's cp.async bytes, for wgmma (produce)
       step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
       ops.template wgmma_wait<0>();
       ops.fence_registers(s);
@@ -534,6 +546,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
                                                  r.kv_len, diag0, token_step, ctid);
         }
         ops.mbarrier_wait(b.full_k(st.index), st.phase);
+        ops.fence_proxy_async();  // K(n)'s and V(n - 1)'s cp.async bytes, for wgmma
         step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
         if (guard_prev) {
           ops.template wgmma_wait<0>();  // S_n done (no PV_{n-1} in flight)
@@ -555,6 +568,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         st.advance();
       }
       ops.mbarrier_wait(b.full_v(prev.index), prev.phase);
+      ops.fence_proxy_async();
       const bool guard_last =
           kr.masked(kr.end - 1) &&
           step::v_has_non_finite<Tag, VO, BN>(ops, smem + Plan::v(prev.index), ctid, wg);
@@ -628,7 +642,8 @@ KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem
   const Barriers b{reinterpret_cast<uint64_t*>(smem + Plan::barriers())};
   if (ops.thread() == 0) {
     for (int s = 0; s < kStages; ++s) {
-      // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives.
+      // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives (its
+      // copies' cp.async.mbarrier.arrive.noinc, or a plain arrival for FP8 V: produce).
       const int loads = !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads;
       ops.mbarrier_init(b.full_k(s), loads);
       ops.mbarrier_init(b.full_v(s), loads);
