@@ -373,18 +373,19 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       } else {
         copy_v_transposed<BN, VO>(ops, p, req, n, kv_head, smem + Plan::v(st.index), tid);
       }
-      // The slot's `full` arrival. Rows this thread stored (gathered rows, FP8 V^T) are ordered
-      // for wgmma by its own proxy fence; its cp.async copies arrive on the barrier when they
+      // The slot's `full` arrival. Rows copied by cp.async arrive on the barrier when the copies
       // complete (noinc: that is this thread's arrival of the 128 the barrier counts), so the
       // producer goes on to the next slot without waiting for them, and the consumers fence
-      // them after their wait. FP8 V issues no cp.async (its rows go through registers to be
-      // transposed): a plain arrival.
-      ops.fence_proxy_async();
+      // them for wgmma after their wait. Rows this thread stored (rows not in 16-byte chunks,
+      // gathered; FP8 V^T, whose rows go through registers to be transposed, with no cp.async)
+      // take its proxy fence and a plain arrival, whose release orders the stores (the
+      // asynchronous arrive-on of cp.async.mbarrier.arrive is not documented to).
       uint64_t* full = v ? b.full_v(st.index) : b.full_k(st.index);
-      if (Elem<Tag>::kFp8 && v) {
-        ops.mbarrier_arrive(full);
-      } else {
+      if (!(Elem<Tag>::kFp8 && v) && (v ? p.v_chunks : p.k_chunks)) {
         ops.cp_async_mbarrier_arrive_noinc(full);
+      } else {
+        ops.fence_proxy_async();
+        ops.mbarrier_arrive(full);
       }
     };
     // pipe::kv_load's order; two loads a step, each with its ring known at compile time.
