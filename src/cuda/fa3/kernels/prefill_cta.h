@@ -644,7 +644,8 @@ KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem
   if (ops.thread() == 0) {
     for (int s = 0; s < kStages; ++s) {
       // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives (its
-      // copies' cp.async.mbarrier.arrive.noinc, or a plain arrival for FP8 V: produce).
+      // copies' cp.async.mbarrier.arrive.noinc, or a plain arrival for rows it stores itself:
+      // produce).
       const int loads = !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads;
       ops.mbarrier_init(b.full_k(s), loads);
       ops.mbarrier_init(b.full_v(s), loads);
