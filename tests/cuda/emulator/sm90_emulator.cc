@@ -207,6 +207,30 @@ void CtaState::land_tma() {
   ++epoch;
 }
 
+void CtaState::land_cp_arrival() {
+  CpArrival a = std::move(cp_arrivals.front());
+  cp_arrivals.pop_front();
+  auto it = mbars.find(a.bar);
+  if (it == mbars.end()) fail("cp.async arrival: the mbarrier at " + hex(a.bar) + " is gone");
+  CpLanded landed{{},
+                  a.bar,
+                  it->second.init_id,
+                  it->second.phase,
+                  uint16_t(kCpArrivalWriter | uint16_t(a.thread + 1))};
+  for (const CpCopy& k : a.copies) {
+    check_write("a cp.async issued by " + warp_name(a.thread) + " (landing for an mbarrier)", k.dst,
+                uint32_t(k.bytes));
+    if (k.src_bytes > 0) std::memcpy(smem + k.dst, k.src, std::size_t(k.src_bytes));
+    std::memset(smem + k.dst + k.src_bytes, 0, std::size_t(k.bytes - k.src_bytes));
+    for (int i = 0; i < k.bytes; ++i) writer[k.dst + uint32_t(i)] = landed.marker;
+    landed.ranges.emplace_back(k.dst, uint32_t(k.bytes));
+  }
+  if (!landed.ranges.empty()) cp_landed.push_back(std::move(landed));
+  --it->second.pending;  // the arrive-on operation, once the copies are complete
+  complete_phase_if_done(it->second);
+  ++epoch;
+}
+
 void CtaState::run(const std::function<void(Sm90Ops&)>& fn) {
   body = &fn;
   failed = false;
@@ -216,6 +240,8 @@ void CtaState::run(const std::function<void(Sm90Ops&)>& fn) {
   threads.resize(std::size_t(launch.threads));
   mbars.clear();
   tma.clear();
+  cp_arrivals.clear();
+  cp_landed.clear();
   shadows.clear();
   dead.clear();
   for (auto& n : named) n = NamedBar{};
@@ -269,7 +295,7 @@ void CtaState::run(const std::function<void(Sm90Ops&)>& fn) {
   // an mbarrier phase that just completed run before anyone else.
   std::function<void()> after_switch = [&] {
     if (launch.tma_lands_early) {
-      while (!tma.empty()) land_tma();
+      while (async_in_flight()) land_async();
     }
     while (preempt && !failed) {
       preempt = false;
@@ -280,7 +306,7 @@ void CtaState::run(const std::function<void(Sm90Ops&)>& fn) {
         resume(w);
         if (failed) return;
         if (launch.tma_lands_early) {
-          while (!tma.empty()) land_tma();
+          while (async_in_flight()) land_async();
         }
       }
     }
@@ -310,8 +336,8 @@ void CtaState::run(const std::function<void(Sm90Ops&)>& fn) {
     if (failed || all_done) break;
     if (epoch == before) {
       try {
-        if (!tma.empty()) {
-          land_tma();
+        if (async_in_flight()) {
+          land_async();
         } else {
           fail(deadlock_report());
         }
@@ -326,6 +352,12 @@ void CtaState::run(const std::function<void(Sm90Ops&)>& fn) {
     error = "the CTA exits with " + std::to_string(tma.size()) +
             " TMA load(s) in flight (issued by " + warp_name(tma.front().thread) +
             "; nobody waited for their mbarrier)";
+  }
+  if (!failed && !cp_arrivals.empty()) {
+    failed = true;
+    error = "the CTA exits with " + std::to_string(cp_arrivals.size()) +
+            " cp.async.mbarrier.arrive.noinc group(s) in flight (issued by " +
+            warp_name(cp_arrivals.front().thread) + "; nobody waited for their mbarrier)";
   }
   if (failed) {  // unwind every fiber still alive
     for (auto& t : threads) {

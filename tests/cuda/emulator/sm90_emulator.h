@@ -21,7 +21,8 @@
 //   wgmma before the thread's first wgmma.fence.
 // - TMA loads land (shared memory written, transaction bytes completed on the mbarrier) only when
 //   no fiber can make progress otherwise; cp.async copies land at the cp.async.wait_group that
-//   retires their group.
+//   retires their group, or, handed to an mbarrier (cp.async.mbarrier.arrive.noinc), as TMA
+//   loads do.
 // - Shared memory starts as 0xff bytes (NaN in every float format used).
 //
 // Every violation throws EmulatorError from Sm90Cta::run with a message naming the warp (and
@@ -43,7 +44,11 @@
 //     1..8); the destination aligned to 128 bytes (to the swizzle's repeat, 256 / 512 / 1024
 //     bytes, when swizzled) and inside shared memory; out-of-range elements zero-filled.
 //   cp.async: 4/8/16 bytes, both addresses aligned to the size, the source size at most the copy
-//     size (the rest zero-filled), every copy committed and waited for before the thread exits.
+//     size (the rest zero-filled), every copy committed and waited for before the thread exits,
+//     or handed to an mbarrier by cp.async.mbarrier.arrive.noinc: those land (then arrive on it)
+//     when TMA loads do (late, or early), their bytes unfenced for the async proxy until a thread
+//     that saw that mbarrier phase complete executes fence.proxy.async; a CTA exiting with such
+//     copies in flight fails.
 //   operands in flight: a shared-memory write (st.shared, a cp.async or TMA landing) to a
 //     16-byte chunk an unretired wgmma reads fails naming the writer (a K/V slot handed back
 //     before its readers' wgmma.wait_group). With Sm90Launch::tma_lands_early and the schedule
@@ -316,6 +321,9 @@ class Sm90Ops {
     cp_async_wait(N);
   }
   void cp_async_wait_all() const;
+  // The thread's cp.async copies (every one not waited for) arrive on `bar` once complete,
+  // without the thread waiting; noinc: that arrival is one of the barrier's expected count.
+  void cp_async_mbarrier_arrive_noinc(uint64_t* bar) const;
 
   void fence_proxy_async() const;
   void named_barrier_sync(int id, int threads) const;

@@ -30,6 +30,26 @@ struct CpCopy {
   int bytes, src_bytes;
 };
 
+// A thread's cp.async copies handed to an mbarrier by cp.async.mbarrier.arrive.noinc: they land,
+// and then arrive on it, when the scheduler lands asynchronous copies (as TMA's).
+struct CpArrival {
+  std::vector<CpCopy> copies;
+  uint32_t bar;
+  int thread;
+  uint64_t seq;  // issue order among TMA loads and these
+};
+// The bytes such copies wrote, unfenced for the async proxy until a thread that saw the
+// mbarrier phase they arrived on complete executes fence.proxy.async (their writer, which went
+// on without waiting, cannot).
+inline constexpr uint16_t kCpArrivalWriter = 0x8000;  // | thread + 1 in CtaState::writer
+struct CpLanded {
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;
+  uint32_t bar;
+  uint64_t init_id;
+  int64_t phase;  // the phase they arrived on
+  uint16_t marker;
+};
+
 struct ThreadState {
   CtaState* cta = nullptr;
   int id = 0;
@@ -106,6 +126,7 @@ struct TmaCopy {
   int coords[5];
   uint32_t bar;
   int thread;
+  uint64_t seq;  // issue order among TMA loads and cp.async arrivals
 };
 
 extern thread_local ThreadState* g_current;  // the fiber running now
@@ -168,6 +189,9 @@ class CtaState {
   uint64_t mbar_inits = 0;
   NamedBar named[16];
   std::deque<TmaCopy> tma;
+  std::deque<CpArrival> cp_arrivals;
+  std::vector<CpLanded> cp_landed;
+  uint64_t async_seq = 0;
   std::unordered_map<const RegTrack*, std::vector<float>> shadows;
   std::unordered_set<const RegTrack*> dead;  // registers gone out of scope while in flight
   int reg_pool = 0;
@@ -230,12 +254,17 @@ class CtaState {
     }
     for (uint32_t i = 0; i < bytes; ++i) {
       if (writer[off + i] != 0) {
+        const uint16_t w = writer[off + i];
         fail(reader, instr,
              "async-proxy read of shared byte " + hex(off + i) +
                  ", written through the generic "
                  "proxy by " +
-                 warp_name(writer[off + i] - 1) +
-                 " with no fence.proxy.async since (the write may not be visible to wgmma/TMA)");
+                 warp_name((w & ~kCpArrivalWriter) - 1) +
+                 ((w & kCpArrivalWriter) != 0
+                      ? " (a cp.async that arrived on an mbarrier) with no fence.proxy.async by a "
+                        "thread that waited for that mbarrier phase"
+                      : " with no fence.proxy.async since") +
+                 " (the write may not be visible to wgmma/TMA)");
       }
     }
   }
@@ -253,6 +282,16 @@ class CtaState {
   }
   void run(const std::function<void(Sm90Ops&)>& body);
   void land_tma();
+  void land_cp_arrival();
+  bool async_in_flight() const { return !tma.empty() || !cp_arrivals.empty(); }
+  // The oldest TMA load or cp.async arrival lands.
+  void land_async() {
+    if (!tma.empty() && (cp_arrivals.empty() || tma.front().seq < cp_arrivals.front().seq)) {
+      land_tma();
+    } else {
+      land_cp_arrival();
+    }
+  }
   std::string deadlock_report();
 
   // ---- collectives

@@ -564,6 +564,63 @@ TEST(Sm90Emulator, AsyncProxyReadOfAnUnfencedGenericWriteFails) {
   }
 }
 
+// cp.async.mbarrier.arrive.noinc: the copier goes on at once; its copies land late, then arrive
+// on the barrier (one of its count), so a waiter sees the bytes. Their writer cannot fence them
+// for wgmma (it never saw them complete): a thread that waited for the phase must, and its
+// fence.proxy.async is what lets the wgmma read them (variant 2); with no fence (0) or only the
+// copier's (1) the read fails naming the copy. A CTA exiting with such copies unlanded, with
+// nobody waiting, fails too.
+TEST(Sm90Emulator, CpAsyncArrivalsLandLateAndNeedTheWaitersProxyFence) {
+  for (int variant = 0; variant < 3; ++variant) {
+    WgmmaRig rig;
+    std::vector<uint16_t> src(8, bf16(1.0f));
+    uint16_t seen_before = 0, seen_after = 0;
+    const std::string err = run_error(rig.cta, [&](Sm90Ops& ops, unsigned char* s) {
+      uint64_t* bar = reinterpret_cast<uint64_t*>(s + 96);  // not an operand byte
+      if (ops.thread() == 0) {
+        ops.mbarrier_init(bar, 1);
+        ops.fence_barrier_init();
+      }
+      ops.sync_threads();
+      if (ops.thread() == 40) {
+        ops.cp_async_16_zfill(s + 8192 + 16, src.data(), true);
+        ops.cp_async_mbarrier_arrive_noinc(bar);
+        seen_before = ops.ld_shared(reinterpret_cast<uint16_t*>(s + 8192 + 16));
+        if (variant == 1) ops.fence_proxy_async();
+      }
+      ops.mbarrier_wait(bar, 0);
+      if (ops.thread() == 41)
+        seen_after = ops.ld_shared(reinterpret_cast<uint16_t*>(s + 8192 + 16));
+      if (variant == 2) ops.fence_proxy_async();
+      Acc<64> d;
+      ops.wgmma_fence();
+      WgmmaRig::mma(ops, d, false);
+      ops.wgmma_commit();
+      ops.wgmma_wait<0>();
+    });
+    EXPECT_EQ(seen_before, 0) << variant << ": landed before the copier went on";
+    if (variant == 2) {
+      EXPECT_EQ(err, "");
+      EXPECT_EQ(seen_after, bf16(1.0f));
+    } else {
+      EXPECT_FAILS_WITH(err, "wgmma.mma_async", "async-proxy read",
+                        "warp 1 (warpgroup 0, thread 40)", "arrived on an mbarrier",
+                        "fence.proxy.async");
+    }
+  }
+  WgmmaRig rig;
+  std::vector<uint16_t> src(8, bf16(1.0f));
+  EXPECT_FAILS_WITH(run_error(rig.cta,
+                              [&](Sm90Ops& ops, unsigned char* s) {
+                                uint64_t* bar = reinterpret_cast<uint64_t*>(s + 96);
+                                if (ops.thread() != 0) return;
+                                ops.mbarrier_init(bar, 1);
+                                ops.cp_async_16_zfill(s + 8192, src.data(), true);
+                                ops.cp_async_mbarrier_arrive_noinc(bar);
+                              }),
+                    "exits with 1 cp.async.mbarrier.arrive.noinc group");
+}
+
 // Shared memory a wgmma in flight reads may not be written until its wait: a store, and a TMA
 // load landing there, both fail naming the writer.
 TEST(Sm90Emulator, WritingAnOperandOfAWgmmaInFlightFails) {

@@ -158,6 +158,7 @@ void Sm90Ops::tma_load(void* dst, const TensorMap* map, const int* coords, uint6
   for (int i = 0; i < map->rank; ++i) copy.coords[i] = coords[i];
   copy.bar = uint32_t(reinterpret_cast<unsigned char*>(bar) - c.smem);
   copy.thread = t_->id;
+  copy.seq = ++c.async_seq;
   c.tma.push_back(copy);
   ++c.epoch;
 }
@@ -202,6 +203,22 @@ void Sm90Ops::cp_async_wait_all() const {
   cp_async_wait(0);
 }
 
+void Sm90Ops::cp_async_mbarrier_arrive_noinc(uint64_t* bar) const {
+  CtaState& c = *t_->cta;
+  const std::string instr = "cp.async.mbarrier.arrive.noinc.shared::cta.b64";
+  c.mbar(*t_, bar, instr);
+  // Every cp.async the thread issued and has not waited for, committed or not.
+  detail::CpArrival a{
+      {}, uint32_t(reinterpret_cast<unsigned char*>(bar) - c.smem), t_->id, ++c.async_seq};
+  for (auto& group : t_->committed_copies)
+    a.copies.insert(a.copies.end(), group.begin(), group.end());
+  a.copies.insert(a.copies.end(), t_->open_copies.begin(), t_->open_copies.end());
+  t_->committed_copies.clear();
+  t_->open_copies.clear();
+  c.cp_arrivals.push_back(std::move(a));
+  ++c.epoch;
+}
+
 void Sm90Ops::fence_proxy_async() const {
   CtaState& c = *t_->cta;
   const uint16_t me = uint16_t(t_->id + 1);
@@ -211,6 +228,21 @@ void Sm90Ops::fence_proxy_async() const {
     }
   }
   t_->unfenced.clear();
+  // cp.async bytes that arrived on an mbarrier phase this thread saw complete (mbarrier waits).
+  for (auto g = c.cp_landed.begin(); g != c.cp_landed.end();) {
+    const auto seen = t_->observed.find(g->bar);
+    if (seen == t_->observed.end() || seen->second.first != g->init_id ||
+        seen->second.second < g->phase) {
+      ++g;
+      continue;
+    }
+    for (auto [off, n] : g->ranges) {
+      for (uint32_t i = 0; i < n; ++i) {
+        if (c.writer[off + i] == g->marker) c.writer[off + i] = 0;
+      }
+    }
+    g = c.cp_landed.erase(g);
+  }
   for (uint32_t off : t_->inits) {  // also orders mbarrier.init for the async proxy
     auto it = c.mbars.find(off);
     if (it != c.mbars.end()) it->second.fenced = true;

@@ -10,12 +10,14 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "core/numeric.h"
 #include "cuda/common/fast_div.h"
 #include "cuda/common/store_element.h"
 #include "cuda/emulator/sm90_emulator.h"
+#include "cuda/emulator/smem_banks.h"
 #include "cuda/fa3/kernels/elem.h"
 #include "cuda/fa3/kernels/l2_hint.h"
 #include "cuda/fa3/params.h"
@@ -48,24 +50,53 @@ inline WgmmaType wgmma_type(ElemKind k) {
 // What the replay counts over the kernel body's operations, for every CTA of every replay since
 // the last reset (a test resets, replays, reads): global loads by kind and L2 hint (l2_hint.h),
 // wgmma instructions (m64nNk16 / k32, ss or rs) per warpgroup (0 the producer, 1 and 2 the
-// consumers), and fast divisions (fast_div: the page lookups of paged K/V rows), by every thread.
-enum class LoadKind : int { kTmaBox, kCpAsync, kLd16Producer, kLd16Consumer, kCount };
+// consumers), fast divisions (fast_div: the page lookups of paged K/V rows), by every thread, and
+// the st.shared instructions of each warp with their wavefronts (smem_banks.h's model) by the
+// tile they write (SmemTile, from fa3's SmemPlan: fa3_replay_ctas.h).
+enum class LoadKind : int { kTmaBox, kCpAsync, kLd16Producer, kLd16Consumer, kLd8Producer, kCount };
+enum class SmemTile : int { kQ, kK, kV, kOther, kCount };
 struct ReplayCounters {
   std::atomic<int64_t> loads[int(LoadKind::kCount)][3] = {};
   std::atomic<int64_t> wgmma[3] = {};
   std::atomic<int64_t> fast_divs = 0;
+  struct Stores {
+    std::atomic<int64_t> instructions = 0, wavefronts = 0, min_wavefronts = 0, divergent = 0;
+  };
+  Stores stores[int(SmemTile::kCount)];
   void reset() {
     for (auto& kind : loads)
       for (auto& n : kind) n = 0;
     for (auto& n : wgmma) n = 0;
     fast_divs = 0;
+    for (Stores& st : stores)
+      st.instructions = st.wavefronts = st.min_wavefronts = st.divergent = 0;
   }
   int64_t count(LoadKind k, L2Hint h) const { return loads[int(k)][int(h)]; }
+  void add_stores(SmemTile t, const AccessStats& a) {
+    Stores& st = stores[int(t)];
+    st.instructions += a.instructions;
+    st.wavefronts += a.wavefronts;
+    st.min_wavefronts += a.min_wavefronts;
+    st.divergent += a.divergent;
+  }
 };
 inline ReplayCounters& replay_counters() {
   static ReplayCounters c;
   return c;
 }
+
+// One CTA's st.shared instructions, grouped into warp instructions (smem_banks.h), with the tile
+// each writes: tile_of(offset from the CTA's 1024-byte aligned tiles' base).
+struct SmemStoreCounting {
+  WarpAccessCounter counter;
+  std::function<SmemTile(uint32_t)> tile_of;
+  uint32_t base = 0;  // the tiles' shared address (prefill_cta's rounding of the dynamic base)
+  void record(int thread, uint32_t addr, int bytes) {
+    counter.record(thread, int(tile_of(addr - base)), addr, bytes);
+  }
+  // Into replay_counters() once the CTA has run.
+  void publish();
+};
 
 class Fa3EmuOps {
  public:
@@ -75,8 +106,12 @@ class Fa3EmuOps {
   struct alignas(16) U4 {
     uint32_t x, y, z, w;
   };
+  struct alignas(8) U2 {
+    uint32_t x, y;
+  };
 
-  Fa3EmuOps(const Sm90Ops& ops, int cta, int ctas) : ops_(ops), cta_(cta), ctas_(ctas) {}
+  Fa3EmuOps(const Sm90Ops& ops, int cta, int ctas, SmemStoreCounting* stores = nullptr)
+      : ops_(ops), cta_(cta), ctas_(ctas), stores_(stores) {}
 
   unsigned thread() const { return unsigned(ops_.thread()); }
   int cta() const { return cta_; }
@@ -93,10 +128,23 @@ class Fa3EmuOps {
     std::memcpy(&v, p, 16);
     return v;
   }
+  // The FP8 producer's V pieces (prefill_cta.h's copy_v_transposed).
+  U2 ld8(const void* p, L2Hint hint = L2Hint::kNormal) const {
+    count_load(LoadKind::kLd8Producer, hint);
+    if (reinterpret_cast<uintptr_t>(p) % 8 != 0) {
+      throw EmulatorError("warp " + std::to_string(ops_.warp()) + " thread " +
+                          std::to_string(ops_.thread()) +
+                          ": ld.global.v2.u32 of a global address not 8-byte aligned");
+    }
+    U2 v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
   uint8_t ld_byte(const void* p) const { return *static_cast<const uint8_t*>(p); }
   template <class T>
   void st_shared(T* p, T v) const {
     ops_.st_shared(p, v);
+    if (stores_ != nullptr) stores_->record(ops_.thread(), ops_.smem_addr(p), int(sizeof(T)));
   }
   void store_out(const PrefillParams& p, int64_t offset, float x) const {
     cuda::store_element(p.out, p.out_kind, offset, x);
@@ -133,6 +181,9 @@ class Fa3EmuOps {
     ops_.cp_async_16_zfill(smem_dst, gmem_src, valid);
   }
   void cp_async_wait_all() const { ops_.cp_async_wait_all(); }
+  void cp_async_mbarrier_arrive_noinc(uint64_t* bar) const {
+    ops_.cp_async_mbarrier_arrive_noinc(bar);
+  }
   void fence_proxy_async() const { ops_.fence_proxy_async(); }
   void named_barrier_sync(int id, int threads) const { ops_.named_barrier_sync(id, threads); }
   void sync_threads() const { ops_.sync_threads(); }
@@ -212,6 +263,14 @@ class Fa3EmuOps {
 
   const Sm90Ops& ops_;
   int cta_, ctas_;
+  SmemStoreCounting* stores_;
 };
+
+inline void SmemStoreCounting::publish() {
+  counter.flush();
+  for (int t = 0; t < int(SmemTile::kCount); ++t) {
+    replay_counters().add_stores(SmemTile(t), counter.stats(t));
+  }
+}
 
 }  // namespace kvattn::fa3::emu

@@ -8,8 +8,20 @@
 
 namespace kvattn::fa3 {
 
+// The tile of SmemPlan `Plan` at byte `offset` of the CTA's tiles.
+template <class Plan>
+emu::SmemTile smem_tile_of(uint32_t offset) {
+  if (offset < Plan::k(0)) return emu::SmemTile::kQ;
+  for (int s = 0; s < kStages; ++s) {
+    if (offset >= Plan::k(s) && offset < Plan::k(s) + Plan::kKBytes) return emu::SmemTile::kK;
+    if (offset >= Plan::v(s) && offset < Plan::v(s) + Plan::kVBytes) return emu::SmemTile::kV;
+  }
+  return emu::SmemTile::kOther;
+}
+
 // `ctas` persistent CTAs, one after the other (CTAs share nothing but global memory, which the
-// body reads, or writes disjointly: every output row and partial state once).
+// body reads, or writes disjointly: every output row and partial state once), each counting its
+// shared-memory stores' wavefronts (fa3_emu_ops.h's SmemStoreCounting).
 template <class Tag, int QK, int VO>
 void replay_ctas(const PrefillParams& k, int ctas, bool early) {
   using Plan = SmemPlan<Elem<Tag>::kBytes, QK, VO>;
@@ -20,9 +32,14 @@ void replay_ctas(const PrefillParams& k, int ctas, bool early) {
     l.regs_per_thread = kLaunchRegs;
     l.tma_lands_early = early;
     emu::Sm90Cta cta(l);
+    emu::SmemStoreCounting stores{emu::WarpAccessCounter(kThreads, int(emu::SmemTile::kCount)),
+                                  smem_tile_of<Plan>};
     cta.run([&](emu::Sm90Ops& ops, unsigned char* smem) {
-      prefill_cta<Tag, QK, VO>(emu::Fa3EmuOps(ops, c, ctas), k, smem);
+      const uint32_t raw = ops.smem_addr(smem);
+      stores.base = raw + ((1024u - (raw & 1023u)) & 1023u);  // as prefill_cta rounds it
+      prefill_cta<Tag, QK, VO>(emu::Fa3EmuOps(ops, c, ctas, &stores), k, smem);
     });
+    stores.publish();
   }
 }
 

@@ -114,7 +114,8 @@ TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
       c.reset();
       expect_matches(spec_for(key, op, {70, 1}, {130, 65}), what);
       int64_t kv_last = 0;
-      for (LoadKind k : {LoadKind::kTmaBox, LoadKind::kCpAsync, LoadKind::kLd16Producer}) {
+      for (LoadKind k : {LoadKind::kTmaBox, LoadKind::kCpAsync, LoadKind::kLd16Producer,
+                         LoadKind::kLd8Producer}) {
         EXPECT_EQ(c.count(k, L2Hint::kNormal), 0) << what << " load kind " << int(k);
         EXPECT_EQ(c.count(k, L2Hint::kEvictFirst), 0) << what << " load kind " << int(k);
         kv_last += c.count(k, L2Hint::kEvictLast);
@@ -138,8 +139,9 @@ TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
 // address by shuffles), not once per 16-byte chunk: the replay counts the page divisions
 // (ops.fast_div) against the rows copied, 2 x blocks x BN (a K and a V block each). The rows are
 // found from the chunks copied: every row's kRowChunks cp.async (16-bit K and V, FP8 K; FP8 V
-// rows, loaded into registers, only below kv_len). Keys of every row shape: K rows of 4 to 32
-// chunks (12 and 24 at head dim 192: rows across a warp's steps), blocks of 128 and 64 keys.
+// rows are loaded into registers in 8-byte pieces, two a chunk). Keys of every row shape: K rows
+// of 4 to 32 chunks (12 and 24 at head dim 192: rows across a warp's steps), blocks of 128 and 64
+// keys.
 // Ragged (contiguous) K/V divide nothing. Locating per chunk, as before, divided kRowChunks
 // (4 to 32) times as often as this allows.
 TEST(Fa3ReplayCounters, PagedRowsAreLocatedOncePerBlock) {
@@ -166,7 +168,7 @@ TEST(Fa3ReplayCounters, PagedRowsAreLocatedOncePerBlock) {
         expect_matches(s, what);
         const int64_t cp_async = c.count(LoadKind::kCpAsync, L2Hint::kEvictLast);
         const int64_t block_rows = cp_async / (fp8 ? k_chunks : k_chunks + v_chunks);
-        const int64_t chunks = cp_async + c.count(LoadKind::kLd16Producer, L2Hint::kEvictLast);
+        const int64_t chunks = cp_async + c.count(LoadKind::kLd8Producer, L2Hint::kEvictLast) / 2;
         const int64_t divisions = c.fast_divs;
         std::printf("[ counters ] %s: %lld page divisions for %lld chunks of %lld rows\n",
                     what.c_str(), static_cast<long long>(divisions), static_cast<long long>(chunks),
@@ -180,6 +182,48 @@ TEST(Fa3ReplayCounters, PagedRowsAreLocatedOncePerBlock) {
     expect_matches(spec_for(key, Op::kBatchPrefillRagged, {3, 70}, {50, 300}),
                    "ragged " + kernel_key_string(key));
     EXPECT_EQ(c.fast_divs, 0) << "ragged " << kernel_key_string(key);
+  }
+}
+
+// The FP8 producer's V^T stores (prefill_cta.h's copy_v_transposed, v_transpose.h) are free of
+// bank conflicts: over the replay, every warp-wide st.shared into a V slot takes the fewest
+// wavefronts its width allows (smem_banks.h's model: one for a 32-bit store), at every FP8 V
+// block shape (128 keys x 64 / 128 dims, 64 keys x 256 dims), paged, ragged and decode, with keys
+// past kv_len in the last block. The byte-by-byte transpose before took 8 per one-byte store.
+// The consumers' Q stores (16 bytes a lane, 4 phases) are printed, not checked: FP8 Q rows of 64
+// and 192 bytes (padded to whole 128-byte panels) put two rows in a phase, 2-way conflicts in
+// some phases (1,024 wavefronts for 512 at e4m3 d64 paged prefill).
+TEST(Fa3ReplayWavefronts, Fp8VTransposeStoresAreConflictFree) {
+  emu::ReplayCounters& c = emu::replay_counters();
+  const KernelKey keys[] = {{DType::kE4M3, DType::kE4M3, 64, 64},
+                            kE4m3D128,
+                            {DType::kE4M3, DType::kE4M3, 192, 128},
+                            {DType::kE4M3, DType::kE4M3, 256, 256}};
+  for (const KernelKey& key : keys) {
+    for (Op op : {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kBatchDecode}) {
+      const std::string what = std::string(op_name(op)) + "/" + kernel_key_string(key);
+      c.reset();
+      testing::CaseSpec s = spec_for(key, op, {3, 70}, {50, 200});
+      s.problem.page_size = 7;
+      s.problem.mask_mode = MaskMode::kCausal;
+      expect_matches(s, what);
+      const auto& v = c.stores[int(emu::SmemTile::kV)];
+      const auto& q = c.stores[int(emu::SmemTile::kQ)];
+      std::printf(
+          "[ counters ] %s: V^T stores %lld instructions, %lld wavefronts (fewest %lld); "
+          "Q stores %lld, %lld wavefronts (fewest %lld)\n",
+          what.c_str(), static_cast<long long>(v.instructions.load()),
+          static_cast<long long>(v.wavefronts.load()),
+          static_cast<long long>(v.min_wavefronts.load()),
+          static_cast<long long>(q.instructions.load()),
+          static_cast<long long>(q.wavefronts.load()),
+          static_cast<long long>(q.min_wavefronts.load()));
+      EXPECT_GT(v.instructions, 0) << what;
+      EXPECT_EQ(v.divergent, 0) << what << ": the lanes of a warp stored differently";
+      EXPECT_EQ(v.wavefronts, v.min_wavefronts) << what << ": bank conflicts in the V transpose";
+      EXPECT_EQ(v.min_wavefronts, v.instructions) << what << ": one wavefront per 32-bit store";
+      EXPECT_EQ(q.divergent, 0) << what;
+    }
   }
 }
 

@@ -27,14 +27,16 @@ KVATTN_HD void sin_cos(float angle, float* s, float* c) {
 }
 
 // Element offset of key j's row (dim 0) for one KV head: the page by a fast division (the
-// page size is fixed per launch) and one page-table load.
+// page size is fixed per launch; FastDiv's dividends are 32 bits, so a key past 2^32 - 1 takes
+// a 64-bit division: correct, not fast, as fa3's kv_row) and one page-table load.
 template <class Ops>
 KVATTN_HD int64_t kv_row_offset(const Ops& ops, const AttentionParams& p,
                                 const paged::CacheStrides& s, const RequestInfo& r, int64_t j,
                                 int head) {
   if (p.paged) {
-    const uint32_t page_in_request = p.page_div.div(uint32_t(j));
-    const int64_t slot = j - int64_t(page_in_request) * p.page_size;
+    const int64_t page_in_request =
+        j <= int64_t(UINT32_MAX) ? int64_t(p.page_div.div(uint32_t(j))) : j / p.page_size;
+    const int64_t slot = j - page_in_request * p.page_size;
     const int64_t page = ops.ldg(p.kv_indices + r.kv_first + page_in_request);
     return s.offset(page, slot, head, 0);
   }

@@ -27,6 +27,7 @@ struct DeviceOps : cuda::WarpShuffles {
   using Acc = float[N];
   using AFrag = uint32_t[4];
   using U4 = uint4;
+  using U2 = uint2;
 
 #if defined(__CUDA_ARCH__)
 #define KVATTN_FA3_DEVICE(...) __VA_ARGS__
@@ -69,11 +70,16 @@ struct DeviceOps : cuda::WarpShuffles {
     return p ? 0u : 0u;
 #endif
   }
-  // 16 bytes of global memory (q rows, FP8 V rows) at an L2 priority (l2_hint.h), and one byte
-  // (rows not in 16-byte chunks). The hint is a constant at every call: the branches fold.
+  // 16 bytes of global memory (q rows), 8 (FP8 V pieces: v_transpose.h) at an L2 priority
+  // (l2_hint.h), and one byte (rows not in 16-byte chunks). The hint is a constant at every
+  // call: the branches fold.
   KVATTN_HD uint4 ld16(const void* p, L2Hint hint = L2Hint::kNormal) const {
     KVATTN_FA3_DEVICE(if (hint != L2Hint::kNormal) return ptx::ld16_hint(p, l2_policy(hint)));
     return *reinterpret_cast<const uint4*>(p);
+  }
+  KVATTN_HD uint2 ld8(const void* p, L2Hint hint = L2Hint::kNormal) const {
+    KVATTN_FA3_DEVICE(if (hint != L2Hint::kNormal) return ptx::ld8_hint(p, l2_policy(hint)));
+    return *reinterpret_cast<const uint2*>(p);
   }
   KVATTN_HD uint8_t ld_byte(const void* p) const { return *static_cast<const uint8_t*>(p); }
   template <class T>
@@ -114,6 +120,9 @@ struct DeviceOps : cuda::WarpShuffles {
     } else { cuda::cp_async_16_zfill(smem_dst, gmem_src, valid); });
   }
   KVATTN_HD void cp_async_wait_all() const { KVATTN_FA3_DEVICE(cuda::cp_async_wait_all()); }
+  KVATTN_HD void cp_async_mbarrier_arrive_noinc(uint64_t* bar) const {
+    KVATTN_FA3_DEVICE(ptx::cp_async_mbarrier_arrive_noinc(bar));
+  }
   KVATTN_HD void fence_proxy_async() const { KVATTN_FA3_DEVICE(ptx::fence_proxy_async()); }
   KVATTN_HD void named_barrier_sync(int id, int threads) const {
     KVATTN_FA3_DEVICE(ptx::named_barrier_sync(id, threads));

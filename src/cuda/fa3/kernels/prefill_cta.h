@@ -8,10 +8,10 @@
 //   thread(), cta(), ctas()                       threadIdx.x, blockIdx.x, gridDim.x
 //   template <int N> using Acc                    wgmma accumulators (float[N] on the GPU)
 //   using AFrag                                   a register A fragment (uint32_t[4])
-//   using U4                                      16 bytes in registers (uint4)
-//   smem_addr, ld16 / ld_byte (global), st_shared, store_out, mbarrier_*, fence_barrier_init,
-//   tma_load_3d, cp_async_16_zfill, cp_async_wait_all, fence_proxy_async, named_barrier_sync,
-//   sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, shfl, shfl_u32, syncwarp,
+//   using U4, U2                                  16 / 8 bytes in registers (uint4, uint2)
+//   smem_addr, ld16 / ld8 / ld_byte (global), st_shared, store_out, mbarrier_*, fence_barrier_init,
+//   tma_load_3d, cp_async_16_zfill, cp_async_mbarrier_arrive_noinc, fence_proxy_async,
+//   named_barrier_sync, sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, shfl, shfl_u32, syncwarp,
 //   wgmma_fence/commit/wait<N>, wgmma_ss<Tag, N>, wgmma_rs<Tag, N>, fence_registers, pack16<Tag>,
 //   pack_e4m3x4 (as in sm90_ptx.cuh), fast_div (cuda/common/fast_div.h's division)
 #pragma once
@@ -29,6 +29,7 @@
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/tile_scheduler.h"
 #include "cuda/fa3/kernels/tile_size.h"
+#include "cuda/fa3/kernels/v_transpose.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
 #include "cuda/fa3/params.h"
 
@@ -207,6 +208,93 @@ KVATTN_HD void copy_block(const Ops& ops, const PrefillParams& p, const RequestI
       });
 }
 
+// One store of copy_v_transposed: a word, or one byte of it.
+template <class Ops>
+KVATTN_HD void store_v_word(const Ops& ops, uint8_t* dst, uint32_t x) {
+  ops.st_shared(reinterpret_cast<uint32_t*>(dst), x);
+}
+template <class Ops>
+KVATTN_HD void store_v_word(const Ops& ops, uint8_t* dst, int b, uint8_t x) {
+  ops.st_shared(dst + b, x);
+}
+
+// FP8 block n of V [BN keys x VO dims] into V^T [VO dims x BN keys] (v_transpose.h: the layout,
+// why its stores are conflict-free), zeros past kv_len. Rows are located once per block as K's
+// are (locate_lane_row); a unit's four key rows come from the lanes that located them by shuffles.
+// 8-byte loads (or bytes for rows not in 16-byte chunks) into registers, prmt, 32-bit stores. Not
+// unrolled (the producer's 40 registers; for_each_chunk).
+template <int BN, int VO, class Ops>
+KVATTN_HD void copy_v_transposed(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
+                                 int n, int kv_head, uint8_t* vt, int tid) {
+  constexpr int kUnits = vt::kWarpQuads<BN> * VO / 8;
+  static_assert(kUnits % 32 == 0, "every lane takes the same steps (shuffles)");
+  const int warp = tid / 32, lane = tid % 32;
+  const uintptr_t located = reinterpret_cast<uintptr_t>(
+      locate_lane_row<1, BN>(ops, p, r, p.v, p.v_strides, n, kv_head, tid));
+  // body(unit, store, key_row) for each unit of this lane: store(j, word) its store j (or
+  // store(j, b, byte): byte b of it), key_row(b) the row of its quad's key b (from the lane that
+  // located it).
+  const auto for_each_unit = [&](auto&& body) {
+    KVATTN_FA3_PRAGMA(unroll 1)
+    for (unsigned u = unsigned(lane); u < unsigned(kUnits); u += 32) {
+      const vt::Unit unit = vt::unit<BN>(u);
+      const uint32_t offset0 = vt::store0_offset<BN, VO>(unit, vt::quad_word<BN>(warp, unit.quad));
+      body(
+          unit,
+          [&](int j, auto... byte_and_x) {  // (j, word) or (j, byte b, its value)
+            store_v_word(ops, vt + vt::store_offset(offset0, j), byte_and_x...);
+          },
+          [&](int b) {
+            const int from = vt::key_lane(unit.quad, b);
+            const uint64_t lo = ops.shfl_u32(uint32_t(located), from);
+            const uint64_t hi = ops.shfl_u32(uint32_t(uint64_t(located) >> 32), from);
+            return reinterpret_cast<const uint8_t*>(uintptr_t(lo | hi << 32));
+          });
+    }
+  };
+  if (!p.v_chunks) {
+    // Rows not in 16-byte chunks (params.h): gathered byte by byte and stored so, key by key,
+    // into the bytes of the words the others store whole (the same banks). Gathering a word (the
+    // four rows' addresses held) spilled at the producer's 40 registers, as did this loop
+    // unrolled (ptxas sm_90a, e4m3 d128: 36 and 80 bytes of spill stores).
+    for_each_unit([&](const vt::Unit& unit, auto&& store, auto&& key_row) {
+      KVATTN_FA3_PRAGMA(unroll 1)
+      for (int b = 0; b < 4; ++b) {
+        const uint8_t* src = key_row(b);
+        KVATTN_FA3_PRAGMA(unroll 1)
+        for (int j = 0; j < 8; ++j) {
+          const int64_t dim = vt::store_dim<BN>(unit.piece, j);
+          store(j, b, src != nullptr ? ops.ld_byte(src + dim * p.v_strides.dim) : uint8_t(0));
+        }
+      }
+    });
+    return;
+  }
+  for_each_unit([&](const vt::Unit& unit, auto&& store, auto&& key_row) {
+    uint32_t k[4][2];  // key b's piece: dims 0-3, 4-7
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int b = 0; b < 4; ++b) {
+      const uint8_t* src = key_row(b);
+      typename Ops::U2 x{0, 0};
+      if (src != nullptr) x = ops.ld8(src + 8 * unit.piece, L2Hint::kEvictLast);
+      k[b][0] = x.x;
+      k[b][1] = x.y;
+    }
+    const int order = vt::dim_order<BN>(unit.piece);
+    const vt::Selectors sel = vt::selectors(order);
+    // The order's bit 2 exchanges the piece's two words (see v_transpose.h).
+    const bool swap = (order & 4) != 0;
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int g = 0; g < 2; ++g) {
+      const auto word = [&](int b) { return swap ? k[b][1 - g] : k[b][g]; };
+      uint32_t out[4];
+      vt::transpose4(word(0), word(1), word(2), word(3), sel, out);
+      KVATTN_FA3_PRAGMA(unroll)
+      for (int e = 0; e < 4; ++e) store(4 * g + e, out[e]);
+    }
+  });
+}
+
 // The rings' mbarriers (pipeline_state.h): a K ring and a V ring of kStages slots, each slot with
 // its `full` (the load landed) and `empty` (every consumer warp is done reading it).
 // One base pointer (the producer runs at 40 registers): the four arrays follow each other.
@@ -283,30 +371,22 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         copy_block<Tag, BN, kVRowChunks>(ops, p, req, p.v, p.v_strides, p.v_chunks, n, kv_head,
                                          smem + Plan::v(st.index), tid);
       } else {
-        uint8_t* v_smem = smem + Plan::v(st.index);
-        for_each_chunk<EB, BN, kVRowChunks>(
-            ops, p, req, p.v, p.v_strides, n, kv_head, tid,
-            [&](int row, int byte_col, const uint8_t* src, bool in) {
-              // V^T [dim][key], its columns renumbered as P's A fragment needs
-              // (wgmma_fragment.h).
-              typename Ops::U4 vals{0, 0, 0, 0};
-              if (in) {
-                vals = p.v_chunks ? ops.ld16(src + byte_col, L2Hint::kEvictLast)
-                                  : gather16<EB>(ops, src, byte_col, p.v_strides.dim);
-              }
-              const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&vals);
-              const int col = (row / 32) * 32 + frag::fp8_column_of_key(row % 32);
-              KVATTN_FA3_PRAGMA(unroll)
-              for (int e = 0; e < 16; ++e) {
-                // The byte is read before the address, as an assignment orders it.
-                const uint8_t byte = bytes[e];
-                ops.st_shared(&v_smem[smem::tile_offset8(byte_col + e, col, VO)], byte);
-              }
-            });
+        copy_v_transposed<BN, VO>(ops, p, req, n, kv_head, smem + Plan::v(st.index), tid);
       }
-      ops.cp_async_wait_all();
-      ops.fence_proxy_async();
-      ops.mbarrier_arrive(v ? b.full_v(st.index) : b.full_k(st.index));
+      // The slot's `full` arrival. Rows copied by cp.async arrive on the barrier when the copies
+      // complete (noinc: that is this thread's arrival of the 128 the barrier counts), so the
+      // producer goes on to the next slot without waiting for them, and the consumers fence
+      // them for wgmma after their wait. Rows this thread stored (rows not in 16-byte chunks,
+      // gathered; FP8 V^T, whose rows go through registers to be transposed, with no cp.async)
+      // take its proxy fence and a plain arrival, whose release orders the stores (the
+      // asynchronous arrive-on of cp.async.mbarrier.arrive is not documented to).
+      uint64_t* full = v ? b.full_v(st.index) : b.full_k(st.index);
+      if (!(Elem<Tag>::kFp8 && v) && (v ? p.v_chunks : p.k_chunks)) {
+        ops.cp_async_mbarrier_arrive_noinc(full);
+      } else {
+        ops.fence_proxy_async();
+        ops.mbarrier_arrive(full);
+      }
     };
     // pipe::kv_load's order; two loads a step, each with its ring known at compile time.
     if constexpr (kKAhead) {
@@ -421,6 +501,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         st.advance();
         ops.mbarrier_wait(b.full_k(cur.index), cur.phase);
         ops.mbarrier_wait(b.full_v(cur.index), cur.phase);
+        ops.fence_proxy_async();  // the producer's cp.async bytes, for wgmma (produce)
         const bool guard = kr.masked(n) && step::v_has_non_finite<Tag, VO, BN>(
                                                ops, smem + Plan::v(cur.index), ctid, wg);
         step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(cur.index)));
@@ -443,6 +524,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       }
     } else if (kr.begin < kr.end) {
       ops.mbarrier_wait(b.full_k(st.index), st.phase);
+      ops.fence_proxy_async();  // the producer's cp.async bytes, for wgmma (produce)
       step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
       ops.template wgmma_wait<0>();
       ops.fence_registers(s);
@@ -465,6 +547,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
                                                  r.kv_len, diag0, token_step, ctid);
         }
         ops.mbarrier_wait(b.full_k(st.index), st.phase);
+        ops.fence_proxy_async();  // K(n)'s and V(n - 1)'s cp.async bytes, for wgmma
         step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
         if (guard_prev) {
           ops.template wgmma_wait<0>();  // S_n done (no PV_{n-1} in flight)
@@ -486,6 +569,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         st.advance();
       }
       ops.mbarrier_wait(b.full_v(prev.index), prev.phase);
+      ops.fence_proxy_async();
       const bool guard_last =
           kr.masked(kr.end - 1) &&
           step::v_has_non_finite<Tag, VO, BN>(ops, smem + Plan::v(prev.index), ctid, wg);
@@ -559,7 +643,9 @@ KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem
   const Barriers b{reinterpret_cast<uint64_t*>(smem + Plan::barriers())};
   if (ops.thread() == 0) {
     for (int s = 0; s < kStages; ++s) {
-      // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives.
+      // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives (its
+      // copies' cp.async.mbarrier.arrive.noinc, or a plain arrival for rows it stores itself:
+      // produce).
       const int loads = !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads;
       ops.mbarrier_init(b.full_k(s), loads);
       ops.mbarrier_init(b.full_v(s), loads);

@@ -91,6 +91,14 @@ __device__ __forceinline__ uint4 ld16_hint(const void* gmem, uint64_t policy) {
       : "l"(gmem), "l"(policy));
   return v;
 }
+// 8 bytes of global memory with an L2 cache policy (the FP8 producer's V pieces).
+__device__ __forceinline__ uint2 ld8_hint(const void* gmem, uint64_t policy) {
+  uint2 v;
+  asm("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\n"
+      : "=r"(v.x), "=r"(v.y)
+      : "l"(gmem), "l"(policy));
+  return v;
+}
 // cuda::cp_async_16_zfill with an L2 cache policy.
 __device__ __forceinline__ void cp_async_16_zfill_hint(void* smem_dst, const void* gmem_src,
                                                        bool valid, uint64_t policy) {
@@ -102,8 +110,15 @@ __device__ __forceinline__ void cp_async_16_zfill_hint(void* smem_dst, const voi
 
 // cp.async (16 bytes, zero-fill) and its waits: cuda/common/ptx.cuh (cp_async_16_zfill,
 // cp_async_wait_all).
-// Orders this thread's generic-proxy shared-memory writes (st.shared, cp.async) before later
-// async-proxy reads (wgmma operands).
+// An arrive-on `bar` once every cp.async this thread issued so far has completed, the thread not
+// waiting for them; .noinc: the barrier's pending count is not raised for it, so that arrival is
+// one of the count the barrier was initialised with (the thread arrives no other way).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
+               : "memory");
+}
+// Orders this thread's generic-proxy shared-memory writes (st.shared, cp.async), and those it
+// has synchronised with (an mbarrier wait), before later async-proxy reads (wgmma operands).
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
