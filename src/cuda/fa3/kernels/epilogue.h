@@ -22,20 +22,15 @@
 // store (st.shared.v2: two phases of 4 rows x 2 chunks) its 4 rows' chunk pairs on 8 distinct
 // positions, and the copy's 16-byte reads (a phase is 8 lanes, 8 consecutive chunks of one row)
 // the 8 positions of its row: every access one wavefront per phase
-// (tests/cuda/fa3/fa3_smem_layout_test.cc checks the banks).
+// (tests/cuda/fa3/fa3_epilogue_test.cc checks the banks).
 #pragma once
 
 #include <cstdint>
 
 #include "core/hd.h"
 #include "cuda/fa3/kernels/packed_rows.h"
+#include "cuda/fa3/kernels/pragma.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
-
-#if defined(__CUDACC__)
-#define KVATTN_FA3_EPI_PRAGMA(x) _Pragma(#x)
-#else
-#define KVATTN_FA3_EPI_PRAGMA(x)
-#endif
 
 namespace kvattn::cuda {
 struct Bf16Tag;
@@ -107,19 +102,18 @@ KVATTN_HD void store_o(const Ops& ops, const OAcc& o, const float (&inv)[2], uin
   constexpr int kRowBytes = kPassCols * E;
   constexpr int kRowChunks = kRowBytes / 16;
   constexpr int kRows = frag::kWarpgroupRows;
-  static_assert(
-      kRowBytes % 128 == 0 && VO % kPassCols == 0 && kRows * kRowBytes <= kRows * kQRowBytes,
-      "a staging row is whole 128-byte lines and fits a Q row");
+  static_assert(kRowBytes % 128 == 0 && VO % kPassCols == 0 && kRowBytes <= kQRowBytes,
+                "a staging row is whole 128-byte lines and fits a Q row");
   const int t = ctid % 4;
-  KVATTN_FA3_EPI_PRAGMA(unroll)
+  KVATTN_FA3_PRAGMA(unroll)
   for (int pass = 0; pass < VO / kPassCols; ++pass) {
     // Every warp of the warpgroup past its last wgmma (which read Q), or past the previous pass's
     // reads of the staging tile.
     ops.named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
-    KVATTN_FA3_EPI_PRAGMA(unroll)
+    KVATTN_FA3_PRAGMA(unroll)
     for (int h = 0; h < 2; ++h) {
       const int row = frag::acc_element(ctid, 2 * h).row;
-      KVATTN_FA3_EPI_PRAGMA(unroll)
+      KVATTN_FA3_PRAGMA(unroll)
       for (int jj = 0; jj < kPassCols / 8; ++jj) {
         // Accumulators 4 j + 2 h and + 1: row half h, columns 8 j + 2 t and + 1.
         const int i = 4 * (pass * kPassCols / 8 + jj) + 2 * h;
@@ -133,7 +127,7 @@ KVATTN_HD void store_o(const Ops& ops, const OAcc& o, const float (&inv)[2], uin
       }
     }
     ops.named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
-    KVATTN_FA3_EPI_PRAGMA(unroll 1)
+    KVATTN_FA3_PRAGMA(unroll 1)
     for (int c = ctid; c < kRows * kRowChunks; c += frag::kWarpgroupThreads) {
       const int row = c / kRowChunks, chunk = c % kRowChunks;
       if (row0 + row >= rows) continue;
@@ -147,7 +141,7 @@ KVATTN_HD void store_o(const Ops& ops, const OAcc& o, const float (&inv)[2], uin
       } else {
         // A strided or misaligned output (params.h's o_chunks): the chunk's elements one by one.
         const uint32_t w[4] = {x.x, x.y, x.z, x.w};
-        KVATTN_FA3_EPI_PRAGMA(unroll)
+        KVATTN_FA3_PRAGMA(unroll)
         for (int e = 0; e < 16 / E; ++e) {
           uint8_t* at = out_row + (col + e) * dst.dim_elems * E;
           if constexpr (E == 4) {
