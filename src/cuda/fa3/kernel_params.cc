@@ -104,7 +104,8 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
   k.out = args.out.data;
   k.o_stride_row = single_decode ? 0 : args.out.strides[0];
   k.o_stride_head = args.out.strides[dim_axis - 1];
-  k.o_stride_dim = args.out.strides[dim_axis];  // O is stored element by element
+  k.o_stride_dim = args.out.strides[dim_axis];
+  k.o_chunks = rows_in_chunks(args.out, {k.o_stride_row, k.o_stride_head}, k.o_stride_dim);
   k.out_kind = cuda::out_kind(p.o_dtype);
   if (!args.lse.empty()) {
     k.lse = static_cast<float*>(args.lse.data);

@@ -53,6 +53,9 @@ struct PrefillParams {
 
   void* out = nullptr;
   int64_t o_stride_row = 0, o_stride_head = 0, o_stride_dim = 1;
+  // Whether every row of out is a run of 16-byte chunks (as q_chunks): then the epilogue stores
+  // it 16 bytes at a time (epilogue.h), otherwise element by element.
+  bool o_chunks = true;
   OutKind out_kind = OutKind::kBF16;
   float* lse = nullptr;  // may be null
   int64_t lse_stride_row = 0, lse_stride_head = 1;

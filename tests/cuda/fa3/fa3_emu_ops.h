@@ -15,7 +15,6 @@
 
 #include "core/numeric.h"
 #include "cuda/common/fast_div.h"
-#include "cuda/common/store_element.h"
 #include "cuda/emulator/sm90_emulator.h"
 #include "cuda/emulator/smem_banks.h"
 #include "cuda/fa3/kernels/elem.h"
@@ -45,6 +44,21 @@ inline WgmmaType wgmma_type(ElemKind k) {
       return WgmmaType::kE5m2;
   }
   return WgmmaType::kBf16;
+}
+
+// The kernel body's global stores of O (out rows and split-KV partial rows) since the last reset:
+// 16-byte vector stores and narrower ones, and the bytes they wrote.
+struct OutputStores {
+  std::atomic<int64_t> vector16 = 0, narrow = 0, bytes = 0;
+  void reset() { vector16 = narrow = bytes = 0; }
+  void add(std::size_t width) {
+    ++(width == 16 ? vector16 : narrow);
+    bytes += int64_t(width);
+  }
+};
+inline OutputStores& output_stores() {
+  static OutputStores s;
+  return s;
 }
 
 // What the replay counts over the kernel body's operations, for every CTA of every replay since
@@ -146,8 +160,16 @@ class Fa3EmuOps {
     ops_.st_shared(p, v);
     if (stores_ != nullptr) stores_->record(ops_.thread(), ops_.smem_addr(p), int(sizeof(T)));
   }
-  void store_out(const PrefillParams& p, int64_t offset, float x) const {
-    cuda::store_element(p.out, p.out_kind, offset, x);
+  // The epilogue's global stores (epilogue.h), counted by width (output_stores()).
+  template <class T>
+  void st_global(T* p, T v) const {
+    if (reinterpret_cast<uintptr_t>(p) % sizeof(T) != 0) {
+      throw EmulatorError("warp " + std::to_string(ops_.warp()) + " thread " +
+                          std::to_string(ops_.thread()) + ": st.global of " +
+                          std::to_string(sizeof(T)) + " bytes to an address not aligned to it");
+    }
+    output_stores().add(sizeof(T));
+    std::memcpy(p, &v, sizeof(T));
   }
 
   uint32_t fast_div(const cuda::FastDiv& d, uint32_t n) const {

@@ -299,6 +299,58 @@ TEST(Fa3ReplayCounters, AWarpgroupWithoutRowsIssuesNoWgmma) {
   }
 }
 
+// The epilogue's global stores of O (epilogue.h) are 16-byte vectors, whole rows of them: the
+// replay counts every store of an output or partial row (fa3_emu_ops.h's output_stores()), and
+// their bytes must be the rows' bytes exactly, with no narrower store, for every output type:
+// ragged prefill (a 70-row tile: rows past qo_len not written), decode of GQA groups of 4 packed
+// in a tile (heads past the group not written), and a decode split into 3 chunks of 128 keys
+// (f32 partial rows, then the merge). Before, every element was stored on its own. The CI keys;
+// every key with the full grid (each head dims' staging passes: epilogue.h).
+TEST(Fa3ReplayCounters, OutputRowsAreStoredIn16ByteVectors) {
+  emu::OutputStores& st = emu::output_stores();
+  struct Case {
+    Op op;
+    std::vector<int64_t> qo, kv;
+    int qo_heads, kv_heads;
+    int64_t chunk, partial_rows;  // forced split chunk; rows of f32 partial states it writes
+  };
+  const Case cases[] = {{Op::kBatchPrefillRagged, {70, 1}, {130, 65}, 4, 2, 0, 0},
+                        {Op::kBatchDecode, {1, 1}, {200, 70}, 8, 2, 0, 0},
+                        {Op::kBatchDecode, {1}, {300}, 8, 2, 128, 3 * 8}};
+  for (const KernelKey& key : grid_keys()) {
+    for (DType o_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (const Case& k : cases) {
+        if (k.chunk > 0 && o_dtype != DType::kBF16) continue;  // partial rows are f32 anyway
+        testing::CaseSpec s = spec_for(key, k.op, k.qo, k.kv, k.qo_heads, k.kv_heads);
+        s.problem.o_dtype = o_dtype;
+        s.problem.mask_mode = MaskMode::kCausal;
+        const std::string what = std::string(op_name(k.op)) + " out " +
+                                 std::string(dtype_name(o_dtype)) + (k.chunk > 0 ? " split" : "") +
+                                 " " + kernel_key_string(key);
+        ASSERT_TRUE(declared(s.problem)) << what;
+        ReplayOptions o;
+        o.kv_chunk_size = k.chunk;
+        st.reset();
+        expect_matches(s, what, o);
+        int64_t tokens = 0;
+        for (int64_t q : k.qo) tokens += q;
+        const int64_t row_bytes =
+            int64_t(key.head_dim_vo) * (k.chunk > 0 ? 4 : int64_t(dtype_size(o_dtype)));
+        const int64_t rows = k.chunk > 0 ? k.partial_rows : tokens * k.qo_heads;
+        std::printf(
+            "[ counters ] %s: %lld 16-byte and %lld narrower stores for %lld rows of %lld "
+            "bytes\n",
+            what.c_str(), static_cast<long long>(st.vector16.load()),
+            static_cast<long long>(st.narrow.load()), static_cast<long long>(rows),
+            static_cast<long long>(row_bytes));
+        EXPECT_EQ(st.narrow, 0) << what;
+        EXPECT_EQ(st.vector16, rows * row_bytes / 16) << what;
+        EXPECT_EQ(st.bytes, rows * row_bytes) << what;
+      }
+    }
+  }
+}
+
 // One case of every other declared key: paged and ragged prefill (TMA for 16-bit) and decode,
 // causal with LSE.
 TEST(Fa3Replay, EveryDeclaredKey) {

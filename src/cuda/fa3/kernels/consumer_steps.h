@@ -16,15 +16,10 @@
 #include "core/hd.h"
 #include "core/numeric.h"
 #include "cuda/fa3/kernels/elem.h"
+#include "cuda/fa3/kernels/pragma.h"
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
 #include "cuda/fa3/params.h"
-
-#if defined(__CUDACC__)
-#define KVATTN_FA3_PRAGMA(x) _Pragma(#x)
-#else
-#define KVATTN_FA3_PRAGMA(x)
-#endif
 
 namespace kvattn::fa3::step {
 

@@ -12,7 +12,6 @@
 #include "core/hd.h"
 #include "cuda/common/fast_div.h"
 #include "cuda/common/ptx.cuh"
-#include "cuda/common/store_out.cuh"
 #include "cuda/common/warp_shuffles.cuh"
 #include "cuda/fa3/kernels/elem.h"
 #include "cuda/fa3/kernels/l2_hint.h"
@@ -86,9 +85,11 @@ struct DeviceOps : cuda::WarpShuffles {
   KVATTN_HD void st_shared(T* p, T v) const {
     *p = v;
   }
-  template <class Params>
-  KVATTN_HD void store_out(const Params& p, int64_t offset, float x) const {
-    KVATTN_FA3_DEVICE(cuda::store_out(p, offset, x));
+  // One store to global memory (the epilogue's: 16 bytes a row chunk, or an element of a strided
+  // output).
+  template <class T>
+  KVATTN_HD void st_global(T* p, T v) const {
+    *p = v;
   }
 
   // n / d's divisor: a multiply-high and a shift (the page size: prefill_cta.h's kv_row).

@@ -8,8 +8,9 @@
 // blocks only, online softmax in registers, O += P V by wgmma with P taken straight from S's
 // accumulators as the register operand, then release of the slot through its `empty` mbarrier
 // (pipeline_state.h), one block later, once the O += P V that read it is done. The epilogue
-// writes O (and the natural-log LSE) from the accumulators, or, for a request split over KV
-// chunks, the tile's partial state for cuda/common/split_merge.h. A tile's rows are
+// writes O in the output's type through the warpgroup's Q tile with 16-byte stores (epilogue.h)
+// and the natural-log LSE, or, for a request split over KV chunks, the tile's partial state for
+// cuda/common/split_merge.h. A tile's rows are
 // query tokens of one head (prefill) or the (token, head) rows of a GQA group packed together
 // (decode; packed_rows.h). Index math lives in the replayed headers (smem_layout.h,
 // wgmma_fragment.h, tile_scheduler.h, pipeline_state.h, packed_rows.h, ../split_plan.h).

@@ -9,9 +9,10 @@
 //   template <int N> using Acc                    wgmma accumulators (float[N] on the GPU)
 //   using AFrag                                   a register A fragment (uint32_t[4])
 //   using U4, U2                                  16 / 8 bytes in registers (uint4, uint2)
-//   smem_addr, ld16 / ld8 / ld_byte (global), st_shared, store_out, mbarrier_*, fence_barrier_init,
-//   tma_load_3d, cp_async_16_zfill, cp_async_mbarrier_arrive_noinc, fence_proxy_async,
-//   named_barrier_sync, sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, shfl, shfl_u32, syncwarp,
+//   smem_addr, ld16 / ld8 / ld_byte (global), st_shared, st_global, mbarrier_*,
+//   fence_barrier_init, tma_load_3d, cp_async_16_zfill, cp_async_mbarrier_arrive_noinc,
+//   fence_proxy_async, named_barrier_sync, sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, shfl,
+//   shfl_u32, syncwarp,
 //   wgmma_fence/commit/wait<N>, wgmma_ss<Tag, N>, wgmma_rs<Tag, N>, fence_registers, pack16<Tag>,
 //   pack_e4m3x4 (as in sm90_ptx.cuh), fast_div (cuda/common/fast_div.h's division)
 #pragma once
@@ -23,6 +24,7 @@
 #include "core/hd.h"
 #include "cuda/fa3/kernels/consumer_steps.h"
 #include "cuda/fa3/kernels/elem.h"
+#include "cuda/fa3/kernels/epilogue.h"
 #include "cuda/fa3/kernels/l2_hint.h"
 #include "cuda/fa3/kernels/packed_rows.h"
 #include "cuda/fa3/kernels/pipeline_state.h"
@@ -441,7 +443,8 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
     }
 
     // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
-    // the warpgroup is past the previous tile's wgmmas, which read it.
+    // the warpgroup is past the previous tile's wgmmas, which read it, and past its epilogue,
+    // which staged O there (epilogue.h).
     ops.named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
     constexpr int kRowChunks = QK * EB / 16;
     for (int c = ctid; c < frag::kWarpgroupRows * kRowChunks; c += frag::kWarpgroupThreads) {
@@ -589,46 +592,55 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       l[h] += ops.shfl_xor(l[h], 1);
       l[h] += ops.shfl_xor(l[h], 2);
     }
-    // Where each of this thread's two rows goes: out (and lse), or, for a split request, the
-    // partial state of (token, chunk) (split_plan.h), merged by the split-KV merge
-    // (cuda/common/split_merge.h). The request is read again here (the mbarrier waits' memory
-    // clobbers keep it a load) so that its split fields hold no registers during the main loop.
+    // Where the rows go: out (and lse), or, for a split request, the partial state of (token,
+    // chunk) (split_plan.h), merged by the split-KV merge (cuda/common/split_merge.h). The request
+    // is read again here (the mbarrier waits' memory clobbers keep it a load) so that its split
+    // fields hold no registers during the main loop.
     const RequestInfo re = p.requests[tile.request];
     const bool split = re.chunks > 1;
     const int64_t rows = pack::packed_rows(re.qo_len, p.rows_per_token);
+    // The row's end (core/attention_math.h, fa2's and the cpu's too): o = 0 and lse = -inf
+    // without a visible key, o = lse = NaN after a NaN score (the numerics policy; a split merge
+    // then folds the NaN in instead of dropping the row). FP8's O carries P's 2^8 (pack_p).
+    float inv[2];
     KVATTN_FA3_PRAGMA(unroll)
     for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
-      if (row >= rows) continue;
-      const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
-      const int64_t state = re.partial_base + th.token * re.chunks + tile.chunk;
-      // The row's end (core/attention_math.h, fa2's and the cpu's too): o = 0 and lse = -inf
-      // without a visible key, o = lse = NaN after a NaN score (the numerics policy; a split
-      // merge then folds the NaN in instead of dropping the row). FP8's O carries P's 2^8
-      // (pack_p).
       const math::RowFinish fin = math::finish_row(m[h], l[h], p.v_scale);
-      const float inv = kFp8 ? fin.o_scale * step::kFp8PUnscale : fin.o_scale;
+      inv[h] = kFp8 ? fin.o_scale * step::kFp8PUnscale : fin.o_scale;
+      const int64_t row = row0 + frag::acc_element(ctid, 2 * h).row;
+      if (row >= rows || lane % 4 != 0) continue;
+      const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
       if (split) {
-        float* dst = p.partial_o + (state * p.num_qo_heads + th.qo_head) * VO;
-        KVATTN_FA3_PRAGMA(unroll)
-        for (int i = 0; i < kORegs; ++i) {
-          if (frag::acc_row_half(i) == h) dst[frag::acc_element(ctid, i).col] = o[i] * inv;
-        }
-      } else {
-        const int64_t base = (re.q_row + th.token) * p.o_stride_row + th.qo_head * p.o_stride_head;
-        KVATTN_FA3_PRAGMA(unroll)
-        for (int i = 0; i < kORegs; ++i) {
-          if (frag::acc_row_half(i) == h)
-            ops.store_out(p, base + frag::acc_element(ctid, i).col * p.o_stride_dim, o[i] * inv);
-        }
-      }
-      if (lane % 4 != 0) continue;
-      const float lse = fin.lse;
-      if (split) {
-        p.partial_lse[state * p.num_qo_heads + th.qo_head] = lse;
+        const int64_t state = re.partial_base + th.token * re.chunks + tile.chunk;
+        p.partial_lse[state * p.num_qo_heads + th.qo_head] = fin.lse;
       } else if (p.lse) {
         p.lse[(re.q_row + th.token) * p.lse_stride_row + th.qo_head * p.lse_stride_head] =
-            lse * p.lse_scale;
+            fin.lse * p.lse_scale;
+      }
+    }
+    // O through the warpgroup's Q tile (epilogue.h), in the output's type: f32 partial states
+    // [state, H_qo, VO] of (token, chunk) at partial_base + token * chunks + chunk, or out.
+    constexpr int kQRowBytes = int(smem::padded_row_bytes(QK * EB));
+    if (split) {
+      const int64_t row_bytes = int64_t(VO) * 4;
+      const epi::OutRows dst{reinterpret_cast<uint8_t*>(p.partial_o) +
+                                 (re.partial_base + tile.chunk) * p.num_qo_heads * row_bytes,
+                             re.chunks * p.num_qo_heads * row_bytes, row_bytes, 1, true};
+      epi::store_o<epi::F32Out, VO, kQRowBytes>(ops, o, inv, q_smem, dst, row0, rows, tile.head,
+                                                p.rows_per_token, ctid, wg);
+    } else {
+      const int64_t eb = p.out_kind == OutKind::kF32 ? 4 : 2;
+      const epi::OutRows dst{static_cast<uint8_t*>(p.out) + re.q_row * p.o_stride_row * eb,
+                             p.o_stride_row * eb, p.o_stride_head * eb, p.o_stride_dim, p.o_chunks};
+      if (p.out_kind == OutKind::kF32) {
+        epi::store_o<epi::F32Out, VO, kQRowBytes>(ops, o, inv, q_smem, dst, row0, rows, tile.head,
+                                                  p.rows_per_token, ctid, wg);
+      } else if (p.out_kind == OutKind::kF16) {
+        epi::store_o<cuda::F16Tag, VO, kQRowBytes>(ops, o, inv, q_smem, dst, row0, rows, tile.head,
+                                                   p.rows_per_token, ctid, wg);
+      } else {
+        epi::store_o<cuda::Bf16Tag, VO, kQRowBytes>(ops, o, inv, q_smem, dst, row0, rows, tile.head,
+                                                    p.rows_per_token, ctid, wg);
       }
     }
   }
