@@ -4,6 +4,8 @@
 // and not, split-KV, and decode tiles on one consumer warpgroup, with the turns counted. Every
 // replay asserts the order (fa3_replay_ctas.h); here each case also proves both consumer
 // warpgroups took turns, alternately (the runs of the two differ by at most one per CTA).
+#include "cuda/fa3/fa3_pingpong.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,7 +15,6 @@
 
 #include "cuda/common/case_spec.h"
 #include "cuda/fa3/fa3_emu_ops.h"
-#include "cuda/fa3/fa3_pingpong.h"
 #include "cuda/fa3/fa3_replay.h"
 #include "cuda/fa3/kernel_key.h"
 #include "testing/case_builder.h"
@@ -128,6 +129,7 @@ struct Case {
 // and of the other differ by at most one per CTA. With one, warpgroup 2 issues no wgmma (its
 // CTAs take no turn: the ping-pong is off and nothing waits for the warpgroup that left).
 TEST(Fa3ReplayPingPong, ConsumerGemmsAlternateOnEveryShape) {
+  // clang-format off
   const Case cases[] = {
       {"paged prefill", Op::kBatchPrefillPaged, {1, 17, 130}, {40, 17, 300}, 4, 2, false, 0, true},
       {"paged prefill causal", Op::kBatchPrefillPaged, {1, 17, 130}, {40, 17, 300}, 4, 2, true, 0,
@@ -143,6 +145,7 @@ TEST(Fa3ReplayPingPong, ConsumerGemmsAlternateOnEveryShape) {
       {"decode group 4 split 64 (one warpgroup)", Op::kBatchDecode, {1, 1}, {300, 129}, 8, 2, true,
        64, false},
   };
+  // clang-format on
   std::vector<KernelKey> keys = {kBf16D128, kE4m3D128, kBf16D64, kBf16D256};
   if (full_grid()) keys.push_back(kE4m3D256);
   emu::ReplayCounters& counters = emu::replay_counters();
@@ -151,8 +154,7 @@ TEST(Fa3ReplayPingPong, ConsumerGemmsAlternateOnEveryShape) {
       // d64 and d256: the prefill shapes only (the decode shapes are the CI keys').
       if (key.head_dim_qk != 128 && k.op == Op::kBatchDecode) continue;
       const std::string what = std::string(k.name) + " " + kernel_key_string(key);
-      testing::CaseSpec s =
-          cuda::kernel_case_spec(key, k.op, k.qo, k.kv, k.qo_heads, k.kv_heads);
+      testing::CaseSpec s = cuda::kernel_case_spec(key, k.op, k.qo, k.kv, k.qo_heads, k.kv_heads);
       if (k.causal) s.problem.mask_mode = MaskMode::kCausal;
       s.return_lse = k.chunk > 0;
       ReplayOptions o;

@@ -93,7 +93,8 @@ struct OutRows {
 
 // Writes this warpgroup's O (times inv[h] for row half h) to `dst` through the staging tile
 // `stage` (the warpgroup's Q tile, kQRowBytes per row). Every thread of the warpgroup calls it
-// (named barrier bar::warpgroup(wg)). Rows at or past `rows` (the request's packed rows) are not written.
+// (named barrier bar::warpgroup(wg)). Rows at or past `rows` (the request's packed rows) are not
+// written.
 template <class Out, int VO, int kQRowBytes, class Ops, class OAcc>
 KVATTN_HD void store_o(const Ops& ops, const OAcc& o, const float (&inv)[2], uint8_t* stage,
                        const OutRows& dst, int64_t row0, int64_t rows, int tile_head,
