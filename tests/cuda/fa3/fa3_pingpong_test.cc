@@ -153,29 +153,36 @@ TEST(Fa3ReplayPingPong, ConsumerGemmsAlternateOnEveryShape) {
     for (const Case& k : cases) {
       // d64 and d256: the prefill shapes only (the decode shapes are the CI keys').
       if (key.head_dim_qk != 128 && k.op == Op::kBatchDecode) continue;
-      const std::string what = std::string(k.name) + " " + kernel_key_string(key);
-      testing::CaseSpec s = cuda::kernel_case_spec(key, k.op, k.qo, k.kv, k.qo_heads, k.kv_heads);
-      if (k.causal) s.problem.mask_mode = MaskMode::kCausal;
-      s.return_lse = k.chunk > 0;
-      ReplayOptions o;
-      o.kv_chunk_size = k.chunk;
-      counters.reset();
-      testing::Case c = testing::Case::make(s);
-      const testing::CheckResult r = testing::check_against_reference(c, run_replay(o));
-      EXPECT_TRUE(r.ok) << what << ": " << r.message;
-      const int64_t t1 = counters.pingpong_turns[1], t2 = counters.pingpong_turns[2];
-      std::printf("[ ping-pong ] %s: turns %lld / %lld, wgmma %lld / %lld\n", what.c_str(),
-                  static_cast<long long>(t1), static_cast<long long>(t2),
-                  static_cast<long long>(counters.wgmma[1].load()),
-                  static_cast<long long>(counters.wgmma[2].load()));
-      if (k.two) {
-        EXPECT_GT(t1, 1) << what;
-        EXPECT_GT(t2, 1) << what;
-        EXPECT_LE(std::llabs(t1 - t2), o.ctas) << what;
-      } else {
-        EXPECT_EQ(t1 + t2, 0) << what << ": one consumer warpgroup takes no turn";
-        EXPECT_EQ(counters.wgmma[2], 0) << what;
-        EXPECT_GT(counters.wgmma[1], 0) << what;
+      // The CI keys also with TMA boxes landing early (an mbarrier's waiters run right after the
+      // arrival that completes it: another interleaving of the two warpgroups).
+      for (bool early : {false, true}) {
+        if (early && key.head_dim_qk != 128) continue;
+        const std::string what =
+            std::string(k.name) + " " + kernel_key_string(key) + (early ? " TMA early" : "");
+        testing::CaseSpec s = cuda::kernel_case_spec(key, k.op, k.qo, k.kv, k.qo_heads, k.kv_heads);
+        if (k.causal) s.problem.mask_mode = MaskMode::kCausal;
+        s.return_lse = k.chunk > 0;
+        ReplayOptions o;
+        o.kv_chunk_size = k.chunk;
+        o.tma_lands_early = early;
+        counters.reset();
+        testing::Case c = testing::Case::make(s);
+        const testing::CheckResult r = testing::check_against_reference(c, run_replay(o));
+        EXPECT_TRUE(r.ok) << what << ": " << r.message;
+        const int64_t t1 = counters.pingpong_turns[1], t2 = counters.pingpong_turns[2];
+        std::printf("[ ping-pong ] %s: turns %lld / %lld, wgmma %lld / %lld\n", what.c_str(),
+                    static_cast<long long>(t1), static_cast<long long>(t2),
+                    static_cast<long long>(counters.wgmma[1].load()),
+                    static_cast<long long>(counters.wgmma[2].load()));
+        if (k.two) {
+          EXPECT_GT(t1, 1) << what;
+          EXPECT_GT(t2, 1) << what;
+          EXPECT_LE(std::llabs(t1 - t2), o.ctas) << what;
+        } else {
+          EXPECT_EQ(t1 + t2, 0) << what << ": one consumer warpgroup takes no turn";
+          EXPECT_EQ(counters.wgmma[2], 0) << what;
+          EXPECT_GT(counters.wgmma[1], 0) << what;
+        }
       }
     }
   }
