@@ -415,6 +415,61 @@ TEST(Sm90Emulator, NamedBarriersCountThreadsAndCatchMismatches) {
                     "bar.arrive 4, 96", "twice");
 }
 
+// Two warpgroups taking turns through a pair of named barriers (fa3's consumer ping-pong,
+// kernels/consumer_pingpong.h): each waits on its own barrier (bar.sync, 256 threads) and ends its
+// turn with bar.arrive on the other's; warpgroup 2 gives the first turn. The turns alternate,
+// with one arrival left over at exit (nobody waits for it). A warpgroup that leaves while the
+// other still waits for its turn is a deadlock, reported by name, not a hang; so is a warpgroup
+// taking one turn too many.
+TEST(Sm90Emulator, NamedBarrierPingPongAlternatesAndAPartnerThatLeftIsADeadlock) {
+  Sm90Cta cta(launch(384, 64));
+  const auto body = [](std::vector<int>* order, int turns1, int turns2) {
+    return [order, turns1, turns2](Sm90Ops& ops, unsigned char*) {
+      const int wg = ops.warpgroup();
+      if (wg == 0) return;
+      if (wg == 2) ops.named_barrier_arrive(3, 256);
+      for (int k = 0; k < (wg == 1 ? turns1 : turns2); ++k) {
+        ops.named_barrier_sync(2 + wg, 256);
+        if (ops.thread() % 128 == 0) order->push_back(wg);
+        ops.named_barrier_arrive(wg == 1 ? 4 : 3, 256);
+      }
+    };
+  };
+  std::vector<int> order;
+  EXPECT_EQ(run_error(cta, body(&order, 3, 3)), "");
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 1, 2, 1, 2}));
+  std::vector<int> ignored;
+  EXPECT_FAILS_WITH(run_error(cta, body(&ignored, 3, 1)), "deadlock",
+                    "bar.sync 3, 256 (128 of 256 arrived)", "warp 4");
+  EXPECT_FAILS_WITH(run_error(cta, body(&ignored, 1, 2)), "deadlock",
+                    "bar.sync 4, 256 (128 of 256 arrived)", "warp 8");
+}
+
+// The order of the warpgroups' wgmma issues and commits (Sm90Cta::wgmma_log): one entry per
+// completed collective, in CTA order; two warpgroups issuing freely interleave.
+TEST(Sm90Emulator, WgmmaLogRecordsIssuesAndCommitsInCtaOrder) {
+  Sm90Cta cta(launch(256, 3 * 8192));
+  std::memset(cta.smem(), 0, 3 * 8192);
+  EXPECT_EQ(run_error(cta,
+                      [](Sm90Ops& ops, unsigned char*) {
+                        Acc<64> d;
+                        ops.wgmma_fence();
+                        for (int ks = 0; ks < 2; ++ks) {
+                          ops.wgmma_ss(d, WgmmaType::kBf16, WgmmaType::kBf16, WgmmaRig::a(),
+                                       false, WgmmaRig::b(), false, ks > 0);
+                        }
+                        ops.wgmma_commit();
+                        ops.wgmma_wait<0>();
+                      }),
+            "");
+  std::string order;
+  for (const WgmmaEvent& e : cta.wgmma_log()) {
+    order += e.kind == WgmmaEvent::kCommit ? 'c' : e.kind == WgmmaEvent::kIssueSs ? 's' : 'r';
+    order += char('0' + e.warpgroup);
+  }
+  EXPECT_EQ(order, "s0s1s0s1c0c1");
+}
+
 // bar.red.or.pred: every participant gets the OR of the predicates of its phase, and only of its
 // phase; it blocks like bar.sync; the bar.sync rules hold; and it is not mixed with bar.sync in
 // one phase (PTX ISA).

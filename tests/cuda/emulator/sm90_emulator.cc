@@ -245,6 +245,7 @@ void CtaState::run(const std::function<void(Sm90Ops&)>& fn) {
   shadows.clear();
   dead.clear();
   for (auto& n : named) n = NamedBar{};
+  wgmma_log.clear();
   for (auto& w : warps) w.arrived = 0;
   const int regs = (launch.regs_per_thread + 7) / 8 * 8;
   for (auto& g : warpgroups) {
@@ -484,6 +485,8 @@ void wgmma_issue(ThreadState& t, int n, WgmmaType ta, WgmmaType tb, uint64_t a_d
           if (op.af[m]) ++op.af[m]->track().in_flight;
         }
         op.warpgroup = t.id / 128;
+        cta.wgmma_log.push_back(
+            {op.a_regs ? WgmmaEvent::kIssueRs : WgmmaEvent::kIssueSs, uint8_t(t.id / 128)});
         const int eb2 = wgmma_type_bytes(ta);
         const int K = 32 / eb2;
         auto add = [&](const MatrixDesc& desc, bool trans, int rows) {
@@ -582,6 +585,7 @@ std::unique_ptr<CtaState, void (*)(CtaState*)> make_cta(const Sm90Launch& launch
   return {new CtaState(launch), [](CtaState* c) { delete c; }};
 }
 unsigned char* cta_smem(CtaState& cta) { return cta.smem; }
+const std::vector<WgmmaEvent>& cta_wgmma_log(const CtaState& cta) { return cta.wgmma_log; }
 void run_cta(CtaState& cta, const std::function<void(Sm90Ops&)>& body) { cta.run(body); }
 }  // namespace detail
 

@@ -87,6 +87,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace kvattn::fa3::emu {
 
@@ -250,6 +251,17 @@ TensorMap encode_tensor_map_tiled(WgmmaType type, int rank, const void* global,
 
 class Sm90Ops;
 
+// The order in which a CTA's warpgroups issued their wgmma instructions: one entry per warpgroup
+// collective that completed (the last of its 128 threads arrived), in completion order across
+// the CTA: a wgmma.mma_async (A from shared memory, or from registers) or a wgmma.commit_group.
+// A schedule between warpgroups (FA3's consumer ping-pong: fa3's replay checks it) is asserted
+// on this order; the emulator itself only records it.
+struct WgmmaEvent {
+  enum Kind : uint8_t { kIssueSs, kIssueRs, kCommit };
+  Kind kind;
+  uint8_t warpgroup;
+};
+
 struct Sm90Launch {
   int threads = 384;                  // a multiple of 128 (whole warpgroups), at most 1024
   std::size_t smem_bytes = 0;         // dynamic shared memory, at most 227 KiB
@@ -264,6 +276,7 @@ struct Sm90Launch {
 
 namespace detail {
 void run_cta(CtaState& cta, const std::function<void(Sm90Ops&)>& body);
+const std::vector<WgmmaEvent>& cta_wgmma_log(const CtaState& cta);
 std::unique_ptr<CtaState, void (*)(CtaState*)> make_cta(const Sm90Launch& launch);
 unsigned char* cta_smem(CtaState& cta);
 void wgmma_issue(ThreadState& t, int n, WgmmaType ta, WgmmaType tb, uint64_t a_desc, bool a_trans,
@@ -389,6 +402,8 @@ class Sm90Cta {
   }
   unsigned char* smem() { return detail::cta_smem(*cta_); }
   const Sm90Launch& launch() const { return launch_; }
+  // The last run's wgmma issues and commits in CTA order (WgmmaEvent).
+  const std::vector<WgmmaEvent>& wgmma_log() const { return detail::cta_wgmma_log(*cta_); }
 
  private:
   Sm90Launch launch_;

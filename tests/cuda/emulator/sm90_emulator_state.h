@@ -188,6 +188,7 @@ class CtaState {
   std::unordered_map<uint32_t, Mbar> mbars;
   uint64_t mbar_inits = 0;
   NamedBar named[16];
+  std::vector<WgmmaEvent> wgmma_log;  // this run's wgmma issues and commits (WgmmaEvent)
   std::deque<TmaCopy> tma;
   std::deque<CpArrival> cp_arrivals;
   std::vector<CpLanded> cp_landed;

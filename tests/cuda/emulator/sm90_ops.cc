@@ -423,7 +423,8 @@ void Sm90Ops::wgmma_commit() const {
   detail::WarpgroupState& g = c.warpgroups[std::size_t(t_->id / 128)];
   c.rendezvous(
       *t_, g.rv, t_->id % 128, "wgmma.commit_group.sync.aligned", [](int) {},
-      [&g] {
+      [&c, &g, wg = uint8_t(t_->id / 128)] {
+        c.wgmma_log.push_back({WgmmaEvent::kCommit, wg});
         g.committed.push_back(std::move(g.open));
         g.open.clear();
       });

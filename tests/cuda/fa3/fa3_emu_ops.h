@@ -73,6 +73,8 @@ struct ReplayCounters {
   std::atomic<int64_t> loads[int(LoadKind::kCount)][3] = {};
   std::atomic<int64_t> wgmma[3] = {};
   std::atomic<int64_t> fast_divs = 0;
+  // The consumer ping-pong's turns per warpgroup (fa3_pingpong.h; CTAs with two consumers).
+  std::atomic<int64_t> pingpong_turns[3] = {};
   struct Stores {
     std::atomic<int64_t> instructions = 0, wavefronts = 0, min_wavefronts = 0, divergent = 0;
   };
@@ -81,6 +83,7 @@ struct ReplayCounters {
     for (auto& kind : loads)
       for (auto& n : kind) n = 0;
     for (auto& n : wgmma) n = 0;
+    for (auto& n : pingpong_turns) n = 0;
     fast_divs = 0;
     for (Stores& st : stores)
       st.instructions = st.wavefronts = st.min_wavefronts = st.divergent = 0;
@@ -208,6 +211,7 @@ class Fa3EmuOps {
   }
   void fence_proxy_async() const { ops_.fence_proxy_async(); }
   void named_barrier_sync(int id, int threads) const { ops_.named_barrier_sync(id, threads); }
+  void named_barrier_arrive(int id, int threads) const { ops_.named_barrier_arrive(id, threads); }
   void sync_threads() const { ops_.sync_threads(); }
   template <int N>
   void setmaxnreg_inc() const {

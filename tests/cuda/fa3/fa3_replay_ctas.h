@@ -1,9 +1,12 @@
 // The kernel body of one fa3 key on emulated CTAs (fa3_replay_keys*.cc instantiate it per key).
 #pragma once
 
+#include <string>
+
 #include "cuda/fa3/kernels/prefill_cta.h"
 #include "cuda/fa3/params.h"
 #include "cuda/fa3/fa3_emu_ops.h"
+#include "cuda/fa3/fa3_pingpong.h"
 #include "cuda/emulator/sm90_emulator.h"
 
 namespace kvattn::fa3 {
@@ -21,7 +24,8 @@ emu::SmemTile smem_tile_of(uint32_t offset) {
 
 // `ctas` persistent CTAs, one after the other (CTAs share nothing but global memory, which the
 // body reads, or writes disjointly: every output row and partial state once), each counting its
-// shared-memory stores' wavefronts (fa3_emu_ops.h's SmemStoreCounting).
+// shared-memory stores' wavefronts (fa3_emu_ops.h's SmemStoreCounting), each checked for the
+// consumer ping-pong (fa3_pingpong.h) on its wgmma order, which fails the replay.
 template <class Tag, int QK, int VO>
 void replay_ctas(const PrefillParams& k, int ctas, bool early) {
   using Plan = SmemPlan<Elem<Tag>::kBytes, QK, VO>;
@@ -40,6 +44,12 @@ void replay_ctas(const PrefillParams& k, int ctas, bool early) {
       prefill_cta<Tag, QK, VO>(emu::Fa3EmuOps(ops, c, ctas, &stores), k, smem);
     });
     stores.publish();
+    const PingPongCheck pp =
+        check_pingpong(cta.wgmma_log(), k.consumer_warpgroups, pv_wgmmas_per_block<Tag, QK, VO>());
+    if (!pp.error.empty()) {
+      throw emu::EmulatorError("CTA " + std::to_string(c) + ", consumer ping-pong: " + pp.error);
+    }
+    for (int wg = 1; wg < 3; ++wg) emu::replay_counters().pingpong_turns[wg] += pp.turns[wg];
   }
 }
 

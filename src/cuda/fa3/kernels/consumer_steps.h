@@ -16,6 +16,7 @@
 #include "core/hd.h"
 #include "core/numeric.h"
 #include "cuda/fa3/kernels/elem.h"
+#include "cuda/fa3/kernels/named_barriers.h"
 #include "cuda/fa3/kernels/pragma.h"
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
@@ -173,10 +174,11 @@ KVATTN_HD void issue_pv(const Ops& ops, OAcc& o, AFrag (&a)[kPSteps], uint32_t v
 // CUTLASS's FP8 GEMMs, whose default interval, 4 k32 MMAs, is one 128-key block here) and is
 // added to O by one FFMA that also applies the softmax's rescale (no separate FMUL pass over O).
 // At most 128 dims per pass (head dim 256: two halves of V^T's rows), so the fresh accumulator
-// takes the registers S has just freed and no more.
-template <class Tag, int VO, int kPSteps, class Ops, class OAcc, class AFrag>
+// takes the registers S has just freed and no more. issued() is called once the last pass is
+// issued and committed, before its wait (the consumer ping-pong's end of turn).
+template <class Tag, int VO, int kPSteps, class Ops, class OAcc, class AFrag, class Issued>
 KVATTN_HD void pv_promoted(const Ops& ops, OAcc& o, const float (&alpha)[2], AFrag (&a)[kPSteps],
-                           uint32_t v_addr) {
+                           uint32_t v_addr, Issued&& issued) {
   static_assert(Elem<Tag>::kFp8, "16-bit P V accumulates in f32: issue_pv");
   constexpr int kN = VO < 128 ? VO : 128;  // V^T rows (dims) per pass
   KVATTN_FA3_PRAGMA(unroll)
@@ -192,6 +194,7 @@ KVATTN_HD void pv_promoted(const Ops& ops, OAcc& o, const float (&alpha)[2], AFr
                                      kk > 0);
     }
     ops.wgmma_commit();
+    if (part == VO / kN - 1) issued();
     ops.template wgmma_wait<0>();
     ops.fence_registers(acc);
     KVATTN_FA3_PRAGMA(unroll)
@@ -247,7 +250,7 @@ KVATTN_HD bool v_has_non_finite(const Ops& ops, const uint8_t* v_smem, int ctid,
     bad = bad || non_finite_word<Tag>(x.x) || non_finite_word<Tag>(x.y) ||
           non_finite_word<Tag>(x.z) || non_finite_word<Tag>(x.w);
   }
-  return ops.named_barrier_red_or(1 + wg, frag::kWarpgroupThreads, bad);
+  return ops.named_barrier_red_or(bar::warpgroup(wg), frag::kWarpgroupThreads, bad);
 }
 
 // Element (key j, dim col) of a V tile: 16-bit V [key][dim], FP8 V^T [dim][renumbered key].

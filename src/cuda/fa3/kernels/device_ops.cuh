@@ -128,6 +128,9 @@ struct DeviceOps : cuda::WarpShuffles {
   KVATTN_HD void named_barrier_sync(int id, int threads) const {
     KVATTN_FA3_DEVICE(ptx::named_barrier_sync(id, threads));
   }
+  KVATTN_HD void named_barrier_arrive(int id, int threads) const {
+    KVATTN_FA3_DEVICE(ptx::named_barrier_arrive(id, threads));
+  }
   KVATTN_HD void sync_threads() const { KVATTN_FA3_DEVICE(__syncthreads()); }
   template <int N>
   KVATTN_HD void setmaxnreg_inc() const {

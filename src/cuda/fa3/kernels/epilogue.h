@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "core/hd.h"
+#include "cuda/fa3/kernels/named_barriers.h"
 #include "cuda/fa3/kernels/packed_rows.h"
 #include "cuda/fa3/kernels/pragma.h"
 #include "cuda/fa3/kernels/wgmma_fragment.h"
@@ -92,7 +93,8 @@ struct OutRows {
 
 // Writes this warpgroup's O (times inv[h] for row half h) to `dst` through the staging tile
 // `stage` (the warpgroup's Q tile, kQRowBytes per row). Every thread of the warpgroup calls it
-// (named barrier 1 + wg). Rows at or past `rows` (the request's packed rows) are not written.
+// (named barrier bar::warpgroup(wg)). Rows at or past `rows` (the request's packed rows) are not
+// written.
 template <class Out, int VO, int kQRowBytes, class Ops, class OAcc>
 KVATTN_HD void store_o(const Ops& ops, const OAcc& o, const float (&inv)[2], uint8_t* stage,
                        const OutRows& dst, int64_t row0, int64_t rows, int tile_head,
@@ -109,7 +111,7 @@ KVATTN_HD void store_o(const Ops& ops, const OAcc& o, const float (&inv)[2], uin
   for (int pass = 0; pass < VO / kPassCols; ++pass) {
     // Every warp of the warpgroup past its last wgmma (which read Q), or past the previous pass's
     // reads of the staging tile.
-    ops.named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
+    ops.named_barrier_sync(bar::warpgroup(wg), frag::kWarpgroupThreads);
     KVATTN_FA3_PRAGMA(unroll)
     for (int h = 0; h < 2; ++h) {
       const int row = frag::acc_element(ctid, 2 * h).row;
@@ -126,7 +128,7 @@ KVATTN_HD void store_o(const Ops& ops, const OAcc& o, const float (&inv)[2], uin
         }
       }
     }
-    ops.named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
+    ops.named_barrier_sync(bar::warpgroup(wg), frag::kWarpgroupThreads);
     KVATTN_FA3_PRAGMA(unroll 1)
     for (int c = ctid; c < kRows * kRowChunks; c += frag::kWarpgroupThreads) {
       const int row = c / kRowChunks, chunk = c % kRowChunks;

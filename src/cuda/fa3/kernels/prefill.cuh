@@ -24,8 +24,8 @@
 // (0 x inf; the numerics policy of docs/cuda.md).
 //
 // The softmax of one block runs while the GEMM O += P V of the previous one does (the consumer
-// loop of prefill_cta.h). Not here yet (see docs/cuda.md): the two consumer warpgroups' ping-pong
-// (their softmax against each other's GEMMs).
+// loop of prefill_cta.h), and the two consumer warpgroups take turns at the tensor cores, one's
+// softmax under the other's GEMMs (named barriers: consumer_pingpong.h).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -22,6 +22,7 @@
 
 #include "core/attention_math.h"
 #include "core/hd.h"
+#include "cuda/fa3/kernels/consumer_pingpong.h"
 #include "cuda/fa3/kernels/consumer_steps.h"
 #include "cuda/fa3/kernels/elem.h"
 #include "cuda/fa3/kernels/epilogue.h"
@@ -422,6 +423,11 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
   // The K and V rings are used once per block each, in the same order: one state serves both.
   pipe::PipelineState<kStages> st = pipe::consumer_start<kStages>();
   const float exp_scale = step::exp_scale(p);  // into softmax's exp2 argument
+  // The two consumer warpgroups' GEMMs take turns (consumer_pingpong.h): every wgmma below is
+  // issued between begin_turn and end_turn, and every GEMM step takes its turn, even one whose
+  // GEMM guarded_pv replaces (an empty turn), so both warpgroups take the same number of turns.
+  const PingPong pp{wg, p.consumer_warpgroups == 2};
+  pp.start(ops);
 
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
     const sched::Tile tile = p.tiles[t];
@@ -445,7 +451,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
     // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
     // the warpgroup is past the previous tile's wgmmas, which read it, and past its epilogue,
     // which staged O there (epilogue.h).
-    ops.named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
+    ops.named_barrier_sync(bar::warpgroup(wg), frag::kWarpgroupThreads);
     constexpr int kRowChunks = QK * EB / 16;
     for (int c = ctid; c < frag::kWarpgroupRows * kRowChunks; c += frag::kWarpgroupThreads) {
       const int tile_row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
@@ -464,7 +470,7 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       ops.st_shared(reinterpret_cast<typename Ops::U4*>(q_smem + dst), val);
     }
     ops.fence_proxy_async();
-    ops.named_barrier_sync(1 + wg, frag::kWarpgroupThreads);
+    ops.named_barrier_sync(bar::warpgroup(wg), frag::kWarpgroupThreads);
 
     typename Ops::template Acc<kORegs> o;
     KVATTN_FA3_PRAGMA(unroll)
@@ -507,7 +513,9 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         ops.fence_proxy_async();  // the producer's cp.async bytes, for wgmma (produce)
         const bool guard = kr.masked(n) && step::v_has_non_finite<Tag, VO, BN>(
                                                ops, smem + Plan::v(cur.index), ctid, wg);
+        pp.begin_turn(ops);
         step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(cur.index)));
+        pp.end_turn(ops);
         ops.template wgmma_wait<0>();
         ops.fence_registers(s);
         release(b.empty_k(cur.index));
@@ -515,20 +523,26 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         float alpha[2];
         step::softmax<BN>(ops, s, exp_scale, m, l, alpha);
         if (guard) {
+          pp.begin_turn(ops);  // an empty turn: O += P V without wgmma, outside the turn
+          pp.end_turn(ops);
           step::rescale<kORegs>(o, alpha);
           step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(cur.index), p, n,
                                                  r.kv_len, diag0, token_step, ctid);
         } else {
           step::pack_p<Tag, kFp8, BN, kPSteps>(ops, s, a);
+          pp.begin_turn(ops);
           step::pv_promoted<Tag, VO, kPSteps>(ops, o, alpha, a,
-                                              ops.smem_addr(smem + Plan::v(cur.index)));
+                                              ops.smem_addr(smem + Plan::v(cur.index)),
+                                              [&] { pp.end_turn(ops); });
         }
         release(b.empty_v(cur.index));
       }
     } else if (kr.begin < kr.end) {
       ops.mbarrier_wait(b.full_k(st.index), st.phase);
       ops.fence_proxy_async();  // the producer's cp.async bytes, for wgmma (produce)
+      pp.begin_turn(ops);
       step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
+      pp.end_turn(ops);
       ops.template wgmma_wait<0>();
       ops.fence_registers(s);
       release(b.empty_k(st.index));
@@ -551,12 +565,18 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         }
         ops.mbarrier_wait(b.full_k(st.index), st.phase);
         ops.fence_proxy_async();  // K(n)'s and V(n - 1)'s cp.async bytes, for wgmma
+        // One turn for S_n and PV_{n-1} (FA3's order): the other warpgroup's softmax runs under
+        // both.
+        pp.begin_turn(ops);
         step::issue_s<Tag, QK, EB, BN>(ops, s, q_addr, ops.smem_addr(smem + Plan::k(st.index)));
+        if (!guard_prev) {
+          step::issue_pv<Tag, VO, BN, kPSteps>(ops, o, a,
+                                               ops.smem_addr(smem + Plan::v(prev.index)));
+        }
+        pp.end_turn(ops);
         if (guard_prev) {
           ops.template wgmma_wait<0>();  // S_n done (no PV_{n-1} in flight)
         } else {
-          step::issue_pv<Tag, VO, BN, kPSteps>(ops, o, a,
-                                               ops.smem_addr(smem + Plan::v(prev.index)));
           ops.template wgmma_wait<1>();  // S_n done; PV_{n-1} may still run
         }
         ops.fence_registers(s);
@@ -576,11 +596,16 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       const bool guard_last =
           kr.masked(kr.end - 1) &&
           step::v_has_non_finite<Tag, VO, BN>(ops, smem + Plan::v(prev.index), ctid, wg);
+      // The last P V's turn; empty when guarded. (Written as one turn around an if over both
+      // forms, with guarded_pv after it, bf16 (256, 256) spilled 116 bytes: ptxas sm_90a.)
+      pp.begin_turn(ops);
       if (guard_last) {
+        pp.end_turn(ops);
         step::guarded_pv<Tag, VO, BN, kPSteps>(ops, o, s, a, smem + Plan::v(prev.index), p,
                                                kr.end - 1, r.kv_len, diag0, token_step, ctid);
       } else {
         step::issue_pv<Tag, VO, BN, kPSteps>(ops, o, a, ops.smem_addr(smem + Plan::v(prev.index)));
+        pp.end_turn(ops);
       }
       ops.template wgmma_wait<0>();
       step::pv_done<VO, kPSteps>(ops, o, a);

@@ -125,6 +125,11 @@ __device__ __forceinline__ void fence_proxy_async() {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// bar.arrive: counts this warp's threads on barrier `id` and goes on without waiting (the other
+// side of a bar.sync: consumer_pingpong.h hands the tensor cores to the other warpgroup with it).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
