@@ -40,19 +40,24 @@ std::vector<int32_t> read_indices(const TensorView& t) {
   return v;
 }
 
-// The map over dense K or V [tokens, H_kv, D] with strides `s` (elements): box 64 x 1 x the K/V
-// block (block_n keys).
+// The map over dense K or V [tokens, H_kv, D] with strides `s` (elements): box 128 bytes x 1 x
+// the K/V block (block_n keys), one 128-byte panel of the tile (smem_layout.h's tma_panel_offset):
+// 64 16-bit or 128 FP8 columns. An FP8 row of 64 or 192 bytes (head dims 64 and 192) ends inside
+// its last panel: that box reads past D, and TMA fills the columns past the tensor's with zeros,
+// which is the padding tile_offset8 leaves there (and the bytes expected on the mbarrier are the
+// whole box's, zeros included).
 KvMapSpec kv_map_spec(DType dtype, const void* data, int64_t tokens, int heads, int head_dim,
                       int block_n, const paged::CacheStrides& s) {
+  const int64_t elem = int64_t(dtype_size(dtype));
   KvMapSpec m;
   m.dtype = dtype;
   m.data = data;
   m.dims[0] = uint64_t(head_dim);
   m.dims[1] = uint64_t(heads);
   m.dims[2] = uint64_t(tokens);
-  m.strides[0] = uint64_t(s.head * 2);
-  m.strides[1] = uint64_t(s.slot * 2);
-  m.box[0] = uint32_t(smem::kPanelCols16);
+  m.strides[0] = uint64_t(s.head * elem);
+  m.strides[1] = uint64_t(s.slot * elem);
+  m.box[0] = uint32_t(smem::kRowBytes / elem);
   m.box[1] = 1;
   m.box[2] = uint32_t(block_n);
   return m;
@@ -89,9 +94,10 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
   // and the split chunks' unit.
   const TileShape shape = tile_shape(p.head_dim_qk, p.head_dim_vo, is_fp8(p.kv_dtype) ? 1 : 2);
   const int block_n = shape.block_n;
-  if (!k.paged && is_16bit_float(p.kv_dtype) && k.k_chunks && k.v_chunks) {
-    // Dense and ragged 16-bit K/V in 16-byte chunks go through TMA (FP8 V is transposed by the
-    // producer's threads); the token dim is the one with the slot stride.
+  if (!k.paged && k.k_chunks && k.v_chunks) {
+    // Dense and ragged K/V in 16-byte chunks go through TMA (16-bit K and V; FP8 K, while FP8 V
+    // is transposed by the producer's threads: prefill_cta.h's produce); the token dim is the one
+    // with the slot stride.
     const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
     const int64_t tokens = hnd ? kt.shape[1] : kt.shape[0];
     // Past 2^31 - 1 tokens a box's token coordinate would wrap: cp.async copies them instead.

@@ -45,9 +45,11 @@ struct PrefillParams {
   cuda::FastDiv page_div;               // division by the page size (its divisor: the page size)
   const int32_t* kv_indices = nullptr;  // device copy
   // Dense and ragged K/V: TMA tensor maps over [tokens, H_kv, D] (dims innermost first: D, H_kv,
-  // tokens), box 64 x 1 x kBlockN with the 128-byte swizzle: one box is one panel of a K/V tile
-  // (smem_layout.h). false: the producer copies (cp.async, or gathers rows not in chunks): pages,
-  // FP8, K/V rows not in 16-byte chunks, or no encoder found.
+  // tokens), box 128 bytes x 1 x kBlockN with the 128-byte swizzle: one box is one 128-byte panel
+  // of a K/V tile (smem_layout.h; 64 16-bit or 128 FP8 columns). TMA loads 16-bit K and V and FP8
+  // K (FP8 V is transposed by the producer's threads). false: the producer copies (cp.async, or
+  // gathers rows not in chunks): pages, K/V rows not in 16-byte chunks, more than 2^31 - 1
+  // tokens, or no encoder found.
   bool tma = false;
   CUtensorMap tma_k{}, tma_v{};
 

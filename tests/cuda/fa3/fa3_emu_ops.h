@@ -66,11 +66,16 @@ inline OutputStores& output_stores() {
 // wgmma instructions (m64nNk16 / k32, ss or rs) per warpgroup (0 the producer, 1 and 2 the
 // consumers), fast divisions (fast_div: the page lookups of paged K/V rows), by every thread, and
 // the st.shared instructions of each warp with their wavefronts (smem_banks.h's model) by the
-// tile they write (SmemTile, from fa3's SmemPlan: fa3_replay_ctas.h).
+// tile they write (SmemTile, from fa3's SmemPlan: fa3_replay_ctas.h); the asynchronous copies
+// (TMA boxes, cp.async chunks) by the tile they land in; and the K/V blocks the replayed launches'
+// tile lists name (kv_blocks: the plan's, counted by fa3_replay.cc from the tiles' K/V ranges,
+// not by the body), which is what a producer must load once each into the K ring and the V ring.
 enum class LoadKind : int { kTmaBox, kCpAsync, kLd16Producer, kLd16Consumer, kLd8Producer, kCount };
 enum class SmemTile : int { kQ, kK, kV, kOther, kCount };
 struct ReplayCounters {
   std::atomic<int64_t> loads[int(LoadKind::kCount)][3] = {};
+  std::atomic<int64_t> tile_copies[int(SmemTile::kCount)][int(LoadKind::kCount)] = {};
+  std::atomic<int64_t> kv_blocks = 0;
   std::atomic<int64_t> wgmma[3] = {};
   std::atomic<int64_t> fast_divs = 0;
   struct Stores {
@@ -81,11 +86,16 @@ struct ReplayCounters {
     for (auto& kind : loads)
       for (auto& n : kind) n = 0;
     for (auto& n : wgmma) n = 0;
+    for (auto& tile : tile_copies)
+      for (auto& n : tile) n = 0;
+    kv_blocks = 0;
     fast_divs = 0;
     for (Stores& st : stores)
       st.instructions = st.wavefronts = st.min_wavefronts = st.divergent = 0;
   }
   int64_t count(LoadKind k, L2Hint h) const { return loads[int(k)][int(h)]; }
+  // TMA boxes or cp.async chunks (k) that landed in tile t.
+  int64_t copies(SmemTile t, LoadKind k) const { return tile_copies[int(t)][int(k)]; }
   void add_stores(SmemTile t, const AccessStats& a) {
     Stores& st = stores[int(t)];
     st.instructions += a.instructions;
@@ -187,6 +197,7 @@ class Fa3EmuOps {
   void tma_load_3d(void* smem_dst, const void* cu_map, int c0, int c1, int c2, uint64_t* bar,
                    L2Hint hint = L2Hint::kNormal) const {
     count_load(LoadKind::kTmaBox, hint);
+    count_copy(LoadKind::kTmaBox, smem_dst);
     const TensorMap* map = nullptr;
     uint64_t tag = 0;
     std::memcpy(&map, cu_map, sizeof(map));
@@ -200,6 +211,7 @@ class Fa3EmuOps {
   void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid,
                          L2Hint hint = L2Hint::kNormal) const {
     count_load(LoadKind::kCpAsync, hint);
+    count_copy(LoadKind::kCpAsync, smem_dst);
     ops_.cp_async_16_zfill(smem_dst, gmem_src, valid);
   }
   void cp_async_wait_all() const { ops_.cp_async_wait_all(); }
@@ -278,6 +290,12 @@ class Fa3EmuOps {
 
  private:
   static void count_load(LoadKind k, L2Hint h) { ++replay_counters().loads[int(k)][int(h)]; }
+  // An asynchronous copy by the tile it lands in (where the CTA counts its stores' tiles).
+  void count_copy(LoadKind k, const void* smem_dst) const {
+    if (stores_ == nullptr) return;
+    const SmemTile t = stores_->tile_of(ops_.smem_addr(smem_dst) - stores_->base);
+    ++replay_counters().tile_copies[int(t)][int(k)];
+  }
   // Counted by the warpgroup's first thread: one per warpgroup instruction.
   void count_wgmma() const {
     if (ops_.thread() % 128 == 0) ++replay_counters().wgmma[ops_.thread() / 128];

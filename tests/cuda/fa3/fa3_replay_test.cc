@@ -227,6 +227,61 @@ TEST(Fa3ReplayWavefronts, Fp8VTransposeStoresAreConflictFree) {
   }
 }
 
+// K/V blocks by TMA where the tensors allow it (dense and ragged, rows in 16-byte chunks, fewer
+// than 2^31 tokens: kernel_params.cc), FP8 K included: over the replay, every K block the tile
+// lists name (ReplayCounters::kv_blocks, from the plan) lands in the K ring as one TMA box per
+// 128-byte panel of its rows (FP8 rows of 64 and 192 bytes: a box reaching past the head dim,
+// zero-filled), and no cp.async chunk and no thread's store lands there. 16-bit V likewise; FP8 V
+// is transposed by the producer's threads (Fa3ReplayWavefronts.Fp8VTransposeStoresAreConflictFree)
+// and takes no box. Pages keep the cp.async path (every chunk of every row of every block, no box).
+// Before FP8 K went through TMA, its blocks came by cp.async: 0 boxes, BN x QK / 16 chunks a block.
+TEST(Fa3ReplayCounters, Fp8KLoadedByTma) {
+  using emu::LoadKind;
+  using emu::SmemTile;
+  emu::ReplayCounters& c = emu::replay_counters();
+  const KernelKey keys[] = {{DType::kE4M3, DType::kE4M3, 64, 64},
+                            kE4m3D128,
+                            {DType::kE5M2, DType::kE4M3, 192, 128},
+                            {DType::kE4M3, DType::kE5M2, 256, 256},
+                            kBf16D128};
+  for (const KernelKey& key : keys) {
+    const bool fp8 = is_fp8(key.kv);
+    const int eb = fp8 ? 1 : 2;
+    const int64_t block_n = tile_shape(key.head_dim_qk, key.head_dim_vo, eb).block_n;
+    const int64_t k_panels = smem::padded_row_bytes(key.head_dim_qk * eb) / smem::kRowBytes;
+    const int64_t v_panels = smem::padded_row_bytes(key.head_dim_vo * eb) / smem::kRowBytes;
+    for (Op op : {Op::kBatchPrefillRagged, Op::kSinglePrefill, Op::kSingleDecode,
+                  Op::kBatchPrefillPaged}) {
+      const std::string what = std::string(op_name(op)) + "/" + kernel_key_string(key);
+      c.reset();
+      testing::CaseSpec s = is_batch(op) ? spec_for(key, op, {3, 70}, {50, 200})
+                                         : spec_for(key, op, {op == Op::kSingleDecode ? 1 : 37},
+                                                    {150});
+      s.problem.mask_mode = MaskMode::kCausal;
+      expect_matches(s, what);
+      const int64_t blocks = c.kv_blocks;
+      const int64_t k_boxes = c.copies(SmemTile::kK, LoadKind::kTmaBox);
+      const int64_t k_chunks = c.copies(SmemTile::kK, LoadKind::kCpAsync);
+      std::printf("[ counters ] %s: %lld K/V blocks; K: %lld TMA boxes, %lld cp.async chunks\n",
+                  what.c_str(), static_cast<long long>(blocks), static_cast<long long>(k_boxes),
+                  static_cast<long long>(k_chunks));
+      ASSERT_GT(blocks, 0) << what;
+      EXPECT_EQ(c.stores[int(SmemTile::kK)].instructions, 0) << what << ": stores into K";
+      if (op == Op::kBatchPrefillPaged) {
+        EXPECT_EQ(k_boxes, 0) << what;
+        EXPECT_EQ(k_chunks, blocks * block_n * key.head_dim_qk * eb / 16) << what;
+        continue;
+      }
+      EXPECT_EQ(k_chunks, 0) << what << ": K by cp.async";
+      EXPECT_EQ(k_boxes, blocks * k_panels) << what << ": K not one box per panel per block";
+      EXPECT_EQ(c.copies(SmemTile::kV, LoadKind::kCpAsync), 0) << what << ": V by cp.async";
+      EXPECT_EQ(c.copies(SmemTile::kV, LoadKind::kTmaBox), fp8 ? 0 : blocks * v_panels) << what;
+      EXPECT_EQ(c.copies(SmemTile::kQ, LoadKind::kTmaBox) + c.copies(SmemTile::kOther, LoadKind::kTmaBox), 0)
+          << what;
+    }
+  }
+}
+
 // kv_row's page division: FastDiv's for keys below 2^32 (counted), a 64-bit division past them,
 // both exact: page kv_indices[kv_first + key / page_size], slot key % page_size. (kv_first is
 // set so that the page-table entry read is always the second: the keys are of requests of more

@@ -308,6 +308,20 @@ struct Barriers {
   KVATTN_HD uint64_t* empty_v(int slot) const { return base + 3 * kStages + slot; }
 };
 
+// A K or V block by TMA (one thread): the slot's expected bytes, then one box per 128-byte panel
+// of the tile (kernel_params.cc's kv_map_spec: 64 16-bit or 128 FP8 columns x 1 head x BN keys),
+// each landing in the panel's place of the swizzled tile (smem_layout.h's tma_panel_offset), as
+// the wgmma descriptors read it. `token`: the block's first key in the map (< 2^31: tma_coords.h).
+template <int EB, int BN, class Ops>
+KVATTN_HD void tma_load_block(const Ops& ops, const CUtensorMap* map, uint8_t* dst, uint64_t* full,
+                              uint32_t bytes, int panels, int token, int kv_head) {
+  ops.mbarrier_arrive_expect_tx(full, bytes);
+  for (int panel = 0; panel < panels; ++panel) {
+    ops.tma_load_3d(dst + smem::tma_panel_offset(panel, BN), map, panel * (smem::kRowBytes / EB),
+                    kv_head, token, full, L2Hint::kEvictLast);
+  }
+}
+
 // Warpgroup 0: the K and V blocks of every tile of this CTA into their rings, in the consumers'
 // order (pipe::kv_load: 16-bit K(n+1) before V(n)).
 template <class Tag, int QK, int VO, class Ops>
@@ -319,6 +333,9 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
   const int tid = ops.thread();  // 0..127
   const pipe::PipelineState<kStages> start = pipe::producer_start<kStages>();
   int used = 0;  // blocks of this CTA's earlier tiles: uses of each ring so far
+  // The TMA boxes of a K and of a 16-bit V block: its rows' 128-byte panels.
+  constexpr int kKPanels = int(smem::padded_row_bytes(QK * EB)) / smem::kRowBytes;
+  constexpr int kVPanels = int(smem::padded_row_bytes(VO * EB)) / smem::kRowBytes;
   if (!Elem<Tag>::kFp8 && p.tma) {
     // One thread issues every load: the expected bytes, then the panels of K or of V.
     if (tid != 0) return;
@@ -334,16 +351,12 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         const pipe::PipelineState<kStages> st = pipe::state_at(start, used + l.block);
         uint64_t* full = l.v ? b.full_v(st.index) : b.full_k(st.index);
         ops.mbarrier_wait(l.v ? b.empty_v(st.index) : b.empty_k(st.index), st.phase);
-        ops.mbarrier_arrive_expect_tx(full, l.v ? Plan::kVBytes : Plan::kKBytes);
         // < the map's tokens <= 2^31 - 1 (launch.cu: tma_token_coordinates_fit, else cp.async)
         const int token = int(r.kv_first + int64_t(kr.begin + l.block) * BN);
-        uint8_t* dst = smem + (l.v ? Plan::v(st.index) : Plan::k(st.index));
-        const CUtensorMap* map = l.v ? &p.tma_v : &p.tma_k;
-        const int panels = (l.v ? VO : QK) / smem::kPanelCols16;
-        for (int panel = 0; panel < panels; ++panel) {
-          ops.tma_load_3d(dst + smem::tma_panel_offset(panel, BN), map, panel * smem::kPanelCols16,
-                          kv_head, token, full, L2Hint::kEvictLast);
-        }
+        tma_load_block<EB, BN>(ops, l.v ? &p.tma_v : &p.tma_k,
+                               smem + (l.v ? Plan::v(st.index) : Plan::k(st.index)), full,
+                               l.v ? Plan::kVBytes : Plan::kKBytes, l.v ? kVPanels : kKPanels,
+                               token, kv_head);
       }
       used += blocks;
     }
@@ -361,6 +374,21 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
     const auto load = [&](bool v, int block) {
       const int n = kr.begin + block;
       const pipe::PipelineState<kStages> st = pipe::state_at(start, used + block);
+      if (Elem<Tag>::kFp8 && !v && p.tma) {
+        // FP8 K by TMA (dense and ragged K/V in 16-byte chunks: kernel_params.cc), issued by
+        // thread 0 alone (its `full` counts one arrival: prefill_cta), while the other threads go
+        // on to V, which they transpose through registers; thread 0 joins them there (the V
+        // copy's shuffles wait for it).
+        if (tid == 0) {
+          ops.mbarrier_wait(b.empty_k(st.index), st.phase);
+          const RequestInfo req = p.requests[p.tiles[t].request];
+          // < the map's tokens <= 2^31 - 1 (tma_token_coordinates_fit, else cp.async)
+          tma_load_block<EB, BN>(ops, &p.tma_k, smem + Plan::k(st.index), b.full_k(st.index),
+                                 Plan::kKBytes, kKPanels, int(req.kv_first + int64_t(n) * BN),
+                                 kv_head);
+        }
+        return;
+      }
       ops.mbarrier_wait(v ? b.empty_v(st.index) : b.empty_k(st.index), st.phase);
       // The request read again (the wait's memory clobber keeps it a load), so that its fields
       // hold no registers across the copy: without it the producer spilled at 40 (ptxas sm_90a:
@@ -658,9 +686,10 @@ KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem
       // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives (its
       // copies' cp.async.mbarrier.arrive.noinc, or a plain arrival for rows it stores itself:
       // produce).
-      const int loads = !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads;
-      ops.mbarrier_init(b.full_k(s), loads);
-      ops.mbarrier_init(b.full_v(s), loads);
+      // TMA: K of every type, V of 16-bit types (FP8 V is transposed by the threads).
+      const int producer = frag::kWarpgroupThreads;
+      ops.mbarrier_init(b.full_k(s), p.tma ? 1 : producer);
+      ops.mbarrier_init(b.full_v(s), !Elem<Tag>::kFp8 && p.tma ? 1 : producer);
       // One arrival per computing consumer warp.
       ops.mbarrier_init(b.empty_k(s), kWarpsPerWarpgroup * p.consumer_warpgroups);
       ops.mbarrier_init(b.empty_v(s), kWarpsPerWarpgroup * p.consumer_warpgroups);
