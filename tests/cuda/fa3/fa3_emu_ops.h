@@ -71,7 +71,8 @@ inline OutputStores& output_stores() {
 // tile lists name (kv_blocks: the plan's, counted by fa3_replay.cc from the tiles' K/V ranges,
 // not by the body), which is what a producer must load once each into the K ring and the V ring.
 enum class LoadKind : int { kTmaBox, kCpAsync, kLd16Producer, kLd16Consumer, kLd8Producer, kCount };
-enum class SmemTile : int { kQ, kK, kV, kOther, kCount };
+// kVStage: FP8 V as TMA lands it, before the producer's transpose (SmemPlan::v_stage).
+enum class SmemTile : int { kQ, kK, kV, kVStage, kOther, kCount };
 struct ReplayCounters {
   std::atomic<int64_t> loads[int(LoadKind::kCount)][3] = {};
   std::atomic<int64_t> tile_copies[int(SmemTile::kCount)][int(LoadKind::kCount)] = {};
@@ -82,6 +83,7 @@ struct ReplayCounters {
     std::atomic<int64_t> instructions = 0, wavefronts = 0, min_wavefronts = 0, divergent = 0;
   };
   Stores stores[int(SmemTile::kCount)];
+  Stores smem_loads[int(SmemTile::kCount)];  // ld.shared by the tile read, as the stores
   void reset() {
     for (auto& kind : loads)
       for (auto& n : kind) n = 0;
@@ -92,12 +94,15 @@ struct ReplayCounters {
     fast_divs = 0;
     for (Stores& st : stores)
       st.instructions = st.wavefronts = st.min_wavefronts = st.divergent = 0;
+    for (Stores& st : smem_loads)
+      st.instructions = st.wavefronts = st.min_wavefronts = st.divergent = 0;
   }
   int64_t count(LoadKind k, L2Hint h) const { return loads[int(k)][int(h)]; }
   // TMA boxes or cp.async chunks (k) that landed in tile t.
   int64_t copies(SmemTile t, LoadKind k) const { return tile_copies[int(t)][int(k)]; }
-  void add_stores(SmemTile t, const AccessStats& a) {
-    Stores& st = stores[int(t)];
+  void add_stores(SmemTile t, const AccessStats& a) { add(stores[int(t)], a); }
+  void add_loads(SmemTile t, const AccessStats& a) { add(smem_loads[int(t)], a); }
+  static void add(Stores& st, const AccessStats& a) {
     st.instructions += a.instructions;
     st.wavefronts += a.wavefronts;
     st.min_wavefronts += a.min_wavefronts;
@@ -111,12 +116,17 @@ inline ReplayCounters& replay_counters() {
 
 // One CTA's st.shared instructions, grouped into warp instructions (smem_banks.h), with the tile
 // each writes: tile_of(offset from the CTA's 1024-byte aligned tiles' base).
+// Its ld.shared likewise (load_counter).
 struct SmemStoreCounting {
   WarpAccessCounter counter;
+  WarpAccessCounter load_counter;
   std::function<SmemTile(uint32_t)> tile_of;
   uint32_t base = 0;  // the tiles' shared address (prefill_cta's rounding of the dynamic base)
   void record(int thread, uint32_t addr, int bytes) {
     counter.record(thread, int(tile_of(addr - base)), addr, bytes);
+  }
+  void record_load(int thread, uint32_t addr, int bytes) {
+    load_counter.record(thread, int(tile_of(addr - base)), addr, bytes);
   }
   // Into replay_counters() once the CTA has run.
   void publish();
@@ -241,6 +251,7 @@ class Fa3EmuOps {
   void syncwarp() const { ops_.syncwarp(); }
   template <class T>
   T ld_shared(const T* p) const {
+    if (stores_ != nullptr) stores_->record_load(ops_.thread(), ops_.smem_addr(p), int(sizeof(T)));
     return ops_.ld_shared(p);
   }
   bool named_barrier_red_or(int id, int threads, bool pred) const {
@@ -308,8 +319,10 @@ class Fa3EmuOps {
 
 inline void SmemStoreCounting::publish() {
   counter.flush();
+  load_counter.flush();
   for (int t = 0; t < int(SmemTile::kCount); ++t) {
     replay_counters().add_stores(SmemTile(t), counter.stats(t));
+    replay_counters().add_loads(SmemTile(t), load_counter.stats(t));
   }
 }
 

@@ -67,7 +67,8 @@ testing::RunBackend run_replay(const ReplayOptions& o) {
     k.partial_lse = partial_lse.data();
     // The K/V blocks the tile list asks for (ReplayCounters::kv_blocks): what the scheduler gives
     // every tile (tile_scheduler.h), as the kernel's producer and consumers take it.
-    const int block_n = tile_shape(p.head_dim_qk, p.head_dim_vo, is_fp8(p.kv_dtype) ? 1 : 2).block_n;
+    const int block_n =
+        tile_shape(p.head_dim_qk, p.head_dim_vo, is_fp8(p.kv_dtype) ? 1 : 2).block_n;
     for (const sched::Tile& tile : in.tiles) {
       const RequestInfo& r = in.requests[std::size_t(tile.request)];
       const sched::KvRange kr = sched::tile_kv_range(tile, r.qo_len, r.kv_len, k.causal,

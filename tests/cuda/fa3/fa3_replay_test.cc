@@ -228,14 +228,18 @@ TEST(Fa3ReplayWavefronts, Fp8VTransposeStoresAreConflictFree) {
 }
 
 // K/V blocks by TMA where the tensors allow it (dense and ragged, rows in 16-byte chunks, fewer
-// than 2^31 tokens: kernel_params.cc), FP8 K included: over the replay, every K block the tile
-// lists name (ReplayCounters::kv_blocks, from the plan) lands in the K ring as one TMA box per
-// 128-byte panel of its rows (FP8 rows of 64 and 192 bytes: a box reaching past the head dim,
-// zero-filled), and no cp.async chunk and no thread's store lands there. 16-bit V likewise; FP8 V
-// is transposed by the producer's threads (Fa3ReplayWavefronts.Fp8VTransposeStoresAreConflictFree)
-// and takes no box. Pages keep the cp.async path (every chunk of every row of every block, no box).
-// Before FP8 K went through TMA, its blocks came by cp.async: 0 boxes, BN x QK / 16 chunks a block.
-TEST(Fa3ReplayCounters, Fp8KLoadedByTma) {
+// than 2^31 tokens: kernel_params.cc), FP8 included: over the replay, every K block the tile lists
+// name (ReplayCounters::kv_blocks, from the plan) lands in the K ring as one TMA box per 128-byte
+// panel of its rows (FP8 rows of 64 and 192 bytes: a box reaching past the head dim, zero-filled),
+// and no cp.async chunk and no thread's store lands there. 16-bit V likewise. FP8 V's boxes land
+// in the staging ring (SmemPlan::v_stage), which no thread stores to, and the producer transposes
+// it into the V ring (prefill_cta.h's stage_v_transposed): no box and no cp.async there, its
+// ld.shared of the staged rows and its st.shared of V^T each one wavefront per phase (no bank
+// conflict: smem_banks.h's model). Pages keep the cp.async path (every chunk of every row of
+// every block of K, no box anywhere).
+// Before (main at 52bb20b), FP8 K and V came by the producer's threads: 0 boxes, BN x QK / 16
+// cp.async chunks a K block, V through 8-byte global loads.
+TEST(Fa3ReplayCounters, Fp8KvLoadedByTma) {
   using emu::LoadKind;
   using emu::SmemTile;
   emu::ReplayCounters& c = emu::replay_counters();
@@ -260,24 +264,56 @@ TEST(Fa3ReplayCounters, Fp8KLoadedByTma) {
       s.problem.mask_mode = MaskMode::kCausal;
       expect_matches(s, what);
       const int64_t blocks = c.kv_blocks;
-      const int64_t k_boxes = c.copies(SmemTile::kK, LoadKind::kTmaBox);
-      const int64_t k_chunks = c.copies(SmemTile::kK, LoadKind::kCpAsync);
-      std::printf("[ counters ] %s: %lld K/V blocks; K: %lld TMA boxes, %lld cp.async chunks\n",
-                  what.c_str(), static_cast<long long>(blocks), static_cast<long long>(k_boxes),
-                  static_cast<long long>(k_chunks));
+      const auto copies = [&](SmemTile t, LoadKind k) { return c.copies(t, k); };
+      const auto& stage_loads = c.smem_loads[int(SmemTile::kVStage)];
+      const auto& v_stores = c.stores[int(SmemTile::kV)];
+      std::printf(
+          "[ counters ] %s: %lld K/V blocks; K: %lld TMA boxes, %lld cp.async chunks; V: %lld "
+          "boxes staged, %lld into V; staged V read in %lld ld.shared, %lld wavefronts (fewest "
+          "%lld)\n",
+          what.c_str(), static_cast<long long>(blocks),
+          static_cast<long long>(copies(SmemTile::kK, LoadKind::kTmaBox)),
+          static_cast<long long>(copies(SmemTile::kK, LoadKind::kCpAsync)),
+          static_cast<long long>(copies(SmemTile::kVStage, LoadKind::kTmaBox)),
+          static_cast<long long>(copies(SmemTile::kV, LoadKind::kTmaBox)),
+          static_cast<long long>(stage_loads.instructions.load()),
+          static_cast<long long>(stage_loads.wavefronts.load()),
+          static_cast<long long>(stage_loads.min_wavefronts.load()));
       ASSERT_GT(blocks, 0) << what;
       EXPECT_EQ(c.stores[int(SmemTile::kK)].instructions, 0) << what << ": stores into K";
+      EXPECT_EQ(c.stores[int(SmemTile::kVStage)].instructions, 0) << what;
+      EXPECT_EQ(copies(SmemTile::kQ, LoadKind::kTmaBox), 0) << what;
+      EXPECT_EQ(copies(SmemTile::kOther, LoadKind::kTmaBox), 0) << what;
       if (op == Op::kBatchPrefillPaged) {
-        EXPECT_EQ(k_boxes, 0) << what;
-        EXPECT_EQ(k_chunks, blocks * block_n * key.head_dim_qk * eb / 16) << what;
+        EXPECT_EQ(copies(SmemTile::kK, LoadKind::kTmaBox), 0) << what;
+        EXPECT_EQ(copies(SmemTile::kV, LoadKind::kTmaBox), 0) << what;
+        EXPECT_EQ(copies(SmemTile::kVStage, LoadKind::kTmaBox), 0) << what;
+        EXPECT_EQ(stage_loads.instructions, 0) << what;
+        EXPECT_EQ(copies(SmemTile::kK, LoadKind::kCpAsync),
+                  blocks * block_n * key.head_dim_qk * eb / 16)
+            << what;
         continue;
       }
-      EXPECT_EQ(k_chunks, 0) << what << ": K by cp.async";
-      EXPECT_EQ(k_boxes, blocks * k_panels) << what << ": K not one box per panel per block";
-      EXPECT_EQ(c.copies(SmemTile::kV, LoadKind::kCpAsync), 0) << what << ": V by cp.async";
-      EXPECT_EQ(c.copies(SmemTile::kV, LoadKind::kTmaBox), fp8 ? 0 : blocks * v_panels) << what;
-      EXPECT_EQ(c.copies(SmemTile::kQ, LoadKind::kTmaBox) + c.copies(SmemTile::kOther, LoadKind::kTmaBox), 0)
-          << what;
+      EXPECT_EQ(copies(SmemTile::kK, LoadKind::kCpAsync), 0) << what << ": K by cp.async";
+      EXPECT_EQ(copies(SmemTile::kV, LoadKind::kCpAsync), 0) << what << ": V by cp.async";
+      EXPECT_EQ(copies(SmemTile::kK, LoadKind::kTmaBox), blocks * k_panels)
+          << what << ": K not one box per panel per block";
+      if (!fp8) {
+        EXPECT_EQ(copies(SmemTile::kV, LoadKind::kTmaBox), blocks * v_panels) << what;
+        continue;
+      }
+      EXPECT_EQ(copies(SmemTile::kVStage, LoadKind::kTmaBox), blocks * v_panels)
+          << what << ": V not one staged box per panel per block";
+      EXPECT_EQ(copies(SmemTile::kV, LoadKind::kTmaBox), 0) << what;
+      EXPECT_EQ(c.count(LoadKind::kLd8Producer, L2Hint::kEvictLast), 0)
+          << what << ": V rows loaded by the producer's threads";
+      EXPECT_GT(stage_loads.instructions, 0) << what;
+      EXPECT_EQ(stage_loads.divergent, 0) << what;
+      EXPECT_EQ(stage_loads.wavefronts, stage_loads.min_wavefronts)
+          << what << ": bank conflicts reading the staged V";
+      EXPECT_GT(v_stores.instructions, 0) << what;
+      EXPECT_EQ(v_stores.divergent, 0) << what;
+      EXPECT_EQ(v_stores.wavefronts, v_stores.min_wavefronts) << what << ": V^T store conflicts";
     }
   }
 }
