@@ -4,7 +4,7 @@
 // the emulator's checked registers (Acc, AFrag), so the body's wgmma fence / commit / wait
 // discipline is checked as it runs. The kernel parameters hold CUtensorMap objects; the replay's
 // encoder (fa3_replay_test.cc) writes the address of the emulated map it made into the first 8
-// bytes of each, and tma_load_3d reads it back (a map not encoded that way fails by name).
+// bytes of each, and tma_load_4d reads it back (a map not encoded that way fails by name).
 #pragma once
 
 #include <atomic>
@@ -204,8 +204,8 @@ class Fa3EmuOps {
   void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) const {
     ops_.mbarrier_arrive_expect_tx(bar, bytes);
   }
-  void tma_load_3d(void* smem_dst, const void* cu_map, int c0, int c1, int c2, uint64_t* bar,
-                   L2Hint hint = L2Hint::kNormal) const {
+  void tma_load_4d(void* smem_dst, const void* cu_map, int c0, int c1, int c2, int c3,
+                   uint64_t* bar, L2Hint hint = L2Hint::kNormal) const {
     count_load(LoadKind::kTmaBox, hint);
     count_copy(LoadKind::kTmaBox, smem_dst);
     const TensorMap* map = nullptr;
@@ -214,9 +214,15 @@ class Fa3EmuOps {
     std::memcpy(&tag, static_cast<const unsigned char*>(cu_map) + 8, 8);
     if (tag != kEmulatedMapTag || map == nullptr) {
       throw EmulatorError("warp " + std::to_string(ops_.warp()) +
-                          ": cp.async.bulk.tensor.3d with a tensor map the replay did not encode");
+                          ": cp.async.bulk.tensor.4d with a tensor map the replay did not encode");
     }
-    ops_.tma_load_3d(smem_dst, map, c0, c1, c2, bar);
+    if (map->rank != 4) {
+      throw EmulatorError("warp " + std::to_string(ops_.warp()) +
+                          ": cp.async.bulk.tensor.4d with a tensor map of rank " +
+                          std::to_string(map->rank));
+    }
+    const int coords[4] = {c0, c1, c2, c3};
+    ops_.tma_load(smem_dst, map, coords, bar);
   }
   void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid,
                          L2Hint hint = L2Hint::kNormal) const {

@@ -42,8 +42,8 @@ testing::RunBackend run_replay(const ReplayOptions& o) {
     // The emulated maps the parameters' CUtensorMaps point at (fa3_emu_ops.h).
     std::deque<emu::TensorMap> maps;
     const EncodeKvMap encode = [&maps](CUtensorMap* cu, const KvMapSpec& m) {
-      const uint32_t es[3] = {1, 1, 1};
-      maps.push_back(emu::encode_tensor_map_tiled(map_type(m.dtype), 3, m.data, m.dims, m.strides,
+      const uint32_t es[4] = {1, 1, 1, 1};
+      maps.push_back(emu::encode_tensor_map_tiled(map_type(m.dtype), 4, m.data, m.dims, m.strides,
                                                   m.box, es, emu::Swizzle::k128B));
       emu::store_emulated_map(cu, &maps.back());
       return true;

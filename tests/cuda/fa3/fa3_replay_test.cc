@@ -227,19 +227,20 @@ TEST(Fa3ReplayWavefronts, Fp8VTransposeStoresAreConflictFree) {
   }
 }
 
-// K/V blocks by TMA where the tensors allow it (dense and ragged, rows in 16-byte chunks, fewer
-// than 2^31 tokens: kernel_params.cc), FP8 included: over the replay, every K block the tile lists
-// name (ReplayCounters::kv_blocks, from the plan) lands in the K ring as one TMA box per 128-byte
-// panel of its rows (FP8 rows of 64 and 192 bytes: a box reaching past the head dim, zero-filled),
-// and no cp.async chunk and no thread's store lands there. 16-bit V likewise. FP8 V's boxes land
-// in the staging ring (SmemPlan::v_stage), which no thread stores to, and the producer transposes
-// it into the V ring (prefill_cta.h's stage_v_transposed): no box and no cp.async there, its
+// K/V blocks by TMA where the tensors allow it (rows in 16-byte chunks; dense and ragged of
+// fewer than 2^31 tokens, or paged with a page size that is a multiple of the K/V block:
+// kernel_params.cc), FP8 included: over the replay, every K block the tile lists name
+// (ReplayCounters::kv_blocks, from the plan) lands in the K ring as one TMA box per 128-byte panel
+// of its rows (FP8 rows of 64 and 192 bytes: a box reaching past the head dim, zero-filled), and
+// no cp.async chunk and no thread's store lands there. 16-bit V likewise. FP8 V's boxes land in
+// the staging ring (SmemPlan::v_stage), which no thread stores to, and the producer transposes it
+// into the V ring (prefill_cta.h's stage_v_transposed): no box and no cp.async there, its
 // ld.shared of the staged rows and its st.shared of V^T each one wavefront per phase (no bank
-// conflict: smem_banks.h's model). Pages keep the cp.async path (every chunk of every row of
-// every block of K, no box anywhere).
-// Before (main at 52bb20b), FP8 K and V came by the producer's threads: 0 boxes, BN x QK / 16
-// cp.async chunks a K block, V through 8-byte global loads.
-TEST(Fa3ReplayCounters, Fp8KvLoadedByTma) {
+// conflict: smem_banks.h's model). Pages of another size keep the cp.async path (every chunk of
+// every row of every K block, no box anywhere). Both layouts; the results against the reference.
+// Before (main at 52bb20b), FP8 K and V came by the producer's threads (0 boxes, BN x QK / 16
+// cp.async chunks a K block, V through 8-byte global loads), and pages by cp.async at every type.
+TEST(Fa3ReplayCounters, KvLoadedByTma) {
   using emu::LoadKind;
   using emu::SmemTile;
   emu::ReplayCounters& c = emu::replay_counters();
@@ -251,17 +252,37 @@ TEST(Fa3ReplayCounters, Fp8KvLoadedByTma) {
   for (const KernelKey& key : keys) {
     const bool fp8 = is_fp8(key.kv);
     const int eb = fp8 ? 1 : 2;
-    const int64_t block_n = tile_shape(key.head_dim_qk, key.head_dim_vo, eb).block_n;
+    const int block_n = tile_shape(key.head_dim_qk, key.head_dim_vo, eb).block_n;
     const int64_t k_panels = smem::padded_row_bytes(key.head_dim_qk * eb) / smem::kRowBytes;
     const int64_t v_panels = smem::padded_row_bytes(key.head_dim_vo * eb) / smem::kRowBytes;
-    for (Op op : {Op::kBatchPrefillRagged, Op::kSinglePrefill, Op::kSingleDecode,
-                  Op::kBatchPrefillPaged}) {
-      const std::string what = std::string(op_name(op)) + "/" + kernel_key_string(key);
+    struct Layout {
+      Op op;
+      KVLayout layout;
+      int page_size;  // paged ops
+      bool tma;
+    };
+    const Layout layouts[] = {{Op::kBatchPrefillRagged, KVLayout::kNHD, 0, true},
+                              {Op::kSinglePrefill, KVLayout::kNHD, 0, true},
+                              {Op::kSinglePrefill, KVLayout::kHND, 0, true},
+                              {Op::kSingleDecode, KVLayout::kNHD, 0, true},
+                              {Op::kBatchPrefillPaged, KVLayout::kNHD, 2 * block_n, true},
+                              {Op::kBatchDecode, KVLayout::kHND, block_n, true},
+                              {Op::kBatchPrefillPaged, KVLayout::kHND, block_n * 3 / 2, false},
+                              {Op::kBatchPrefillPaged, KVLayout::kNHD, 16, false}};
+    for (const Layout& l : layouts) {
+      const std::string what = std::string(op_name(l.op)) + "/" +
+                               (l.layout == KVLayout::kHND ? "HND" : "NHD") + "/page " +
+                               std::to_string(l.page_size) + "/" + kernel_key_string(key);
       c.reset();
-      testing::CaseSpec s = is_batch(op) ? spec_for(key, op, {3, 70}, {50, 200})
-                                         : spec_for(key, op, {op == Op::kSingleDecode ? 1 : 37},
-                                                    {150});
-      s.problem.mask_mode = MaskMode::kCausal;
+      const bool decode = l.op == Op::kSingleDecode || l.op == Op::kBatchDecode;
+      testing::CaseSpec s =
+          is_batch(l.op) ? spec_for(key, l.op, decode ? std::vector<int64_t>{1, 1}
+                                                      : std::vector<int64_t>{3, 70},
+                                    {50, 300})
+                         : spec_for(key, l.op, {decode ? 1 : 37}, {150});
+      s.problem.mask_mode = decode ? MaskMode::kNone : MaskMode::kCausal;
+      s.problem.kv_layout = l.layout;
+      if (l.page_size > 0) s.problem.page_size = l.page_size;
       expect_matches(s, what);
       const int64_t blocks = c.kv_blocks;
       const auto copies = [&](SmemTile t, LoadKind k) { return c.copies(t, k); };
@@ -284,7 +305,7 @@ TEST(Fa3ReplayCounters, Fp8KvLoadedByTma) {
       EXPECT_EQ(c.stores[int(SmemTile::kVStage)].instructions, 0) << what;
       EXPECT_EQ(copies(SmemTile::kQ, LoadKind::kTmaBox), 0) << what;
       EXPECT_EQ(copies(SmemTile::kOther, LoadKind::kTmaBox), 0) << what;
-      if (op == Op::kBatchPrefillPaged) {
+      if (!l.tma) {
         EXPECT_EQ(copies(SmemTile::kK, LoadKind::kTmaBox), 0) << what;
         EXPECT_EQ(copies(SmemTile::kV, LoadKind::kTmaBox), 0) << what;
         EXPECT_EQ(copies(SmemTile::kVStage, LoadKind::kTmaBox), 0) << what;
@@ -485,7 +506,8 @@ TEST(Fa3Replay, LayoutsPageSizesAndCombinedCaches) {
   for (const KernelKey& key : grid_keys()) {
     for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged}) {
       for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
-        for (int page_size : {1, 7, 16}) {
+        // 128: a multiple of every K/V block, the TMA path over pages (combined caches too).
+        for (int page_size : {1, 7, 16, 128}) {
           for (bool combined : {false, true}) {
             testing::CaseSpec s = spec_for(key, op, {3, 1}, {50, 129});
             s.problem.kv_layout = layout;

@@ -10,7 +10,7 @@
 //   using AFrag                                   a register A fragment (uint32_t[4])
 //   using U4, U2                                  16 / 8 bytes in registers (uint4, uint2)
 //   smem_addr, ld16 / ld8 / ld_byte (global), st_shared, st_global, mbarrier_*,
-//   fence_barrier_init, tma_load_3d, cp_async_16_zfill, cp_async_mbarrier_arrive_noinc,
+//   fence_barrier_init, tma_load_4d, cp_async_16_zfill, cp_async_mbarrier_arrive_noinc,
 //   fence_proxy_async, named_barrier_sync, sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, shfl,
 //   shfl_u32, syncwarp,
 //   wgmma_fence/commit/wait<N>, wgmma_ss<Tag, N>, wgmma_rs<Tag, N>, fence_registers, pack16<Tag>,
@@ -85,21 +85,49 @@ struct SmemPlan {
 // the page size: FastDiv's multiply and shift (ops.fast_div) for keys below 2^32, its 32-bit
 // dividends; a 64-bit division past them (a request of more than 2^32 keys: correct, not fast).
 // Called once per row of a K/V block (locate_lane_row), not per 16-byte chunk.
+// The page of a paged request's key and its slot in it (page_slot), for kv_row and, once per
+// block, for the TMA box of a paged block (box_origin).
+struct KeyPage {
+  int32_t page;
+  int64_t slot;
+};
+template <class Ops>
+KVATTN_HD KeyPage page_slot(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
+                            int64_t key) {
+  const int64_t page_size = p.page_div.divisor;
+  const int64_t page_in_request =
+      key <= int64_t(UINT32_MAX) ? ops.fast_div(p.page_div, uint32_t(key)) : key / page_size;
+  return KeyPage{p.kv_indices[r.kv_first + page_in_request], key - page_in_request * page_size};
+}
 template <int EB, class Ops>
 KVATTN_HD const uint8_t* kv_row(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
                                 const void* base, const paged::CacheStrides& s, int64_t key,
                                 int kv_head) {
   int64_t off;
   if (p.paged) {
-    const int64_t page_size = p.page_div.divisor;
-    const int64_t page_in_request =
-        key <= int64_t(UINT32_MAX) ? ops.fast_div(p.page_div, uint32_t(key)) : key / page_size;
-    const int32_t page = p.kv_indices[r.kv_first + page_in_request];
-    off = s.offset(page, key - page_in_request * page_size, kv_head, 0);
+    const KeyPage at = page_slot(ops, p, r, key);
+    off = s.offset(at.page, at.slot, kv_head, 0);
   } else {
     off = s.offset(0, r.kv_first + key, kv_head, 0);
   }
   return static_cast<const uint8_t*>(base) + off * EB;
+}
+
+// Where block n's TMA box starts in its map (kernel_params.cc's kv_map_spec: D, H_kv, slots,
+// pages): dense and ragged, token kv_first + n BN of the one page (< 2^31: tma_coords.h, else no
+// map); paged, the block's slot in its page and the page (a map only where the page size is a
+// multiple of BN, so a block never crosses a page; the page division once per block).
+struct BoxOrigin {
+  int slot;
+  int page;
+};
+template <int BN, class Ops>
+KVATTN_HD BoxOrigin box_origin(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
+                               int n) {
+  const int64_t key = int64_t(n) * BN;
+  if (!p.paged) return BoxOrigin{int(r.kv_first + key), 0};
+  const KeyPage at = page_slot(ops, p, r, key);
+  return BoxOrigin{int(at.slot), at.page};
 }
 
 // A K/V block [BN rows x kRowChunks 16-byte chunks] is copied warp by warp: warp w of the
@@ -372,14 +400,14 @@ struct Barriers {
 // A K or V block by TMA (one thread): the slot's expected bytes, then one box per 128-byte panel
 // of the tile (kernel_params.cc's kv_map_spec: 64 16-bit or 128 FP8 columns x 1 head x BN keys),
 // each landing in the panel's place of the swizzled tile (smem_layout.h's tma_panel_offset), as
-// the wgmma descriptors read it. `token`: the block's first key in the map (< 2^31: tma_coords.h).
+// the wgmma descriptors read it. `at`: the block's first row in the map (box_origin).
 template <int EB, int BN, class Ops>
 KVATTN_HD void tma_load_block(const Ops& ops, const CUtensorMap* map, uint8_t* dst, uint64_t* full,
-                              uint32_t bytes, int panels, int token, int kv_head) {
+                              uint32_t bytes, int panels, BoxOrigin at, int kv_head) {
   ops.mbarrier_arrive_expect_tx(full, bytes);
   for (int panel = 0; panel < panels; ++panel) {
-    ops.tma_load_3d(dst + smem::tma_panel_offset(panel, BN), map, panel * (smem::kRowBytes / EB),
-                    kv_head, token, full, L2Hint::kEvictLast);
+    ops.tma_load_4d(dst + smem::tma_panel_offset(panel, BN), map, panel * (smem::kRowBytes / EB),
+                    kv_head, at.slot, at.page, full, L2Hint::kEvictLast);
   }
 }
 
@@ -410,18 +438,17 @@ KVATTN_HD void produce_fp8_by_tma(const Ops& ops, const PrefillParams& p, uint8_
     const int blocks = kr.end > kr.begin ? kr.end - kr.begin : 0;
     // Thread 0: block `block`'s K or V box into its ring's slot once the slot is free. The
     // request read again (the wait's memory clobber keeps it a load), as the cp.async path does.
-    // < the map's tokens <= 2^31 - 1 (tma_token_coordinates_fit, else cp.async)
     const auto issue = [&](bool v, int block) {
       const pipe::PipelineState<kStages> st = pipe::state_at(start, used + block);
       ops.mbarrier_wait(v ? b.empty_vs(st.index) : b.empty_k(st.index), st.phase);
       const RequestInfo req = p.requests[p.tiles[t].request];
-      const int token = int(req.kv_first + int64_t(kr.begin + block) * BN);
+      const BoxOrigin at = box_origin<BN>(ops, p, req, kr.begin + block);
       if (v) {
         tma_load_block<1, BN>(ops, &p.tma_v, smem + Plan::v_stage(st.index), b.full_vs(st.index),
-                              Plan::kVStageBytes, kVPanels, token, kv_head);
+                              Plan::kVStageBytes, kVPanels, at, kv_head);
       } else {
         tma_load_block<1, BN>(ops, &p.tma_k, smem + Plan::k(st.index), b.full_k(st.index),
-                              Plan::kKBytes, kKPanels, token, kv_head);
+                              Plan::kKBytes, kKPanels, at, kv_head);
       }
     };
     if (tid == 0 && blocks > 0) issue(true, 0);
@@ -473,12 +500,10 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         const pipe::PipelineState<kStages> st = pipe::state_at(start, used + l.block);
         uint64_t* full = l.v ? b.full_v(st.index) : b.full_k(st.index);
         ops.mbarrier_wait(l.v ? b.empty_v(st.index) : b.empty_k(st.index), st.phase);
-        // < the map's tokens <= 2^31 - 1 (launch.cu: tma_token_coordinates_fit, else cp.async)
-        const int token = int(r.kv_first + int64_t(kr.begin + l.block) * BN);
         tma_load_block<EB, BN>(ops, l.v ? &p.tma_v : &p.tma_k,
                                smem + (l.v ? Plan::v(st.index) : Plan::k(st.index)), full,
                                l.v ? Plan::kVBytes : Plan::kKBytes, l.v ? kVPanels : kKPanels,
-                               token, kv_head);
+                               box_origin<BN>(ops, p, r, kr.begin + l.block), kv_head);
       }
       used += blocks;
     }
