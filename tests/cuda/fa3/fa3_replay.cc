@@ -71,9 +71,9 @@ testing::RunBackend run_replay(const ReplayOptions& o) {
         tile_shape(p.head_dim_qk, p.head_dim_vo, is_fp8(p.kv_dtype) ? 1 : 2).block_n;
     for (const sched::Tile& tile : in.tiles) {
       const RequestInfo& r = in.requests[std::size_t(tile.request)];
-      const sched::KvRange kr = sched::tile_kv_range(tile, r.qo_len, r.kv_len, k.causal,
-                                                     k.window_left, block_n, k.rows_per_token,
-                                                     r.chunks, k.chunk_blocks);
+      const sched::KvRange kr =
+          sched::tile_kv_range(tile, r.qo_len, r.kv_len, k.causal, k.window_left, block_n,
+                               k.rows_per_token, r.chunks, k.chunk_blocks);
       if (kr.end > kr.begin) emu::replay_counters().kv_blocks += kr.end - kr.begin;
     }
     try {

@@ -104,7 +104,8 @@ TEST(Fa3Replay, EveryOperationEveryVariant) {
 
 // The L2 hints (kernels/l2_hint.h), counted over the replay: every K/V load (TMA box, cp.async,
 // the FP8 producer's V rows) evict_last, every Q row evict_first, none left unhinted (the cases'
-// rows are in 16-byte chunks), on the TMA (16-bit dense/ragged) and cp.async (paged, FP8) paths.
+// rows are in 16-byte chunks), on the TMA (ragged, every type) and cp.async (paged: page 16)
+// paths.
 TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
   using emu::LoadKind;
   emu::ReplayCounters& c = emu::replay_counters();
@@ -124,7 +125,7 @@ TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
       EXPECT_EQ(c.count(LoadKind::kLd16Consumer, L2Hint::kNormal), 0) << what;
       EXPECT_EQ(c.count(LoadKind::kLd16Consumer, L2Hint::kEvictLast), 0) << what;
       EXPECT_GT(c.count(LoadKind::kLd16Consumer, L2Hint::kEvictFirst), 0) << what;
-      if (!is_fp8(key.kv) && op == Op::kBatchPrefillRagged) {
+      if (op == Op::kBatchPrefillRagged) {
         EXPECT_GT(c.count(LoadKind::kTmaBox, L2Hint::kEvictLast), 0) << what << ": TMA path";
       }
       if (op == Op::kBatchPrefillPaged) {
@@ -185,8 +186,9 @@ TEST(Fa3ReplayCounters, PagedRowsAreLocatedOncePerBlock) {
   }
 }
 
-// The FP8 producer's V^T stores (prefill_cta.h's copy_v_transposed, v_transpose.h) are free of
-// bank conflicts: over the replay, every warp-wide st.shared into a V slot takes the fewest
+// The FP8 producer's V^T stores (prefill_cta.h's copy_v_transposed for the paged rows of page 7,
+// stage_v_transposed for ragged V staged by TMA; v_transpose.h) are free of bank conflicts:
+// over the replay, every warp-wide st.shared into a V slot takes the fewest
 // wavefronts its width allows (smem_banks.h's model: one for a 32-bit store), at every FP8 V
 // block shape (128 keys x 64 / 128 dims, 64 keys x 256 dims), paged, ragged and decode, with keys
 // past kv_len in the last block. The byte-by-byte transpose before took 8 per one-byte store.
@@ -275,11 +277,10 @@ TEST(Fa3ReplayCounters, KvLoadedByTma) {
                                std::to_string(l.page_size) + "/" + kernel_key_string(key);
       c.reset();
       const bool decode = l.op == Op::kSingleDecode || l.op == Op::kBatchDecode;
-      testing::CaseSpec s =
-          is_batch(l.op) ? spec_for(key, l.op, decode ? std::vector<int64_t>{1, 1}
-                                                      : std::vector<int64_t>{3, 70},
-                                    {50, 300})
-                         : spec_for(key, l.op, {decode ? 1 : 37}, {150});
+      const std::vector<int64_t> qo =
+          decode ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{3, 70};
+      testing::CaseSpec s = is_batch(l.op) ? spec_for(key, l.op, qo, {50, 300})
+                                           : spec_for(key, l.op, {decode ? 1 : 37}, {150});
       s.problem.mask_mode = decode ? MaskMode::kNone : MaskMode::kCausal;
       s.problem.kv_layout = l.layout;
       if (l.page_size > 0) s.problem.page_size = l.page_size;

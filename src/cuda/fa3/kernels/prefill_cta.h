@@ -411,7 +411,8 @@ KVATTN_HD void tma_load_block(const Ops& ops, const CUtensorMap* map, uint8_t* d
   }
 }
 
-// The FP8 producer over dense and ragged K/V that TMA can read (kernel_params.cc), FA3's way:
+// The FP8 producer over K/V that TMA can read (dense, ragged, and pages of a multiple of the
+// block: kernel_params.cc), FA3's way:
 // thread 0 issues every box (K(n) into the K ring; V(n + 1) into the staging ring, a block ahead
 // of its transpose), and the 128 threads transpose the staged V(n) into the V ring
 // (stage_v_transposed) once its box landed (full_vs) and the consumers released the slot
