@@ -40,21 +40,32 @@ std::vector<int32_t> read_indices(const TensorView& t) {
   return v;
 }
 
-// The map over dense K or V [tokens, H_kv, D] with strides `s` (elements): box 64 x 1 x the K/V
-// block (block_n keys).
-KvMapSpec kv_map_spec(DType dtype, const void* data, int64_t tokens, int heads, int head_dim,
-                      int block_n, const paged::CacheStrides& s) {
+// The map over K or V: a paged cache [pages, page_size, H_kv, D] (either layout: strides `s`, in
+// elements), or dense / ragged [tokens, H_kv, D] as one page of `rows` tokens. Dims innermost
+// first: D, H_kv, slots, pages; box 128 bytes x 1 x the K/V block (block_n keys) x 1, one 128-byte
+// panel of the tile (smem_layout.h's tma_panel_offset): 64 16-bit or 128 FP8 columns. An FP8 row
+// of 64 or 192 bytes (head dims 64 and 192) ends inside its last panel: that box reads past D,
+// and TMA fills the columns past the tensor's with zeros, which is the padding tile_offset8 leaves
+// there (the bytes expected on the mbarrier are the whole box's, zeros included).
+KvMapSpec kv_map_spec(DType dtype, const void* data, int64_t rows, int64_t pages, int heads,
+                      int head_dim, int block_n, const paged::CacheStrides& s) {
+  const int64_t elem = int64_t(dtype_size(dtype));
   KvMapSpec m;
   m.dtype = dtype;
   m.data = data;
   m.dims[0] = uint64_t(head_dim);
   m.dims[1] = uint64_t(heads);
-  m.dims[2] = uint64_t(tokens);
-  m.strides[0] = uint64_t(s.head * 2);
-  m.strides[1] = uint64_t(s.slot * 2);
-  m.box[0] = uint32_t(smem::kPanelCols16);
+  m.dims[2] = uint64_t(rows);
+  m.dims[3] = uint64_t(pages);
+  m.strides[0] = uint64_t(s.head * elem);
+  m.strides[1] = uint64_t(s.slot * elem);
+  // One page (dense, ragged): its stride is never stepped; the slot stride stands in for it (a
+  // valid stride, a multiple of 16 bytes as rows_in_chunks found).
+  m.strides[2] = uint64_t((pages > 1 ? s.page : s.slot) * elem);
+  m.box[0] = uint32_t(smem::kRowBytes / elem);
   m.box[1] = 1;
   m.box[2] = uint32_t(block_n);
+  m.box[3] = 1;
   return m;
 }
 
@@ -89,17 +100,27 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
   // and the split chunks' unit.
   const TileShape shape = tile_shape(p.head_dim_qk, p.head_dim_vo, is_fp8(p.kv_dtype) ? 1 : 2);
   const int block_n = shape.block_n;
-  if (!k.paged && is_16bit_float(p.kv_dtype) && k.k_chunks && k.v_chunks) {
-    // Dense and ragged 16-bit K/V in 16-byte chunks go through TMA (FP8 V is transposed by the
-    // producer's threads); the token dim is the one with the slot stride.
-    const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
-    const int64_t tokens = hnd ? kt.shape[1] : kt.shape[0];
-    // Past 2^31 - 1 tokens a box's token coordinate would wrap: cp.async copies them instead.
-    k.tma = tokens > 0 && tma_token_coordinates_fit(tokens) &&
-            encode(&k.tma_k, kv_map_spec(p.kv_dtype, kt.data, tokens, p.num_kv_heads, p.head_dim_qk,
-                                         block_n, k.k_strides)) &&
-            encode(&k.tma_v, kv_map_spec(p.kv_dtype, vt.data, tokens, p.num_kv_heads, p.head_dim_vo,
-                                         block_n, k.v_strides));
+  if (k.k_chunks && k.v_chunks) {
+    // K/V in 16-byte chunks go through TMA (16-bit K and V; FP8 K, and FP8 V into a staging tile
+    // that the producer transposes: prefill_cta.h's produce): dense and ragged tensors of fewer
+    // than 2^31 tokens (a box's token coordinate would wrap past them: tma_coords.h), and paged
+    // caches whose page size is a multiple of the K/V block (a block is one box in one page).
+    // Otherwise the producer's threads copy (cp.async, or gather rows not in chunks).
+    int64_t rows = 0, pages = 1;
+    if (k.paged) {
+      pages = kt.shape[0];
+      if (p.page_size % block_n == 0 && pages <= kMaxTmaCoordinate) rows = p.page_size;
+    } else {
+      // The token dim is the one with the slot stride.
+      const bool hnd = p.op != Op::kBatchPrefillRagged && p.kv_layout == KVLayout::kHND;
+      const int64_t tokens = hnd ? kt.shape[1] : kt.shape[0];
+      if (tma_token_coordinates_fit(tokens)) rows = tokens;
+    }
+    k.tma = rows > 0 && pages > 0 &&
+            encode(&k.tma_k, kv_map_spec(p.kv_dtype, kt.data, rows, pages, p.num_kv_heads,
+                                         p.head_dim_qk, block_n, k.k_strides)) &&
+            encode(&k.tma_v, kv_map_spec(p.kv_dtype, vt.data, rows, pages, p.num_kv_heads,
+                                         p.head_dim_vo, block_n, k.v_strides));
   }
   k.out = args.out.data;
   k.o_stride_row = single_decode ? 0 : args.out.strides[0];

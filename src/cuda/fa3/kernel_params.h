@@ -22,15 +22,16 @@
 
 namespace kvattn::fa3 {
 
-// cuTensorMapEncodeTiled's arguments for a K or V map over [tokens, H_kv, D] (3-d, innermost
-// first: D, H_kv, tokens), 16-bit elements, no interleave, element strides 1, the 128-byte
-// swizzle, out-of-range elements read as zero.
+// cuTensorMapEncodeTiled's arguments for a K or V map over [pages, slots, H_kv, D] (4-d,
+// innermost first: D, H_kv, slots, pages; dense and ragged K/V: one page of all tokens), 16-bit
+// or FP8 elements (FP8 as bytes), no interleave, element strides 1, the 128-byte swizzle,
+// out-of-range elements read as zero.
 struct KvMapSpec {
   DType dtype = DType::kBF16;
   const void* data = nullptr;
-  uint64_t dims[3] = {};
-  uint64_t strides[2] = {};  // bytes, of dims 1 and 2
-  uint32_t box[3] = {};
+  uint64_t dims[4] = {};
+  uint64_t strides[3] = {};  // bytes, of dims 1, 2 and 3
+  uint32_t box[4] = {};
 };
 // Encodes `spec` into `map`; false when it cannot (the producer then copies with cp.async).
 using EncodeKvMap = std::function<bool(CUtensorMap* map, const KvMapSpec& spec)>;

@@ -82,14 +82,15 @@ EncodeTiled encoder() {
 bool encode_kv_map(CUtensorMap* map, const KvMapSpec& m) {
   const EncodeTiled encode = encoder();
   if (!encode) return false;
-  const cuuint64_t dims[3] = {m.dims[0], m.dims[1], m.dims[2]};
-  const cuuint64_t strides[2] = {m.strides[0], m.strides[1]};
-  const cuuint32_t box[3] = {m.box[0], m.box[1], m.box[2]};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  return encode(map,
-                m.dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                3, const_cast<void*>(m.data), dims, strides, box, elem_strides,
+  const cuuint64_t dims[4] = {m.dims[0], m.dims[1], m.dims[2], m.dims[3]};
+  const cuuint64_t strides[3] = {m.strides[0], m.strides[1], m.strides[2]};
+  const cuuint32_t box[4] = {m.box[0], m.box[1], m.box[2], m.box[3]};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  // FP8 K/V as bytes (TMA copies them; no FP8 tensor-map type is needed to move them).
+  const CUtensorMapDataType type = m.dtype == DType::kBF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : m.dtype == DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  return encode(map, type, 4, const_cast<void*>(m.data), dims, strides, box, elem_strides,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;

@@ -44,10 +44,13 @@ struct PrefillParams {
   bool paged = false;
   cuda::FastDiv page_div;               // division by the page size (its divisor: the page size)
   const int32_t* kv_indices = nullptr;  // device copy
-  // Dense and ragged K/V: TMA tensor maps over [tokens, H_kv, D] (dims innermost first: D, H_kv,
-  // tokens), box 64 x 1 x kBlockN with the 128-byte swizzle: one box is one panel of a K/V tile
-  // (smem_layout.h). false: the producer copies (cp.async, or gathers rows not in chunks): pages,
-  // FP8, K/V rows not in 16-byte chunks, or no encoder found.
+  // TMA tensor maps over K and V (kernel_params.cc's kv_map_spec: dims innermost first D, H_kv,
+  // slots, pages; dense and ragged K/V are one page of all tokens), box 128 bytes x 1 x kBlockN x 1
+  // with the 128-byte swizzle: one box is one 128-byte panel of a K/V tile (smem_layout.h; 64
+  // 16-bit or 128 FP8 columns). TMA loads 16-bit K and V, FP8 K, and FP8 V into a staging tile
+  // that the producer transposes. Set for K/V rows in 16-byte chunks, dense or ragged of fewer than
+  // 2^31 tokens or paged with a page size that is a multiple of kBlockN, when the encoder is found;
+  // false: the producer copies (cp.async, or gathers rows not in chunks).
   bool tma = false;
   CUtensorMap tma_k{}, tma_v{};
 

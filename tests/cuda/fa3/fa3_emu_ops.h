@@ -4,7 +4,7 @@
 // the emulator's checked registers (Acc, AFrag), so the body's wgmma fence / commit / wait
 // discipline is checked as it runs. The kernel parameters hold CUtensorMap objects; the replay's
 // encoder (fa3_replay_test.cc) writes the address of the emulated map it made into the first 8
-// bytes of each, and tma_load_3d reads it back (a map not encoded that way fails by name).
+// bytes of each, and tma_load_4d reads it back (a map not encoded that way fails by name).
 #pragma once
 
 #include <atomic>
@@ -66,11 +66,17 @@ inline OutputStores& output_stores() {
 // wgmma instructions (m64nNk16 / k32, ss or rs) per warpgroup (0 the producer, 1 and 2 the
 // consumers), fast divisions (fast_div: the page lookups of paged K/V rows), by every thread, and
 // the st.shared instructions of each warp with their wavefronts (smem_banks.h's model) by the
-// tile they write (SmemTile, from fa3's SmemPlan: fa3_replay_ctas.h).
+// tile they write (SmemTile, from fa3's SmemPlan: fa3_replay_ctas.h); the asynchronous copies
+// (TMA boxes, cp.async chunks) by the tile they land in; and the K/V blocks the replayed launches'
+// tile lists name (kv_blocks: the plan's, counted by fa3_replay.cc from the tiles' K/V ranges,
+// not by the body), which is what a producer must load once each into the K ring and the V ring.
 enum class LoadKind : int { kTmaBox, kCpAsync, kLd16Producer, kLd16Consumer, kLd8Producer, kCount };
-enum class SmemTile : int { kQ, kK, kV, kOther, kCount };
+// kVStage: FP8 V as TMA lands it, before the producer's transpose (SmemPlan::v_stage).
+enum class SmemTile : int { kQ, kK, kV, kVStage, kOther, kCount };
 struct ReplayCounters {
   std::atomic<int64_t> loads[int(LoadKind::kCount)][3] = {};
+  std::atomic<int64_t> tile_copies[int(SmemTile::kCount)][int(LoadKind::kCount)] = {};
+  std::atomic<int64_t> kv_blocks = 0;
   std::atomic<int64_t> wgmma[3] = {};
   std::atomic<int64_t> fast_divs = 0;
   // The consumer ping-pong's turns per warpgroup (fa3_pingpong.h; CTAs with two consumers).
@@ -79,18 +85,27 @@ struct ReplayCounters {
     std::atomic<int64_t> instructions = 0, wavefronts = 0, min_wavefronts = 0, divergent = 0;
   };
   Stores stores[int(SmemTile::kCount)];
+  Stores smem_loads[int(SmemTile::kCount)];  // ld.shared by the tile read, as the stores
   void reset() {
     for (auto& kind : loads)
       for (auto& n : kind) n = 0;
     for (auto& n : wgmma) n = 0;
     for (auto& n : pingpong_turns) n = 0;
+    for (auto& tile : tile_copies)
+      for (auto& n : tile) n = 0;
+    kv_blocks = 0;
     fast_divs = 0;
     for (Stores& st : stores)
       st.instructions = st.wavefronts = st.min_wavefronts = st.divergent = 0;
+    for (Stores& st : smem_loads)
+      st.instructions = st.wavefronts = st.min_wavefronts = st.divergent = 0;
   }
   int64_t count(LoadKind k, L2Hint h) const { return loads[int(k)][int(h)]; }
-  void add_stores(SmemTile t, const AccessStats& a) {
-    Stores& st = stores[int(t)];
+  // TMA boxes or cp.async chunks (k) that landed in tile t.
+  int64_t copies(SmemTile t, LoadKind k) const { return tile_copies[int(t)][int(k)]; }
+  void add_stores(SmemTile t, const AccessStats& a) { add(stores[int(t)], a); }
+  void add_loads(SmemTile t, const AccessStats& a) { add(smem_loads[int(t)], a); }
+  static void add(Stores& st, const AccessStats& a) {
     st.instructions += a.instructions;
     st.wavefronts += a.wavefronts;
     st.min_wavefronts += a.min_wavefronts;
@@ -104,12 +119,17 @@ inline ReplayCounters& replay_counters() {
 
 // One CTA's st.shared instructions, grouped into warp instructions (smem_banks.h), with the tile
 // each writes: tile_of(offset from the CTA's 1024-byte aligned tiles' base).
+// Its ld.shared likewise (load_counter).
 struct SmemStoreCounting {
   WarpAccessCounter counter;
+  WarpAccessCounter load_counter;
   std::function<SmemTile(uint32_t)> tile_of;
   uint32_t base = 0;  // the tiles' shared address (prefill_cta's rounding of the dynamic base)
   void record(int thread, uint32_t addr, int bytes) {
     counter.record(thread, int(tile_of(addr - base)), addr, bytes);
+  }
+  void record_load(int thread, uint32_t addr, int bytes) {
+    load_counter.record(thread, int(tile_of(addr - base)), addr, bytes);
   }
   // Into replay_counters() once the CTA has run.
   void publish();
@@ -187,22 +207,30 @@ class Fa3EmuOps {
   void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) const {
     ops_.mbarrier_arrive_expect_tx(bar, bytes);
   }
-  void tma_load_3d(void* smem_dst, const void* cu_map, int c0, int c1, int c2, uint64_t* bar,
-                   L2Hint hint = L2Hint::kNormal) const {
+  void tma_load_4d(void* smem_dst, const void* cu_map, int c0, int c1, int c2, int c3,
+                   uint64_t* bar, L2Hint hint = L2Hint::kNormal) const {
     count_load(LoadKind::kTmaBox, hint);
+    count_copy(LoadKind::kTmaBox, smem_dst);
     const TensorMap* map = nullptr;
     uint64_t tag = 0;
     std::memcpy(&map, cu_map, sizeof(map));
     std::memcpy(&tag, static_cast<const unsigned char*>(cu_map) + 8, 8);
     if (tag != kEmulatedMapTag || map == nullptr) {
       throw EmulatorError("warp " + std::to_string(ops_.warp()) +
-                          ": cp.async.bulk.tensor.3d with a tensor map the replay did not encode");
+                          ": cp.async.bulk.tensor.4d with a tensor map the replay did not encode");
     }
-    ops_.tma_load_3d(smem_dst, map, c0, c1, c2, bar);
+    if (map->rank != 4) {
+      throw EmulatorError("warp " + std::to_string(ops_.warp()) +
+                          ": cp.async.bulk.tensor.4d with a tensor map of rank " +
+                          std::to_string(map->rank));
+    }
+    const int coords[4] = {c0, c1, c2, c3};
+    ops_.tma_load(smem_dst, map, coords, bar);
   }
   void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid,
                          L2Hint hint = L2Hint::kNormal) const {
     count_load(LoadKind::kCpAsync, hint);
+    count_copy(LoadKind::kCpAsync, smem_dst);
     ops_.cp_async_16_zfill(smem_dst, gmem_src, valid);
   }
   void cp_async_wait_all() const { ops_.cp_async_wait_all(); }
@@ -233,6 +261,7 @@ class Fa3EmuOps {
   void syncwarp() const { ops_.syncwarp(); }
   template <class T>
   T ld_shared(const T* p) const {
+    if (stores_ != nullptr) stores_->record_load(ops_.thread(), ops_.smem_addr(p), int(sizeof(T)));
     return ops_.ld_shared(p);
   }
   bool named_barrier_red_or(int id, int threads, bool pred) const {
@@ -282,6 +311,12 @@ class Fa3EmuOps {
 
  private:
   static void count_load(LoadKind k, L2Hint h) { ++replay_counters().loads[int(k)][int(h)]; }
+  // An asynchronous copy by the tile it lands in (where the CTA counts its stores' tiles).
+  void count_copy(LoadKind k, const void* smem_dst) const {
+    if (stores_ == nullptr) return;
+    const SmemTile t = stores_->tile_of(ops_.smem_addr(smem_dst) - stores_->base);
+    ++replay_counters().tile_copies[int(t)][int(k)];
+  }
   // Counted by the warpgroup's first thread: one per warpgroup instruction.
   void count_wgmma() const {
     if (ops_.thread() % 128 == 0) ++replay_counters().wgmma[ops_.thread() / 128];
@@ -294,8 +329,10 @@ class Fa3EmuOps {
 
 inline void SmemStoreCounting::publish() {
   counter.flush();
+  load_counter.flush();
   for (int t = 0; t < int(SmemTile::kCount); ++t) {
     replay_counters().add_stores(SmemTile(t), counter.stats(t));
+    replay_counters().add_loads(SmemTile(t), load_counter.stats(t));
   }
 }
 

@@ -12,11 +12,16 @@
 #include "cuda/fa3/kernel_params.h"
 #include "cuda/fa3/fa3_emu_ops.h"
 #include "cuda/fa3/fa3_replay_ctas.h"
+#include "cuda/fa3/kernels/tile_scheduler.h"
+#include "cuda/fa3/kernels/tile_size.h"
 
 namespace kvattn::fa3 {
 namespace {
 
+// A tensor map's element type (its size is what TMA uses): FP8 K/V are encoded as bytes.
 emu::WgmmaType map_type(DType d) {
+  if (d == DType::kE4M3) return emu::WgmmaType::kE4m3;
+  if (d == DType::kE5M2) return emu::WgmmaType::kE5m2;
   return d == DType::kF16 ? emu::WgmmaType::kF16 : emu::WgmmaType::kBf16;
 }
 
@@ -37,8 +42,8 @@ testing::RunBackend run_replay(const ReplayOptions& o) {
     // The emulated maps the parameters' CUtensorMaps point at (fa3_emu_ops.h).
     std::deque<emu::TensorMap> maps;
     const EncodeKvMap encode = [&maps](CUtensorMap* cu, const KvMapSpec& m) {
-      const uint32_t es[3] = {1, 1, 1};
-      maps.push_back(emu::encode_tensor_map_tiled(map_type(m.dtype), 3, m.data, m.dims, m.strides,
+      const uint32_t es[4] = {1, 1, 1, 1};
+      maps.push_back(emu::encode_tensor_map_tiled(map_type(m.dtype), 4, m.data, m.dims, m.strides,
                                                   m.box, es, emu::Swizzle::k128B));
       emu::store_emulated_map(cu, &maps.back());
       return true;
@@ -60,6 +65,17 @@ testing::RunBackend run_replay(const ReplayOptions& o) {
     std::vector<float> partial_lse(states, NAN);
     k.partial_o = partial_o.data();
     k.partial_lse = partial_lse.data();
+    // The K/V blocks the tile list asks for (ReplayCounters::kv_blocks): what the scheduler gives
+    // every tile (tile_scheduler.h), as the kernel's producer and consumers take it.
+    const int block_n =
+        tile_shape(p.head_dim_qk, p.head_dim_vo, is_fp8(p.kv_dtype) ? 1 : 2).block_n;
+    for (const sched::Tile& tile : in.tiles) {
+      const RequestInfo& r = in.requests[std::size_t(tile.request)];
+      const sched::KvRange kr =
+          sched::tile_kv_range(tile, r.qo_len, r.kv_len, k.causal, k.window_left, block_n,
+                               k.rows_per_token, r.chunks, k.chunk_blocks);
+      if (kr.end > kr.begin) emu::replay_counters().kv_blocks += kr.end - kr.begin;
+    }
     try {
       if (!replay_kernel(kernel_key(p), k, std::min(o.ctas, k.num_tiles), o.tma_lands_early)) {
         return make_error(ErrorCode::kUnavailable, "replay: no kernel for ",

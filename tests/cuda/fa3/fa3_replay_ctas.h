@@ -18,6 +18,9 @@ emu::SmemTile smem_tile_of(uint32_t offset) {
   for (int s = 0; s < kStages; ++s) {
     if (offset >= Plan::k(s) && offset < Plan::k(s) + Plan::kKBytes) return emu::SmemTile::kK;
     if (offset >= Plan::v(s) && offset < Plan::v(s) + Plan::kVBytes) return emu::SmemTile::kV;
+    if (offset >= Plan::v_stage(s) && offset < Plan::v_stage(s) + Plan::kVStageBytes) {
+      return emu::SmemTile::kVStage;
+    }
   }
   return emu::SmemTile::kOther;
 }
@@ -37,6 +40,7 @@ void replay_ctas(const PrefillParams& k, int ctas, bool early) {
     l.tma_lands_early = early;
     emu::Sm90Cta cta(l);
     emu::SmemStoreCounting stores{emu::WarpAccessCounter(kThreads, int(emu::SmemTile::kCount)),
+                                  emu::WarpAccessCounter(kThreads, int(emu::SmemTile::kCount)),
                                   smem_tile_of<Plan>};
     cta.run([&](emu::Sm90Ops& ops, unsigned char* smem) {
       const uint32_t raw = ops.smem_addr(smem);

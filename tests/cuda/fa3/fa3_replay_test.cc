@@ -104,7 +104,8 @@ TEST(Fa3Replay, EveryOperationEveryVariant) {
 
 // The L2 hints (kernels/l2_hint.h), counted over the replay: every K/V load (TMA box, cp.async,
 // the FP8 producer's V rows) evict_last, every Q row evict_first, none left unhinted (the cases'
-// rows are in 16-byte chunks), on the TMA (16-bit dense/ragged) and cp.async (paged, FP8) paths.
+// rows are in 16-byte chunks), on the TMA (ragged, every type) and cp.async (paged: page 16)
+// paths.
 TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
   using emu::LoadKind;
   emu::ReplayCounters& c = emu::replay_counters();
@@ -124,7 +125,7 @@ TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
       EXPECT_EQ(c.count(LoadKind::kLd16Consumer, L2Hint::kNormal), 0) << what;
       EXPECT_EQ(c.count(LoadKind::kLd16Consumer, L2Hint::kEvictLast), 0) << what;
       EXPECT_GT(c.count(LoadKind::kLd16Consumer, L2Hint::kEvictFirst), 0) << what;
-      if (!is_fp8(key.kv) && op == Op::kBatchPrefillRagged) {
+      if (op == Op::kBatchPrefillRagged) {
         EXPECT_GT(c.count(LoadKind::kTmaBox, L2Hint::kEvictLast), 0) << what << ": TMA path";
       }
       if (op == Op::kBatchPrefillPaged) {
@@ -185,8 +186,9 @@ TEST(Fa3ReplayCounters, PagedRowsAreLocatedOncePerBlock) {
   }
 }
 
-// The FP8 producer's V^T stores (prefill_cta.h's copy_v_transposed, v_transpose.h) are free of
-// bank conflicts: over the replay, every warp-wide st.shared into a V slot takes the fewest
+// The FP8 producer's V^T stores (prefill_cta.h's copy_v_transposed for the paged rows of page 7,
+// stage_v_transposed for ragged V staged by TMA; v_transpose.h) are free of bank conflicts:
+// over the replay, every warp-wide st.shared into a V slot takes the fewest
 // wavefronts its width allows (smem_banks.h's model: one for a 32-bit store), at every FP8 V
 // block shape (128 keys x 64 / 128 dims, 64 keys x 256 dims), paged, ragged and decode, with keys
 // past kv_len in the last block. The byte-by-byte transpose before took 8 per one-byte store.
@@ -223,6 +225,117 @@ TEST(Fa3ReplayWavefronts, Fp8VTransposeStoresAreConflictFree) {
       EXPECT_EQ(v.wavefronts, v.min_wavefronts) << what << ": bank conflicts in the V transpose";
       EXPECT_EQ(v.min_wavefronts, v.instructions) << what << ": one wavefront per 32-bit store";
       EXPECT_EQ(q.divergent, 0) << what;
+    }
+  }
+}
+
+// K/V blocks by TMA where the tensors allow it (rows in 16-byte chunks; dense and ragged of
+// fewer than 2^31 tokens, or paged with a page size that is a multiple of the K/V block:
+// kernel_params.cc), FP8 included: over the replay, every K block the tile lists name
+// (ReplayCounters::kv_blocks, from the plan) lands in the K ring as one TMA box per 128-byte panel
+// of its rows (FP8 rows of 64 and 192 bytes: a box reaching past the head dim, zero-filled), and
+// no cp.async chunk and no thread's store lands there. 16-bit V likewise. FP8 V's boxes land in
+// the staging ring (SmemPlan::v_stage), which no thread stores to, and the producer transposes it
+// into the V ring (prefill_cta.h's stage_v_transposed): no box and no cp.async there, its
+// ld.shared of the staged rows and its st.shared of V^T each one wavefront per phase (no bank
+// conflict: smem_banks.h's model). Pages of another size keep the cp.async path (every chunk of
+// every row of every K block, no box anywhere). Both layouts; the results against the reference.
+// Before (main at 52bb20b), FP8 K and V came by the producer's threads (0 boxes, BN x QK / 16
+// cp.async chunks a K block, V through 8-byte global loads), and pages by cp.async at every type.
+TEST(Fa3ReplayCounters, KvLoadedByTma) {
+  using emu::LoadKind;
+  using emu::SmemTile;
+  emu::ReplayCounters& c = emu::replay_counters();
+  const KernelKey keys[] = {{DType::kE4M3, DType::kE4M3, 64, 64},
+                            kE4m3D128,
+                            {DType::kE5M2, DType::kE4M3, 192, 128},
+                            {DType::kE4M3, DType::kE5M2, 256, 256},
+                            kBf16D128};
+  for (const KernelKey& key : keys) {
+    const bool fp8 = is_fp8(key.kv);
+    const int eb = fp8 ? 1 : 2;
+    const int block_n = tile_shape(key.head_dim_qk, key.head_dim_vo, eb).block_n;
+    const int64_t k_panels = smem::padded_row_bytes(key.head_dim_qk * eb) / smem::kRowBytes;
+    const int64_t v_panels = smem::padded_row_bytes(key.head_dim_vo * eb) / smem::kRowBytes;
+    struct Layout {
+      Op op;
+      KVLayout layout;
+      int page_size;  // paged ops
+      bool tma;
+    };
+    const Layout layouts[] = {{Op::kBatchPrefillRagged, KVLayout::kNHD, 0, true},
+                              {Op::kSinglePrefill, KVLayout::kNHD, 0, true},
+                              {Op::kSinglePrefill, KVLayout::kHND, 0, true},
+                              {Op::kSingleDecode, KVLayout::kNHD, 0, true},
+                              {Op::kBatchPrefillPaged, KVLayout::kNHD, 2 * block_n, true},
+                              {Op::kBatchDecode, KVLayout::kHND, block_n, true},
+                              {Op::kBatchPrefillPaged, KVLayout::kHND, block_n * 3 / 2, false},
+                              {Op::kBatchPrefillPaged, KVLayout::kNHD, 16, false}};
+    for (const Layout& l : layouts) {
+      const std::string what = std::string(op_name(l.op)) + "/" +
+                               (l.layout == KVLayout::kHND ? "HND" : "NHD") + "/page " +
+                               std::to_string(l.page_size) + "/" + kernel_key_string(key);
+      c.reset();
+      const bool decode = l.op == Op::kSingleDecode || l.op == Op::kBatchDecode;
+      const std::vector<int64_t> qo =
+          decode ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{3, 70};
+      testing::CaseSpec s = is_batch(l.op) ? spec_for(key, l.op, qo, {50, 300})
+                                           : spec_for(key, l.op, {decode ? 1 : 37}, {150});
+      s.problem.mask_mode = decode ? MaskMode::kNone : MaskMode::kCausal;
+      s.problem.kv_layout = l.layout;
+      if (l.page_size > 0) s.problem.page_size = l.page_size;
+      expect_matches(s, what);
+      const int64_t blocks = c.kv_blocks;
+      const auto copies = [&](SmemTile t, LoadKind k) { return c.copies(t, k); };
+      const auto& stage_loads = c.smem_loads[int(SmemTile::kVStage)];
+      const auto& v_stores = c.stores[int(SmemTile::kV)];
+      std::printf(
+          "[ counters ] %s: %lld K/V blocks; K: %lld TMA boxes, %lld cp.async chunks; V: %lld "
+          "boxes staged, %lld into V; staged V read in %lld ld.shared, %lld wavefronts (fewest "
+          "%lld)\n",
+          what.c_str(), static_cast<long long>(blocks),
+          static_cast<long long>(copies(SmemTile::kK, LoadKind::kTmaBox)),
+          static_cast<long long>(copies(SmemTile::kK, LoadKind::kCpAsync)),
+          static_cast<long long>(copies(SmemTile::kVStage, LoadKind::kTmaBox)),
+          static_cast<long long>(copies(SmemTile::kV, LoadKind::kTmaBox)),
+          static_cast<long long>(stage_loads.instructions.load()),
+          static_cast<long long>(stage_loads.wavefronts.load()),
+          static_cast<long long>(stage_loads.min_wavefronts.load()));
+      ASSERT_GT(blocks, 0) << what;
+      EXPECT_EQ(c.stores[int(SmemTile::kK)].instructions, 0) << what << ": stores into K";
+      EXPECT_EQ(c.stores[int(SmemTile::kVStage)].instructions, 0) << what;
+      EXPECT_EQ(copies(SmemTile::kQ, LoadKind::kTmaBox), 0) << what;
+      EXPECT_EQ(copies(SmemTile::kOther, LoadKind::kTmaBox), 0) << what;
+      if (!l.tma) {
+        EXPECT_EQ(copies(SmemTile::kK, LoadKind::kTmaBox), 0) << what;
+        EXPECT_EQ(copies(SmemTile::kV, LoadKind::kTmaBox), 0) << what;
+        EXPECT_EQ(copies(SmemTile::kVStage, LoadKind::kTmaBox), 0) << what;
+        EXPECT_EQ(stage_loads.instructions, 0) << what;
+        EXPECT_EQ(copies(SmemTile::kK, LoadKind::kCpAsync),
+                  blocks * block_n * key.head_dim_qk * eb / 16)
+            << what;
+        continue;
+      }
+      EXPECT_EQ(copies(SmemTile::kK, LoadKind::kCpAsync), 0) << what << ": K by cp.async";
+      EXPECT_EQ(copies(SmemTile::kV, LoadKind::kCpAsync), 0) << what << ": V by cp.async";
+      EXPECT_EQ(copies(SmemTile::kK, LoadKind::kTmaBox), blocks * k_panels)
+          << what << ": K not one box per panel per block";
+      if (!fp8) {
+        EXPECT_EQ(copies(SmemTile::kV, LoadKind::kTmaBox), blocks * v_panels) << what;
+        continue;
+      }
+      EXPECT_EQ(copies(SmemTile::kVStage, LoadKind::kTmaBox), blocks * v_panels)
+          << what << ": V not one staged box per panel per block";
+      EXPECT_EQ(copies(SmemTile::kV, LoadKind::kTmaBox), 0) << what;
+      EXPECT_EQ(c.count(LoadKind::kLd8Producer, L2Hint::kEvictLast), 0)
+          << what << ": V rows loaded by the producer's threads";
+      EXPECT_GT(stage_loads.instructions, 0) << what;
+      EXPECT_EQ(stage_loads.divergent, 0) << what;
+      EXPECT_EQ(stage_loads.wavefronts, stage_loads.min_wavefronts)
+          << what << ": bank conflicts reading the staged V";
+      EXPECT_GT(v_stores.instructions, 0) << what;
+      EXPECT_EQ(v_stores.divergent, 0) << what;
+      EXPECT_EQ(v_stores.wavefronts, v_stores.min_wavefronts) << what << ": V^T store conflicts";
     }
   }
 }
@@ -394,7 +507,8 @@ TEST(Fa3Replay, LayoutsPageSizesAndCombinedCaches) {
   for (const KernelKey& key : grid_keys()) {
     for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged}) {
       for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
-        for (int page_size : {1, 7, 16}) {
+        // 128: a multiple of every K/V block, the TMA path over pages (combined caches too).
+        for (int page_size : {1, 7, 16, 128}) {
           for (bool combined : {false, true}) {
             testing::CaseSpec s = spec_for(key, op, {3, 1}, {50, 129});
             s.problem.kv_layout = layout;

@@ -108,11 +108,11 @@ struct DeviceOps : cuda::WarpShuffles {
   KVATTN_HD void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) const {
     KVATTN_FA3_DEVICE(ptx::mbarrier_arrive_expect_tx(bar, bytes));
   }
-  KVATTN_HD void tma_load_3d(void* smem_dst, const void* tensor_map, int c0, int c1, int c2,
-                             uint64_t* bar, L2Hint hint = L2Hint::kNormal) const {
+  KVATTN_HD void tma_load_4d(void* smem_dst, const void* tensor_map, int c0, int c1, int c2,
+                             int c3, uint64_t* bar, L2Hint hint = L2Hint::kNormal) const {
     KVATTN_FA3_DEVICE(if (hint != L2Hint::kNormal) {
-      ptx::tma_load_3d_hint(smem_dst, tensor_map, c0, c1, c2, bar, l2_policy(hint));
-    } else { ptx::tma_load_3d(smem_dst, tensor_map, c0, c1, c2, bar); });
+      ptx::tma_load_4d_hint(smem_dst, tensor_map, c0, c1, c2, c3, bar, l2_policy(hint));
+    } else { ptx::tma_load_4d(smem_dst, tensor_map, c0, c1, c2, c3, bar); });
   }
   KVATTN_HD void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid,
                                    L2Hint hint = L2Hint::kNormal) const {

@@ -10,7 +10,7 @@
 //   using AFrag                                   a register A fragment (uint32_t[4])
 //   using U4, U2                                  16 / 8 bytes in registers (uint4, uint2)
 //   smem_addr, ld16 / ld8 / ld_byte (global), st_shared, st_global, mbarrier_*,
-//   fence_barrier_init, tma_load_3d, cp_async_16_zfill, cp_async_mbarrier_arrive_noinc,
+//   fence_barrier_init, tma_load_4d, cp_async_16_zfill, cp_async_mbarrier_arrive_noinc,
 //   fence_proxy_async, named_barrier_sync, sync_threads, setmaxnreg_inc/dec<N>, shfl_xor, shfl,
 //   shfl_u32, syncwarp,
 //   wgmma_fence/commit/wait<N>, wgmma_ss<Tag, N>, wgmma_rs<Tag, N>, fence_registers, pack16<Tag>,
@@ -63,36 +63,72 @@ struct SmemPlan {
   // 16-bit V [keys][dims]; FP8 V^T [dims][keys].
   static constexpr uint32_t kVBytes =
       EB == 2 ? BN * smem::padded_row_bytes(VO * EB) : VO * smem::padded_row_bytes(BN);
+  // FP8 V by TMA: the block as it lies in memory, [keys][dims] in 128-byte panels as K's tile
+  // (the TMA boxes'), staged for the producer's transpose into V^T (stage_v_transposed).
+  static constexpr uint32_t kVStageBytes = EB == 1 ? BN * smem::padded_row_bytes(VO) : 0;
   static constexpr uint32_t q(int wg) { return uint32_t(wg) * kQBytes; }
   static constexpr uint32_t k(int stage) {
     return 2 * kQBytes + uint32_t(stage) * (kKBytes + kVBytes);
   }
   static constexpr uint32_t v(int stage) { return k(stage) + kKBytes; }
-  static constexpr uint32_t barriers() { return k(kStages); }
+  static constexpr uint32_t v_stage(int stage) {
+    return k(kStages) + uint32_t(stage) * kVStageBytes;
+  }
+  static constexpr uint32_t barriers() { return v_stage(kStages); }
   // + 1024: the dynamic shared memory base is rounded up to the swizzle's alignment.
-  // full_k, full_v, empty_k, empty_v: kStages mbarriers each (prefill_cta.h's Barriers).
-  static constexpr uint32_t total() { return barriers() + 4 * kStages * 8 + 1024; }
+  // full_k, full_v, empty_k, empty_v (and FP8's full_vs, empty_vs): kStages mbarriers each
+  // (Barriers).
+  static constexpr uint32_t total() { return barriers() + (EB == 1 ? 6 : 4) * kStages * 8 + 1024; }
+  static_assert(total() <= 227 * 1024, "a CTA's shared memory on SM90");
 };
 
 // Where key `key`'s row (kv_head, dim 0) lies. A paged key's page in its request is a division by
 // the page size: FastDiv's multiply and shift (ops.fast_div) for keys below 2^32, its 32-bit
 // dividends; a 64-bit division past them (a request of more than 2^32 keys: correct, not fast).
 // Called once per row of a K/V block (locate_lane_row), not per 16-byte chunk.
+// The page of a paged request's key and its slot in it (page_slot), for kv_row and, once per
+// block, for the TMA box of a paged block (box_origin).
+struct KeyPage {
+  int32_t page;
+  int64_t slot;
+};
+template <class Ops>
+KVATTN_HD KeyPage page_slot(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
+                            int64_t key) {
+  const int64_t page_size = p.page_div.divisor;
+  const int64_t page_in_request =
+      key <= int64_t(UINT32_MAX) ? ops.fast_div(p.page_div, uint32_t(key)) : key / page_size;
+  return KeyPage{p.kv_indices[r.kv_first + page_in_request], key - page_in_request * page_size};
+}
 template <int EB, class Ops>
 KVATTN_HD const uint8_t* kv_row(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
                                 const void* base, const paged::CacheStrides& s, int64_t key,
                                 int kv_head) {
   int64_t off;
   if (p.paged) {
-    const int64_t page_size = p.page_div.divisor;
-    const int64_t page_in_request =
-        key <= int64_t(UINT32_MAX) ? ops.fast_div(p.page_div, uint32_t(key)) : key / page_size;
-    const int32_t page = p.kv_indices[r.kv_first + page_in_request];
-    off = s.offset(page, key - page_in_request * page_size, kv_head, 0);
+    const KeyPage at = page_slot(ops, p, r, key);
+    off = s.offset(at.page, at.slot, kv_head, 0);
   } else {
     off = s.offset(0, r.kv_first + key, kv_head, 0);
   }
   return static_cast<const uint8_t*>(base) + off * EB;
+}
+
+// Where block n's TMA box starts in its map (kernel_params.cc's kv_map_spec: D, H_kv, slots,
+// pages): dense and ragged, token kv_first + n BN of the one page (< 2^31: tma_coords.h, else no
+// map); paged, the block's slot in its page and the page (a map only where the page size is a
+// multiple of BN, so a block never crosses a page; the page division once per block).
+struct BoxOrigin {
+  int slot;
+  int page;
+};
+template <int BN, class Ops>
+KVATTN_HD BoxOrigin box_origin(const Ops& ops, const PrefillParams& p, const RequestInfo& r,
+                               int n) {
+  const int64_t key = int64_t(n) * BN;
+  if (!p.paged) return BoxOrigin{int(r.kv_first + key), 0};
+  const KeyPage at = page_slot(ops, p, r, key);
+  return BoxOrigin{int(at.slot), at.page};
 }
 
 // A K/V block [BN rows x kRowChunks 16-byte chunks] is copied warp by warp: warp w of the
@@ -298,16 +334,144 @@ KVATTN_HD void copy_v_transposed(const Ops& ops, const PrefillParams& p, const R
   });
 }
 
+// FP8 block n of V, staged by TMA ([BN keys x VO dims] in 128-byte panels, tile_offset8), into
+// V^T [VO dims x BN keys]: copy_v_transposed's units, prmt and conflict-free 32-bit stores, with
+// the four keys' 8-byte pieces read from the staged tile (ld.shared.v2) instead of global memory,
+// and zeros for keys at or past kv_len (`keys`: the block's keys below kv_len), as there (the
+// consumers' guard for non-finite V in masked blocks would serve too; zeros keep V^T as it was).
+// A lane of the second half of a 32-key group (vt::load_half) reads its quad's keys in the order
+// 1, 0, 3, 2, which the prmt selectors undo (vt::staged_selectors): the 8 lanes of a quarter-warp
+// phase then read 8 rows of 8 distinct residues mod 8, 8 distinct 16-byte chunks after the
+// swizzle (one wavefront), where the order 0..3 put two rows on each chunk.
+template <int BN, int VO, class Ops>
+KVATTN_HD void stage_v_transposed(const Ops& ops, const uint8_t* staged, uint8_t* vt_tile,
+                                  int64_t keys, int tid) {
+  constexpr int kUnits = vt::kWarpQuads<BN> * VO / 8;
+  const int warp = tid / 32, lane = tid % 32;
+  // The warp's rows below kv_len, in 32 bits (a 64-bit compare per load spilled at the
+  // producer's 40 registers: ptxas sm_90a, e4m3 d256, 32 bytes).
+  const int valid = int(keys < int64_t(BN) ? keys : int64_t(BN)) - warp * kWarpRows<BN>;
+  KVATTN_FA3_PRAGMA(unroll 1)
+  for (unsigned u = unsigned(lane); u < unsigned(kUnits); u += 32) {
+    const vt::Unit unit = vt::unit<BN>(u);
+    const int half = vt::load_half(unit.quad);
+    uint32_t x[4][2];  // load j: key j ^ half's piece (dims 0-3, 4-7)
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int j = 0; j < 4; ++j) {
+      // Every lane loads (a staged row past kv_len is in the tile, whatever it holds: another
+      // request's keys, or TMA's zeros past the tensor), and a key past kv_len becomes zeros.
+      const int key = vt::key_lane(unit.quad, j ^ half);  // the row in the warp's rows
+      const typename Ops::U2 w = ops.ld_shared(reinterpret_cast<const typename Ops::U2*>(
+          staged + smem::tile_offset8(warp * kWarpRows<BN> + key, 8 * unit.piece, BN)));
+      x[j][0] = key < valid ? w.x : 0u;
+      x[j][1] = key < valid ? w.y : 0u;
+    }
+    const int order = vt::dim_order<BN>(unit.piece);
+    const vt::Selectors sel = vt::staged_selectors(order, half);
+    const bool swap = (order & 4) != 0;  // as copy_v_transposed
+    const uint32_t offset0 = vt::store0_offset<BN, VO>(unit, vt::quad_word<BN>(warp, unit.quad));
+    KVATTN_FA3_PRAGMA(unroll)
+    for (int g = 0; g < 2; ++g) {
+      const auto word = [&](int j) { return swap ? x[j][1 - g] : x[j][g]; };
+      uint32_t out[4];
+      vt::transpose4(word(0), word(1), word(2), word(3), sel, out);
+      KVATTN_FA3_PRAGMA(unroll)
+      for (int e = 0; e < 4; ++e) {
+        store_v_word(ops, vt_tile + vt::store_offset(offset0, 4 * g + e), out[e]);
+      }
+    }
+  }
+}
+
 // The rings' mbarriers (pipeline_state.h): a K ring and a V ring of kStages slots, each slot with
 // its `full` (the load landed) and `empty` (every consumer warp is done reading it).
 // One base pointer (the producer runs at 40 registers): the four arrays follow each other.
+// FP8 V by TMA adds the staging ring's (SmemPlan::v_stage): full_vs (its box landed) and empty_vs
+// (every producer thread has read it into registers), the producer's own.
 struct Barriers {
   uint64_t* base;
   KVATTN_HD uint64_t* full_k(int slot) const { return base + slot; }
   KVATTN_HD uint64_t* full_v(int slot) const { return base + kStages + slot; }
   KVATTN_HD uint64_t* empty_k(int slot) const { return base + 2 * kStages + slot; }
   KVATTN_HD uint64_t* empty_v(int slot) const { return base + 3 * kStages + slot; }
+  KVATTN_HD uint64_t* full_vs(int slot) const { return base + 4 * kStages + slot; }
+  KVATTN_HD uint64_t* empty_vs(int slot) const { return base + 5 * kStages + slot; }
 };
+
+// A K or V block by TMA (one thread): the slot's expected bytes, then one box per 128-byte panel
+// of the tile (kernel_params.cc's kv_map_spec: 64 16-bit or 128 FP8 columns x 1 head x BN keys),
+// each landing in the panel's place of the swizzled tile (smem_layout.h's tma_panel_offset), as
+// the wgmma descriptors read it. `at`: the block's first row in the map (box_origin).
+template <int EB, int BN, class Ops>
+KVATTN_HD void tma_load_block(const Ops& ops, const CUtensorMap* map, uint8_t* dst, uint64_t* full,
+                              uint32_t bytes, int panels, BoxOrigin at, int kv_head) {
+  ops.mbarrier_arrive_expect_tx(full, bytes);
+  for (int panel = 0; panel < panels; ++panel) {
+    ops.tma_load_4d(dst + smem::tma_panel_offset(panel, BN), map, panel * (smem::kRowBytes / EB),
+                    kv_head, at.slot, at.page, full, L2Hint::kEvictLast);
+  }
+}
+
+// The FP8 producer over K/V that TMA can read (dense, ragged, and pages of a multiple of the
+// block: kernel_params.cc), FA3's way:
+// thread 0 issues every box (K(n) into the K ring; V(n + 1) into the staging ring, a block ahead
+// of its transpose), and the 128 threads transpose the staged V(n) into the V ring
+// (stage_v_transposed) once its box landed (full_vs) and the consumers released the slot
+// (empty_v), then release the staging slot (empty_vs: one arrival each, the values being in
+// registers) and arrive on full_v (their proxy fence first: the consumers' wgmma reads V^T).
+// Blocks go K(n), V(n) as the cp.async path's (the FP8 consumers take one block at a time).
+// Thread 0 waits for a free staging slot after its own transpose of the block before: the other
+// threads' transposes of it depend on no load of thread 0's, so the wait ends.
+template <class Tag, int QK, int VO, class Ops>
+KVATTN_HD void produce_fp8_by_tma(const Ops& ops, const PrefillParams& p, uint8_t* smem,
+                                  const Barriers& b) {
+  using Plan = SmemPlan<1, QK, VO>;
+  constexpr int BN = Plan::BN;
+  constexpr int kKPanels = int(smem::padded_row_bytes(QK)) / smem::kRowBytes;
+  constexpr int kVPanels = int(smem::padded_row_bytes(VO)) / smem::kRowBytes;
+  const int tid = ops.thread();
+  const pipe::PipelineState<kStages> start = pipe::producer_start<kStages>();
+  int used = 0;  // blocks of this CTA's earlier tiles: uses of each ring so far
+  for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
+    const sched::Tile tile = p.tiles[t];
+    const RequestInfo r = p.requests[tile.request];
+    const sched::KvRange kr = tile_range<BN>(p, tile, r);
+    const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
+    const int blocks = kr.end > kr.begin ? kr.end - kr.begin : 0;
+    // Thread 0: block `block`'s K or V box into its ring's slot once the slot is free. The
+    // request read again (the wait's memory clobber keeps it a load), as the cp.async path does.
+    const auto issue = [&](bool v, int block) {
+      const pipe::PipelineState<kStages> st = pipe::state_at(start, used + block);
+      ops.mbarrier_wait(v ? b.empty_vs(st.index) : b.empty_k(st.index), st.phase);
+      const RequestInfo req = p.requests[p.tiles[t].request];
+      const BoxOrigin at = box_origin<BN>(ops, p, req, kr.begin + block);
+      if (v) {
+        tma_load_block<1, BN>(ops, &p.tma_v, smem + Plan::v_stage(st.index), b.full_vs(st.index),
+                              Plan::kVStageBytes, kVPanels, at, kv_head);
+      } else {
+        tma_load_block<1, BN>(ops, &p.tma_k, smem + Plan::k(st.index), b.full_k(st.index),
+                              Plan::kKBytes, kKPanels, at, kv_head);
+      }
+    };
+    if (tid == 0 && blocks > 0) issue(true, 0);
+    for (int i = 0; i < blocks; ++i) {
+      if (tid == 0) {
+        issue(false, i);
+        if (i + 1 < blocks) issue(true, i + 1);
+      }
+      const pipe::PipelineState<kStages> st = pipe::state_at(start, used + i);
+      ops.mbarrier_wait(b.full_vs(st.index), st.phase ^ 1u);  // the consumers' parity
+      ops.mbarrier_wait(b.empty_v(st.index), st.phase);
+      const RequestInfo req = p.requests[p.tiles[t].request];
+      stage_v_transposed<BN, VO>(ops, smem + Plan::v_stage(st.index), smem + Plan::v(st.index),
+                                 req.kv_len - int64_t(kr.begin + i) * BN, tid);
+      ops.mbarrier_arrive(b.empty_vs(st.index));
+      ops.fence_proxy_async();
+      ops.mbarrier_arrive(b.full_v(st.index));
+    }
+    used += blocks;
+  }
+}
 
 // Warpgroup 0: the K and V blocks of every tile of this CTA into their rings, in the consumers'
 // order (pipe::kv_load: 16-bit K(n+1) before V(n)).
@@ -320,6 +484,9 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
   const int tid = ops.thread();  // 0..127
   const pipe::PipelineState<kStages> start = pipe::producer_start<kStages>();
   int used = 0;  // blocks of this CTA's earlier tiles: uses of each ring so far
+  // The TMA boxes of a K and of a 16-bit V block: its rows' 128-byte panels.
+  constexpr int kKPanels = int(smem::padded_row_bytes(QK * EB)) / smem::kRowBytes;
+  constexpr int kVPanels = int(smem::padded_row_bytes(VO * EB)) / smem::kRowBytes;
   if (!Elem<Tag>::kFp8 && p.tma) {
     // One thread issues every load: the expected bytes, then the panels of K or of V.
     if (tid != 0) return;
@@ -335,20 +502,20 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         const pipe::PipelineState<kStages> st = pipe::state_at(start, used + l.block);
         uint64_t* full = l.v ? b.full_v(st.index) : b.full_k(st.index);
         ops.mbarrier_wait(l.v ? b.empty_v(st.index) : b.empty_k(st.index), st.phase);
-        ops.mbarrier_arrive_expect_tx(full, l.v ? Plan::kVBytes : Plan::kKBytes);
-        // < the map's tokens <= 2^31 - 1 (launch.cu: tma_token_coordinates_fit, else cp.async)
-        const int token = int(r.kv_first + int64_t(kr.begin + l.block) * BN);
-        uint8_t* dst = smem + (l.v ? Plan::v(st.index) : Plan::k(st.index));
-        const CUtensorMap* map = l.v ? &p.tma_v : &p.tma_k;
-        const int panels = (l.v ? VO : QK) / smem::kPanelCols16;
-        for (int panel = 0; panel < panels; ++panel) {
-          ops.tma_load_3d(dst + smem::tma_panel_offset(panel, BN), map, panel * smem::kPanelCols16,
-                          kv_head, token, full, L2Hint::kEvictLast);
-        }
+        tma_load_block<EB, BN>(ops, l.v ? &p.tma_v : &p.tma_k,
+                               smem + (l.v ? Plan::v(st.index) : Plan::k(st.index)), full,
+                               l.v ? Plan::kVBytes : Plan::kKBytes, l.v ? kVPanels : kKPanels,
+                               box_origin<BN>(ops, p, r, kr.begin + l.block), kv_head);
       }
       used += blocks;
     }
     return;
+  }
+  if constexpr (Elem<Tag>::kFp8) {
+    if (p.tma) {
+      produce_fp8_by_tma<Tag, QK, VO>(ops, p, smem, b);
+      return;
+    }
   }
   constexpr int kKRowChunks = QK * EB / 16;  // 16-byte chunks per K row
   constexpr int kVRowChunks = VO * EB / 16;
@@ -682,10 +849,15 @@ KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem
     for (int s = 0; s < kStages; ++s) {
       // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives (its
       // copies' cp.async.mbarrier.arrive.noinc, or a plain arrival for rows it stores itself:
-      // produce).
-      const int loads = !Elem<Tag>::kFp8 && p.tma ? 1 : frag::kWarpgroupThreads;
-      ops.mbarrier_init(b.full_k(s), loads);
-      ops.mbarrier_init(b.full_v(s), loads);
+      // produce). TMA loads K of every type and 16-bit V; FP8 V^T is stored by the threads.
+      const int producer = frag::kWarpgroupThreads;
+      ops.mbarrier_init(b.full_k(s), p.tma ? 1 : producer);
+      ops.mbarrier_init(b.full_v(s), !Elem<Tag>::kFp8 && p.tma ? 1 : producer);
+      if (Elem<Tag>::kFp8) {
+        // FP8 V's staging ring (produce_fp8_by_tma): one box, read by every producer thread.
+        ops.mbarrier_init(b.full_vs(s), 1);
+        ops.mbarrier_init(b.empty_vs(s), producer);
+      }
       // One arrival per computing consumer warp.
       ops.mbarrier_init(b.empty_k(s), kWarpsPerWarpgroup * p.consumer_warpgroups);
       ops.mbarrier_init(b.empty_v(s), kWarpsPerWarpgroup * p.consumer_warpgroups);

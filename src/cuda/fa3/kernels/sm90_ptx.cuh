@@ -81,6 +81,26 @@ __device__ __forceinline__ void tma_load_3d_hint(void* smem_dst, const void* ten
       "l"(policy)
       : "memory");
 }
+// The 4-d forms (fa3's K/V maps: D, H_kv, slots, pages).
+__device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* tensor_map, int c0, int c1,
+                                            int c2, int c3, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(smem_addr(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_4d_hint(void* smem_dst, const void* tensor_map, int c0,
+                                                 int c1, int c2, int c3, uint64_t* bar,
+                                                 uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_addr(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
 // 16 bytes of global memory with an L2 cache policy.
 __device__ __forceinline__ uint4 ld16_hint(const void* gmem, uint64_t policy) {
   // Not volatile and no memory clobber, as a plain load of the read-only inputs: the compiler may

@@ -116,6 +116,21 @@ KVATTN_HD constexpr Selectors selectors(int order) {
                    0x5410u ^ (order & 1 ? 0x2222u : 0u)};
 }
 
+// FP8 V staged by TMA (prefill_cta.h's stage_v_transposed): the lanes of one quarter-warp phase of
+// an 8-byte load take 8 quads (BN 128) at one 16-byte chunk of their key rows; key b of quad i is
+// row 16 (i / 4) + 8 (b / 2) + 2 (i % 4) + b % 2 (key_lane), so at a fixed b the quads i and i + 4
+// share the row's residue mod 8, hence the swizzled chunk: a 2-way conflict. The quads of the
+// second half (i / 4 odd) load the keys in the order b ^ 1, which makes the 8 residues distinct.
+// (At BN 64 a warp has 4 quads, all of the first half: their 4 rows read 2 chunks each, 8
+// distinct ones after the swizzle.)
+KVATTN_HD constexpr int load_half(int quad) { return (quad >> 2) & 1; }
+// The selectors for keys loaded in the order b ^ half: exchanging keys 0 and 1 (and 2 and 3) is
+// exchanging prmt's two source words in level 1, i.e. XOR 0x4444 of its selector.
+KVATTN_HD constexpr Selectors staged_selectors(int order, int half) {
+  const Selectors s = selectors(order);
+  return Selectors{s.pair_lo ^ (half != 0 ? 0x4444u : 0u), s.join_lo};
+}
+
 // Word g (dims 4g .. 4g + 3 of the piece, in the unit's order) of keys k0..k3 turned into the
 // four 4-key words of those dims: out[e] is dim 4g + (e ^ (order & 3)), byte b from key k_b.
 KVATTN_HD void transpose4(uint32_t k0, uint32_t k1, uint32_t k2, uint32_t k3, Selectors s,
