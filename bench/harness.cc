@@ -106,22 +106,57 @@ int PreparedCase::threads() const { return state_->threads; }
 
 namespace {
 
+// A tile's K/V bytes as contiguous streams (64-byte aligned, whole lines), read line l of every
+// stream in turn: the order the decode kernel's prefetcher asks for them (decode_prefetch.h).
+// Reading the same shuffled 32 KiB pages one after another ran at 0.69 of the contiguous read on
+// an AMD Zen 4 VM (19.8 vs 28.6 GB/s, 2 threads), four at a time line by line at 0.98 (28.0): the
+// hardware prefetchers follow several streams at once, and a ceiling read one page at a time
+// understates what the memory can give a paged reader.
+struct Streams {
+  static constexpr int kMax = 64;
+  const std::byte* begin[kMax];
+  int64_t lines[kMax];
+  int count = 0;
+  int64_t max_lines = 0;
+
+  // Adds [p, p + n), merged with the previous stream when it continues it (n a multiple of 64 in
+  // every paged decode case: rows of 64 x 16-bit or 128 x 8-bit elements and more). False, and
+  // nothing added, when a new stream would be one too many: read these first.
+  bool add(const std::byte* p, int64_t n) {
+    if (count > 0 && begin[count - 1] + 64 * lines[count - 1] == p) {
+      lines[count - 1] += n / 64;
+    } else {
+      if (count == kMax) return false;
+      begin[count] = p;
+      lines[count++] = n / 64;
+    }
+    max_lines = std::max(max_lines, lines[count - 1]);
+    return true;
+  }
+};
+
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) uint64_t sum_bytes_avx512(const std::byte* p, int64_t n) {
+__attribute__((target("avx512f"))) uint64_t sum_streams_avx512(const Streams& st) {
   __m512i acc = _mm512_setzero_si512();
-  for (int64_t i = 0; i + 64 <= n; i += 64) {
-    acc = _mm512_add_epi64(acc, _mm512_loadu_si512(p + i));
+  for (int64_t l = 0; l < st.max_lines; ++l) {
+    for (int s = 0; s < st.count; ++s) {
+      if (l < st.lines[s]) acc = _mm512_add_epi64(acc, _mm512_loadu_si512(st.begin[s] + 64 * l));
+    }
   }
   return _mm512_reduce_add_epi64(acc);
 }
 
 // Two 32-byte loads per line: the paged-read ceiling on AVX2-only CPUs (AMD Zen 3) reads every
 // byte with vector loads as the kernel does, not one word per line.
-__attribute__((target("avx2"))) uint64_t sum_bytes_avx2(const std::byte* p, int64_t n) {
+__attribute__((target("avx2"))) uint64_t sum_streams_avx2(const Streams& st) {
   __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
-  for (int64_t i = 0; i + 64 <= n; i += 64) {
-    acc0 = _mm256_add_epi64(acc0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
-    acc1 = _mm256_add_epi64(acc1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+  for (int64_t l = 0; l < st.max_lines; ++l) {
+    for (int s = 0; s < st.count; ++s) {
+      if (l >= st.lines[s]) continue;
+      const std::byte* p = st.begin[s] + 64 * l;
+      acc0 = _mm256_add_epi64(acc0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      acc1 = _mm256_add_epi64(acc1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    }
   }
   alignas(32) uint64_t lanes[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi64(acc0, acc1));
@@ -129,21 +164,24 @@ __attribute__((target("avx2"))) uint64_t sum_bytes_avx2(const std::byte* p, int6
 }
 #endif
 
-// Adds the 64-byte lines of [p, p + n) (n a multiple of 64 in every paged decode case: rows of
-// 64 x 16-bit or 128 x 8-bit elements and more).
-uint64_t sum_bytes(const std::byte* p, int64_t n) {
+uint64_t sum_streams(const Streams& st) {
 #if defined(__x86_64__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx512) return sum_bytes_avx512(p, n);
-  if (avx2) return sum_bytes_avx2(p, n);
+  if (avx512) return sum_streams_avx512(st);
+  if (avx2) return sum_streams_avx2(st);
 #endif
   // Every byte, a word at a time (the compiler vectorizes this with the baseline ISA).
   uint64_t acc = 0;
-  for (int64_t i = 0; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    acc += w;
+  for (int64_t l = 0; l < st.max_lines; ++l) {
+    for (int s = 0; s < st.count; ++s) {
+      if (l >= st.lines[s]) continue;
+      for (int i = 0; i < 64; i += 8) {
+        uint64_t w;
+        std::memcpy(&w, st.begin[s] + 64 * l + i, 8);
+        acc += w;
+      }
+    }
   }
   return acc;
 }
@@ -262,6 +300,7 @@ double PreparedCase::measure_paged_read_gbps(int repeats) {
           const int64_t pages = indptr[t.request + 1] - indptr[t.request];
           uint64_t acc = 0;
           for (int64_t i0 = t.first; i0 < t.end; i0 += kTilePages) {
+            Streams st;
             for (const bool is_v : {false, true}) {
               for (int64_t i = i0; i < std::min(t.end, i0 + kTilePages); ++i) {
                 const int64_t page = indices[indptr[t.request] + i];
@@ -269,11 +308,21 @@ double PreparedCase::measure_paged_read_gbps(int repeats) {
                 const std::byte* base = is_v ? vbase + page * vp : kbase + page * kp;
                 const int64_t ts = is_v ? vt : kt, hs = is_v ? vh : kh;
                 const int64_t row = is_v ? v_row : k_row;
-                for (int64_t s = 0; s < tokens; ++s) {
-                  for (int h = 0; h < p.num_kv_heads; ++h) acc += sum_bytes(base + s * ts + h * hs, row);
+                // Token-major (NHD) rows continue each other; head-major (HND): one stream a head.
+                for (int h = 0; h < (nhd ? 1 : p.num_kv_heads); ++h) {
+                  for (int64_t s = 0; s < tokens; ++s) {
+                    for (int hh = nhd ? 0 : h; hh < (nhd ? p.num_kv_heads : h + 1); ++hh) {
+                      if (!st.add(base + s * ts + hh * hs, row)) {
+                        acc += sum_streams(st);
+                        st = Streams{};
+                        st.add(base + s * ts + hh * hs, row);
+                      }
+                    }
+                  }
                 }
               }
             }
+            acc += sum_streams(st);
           }
           sink.fetch_add(acc, std::memory_order_relaxed);
         });
