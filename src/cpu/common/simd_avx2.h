@@ -183,8 +183,8 @@ struct Simd {
     __m256i top = _mm256_setzero_si256();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-      top = _mm256_max_epu8(
-          top, _mm256_or_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes + i)), sign));
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes + i));
+      top = _mm256_max_epu8(top, _mm256_or_si256(x, sign));
     }
     bool found = _mm256_movemask_epi8(_mm256_cmpeq_epi8(top, _mm256_set1_epi8(-1))) != 0;
     for (; i < n; ++i) found |= (bytes[i] & 0x7F) == 0x7F;
