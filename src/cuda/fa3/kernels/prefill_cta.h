@@ -76,9 +76,11 @@ struct SmemPlan {
   }
   static constexpr uint32_t barriers() { return v_stage(kStages); }
   // + 1024: the dynamic shared memory base is rounded up to the swizzle's alignment.
-  // full_k, full_v, empty_k, empty_v (and FP8's full_vs, empty_vs): kStages mbarriers each
-  // (Barriers).
-  static constexpr uint32_t total() { return barriers() + (EB == 1 ? 6 : 4) * kStages * 8 + 1024; }
+  // full_q, empty_q: one per consumer warpgroup; full_k, full_v, empty_k, empty_v (and FP8's
+  // full_vs, empty_vs): kStages mbarriers each (Barriers).
+  static constexpr uint32_t total() {
+    return barriers() + (4 + (EB == 1 ? 6 : 4) * kStages) * 8 + 1024;
+  }
   static_assert(total() <= 227 * 1024, "a CTA's shared memory on SM90");
 };
 
@@ -385,18 +387,103 @@ KVATTN_HD void stage_v_transposed(const Ops& ops, const uint8_t* staged, uint8_t
 
 // The rings' mbarriers (pipeline_state.h): a K ring and a V ring of kStages slots, each slot with
 // its `full` (the load landed) and `empty` (every consumer warp is done reading it).
-// One base pointer (the producer runs at 40 registers): the four arrays follow each other.
+// One base pointer (the producer runs at 40 registers): the arrays follow each other.
+// Each consumer warpgroup's Q tile has its pair too, a ring of one slot: full_q (the Q warp's
+// copies of the tile's rows landed) and empty_q (every warp of the warpgroup is done with the
+// tile: its wgmmas read Q, its epilogue staged O there).
 // FP8 V by TMA adds the staging ring's (SmemPlan::v_stage): full_vs (its box landed) and empty_vs
 // (every producer thread has read it into registers), the producer's own.
 struct Barriers {
   uint64_t* base;
-  KVATTN_HD uint64_t* full_k(int slot) const { return base + slot; }
-  KVATTN_HD uint64_t* full_v(int slot) const { return base + kStages + slot; }
-  KVATTN_HD uint64_t* empty_k(int slot) const { return base + 2 * kStages + slot; }
-  KVATTN_HD uint64_t* empty_v(int slot) const { return base + 3 * kStages + slot; }
-  KVATTN_HD uint64_t* full_vs(int slot) const { return base + 4 * kStages + slot; }
-  KVATTN_HD uint64_t* empty_vs(int slot) const { return base + 5 * kStages + slot; }
+  KVATTN_HD uint64_t* full_q(int wg) const { return base + wg; }
+  KVATTN_HD uint64_t* empty_q(int wg) const { return base + 2 + wg; }
+  KVATTN_HD uint64_t* full_k(int slot) const { return base + 4 + slot; }
+  KVATTN_HD uint64_t* full_v(int slot) const { return base + 4 + kStages + slot; }
+  KVATTN_HD uint64_t* empty_k(int slot) const { return base + 4 + 2 * kStages + slot; }
+  KVATTN_HD uint64_t* empty_v(int slot) const { return base + 4 + 3 * kStages + slot; }
+  KVATTN_HD uint64_t* full_vs(int slot) const { return base + 4 + 4 * kStages + slot; }
+  KVATTN_HD uint64_t* empty_vs(int slot) const { return base + 4 + 5 * kStages + slot; }
 };
+
+// The producer warp that copies every tile's Q (produce_q): the last. On the 16-bit TMA path one
+// thread of warp 0 issues every K/V box and the other warps have nothing else to do; on the
+// cp.async paths and FP8 by TMA all four warps copy K/V rows or transpose V (for_each_chunk's rows
+// per warp, stage_v_transposed's units: a K/V block split over three warps would not give each
+// lane one row), and there this warp copies Q at pipe::q_load_at in its walk of the loads, where
+// its empty_q waits hold back no load that could be in flight.
+inline constexpr int kQWarp = kWarpsPerWarpgroup - 1;
+
+// Rows of consumer warpgroup wg's half of `tile` [64 rows x QK] into its swizzled Q tile (zeros
+// past the request's packed rows), by the 32 lanes of the Q warp: cp.async of 16-byte chunks
+// (evict_first: each Q row is read once) where the rows are runs of them (p.q_chunks), else
+// gathered (gather16) and stored by the lane. Lane l takes rows l and 32 + l, each located once
+// (the packed row's token and head: a 32-bit division), chunk by chunk.
+template <class Tag, int QK, class Ops>
+KVATTN_HD void copy_q(const Ops& ops, const PrefillParams& p, const sched::Tile& tile,
+                      const RequestInfo& r, int wg, uint8_t* q_tile, int lane) {
+  constexpr int EB = Elem<Tag>::kBytes;
+  constexpr int kRowChunks = QK * EB / 16;
+  // (32 bits: a request's packed rows are at most pack::kMaxPackedRows.)
+  const int rows = int(pack::packed_rows(r.qo_len, p.rows_per_token));
+  KVATTN_FA3_PRAGMA(unroll 1)
+  for (int tile_row = lane; tile_row < frag::kWarpgroupRows; tile_row += 32) {
+    const int row = tile.q_tile * sched::kBlockM + wg * frag::kWarpgroupRows + tile_row;
+    const bool in = row < rows;
+    const uint8_t* src = static_cast<const uint8_t*>(p.q);
+    if (in) {
+      const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
+      src += ((r.q_row + th.token) * p.q_stride_row + th.qo_head * p.q_stride_head) * EB;
+    }
+    KVATTN_FA3_PRAGMA(unroll 1)
+    for (int byte_col = 0; byte_col < kRowChunks * 16; byte_col += 16) {
+      uint8_t* dst = q_tile + (Elem<Tag>::kFp8
+                                   ? smem::tile_offset8(tile_row, byte_col, frag::kWarpgroupRows)
+                                   : smem::tile_offset(tile_row, byte_col / 2,
+                                                       frag::kWarpgroupRows));
+      if (p.q_chunks) {
+        ops.cp_async_16_zfill(dst, in ? src + byte_col : src, in, L2Hint::kEvictFirst);
+      } else {
+        typename Ops::U4 vals{0, 0, 0, 0};
+        if (in) vals = gather16<EB>(ops, src, byte_col, p.q_stride_dim);
+        ops.st_shared(reinterpret_cast<typename Ops::U4*>(dst), vals);
+      }
+    }
+  }
+}
+
+// Tile t's number in the CTA's walk of the tile list (its uses of the Q pair so far), found from
+// t rather than counted: a count held across the loops spilled, in the producer at 40 registers
+// and in the consumers at head dim 256 (ptxas sm_90a).
+template <class Ops>
+KVATTN_HD int q_use(const Ops& ops, int t) {
+  return (t - sched::first_tile(ops.cta())) / ops.ctas();
+}
+
+// The Q warp's share of tile t of the CTA's tiles: for each computing
+// consumer warpgroup (a one-warpgroup launch has only the first: the second has exited), once the
+// warpgroup released its Q tile (empty_q: its previous tile's epilogue is done), its rows, then
+// full_q: the cp.async copies' arrivals when they complete (noinc: this lane's of the 32 the
+// barrier counts), or, for gathered rows, the lane's proxy fence (the consumers' wgmma reads Q)
+// and a plain arrival, as produce's K/V copies. Warpgroup 0 first: the ping-pong puts its epilogue
+// first.
+template <class Tag, int QK, int VO, class Ops>
+KVATTN_HD void produce_q(const Ops& ops, const PrefillParams& p, uint8_t* smem, const Barriers& b,
+                         int t, int lane) {
+  using Plan = SmemPlan<Elem<Tag>::kBytes, QK, VO>;
+  for (int wg = 0; wg < p.consumer_warpgroups; ++wg) {
+    ops.mbarrier_wait(b.empty_q(wg), pipe::q_producer_parity(q_use(ops, t)));
+    // The tile and its request read after the wait (its memory clobber keeps them loads), so that
+    // they hold no registers across it.
+    const sched::Tile tile = p.tiles[t];
+    copy_q<Tag, QK>(ops, p, tile, p.requests[tile.request], wg, smem + Plan::q(wg), lane);
+    if (p.q_chunks) {
+      ops.cp_async_mbarrier_arrive_noinc(b.full_q(wg));
+    } else {
+      ops.fence_proxy_async();
+      ops.mbarrier_arrive(b.full_q(wg));
+    }
+  }
+}
 
 // A K or V block by TMA (one thread): the slot's expected bytes, then one box per 128-byte panel
 // of the tile (kernel_params.cc's kv_map_spec: 64 16-bit or 128 FP8 columns x 1 head x BN keys),
@@ -430,9 +517,12 @@ KVATTN_HD void produce_fp8_by_tma(const Ops& ops, const PrefillParams& p, uint8_
   constexpr int kKPanels = int(smem::padded_row_bytes(QK)) / smem::kRowBytes;
   constexpr int kVPanels = int(smem::padded_row_bytes(VO)) / smem::kRowBytes;
   const int tid = ops.thread();
+  const bool q_warp = tid / 32 == kQWarp;
   const pipe::PipelineState<kStages> start = pipe::producer_start<kStages>();
   int used = 0;  // blocks of this CTA's earlier tiles: uses of each ring so far
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
+    // The Q warp first copies the tile's Q (produce's Q placement).
+    if (q_warp) produce_q<Tag, QK, VO>(ops, p, smem, b, t, tid % 32);
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
     const sched::KvRange kr = tile_range<BN>(p, tile, r);
@@ -487,8 +577,17 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
   // The TMA boxes of a K and of a 16-bit V block: its rows' 128-byte panels.
   constexpr int kKPanels = int(smem::padded_row_bytes(QK * EB)) / smem::kRowBytes;
   constexpr int kVPanels = int(smem::padded_row_bytes(VO * EB)) / smem::kRowBytes;
+  const bool q_warp = tid / 32 == kQWarp;
   if (!Elem<Tag>::kFp8 && p.tma) {
-    // One thread issues every load: the expected bytes, then the panels of K or of V.
+    // One thread issues every load: the expected bytes, then the panels of K or of V; the Q warp
+    // copies every tile's Q on its own, so its empty_q waits hold up no K/V load.
+    if (q_warp) {
+      for (int t = sched::first_tile(ops.cta()); t < p.num_tiles;
+           t = sched::next_tile(t, ops.ctas())) {
+        produce_q<Tag, QK, VO>(ops, p, smem, b, t, tid % 32);
+      }
+      return;
+    }
     if (tid != 0) return;
     for (int t = sched::first_tile(ops.cta()); t < p.num_tiles;
          t = sched::next_tile(t, ops.ctas())) {
@@ -520,6 +619,7 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
   constexpr int kKRowChunks = QK * EB / 16;  // 16-byte chunks per K row
   constexpr int kVRowChunks = VO * EB / 16;
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
+    if (q_warp) produce_q<Tag, QK, VO>(ops, p, smem, b, t, tid % 32);
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
     const sched::KvRange kr = tile_range<BN>(p, tile, r);
@@ -558,7 +658,8 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         ops.mbarrier_arrive(full);
       }
     };
-    // pipe::kv_load's order; two loads a step, each with its ring known at compile time.
+    // pipe::kv_load's order; two loads a step, each with its ring known at compile time. The Q
+    // warp copies the tile's Q before load q_at (pipe::q_load_at).
     if constexpr (kKAhead) {
       for (int j = 0; j < 2 * blocks; ++j) {
         const pipe::KvLoad l = pipe::kv_load(j, blocks, kKAhead);
@@ -597,6 +698,11 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
   pp.start(ops);
 
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
+    // This warpgroup's Q rows, copied into its swizzled tile by the producer's Q warp
+    // (produce_q) once the warpgroup released the tile after its previous tile's epilogue. Waited
+    // for before the tile is read, so that nothing of it is held across the wait.
+    ops.mbarrier_wait(b.full_q(wg), pipe::q_consumer_parity(q_use(ops, t)));
+    ops.fence_proxy_async();  // the Q warp's cp.async bytes, for wgmma (as K/V's)
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
     const sched::KvRange kr = tile_range<BN>(p, tile, r);
@@ -614,30 +720,6 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       token_step[h] =
           int(pack::token_of(row0 + frag::acc_element(ctid, 2 * h).row, p.rows_per_token) - token0);
     }
-
-    // Q rows of this warpgroup into its swizzled tile (zeros past qo_len), once every warp of
-    // the warpgroup is past the previous tile's wgmmas, which read it, and past its epilogue,
-    // which staged O there (epilogue.h).
-    ops.named_barrier_sync(bar::warpgroup(wg), frag::kWarpgroupThreads);
-    constexpr int kRowChunks = QK * EB / 16;
-    for (int c = ctid; c < frag::kWarpgroupRows * kRowChunks; c += frag::kWarpgroupThreads) {
-      const int tile_row = c / kRowChunks, byte_col = (c % kRowChunks) * 16;
-      const int64_t row = row0 + tile_row;
-      typename Ops::U4 val{0, 0, 0, 0};
-      if (row < pack::packed_rows(r.qo_len, p.rows_per_token)) {
-        const pack::TokenHead th = pack::token_head(row, tile.head, p.rows_per_token);
-        const uint8_t* q_row =
-            static_cast<const uint8_t*>(p.q) +
-            ((r.q_row + th.token) * p.q_stride_row + th.qo_head * p.q_stride_head) * EB;
-        val = p.q_chunks ? ops.ld16(q_row + byte_col, L2Hint::kEvictFirst)
-                         : gather16<EB>(ops, q_row, byte_col, p.q_stride_dim);
-      }
-      const uint32_t dst = kFp8 ? smem::tile_offset8(tile_row, byte_col, frag::kWarpgroupRows)
-                                : smem::tile_offset(tile_row, byte_col / 2, frag::kWarpgroupRows);
-      ops.st_shared(reinterpret_cast<typename Ops::U4*>(q_smem + dst), val);
-    }
-    ops.fence_proxy_async();
-    ops.named_barrier_sync(bar::warpgroup(wg), frag::kWarpgroupThreads);
 
     typename Ops::template Acc<kORegs> o;
     KVATTN_FA3_PRAGMA(unroll)
@@ -835,6 +917,9 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
                                                     p.rows_per_token, ctid, wg);
       }
     }
+    // The Q tile is free: this warp's wgmmas that read Q and its epilogue's reads of the staged O
+    // are done. The Q warp may copy the next tile's rows (while the other warpgroup computes).
+    release(b.empty_q(wg));
   }
 }
 
@@ -846,6 +931,11 @@ KVATTN_HD void prefill_cta(const Ops& ops, const PrefillParams& p, uint8_t* smem
   using Plan = SmemPlan<Elem<Tag>::kBytes, QK, VO>;
   const Barriers b{reinterpret_cast<uint64_t*>(smem + Plan::barriers())};
   if (ops.thread() == 0) {
+    for (int wg = 0; wg < 2; ++wg) {
+      // full_q: the Q warp's 32 lanes (produce_q); empty_q: the consumer warpgroup's warps.
+      ops.mbarrier_init(b.full_q(wg), 32);
+      ops.mbarrier_init(b.empty_q(wg), kWarpsPerWarpgroup);
+    }
     for (int s = 0; s < kStages; ++s) {
       // TMA: one arrival with the expected bytes; cp.async: every producer thread arrives (its
       // copies' cp.async.mbarrier.arrive.noinc, or a plain arrival for rows it stores itself:
