@@ -93,17 +93,4 @@ KVATTN_HD KvLoad kv_load(int j, int blocks, bool k_ahead) {
 KVATTN_HD uint32_t q_producer_parity(int k) { return 1u ^ uint32_t(k & 1); }
 KVATTN_HD uint32_t q_consumer_parity(int k) { return uint32_t(k & 1); }
 
-// Where the Q warp copies a tile's Q in its walk of the tile's loads (prefill_cta.h: on the paths
-// where it copies K/V too): before load j = q_load_at(blocks, k_ahead) of kv_load's order (j = 2
-// blocks: after the last). That is the first load of block kStages, whose slot this tile's own
-// block 0 must free, after S_0 of every consumer warpgroup, which needs this tile's Q: every load
-// before it waits only for the releases of earlier tiles, every load after it for this tile's
-// compute. So the empty_q waits (the previous tile's epilogues) come after every load that could
-// be in flight before they pass, and hold back none (fa3_pipeline_test.cc replays it).
-template <int Stages>
-KVATTN_HD int q_load_at(int blocks, bool k_ahead) {
-  if (blocks <= Stages) return 2 * blocks;
-  return k_ahead ? 2 * Stages - 1 : 2 * Stages;
-}
-
 }  // namespace kvattn::fa3::pipe

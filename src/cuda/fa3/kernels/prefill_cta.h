@@ -406,11 +406,15 @@ struct Barriers {
 };
 
 // The producer warp that copies every tile's Q (produce_q): the last. On the 16-bit TMA path one
-// thread of warp 0 issues every K/V box and the other warps have nothing else to do; on the
-// cp.async paths and FP8 by TMA all four warps copy K/V rows or transpose V (for_each_chunk's rows
-// per warp, stage_v_transposed's units: a K/V block split over three warps would not give each
-// lane one row), and there this warp copies Q at pipe::q_load_at in its walk of the loads, where
-// its empty_q waits hold back no load that could be in flight.
+// thread of warp 0 issues every K/V box and the other warps have nothing else to do: there the Q
+// warp walks the tiles on its own, and its empty_q waits hold up no K/V load. On the cp.async
+// paths and FP8 by TMA all four warps copy K/V rows or transpose V (for_each_chunk's rows per
+// warp, stage_v_transposed's units: a K/V block split over three warps would not give each lane
+// one row), and there this warp copies a tile's Q before its share of the tile's K/V loads: its
+// empty_q waits (the previous tile's epilogues) then hold back its share of the tile's first
+// blocks. Copying Q later in the walk (after the loads that need only earlier tiles' releases)
+// spilled at the producer's 40 registers in every form tried (ptxas sm_90a, bf16 d128: 52 to 140
+// bytes of spill stores).
 inline constexpr int kQWarp = kWarpsPerWarpgroup - 1;
 
 // Rows of consumer warpgroup wg's half of `tile` [64 rows x QK] into its swizzled Q tile (zeros
@@ -456,7 +460,8 @@ KVATTN_HD void copy_q(const Ops& ops, const PrefillParams& p, const sched::Tile&
 // and in the consumers at head dim 256 (ptxas sm_90a).
 template <class Ops>
 KVATTN_HD int q_use(const Ops& ops, int t) {
-  return (t - sched::first_tile(ops.cta())) / ops.ctas();
+  // (The CTA's tiles are first_tile + k ctas, first_tile < ctas: tile_scheduler.h.)
+  return int(uint32_t(t) / uint32_t(ops.ctas()));
 }
 
 // The Q warp's share of tile t of the CTA's tiles: for each computing
@@ -521,7 +526,7 @@ KVATTN_HD void produce_fp8_by_tma(const Ops& ops, const PrefillParams& p, uint8_
   const pipe::PipelineState<kStages> start = pipe::producer_start<kStages>();
   int used = 0;  // blocks of this CTA's earlier tiles: uses of each ring so far
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
-    // The Q warp first copies the tile's Q (produce's Q placement).
+    // The Q warp first copies the tile's Q (kQWarp: why here).
     if (q_warp) produce_q<Tag, QK, VO>(ops, p, smem, b, t, tid % 32);
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
@@ -564,7 +569,8 @@ KVATTN_HD void produce_fp8_by_tma(const Ops& ops, const PrefillParams& p, uint8_
 }
 
 // Warpgroup 0: the K and V blocks of every tile of this CTA into their rings, in the consumers'
-// order (pipe::kv_load: 16-bit K(n+1) before V(n)).
+// order (pipe::kv_load: 16-bit K(n+1) before V(n)), and every tile's Q by its Q warp (kQWarp,
+// produce_q).
 template <class Tag, int QK, int VO, class Ops>
 KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, const Barriers& b) {
   constexpr int EB = Elem<Tag>::kBytes;
@@ -619,6 +625,7 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
   constexpr int kKRowChunks = QK * EB / 16;  // 16-byte chunks per K row
   constexpr int kVRowChunks = VO * EB / 16;
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
+    // The Q warp first copies the tile's Q (kQWarp: why here).
     if (q_warp) produce_q<Tag, QK, VO>(ops, p, smem, b, t, tid % 32);
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
@@ -658,8 +665,7 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
         ops.mbarrier_arrive(full);
       }
     };
-    // pipe::kv_load's order; two loads a step, each with its ring known at compile time. The Q
-    // warp copies the tile's Q before load q_at (pipe::q_load_at).
+    // pipe::kv_load's order; two loads a step, each with its ring known at compile time.
     if constexpr (kKAhead) {
       for (int j = 0; j < 2 * blocks; ++j) {
         const pipe::KvLoad l = pipe::kv_load(j, blocks, kKAhead);
@@ -698,11 +704,6 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
   pp.start(ops);
 
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
-    // This warpgroup's Q rows, copied into its swizzled tile by the producer's Q warp
-    // (produce_q) once the warpgroup released the tile after its previous tile's epilogue. Waited
-    // for before the tile is read, so that nothing of it is held across the wait.
-    ops.mbarrier_wait(b.full_q(wg), pipe::q_consumer_parity(q_use(ops, t)));
-    ops.fence_proxy_async();  // the Q warp's cp.async bytes, for wgmma (as K/V's)
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
     const sched::KvRange kr = tile_range<BN>(p, tile, r);
@@ -720,6 +721,14 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       token_step[h] =
           int(pack::token_of(row0 + frag::acc_element(ctid, 2 * h).row, p.rows_per_token) - token0);
     }
+
+    // This warpgroup's Q rows, copied into its swizzled tile by the producer's Q warp
+    // (produce_q) once the warpgroup released the tile after its previous tile's epilogue.
+    ops.mbarrier_wait(b.full_q(wg), pipe::q_consumer_parity(q_use(ops, t)));
+    ops.fence_proxy_async();  // the Q warp's cp.async bytes, for wgmma (as K/V's)
+    // Not needed for the order (every thread waited); kept because without it ptxas spilled in
+    // bf16 (256, 256) (140 bytes of spill stores, sm_90a; 8 with it).
+    ops.named_barrier_sync(bar::warpgroup(wg), frag::kWarpgroupThreads);
 
     typename Ops::template Acc<kORegs> o;
     KVATTN_FA3_PRAGMA(unroll)
