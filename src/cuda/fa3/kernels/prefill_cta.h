@@ -475,7 +475,9 @@ template <class Tag, int QK, int VO, class Ops>
 KVATTN_HD void produce_q(const Ops& ops, const PrefillParams& p, uint8_t* smem, const Barriers& b,
                          int t, int lane) {
   using Plan = SmemPlan<Elem<Tag>::kBytes, QK, VO>;
-  for (int wg = 0; wg < p.consumer_warpgroups; ++wg) {
+  KVATTN_FA3_PRAGMA(unroll)
+  for (int wg = 0; wg < 2; ++wg) {
+    if (wg == p.consumer_warpgroups) break;
     ops.mbarrier_wait(b.empty_q(wg), pipe::q_producer_parity(q_use(ops, t)));
     // The tile and its request read after the wait (its memory clobber keeps them loads), so that
     // they hold no registers across it.
@@ -630,7 +632,6 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
     const sched::Tile tile = p.tiles[t];
     const RequestInfo r = p.requests[tile.request];
     const sched::KvRange kr = tile_range<BN>(p, tile, r);
-    const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
     const int blocks = kr.end > kr.begin ? kr.end - kr.begin : 0;
     // One load: wait for the slot's release, copy, then the slot's `full` arrival.
     const auto load = [&](bool v, int block) {
@@ -640,7 +641,9 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       // The request read again (the wait's memory clobber keeps it a load), so that its fields
       // hold no registers across the copy: without it the producer spilled at 40 (ptxas sm_90a:
       // 56 bytes of spill stores in bf16 d128, 48 in e4m3 d128).
-      const RequestInfo req = p.requests[p.tiles[t].request];
+      const sched::Tile tl = p.tiles[t];
+      const RequestInfo req = p.requests[tl.request];
+      const int kv_head = pack::kv_head(tl.head, p.rows_per_token, p.group);
       if (!v) {
         copy_block<Tag, BN, kKRowChunks>(ops, p, req, p.k, p.k_strides, p.k_chunks, n, kv_head,
                                          smem + Plan::k(st.index), tid);
@@ -724,10 +727,13 @@ KVATTN_HD void consume(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
 
     // This warpgroup's Q rows, copied into its swizzled tile by the producer's Q warp
     // (produce_q) once the warpgroup released the tile after its previous tile's epilogue.
+    // The two warpgroup barriers around the wait are not needed for the order (every thread
+    // waits on full_q, and empty_q orders the epilogue before the copy): they are the old Q
+    // load's, kept because without them ptxas spilled in bf16 (256, 256) (sm_90a: 132 bytes of
+    // spill stores without either, 8 with the second alone).
+    ops.named_barrier_sync(bar::warpgroup(wg), frag::kWarpgroupThreads);
     ops.mbarrier_wait(b.full_q(wg), pipe::q_consumer_parity(q_use(ops, t)));
     ops.fence_proxy_async();  // the Q warp's cp.async bytes, for wgmma (as K/V's)
-    // Not needed for the order (every thread waited); kept because without it ptxas spilled in
-    // bf16 (256, 256) (140 bytes of spill stores, sm_90a; 8 with it).
     ops.named_barrier_sync(bar::warpgroup(wg), frag::kWarpgroupThreads);
 
     typename Ops::template Acc<kORegs> o;
