@@ -570,6 +570,51 @@ KVATTN_HD void produce_fp8_by_tma(const Ops& ops, const PrefillParams& p, uint8_
   }
 }
 
+// One K or V load of the cp.async paths (produce): block `block` of tile t (its first block
+// kv_begin), use `use` of its ring: wait for the slot's release, copy, then the slot's `full`
+// arrival.
+template <class Tag, int QK, int VO, class Ops>
+KVATTN_HD void load_kv(const Ops& ops, const PrefillParams& p, uint8_t* smem, const Barriers& b,
+                       int t, int kv_begin, int use, bool v, int block, int tid) {
+  constexpr int EB = Elem<Tag>::kBytes;
+  using Plan = SmemPlan<EB, QK, VO>;
+  constexpr int BN = Plan::BN;
+  constexpr int kKRowChunks = QK * EB / 16;  // 16-byte chunks per K row
+  constexpr int kVRowChunks = VO * EB / 16;
+  const int n = kv_begin + block;
+  const pipe::PipelineState<kStages> st = pipe::state_at(pipe::producer_start<kStages>(), use);
+  ops.mbarrier_wait(v ? b.empty_v(st.index) : b.empty_k(st.index), st.phase);
+  // The request read again (the wait's memory clobber keeps it a load), so that its fields
+  // hold no registers across the copy: without it the producer spilled at 40 (ptxas sm_90a:
+  // 56 bytes of spill stores in bf16 d128, 48 in e4m3 d128).
+  const sched::Tile tl = p.tiles[t];
+  const RequestInfo req = p.requests[tl.request];
+  const int kv_head = pack::kv_head(tl.head, p.rows_per_token, p.group);
+  if (!v) {
+    copy_block<Tag, BN, kKRowChunks>(ops, p, req, p.k, p.k_strides, p.k_chunks, n, kv_head,
+                                     smem + Plan::k(st.index), tid);
+  } else if constexpr (!Elem<Tag>::kFp8) {
+    copy_block<Tag, BN, kVRowChunks>(ops, p, req, p.v, p.v_strides, p.v_chunks, n, kv_head,
+                                     smem + Plan::v(st.index), tid);
+  } else {
+    copy_v_transposed<BN, VO>(ops, p, req, n, kv_head, smem + Plan::v(st.index), tid);
+  }
+  // The slot's `full` arrival. Rows copied by cp.async arrive on the barrier when the copies
+  // complete (noinc: that is this thread's arrival of the 128 the barrier counts), so the
+  // producer goes on to the next slot without waiting for them, and the consumers fence
+  // them for wgmma after their wait. Rows this thread stored (rows not in 16-byte chunks,
+  // gathered; FP8 V^T, whose rows go through registers to be transposed, with no cp.async)
+  // take its proxy fence and a plain arrival, whose release orders the stores (the
+  // asynchronous arrive-on of cp.async.mbarrier.arrive is not documented to).
+  uint64_t* full = v ? b.full_v(st.index) : b.full_k(st.index);
+  if (!(Elem<Tag>::kFp8 && v) && (v ? p.v_chunks : p.k_chunks)) {
+    ops.cp_async_mbarrier_arrive_noinc(full);
+  } else {
+    ops.fence_proxy_async();
+    ops.mbarrier_arrive(full);
+  }
+}
+
 // Warpgroup 0: the K and V blocks of every tile of this CTA into their rings, in the consumers'
 // order (pipe::kv_load: 16-bit K(n+1) before V(n)), and every tile's Q by its Q warp (kQWarp,
 // produce_q).
@@ -624,63 +669,55 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
       return;
     }
   }
-  constexpr int kKRowChunks = QK * EB / 16;  // 16-byte chunks per K row
-  constexpr int kVRowChunks = VO * EB / 16;
+  // Where the Q warp copies a tile's Q in its walk of the loads (kQWarp): after the loads of the
+  // tile's first kStages blocks where ptxas allows it (16-bit, 128-key blocks), else before the
+  // tile's loads (FP8 and 16-bit (256, 256): the later place spilled, sm_90a: 48 bytes of spill
+  // stores in e4m3 d128; 8 in the bf16 (256, 256) consumers).
+  constexpr bool kQAfterFirstBlocks = kKAhead && BN == 128;
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
-    // The Q warp first copies the tile's Q (kQWarp: why here).
-    if (q_warp) produce_q<Tag, QK, VO>(ops, p, smem, b, t, tid % 32);
-    const sched::Tile tile = p.tiles[t];
-    const RequestInfo r = p.requests[tile.request];
-    const sched::KvRange kr = tile_range<BN>(p, tile, r);
-    const int blocks = kr.end > kr.begin ? kr.end - kr.begin : 0;
-    // One load: wait for the slot's release, copy, then the slot's `full` arrival.
-    const auto load = [&](bool v, int block) {
-      const int n = kr.begin + block;
-      const pipe::PipelineState<kStages> st = pipe::state_at(start, used + block);
-      ops.mbarrier_wait(v ? b.empty_v(st.index) : b.empty_k(st.index), st.phase);
-      // The request read again (the wait's memory clobber keeps it a load), so that its fields
-      // hold no registers across the copy: without it the producer spilled at 40 (ptxas sm_90a:
-      // 56 bytes of spill stores in bf16 d128, 48 in e4m3 d128).
-      const sched::Tile tl = p.tiles[t];
-      const RequestInfo req = p.requests[tl.request];
-      const int kv_head = pack::kv_head(tl.head, p.rows_per_token, p.group);
-      if (!v) {
-        copy_block<Tag, BN, kKRowChunks>(ops, p, req, p.k, p.k_strides, p.k_chunks, n, kv_head,
-                                         smem + Plan::k(st.index), tid);
-      } else if constexpr (!Elem<Tag>::kFp8) {
-        copy_block<Tag, BN, kVRowChunks>(ops, p, req, p.v, p.v_strides, p.v_chunks, n, kv_head,
-                                         smem + Plan::v(st.index), tid);
-      } else {
-        copy_v_transposed<BN, VO>(ops, p, req, n, kv_head, smem + Plan::v(st.index), tid);
-      }
-      // The slot's `full` arrival. Rows copied by cp.async arrive on the barrier when the copies
-      // complete (noinc: that is this thread's arrival of the 128 the barrier counts), so the
-      // producer goes on to the next slot without waiting for them, and the consumers fence
-      // them for wgmma after their wait. Rows this thread stored (rows not in 16-byte chunks,
-      // gathered; FP8 V^T, whose rows go through registers to be transposed, with no cp.async)
-      // take its proxy fence and a plain arrival, whose release orders the stores (the
-      // asynchronous arrive-on of cp.async.mbarrier.arrive is not documented to).
-      uint64_t* full = v ? b.full_v(st.index) : b.full_k(st.index);
-      if (!(Elem<Tag>::kFp8 && v) && (v ? p.v_chunks : p.k_chunks)) {
-        ops.cp_async_mbarrier_arrive_noinc(full);
-      } else {
-        ops.fence_proxy_async();
-        ops.mbarrier_arrive(full);
-      }
-    };
-    // pipe::kv_load's order; two loads a step, each with its ring known at compile time.
-    if constexpr (kKAhead) {
-      for (int j = 0; j < 2 * blocks; ++j) {
-        const pipe::KvLoad l = pipe::kv_load(j, blocks, kKAhead);
-        load(l.v, l.block);
-      }
+    if constexpr (kQAfterFirstBlocks) {
+      // The tile's loads in pipe::kv_load's order from load `from` on, up to the Q warp's copies
+      // (to_q) or to the end, which it returns. The Q copies go after the loads of the tile's
+      // first kStages blocks, which wait only for earlier tiles' releases: every later load
+      // waits for this tile's S_0 of every consumer warpgroup, which needs its Q, so the
+      // empty_q waits hold back no load that could be in flight (fa3_pipeline_test.cc's
+      // QPairAcrossTiles). The tile is read at each call (the waits' memory clobbers keep it
+      // loads): none of it is held across the copies.
+      const auto walk = [&](int from, bool to_q) {
+        const sched::Tile tile = p.tiles[t];
+        const RequestInfo r = p.requests[tile.request];
+        const sched::KvRange kr = tile_range<BN>(p, tile, r);
+        const int blocks = kr.end > kr.begin ? kr.end - kr.begin : 0;
+        const int end = to_q && blocks > kStages ? 2 * kStages - 1 : 2 * blocks;
+        for (int j = from; j < end; ++j) {
+          const pipe::KvLoad l = pipe::kv_load(j, blocks, kKAhead);
+          load_kv<Tag, QK, VO>(ops, p, smem, b, t, kr.begin, used + l.block, l.v, l.block, tid);
+        }
+        return end;
+      };
+      const int q_at = walk(0, true);
+      if (q_warp) produce_q<Tag, QK, VO>(ops, p, smem, b, t, tid % 32);
+      used += walk(q_at, false) / 2;
     } else {
-      for (int i = 0; i < blocks; ++i) {
-        load(false, i);
-        load(true, i);
+      if (q_warp) produce_q<Tag, QK, VO>(ops, p, smem, b, t, tid % 32);
+      const sched::Tile tile = p.tiles[t];
+      const RequestInfo r = p.requests[tile.request];
+      const sched::KvRange kr = tile_range<BN>(p, tile, r);
+      const int blocks = kr.end > kr.begin ? kr.end - kr.begin : 0;
+      // pipe::kv_load's order; two loads a step, each with its ring known at compile time.
+      if constexpr (kKAhead) {
+        for (int j = 0; j < 2 * blocks; ++j) {
+          const pipe::KvLoad l = pipe::kv_load(j, blocks, kKAhead);
+          load_kv<Tag, QK, VO>(ops, p, smem, b, t, kr.begin, used + l.block, l.v, l.block, tid);
+        }
+      } else {
+        for (int i = 0; i < blocks; ++i) {
+          load_kv<Tag, QK, VO>(ops, p, smem, b, t, kr.begin, used + i, false, i, tid);
+          load_kv<Tag, QK, VO>(ops, p, smem, b, t, kr.begin, used + i, true, i, tid);
+        }
       }
+      used += blocks;
     }
-    used += blocks;
   }
 }
 
