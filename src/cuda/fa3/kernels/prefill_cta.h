@@ -410,11 +410,16 @@ struct Barriers {
 // warp walks the tiles on its own, and its empty_q waits hold up no K/V load. On the cp.async
 // paths and FP8 by TMA all four warps copy K/V rows or transpose V (for_each_chunk's rows per
 // warp, stage_v_transposed's units: a K/V block split over three warps would not give each lane
-// one row), and there this warp copies a tile's Q before its share of the tile's K/V loads: its
-// empty_q waits (the previous tile's epilogues) then hold back its share of the tile's first
-// blocks. Copying Q later in the walk (after the loads that need only earlier tiles' releases)
-// spilled at the producer's 40 registers in every form tried (ptxas sm_90a, bf16 d128: 52 to 140
-// bytes of spill stores).
+// one row), so no warp is free, and this one copies Q in its walk of the loads:
+// - 16-bit cp.async at 128-key blocks: after the loads of the tile's first kStages blocks, the
+//   last that wait only for earlier tiles' releases; every later load waits for S_0 of both
+//   consumer warpgroups, which needs this tile's Q, so the empty_q waits hold back no load that
+//   could be in flight (fa3_pipeline_test.cc's QPairAcrossTiles: the lookahead across tiles kept);
+// - FP8 (cp.async and TMA) and 16-bit (256, 256) cp.async: before the tile's loads. There the
+//   warp's share of the tile's first blocks (FP8 by TMA: of their V transposes; thread 0's boxes
+//   are not held) waits for the previous tile's epilogues: the K/V lookahead across tiles is lost
+//   on those paths (QPairAcrossTiles shows it). The later place spilled at the producer's 40
+//   registers (produce's kQAfterFirstBlocks).
 inline constexpr int kQWarp = kWarpsPerWarpgroup - 1;
 
 // Rows of consumer warpgroup wg's half of `tile` [64 rows x QK] into its swizzled Q tile (zeros
