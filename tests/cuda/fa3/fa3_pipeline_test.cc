@@ -247,11 +247,11 @@ enum class QPlacement {
   kNone,
   // The Q warp walks the tiles on its own (the 16-bit TMA path: warp 3 is free).
   kOwnWarp,
-  // In the K/V producer's walk, before each tile's loads (FP8 by cp.async and by TMA, 16-bit
-  // (256, 256) by cp.async: the Q warp copies K/V too, and the later place spilled there).
+  // In the K/V producer's walk, before each tile's loads (FP8 and 16-bit (256, 256) by cp.async:
+  // the Q warp copies K/V too, and the later place spilled there).
   kTileStart,
   // In the walk after the loads of the tile's first S blocks, the last loads that need only
-  // earlier tiles' releases (16-bit cp.async at 128-key blocks).
+  // earlier tiles' releases (16-bit cp.async at 128-key blocks; FP8 by TMA, its V transposes).
   kAfterFirstBlocks,
 };
 
@@ -528,9 +528,9 @@ TEST(Fa3Pipeline, NextBlocksLoadIssuedBeforeTheIterationReleasesAnything) {
 // lands on a Q still in use, no deadlock (one or two consumer warpgroups; tiles with no block
 // too). Under the eager schedule, the K/V lookahead across tiles holds where the Q warp walks the
 // tiles on its own (the 16-bit TMA path) and where the copies follow the tile's first blocks'
-// loads (16-bit cp.async at 128-key blocks); with the copies at each tile's start (FP8, and
-// 16-bit (256, 256) by cp.async, where the later place spilled) the next tile's first K waits
-// for the previous tile's epilogue: the lookahead is lost there, which the check reports.
+// loads (16-bit cp.async at 128-key blocks, FP8 by TMA); with the copies at each tile's start
+// (FP8 and 16-bit (256, 256) by cp.async, where the later place spilled) the next tile's first K
+// waits for the previous tile's epilogue: the lookahead is lost there, which the check reports.
 TEST(Fa3Pipeline, QPairAcrossTiles) {
   std::mt19937 rng(29);
   const QPlacement placements[] = {QPlacement::kOwnWarp, QPlacement::kTileStart,

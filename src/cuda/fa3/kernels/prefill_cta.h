@@ -411,15 +411,15 @@ struct Barriers {
 // paths and FP8 by TMA all four warps copy K/V rows or transpose V (for_each_chunk's rows per
 // warp, stage_v_transposed's units: a K/V block split over three warps would not give each lane
 // one row), so no warp is free, and this one copies Q in its walk of the loads:
-// - 16-bit cp.async at 128-key blocks: after the loads of the tile's first kStages blocks, the
-//   last that wait only for earlier tiles' releases; every later load waits for S_0 of both
-//   consumer warpgroups, which needs this tile's Q, so the empty_q waits hold back no load that
-//   could be in flight (fa3_pipeline_test.cc's QPairAcrossTiles: the lookahead across tiles kept);
-// - FP8 (cp.async and TMA) and 16-bit (256, 256) cp.async: before the tile's loads. There the
-//   warp's share of the tile's first blocks (FP8 by TMA: of their V transposes; thread 0's boxes
-//   are not held) waits for the previous tile's epilogues: the K/V lookahead across tiles is lost
-//   on those paths (QPairAcrossTiles shows it). The later place spilled at the producer's 40
-//   registers (produce's kQAfterFirstBlocks).
+// - 16-bit cp.async at 128-key blocks, and FP8 by TMA: after the loads (FP8: the V transposes) of
+//   the tile's first kStages blocks, the last that wait only for earlier tiles' releases; every
+//   later one waits for S_0 of both consumer warpgroups, which needs this tile's Q, so the
+//   empty_q waits hold back no load that could be in flight (fa3_pipeline_test.cc's
+//   QPairAcrossTiles: the lookahead across tiles kept);
+// - FP8 by cp.async and 16-bit (256, 256) by cp.async: before the tile's loads. There the warp's
+//   share of the tile's first blocks waits for the previous tile's epilogues: the K/V lookahead
+//   across tiles is lost on those paths (QPairAcrossTiles shows it). The later place spilled at
+//   the producer's 40 registers (produce's kQAfterFirstBlocks).
 inline constexpr int kQWarp = kWarpsPerWarpgroup - 1;
 
 // Rows of consumer warpgroup wg's half of `tile` [64 rows x QK] into its swizzled Q tile (zeros
@@ -520,7 +520,8 @@ KVATTN_HD void tma_load_block(const Ops& ops, const CUtensorMap* map, uint8_t* d
 // registers) and arrive on full_v (their proxy fence first: the consumers' wgmma reads V^T).
 // Blocks go K(n), V(n) as the cp.async path's (the FP8 consumers take one block at a time).
 // Thread 0 waits for a free staging slot after its own transpose of the block before: the other
-// threads' transposes of it depend on no load of thread 0's, so the wait ends.
+// threads' transposes of it depend on no load of thread 0's, so the wait ends. The Q warp copies
+// the tile's Q after its transposes of the tile's first kStages blocks (kQWarp).
 template <class Tag, int QK, int VO, class Ops>
 KVATTN_HD void produce_fp8_by_tma(const Ops& ops, const PrefillParams& p, uint8_t* smem,
                                   const Barriers& b) {
@@ -533,45 +534,53 @@ KVATTN_HD void produce_fp8_by_tma(const Ops& ops, const PrefillParams& p, uint8_
   const pipe::PipelineState<kStages> start = pipe::producer_start<kStages>();
   int used = 0;  // blocks of this CTA's earlier tiles: uses of each ring so far
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
-    // The Q warp first copies the tile's Q (kQWarp: why here).
-    if (q_warp) produce_q<Tag, QK, VO>(ops, p, smem, b, t, tid % 32);
-    const sched::Tile tile = p.tiles[t];
-    const RequestInfo r = p.requests[tile.request];
-    const sched::KvRange kr = tile_range<BN>(p, tile, r);
-    const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
-    const int blocks = kr.end > kr.begin ? kr.end - kr.begin : 0;
-    // Thread 0: block `block`'s K or V box into its ring's slot once the slot is free. The
-    // request read again (the wait's memory clobber keeps it a load), as the cp.async path does.
-    const auto issue = [&](bool v, int block) {
-      const pipe::PipelineState<kStages> st = pipe::state_at(start, used + block);
-      ops.mbarrier_wait(v ? b.empty_vs(st.index) : b.empty_k(st.index), st.phase);
-      const RequestInfo req = p.requests[p.tiles[t].request];
-      const BoxOrigin at = box_origin<BN>(ops, p, req, kr.begin + block);
-      if (v) {
-        tma_load_block<1, BN>(ops, &p.tma_v, smem + Plan::v_stage(st.index), b.full_vs(st.index),
-                              Plan::kVStageBytes, kVPanels, at, kv_head);
-      } else {
-        tma_load_block<1, BN>(ops, &p.tma_k, smem + Plan::k(st.index), b.full_k(st.index),
-                              Plan::kKBytes, kKPanels, at, kv_head);
+    // The tile's blocks from `from` on, up to the Q warp's copies (to_q: after the first kStages
+    // blocks) or to the end, which it returns. The tile is read at each call (the waits' memory
+    // clobbers keep it loads), so that none of it is held across the copies: copying Q inside one
+    // loop over the blocks spilled (ptxas sm_90a, e4m3 d128: 68 bytes of spill stores).
+    const auto walk = [&](int from, bool to_q) {
+      const sched::Tile tile = p.tiles[t];
+      const RequestInfo r = p.requests[tile.request];
+      const sched::KvRange kr = tile_range<BN>(p, tile, r);
+      const int kv_head = pack::kv_head(tile.head, p.rows_per_token, p.group);
+      const int blocks = kr.end > kr.begin ? kr.end - kr.begin : 0;
+      // Thread 0: block `block`'s K or V box into its ring's slot once the slot is free. The
+      // request read again (the wait's memory clobber keeps it a load), as the cp.async path does.
+      const auto issue = [&](bool v, int block) {
+        const pipe::PipelineState<kStages> st = pipe::state_at(start, used + block);
+        ops.mbarrier_wait(v ? b.empty_vs(st.index) : b.empty_k(st.index), st.phase);
+        const RequestInfo req = p.requests[p.tiles[t].request];
+        const BoxOrigin at = box_origin<BN>(ops, p, req, kr.begin + block);
+        if (v) {
+          tma_load_block<1, BN>(ops, &p.tma_v, smem + Plan::v_stage(st.index), b.full_vs(st.index),
+                                Plan::kVStageBytes, kVPanels, at, kv_head);
+        } else {
+          tma_load_block<1, BN>(ops, &p.tma_k, smem + Plan::k(st.index), b.full_k(st.index),
+                                Plan::kKBytes, kKPanels, at, kv_head);
+        }
+      };
+      const int end = to_q && blocks > kStages ? kStages : blocks;
+      if (tid == 0 && from == 0 && blocks > 0) issue(true, 0);
+      for (int i = from; i < end; ++i) {
+        if (tid == 0) {
+          issue(false, i);
+          if (i + 1 < blocks) issue(true, i + 1);
+        }
+        const pipe::PipelineState<kStages> st = pipe::state_at(start, used + i);
+        ops.mbarrier_wait(b.full_vs(st.index), st.phase ^ 1u);  // the consumers' parity
+        ops.mbarrier_wait(b.empty_v(st.index), st.phase);
+        const RequestInfo req = p.requests[p.tiles[t].request];
+        stage_v_transposed<BN, VO>(ops, smem + Plan::v_stage(st.index), smem + Plan::v(st.index),
+                                   req.kv_len - int64_t(kr.begin + i) * BN, tid);
+        ops.mbarrier_arrive(b.empty_vs(st.index));
+        ops.fence_proxy_async();
+        ops.mbarrier_arrive(b.full_v(st.index));
       }
+      return end;
     };
-    if (tid == 0 && blocks > 0) issue(true, 0);
-    for (int i = 0; i < blocks; ++i) {
-      if (tid == 0) {
-        issue(false, i);
-        if (i + 1 < blocks) issue(true, i + 1);
-      }
-      const pipe::PipelineState<kStages> st = pipe::state_at(start, used + i);
-      ops.mbarrier_wait(b.full_vs(st.index), st.phase ^ 1u);  // the consumers' parity
-      ops.mbarrier_wait(b.empty_v(st.index), st.phase);
-      const RequestInfo req = p.requests[p.tiles[t].request];
-      stage_v_transposed<BN, VO>(ops, smem + Plan::v_stage(st.index), smem + Plan::v(st.index),
-                                 req.kv_len - int64_t(kr.begin + i) * BN, tid);
-      ops.mbarrier_arrive(b.empty_vs(st.index));
-      ops.fence_proxy_async();
-      ops.mbarrier_arrive(b.full_v(st.index));
-    }
-    used += blocks;
+    const int q_block = walk(0, true);
+    if (q_warp) produce_q<Tag, QK, VO>(ops, p, smem, b, t, tid % 32);
+    used += walk(q_block, false);
   }
 }
 
@@ -676,8 +685,8 @@ KVATTN_HD void produce(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
   }
   // Where the Q warp copies a tile's Q in its walk of the loads (kQWarp): after the loads of the
   // tile's first kStages blocks where ptxas allows it (16-bit, 128-key blocks), else before the
-  // tile's loads (FP8 and 16-bit (256, 256): the later place spilled, sm_90a: 48 bytes of spill
-  // stores in e4m3 d128; 8 in the bf16 (256, 256) consumers).
+  // tile's loads (FP8 and 16-bit (256, 256) by cp.async: the later place spilled, sm_90a: 48 bytes
+  // of spill stores in e4m3 d128; 8 in the bf16 (256, 256) consumers).
   constexpr bool kQAfterFirstBlocks = kKAhead && BN == 128;
   for (int t = sched::first_tile(ops.cta()); t < p.num_tiles; t = sched::next_tile(t, ops.ctas())) {
     if constexpr (kQAfterFirstBlocks) {
