@@ -598,9 +598,10 @@ KVATTN_HD void load_kv(const Ops& ops, const PrefillParams& p, uint8_t* smem, co
   const int n = kv_begin + block;
   const pipe::PipelineState<kStages> st = pipe::state_at(pipe::producer_start<kStages>(), use);
   ops.mbarrier_wait(v ? b.empty_v(st.index) : b.empty_k(st.index), st.phase);
-  // The request read again (the wait's memory clobber keeps it a load), so that its fields
-  // hold no registers across the copy: without it the producer spilled at 40 (ptxas sm_90a:
-  // 56 bytes of spill stores in bf16 d128, 48 in e4m3 d128).
+  // The tile and its request read again (the wait's memory clobber keeps them loads), so that
+  // their fields and the KV head hold no registers across the copy: without the request's the
+  // producer spilled at 40 (ptxas sm_90a: 56 bytes of spill stores in bf16 d128, 48 in e4m3
+  // d128); the KV head held across the FP8 loop cost 8 bytes more with the Q warp's copies.
   const sched::Tile tl = p.tiles[t];
   const RequestInfo req = p.requests[tl.request];
   const int kv_head = pack::kv_head(tl.head, p.rows_per_token, p.group);
