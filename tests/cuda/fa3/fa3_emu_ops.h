@@ -70,13 +70,30 @@ inline OutputStores& output_stores() {
 // (TMA boxes, cp.async chunks) by the tile they land in; and the K/V blocks the replayed launches'
 // tile lists name (kv_blocks: the plan's, counted by fa3_replay.cc from the tiles' K/V ranges,
 // not by the body), which is what a producer must load once each into the K ring and the V ring.
-enum class LoadKind : int { kTmaBox, kCpAsync, kLd16Producer, kLd16Consumer, kLd8Producer, kCount };
+// Who fills the Q tiles: the bytes each warpgroup loads from global memory (ld16, ld8, ld_byte)
+// and the bytes it writes into a Q tile, by asynchronous copy or by st.shared (the consumers'
+// epilogue stages O there by st.shared), against q_rows, the Q rows the tile lists name (every
+// tile's 64 rows per computing consumer warpgroup, from the plan: fa3_replay.cc).
+// kCpAsyncQ: cp.async into a Q tile (L2 hints: Q's apart from K/V's); tile_copies counts it as
+// kCpAsync.
+enum class LoadKind : int {
+  kTmaBox,
+  kCpAsync,
+  kLd16Producer,
+  kLd16Consumer,
+  kLd8Producer,
+  kCpAsyncQ,
+  kCount
+};
 // kVStage: FP8 V as TMA lands it, before the producer's transpose (SmemPlan::v_stage).
 enum class SmemTile : int { kQ, kK, kV, kVStage, kOther, kCount };
 struct ReplayCounters {
   std::atomic<int64_t> loads[int(LoadKind::kCount)][3] = {};
   std::atomic<int64_t> tile_copies[int(SmemTile::kCount)][int(LoadKind::kCount)] = {};
   std::atomic<int64_t> kv_blocks = 0;
+  std::atomic<int64_t> global_load_bytes[3] = {};
+  std::atomic<int64_t> q_tile_async_bytes[3] = {}, q_tile_stored_bytes[3] = {};
+  std::atomic<int64_t> q_rows = 0;
   std::atomic<int64_t> wgmma[3] = {};
   std::atomic<int64_t> fast_divs = 0;
   // The consumer ping-pong's turns per warpgroup (fa3_pingpong.h; CTAs with two consumers).
@@ -94,6 +111,10 @@ struct ReplayCounters {
     for (auto& tile : tile_copies)
       for (auto& n : tile) n = 0;
     kv_blocks = 0;
+    for (int wg = 0; wg < 3; ++wg) {
+      global_load_bytes[wg] = q_tile_async_bytes[wg] = q_tile_stored_bytes[wg] = 0;
+    }
+    q_rows = 0;
     fast_divs = 0;
     for (Stores& st : stores)
       st.instructions = st.wavefronts = st.min_wavefronts = st.divergent = 0;
@@ -156,6 +177,7 @@ class Fa3EmuOps {
   uint32_t smem_addr(const void* p) const { return ops_.smem_addr(p); }
   U4 ld16(const void* p, L2Hint hint = L2Hint::kNormal) const {
     count_load(ops_.thread() < 128 ? LoadKind::kLd16Producer : LoadKind::kLd16Consumer, hint);
+    count_global_load(16);
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
       throw EmulatorError("warp " + std::to_string(ops_.warp()) + " thread " +
                           std::to_string(ops_.thread()) +
@@ -168,6 +190,7 @@ class Fa3EmuOps {
   // The FP8 producer's V pieces (prefill_cta.h's copy_v_transposed).
   U2 ld8(const void* p, L2Hint hint = L2Hint::kNormal) const {
     count_load(LoadKind::kLd8Producer, hint);
+    count_global_load(8);
     if (reinterpret_cast<uintptr_t>(p) % 8 != 0) {
       throw EmulatorError("warp " + std::to_string(ops_.warp()) + " thread " +
                           std::to_string(ops_.thread()) +
@@ -177,11 +200,18 @@ class Fa3EmuOps {
     std::memcpy(&v, p, 8);
     return v;
   }
-  uint8_t ld_byte(const void* p) const { return *static_cast<const uint8_t*>(p); }
+  uint8_t ld_byte(const void* p) const {
+    count_global_load(1);
+    return *static_cast<const uint8_t*>(p);
+  }
   template <class T>
   void st_shared(T* p, T v) const {
     ops_.st_shared(p, v);
-    if (stores_ != nullptr) stores_->record(ops_.thread(), ops_.smem_addr(p), int(sizeof(T)));
+    if (stores_ == nullptr) return;
+    stores_->record(ops_.thread(), ops_.smem_addr(p), int(sizeof(T)));
+    if (tile_of(p) == SmemTile::kQ) {
+      replay_counters().q_tile_stored_bytes[ops_.thread() / 128] += int64_t(sizeof(T));
+    }
   }
   // The epilogue's global stores (epilogue.h), counted by width (output_stores()).
   template <class T>
@@ -229,8 +259,10 @@ class Fa3EmuOps {
   }
   void cp_async_16_zfill(void* smem_dst, const void* gmem_src, bool valid,
                          L2Hint hint = L2Hint::kNormal) const {
-    count_load(LoadKind::kCpAsync, hint);
+    const bool q = stores_ != nullptr && tile_of(smem_dst) == SmemTile::kQ;
+    count_load(q ? LoadKind::kCpAsyncQ : LoadKind::kCpAsync, hint);
     count_copy(LoadKind::kCpAsync, smem_dst);
+    if (q) replay_counters().q_tile_async_bytes[ops_.thread() / 128] += 16;
     ops_.cp_async_16_zfill(smem_dst, gmem_src, valid);
   }
   void cp_async_wait_all() const { ops_.cp_async_wait_all(); }
@@ -311,6 +343,13 @@ class Fa3EmuOps {
 
  private:
   static void count_load(LoadKind k, L2Hint h) { ++replay_counters().loads[int(k)][int(h)]; }
+  void count_global_load(int bytes) const {
+    replay_counters().global_load_bytes[ops_.thread() / 128] += bytes;
+  }
+  // The tile a shared address lies in (stores_ set).
+  SmemTile tile_of(const void* p) const {
+    return stores_->tile_of(ops_.smem_addr(p) - stores_->base);
+  }
   // An asynchronous copy by the tile it lands in (where the CTA counts its stores' tiles).
   void count_copy(LoadKind k, const void* smem_dst) const {
     if (stores_ == nullptr) return;

@@ -183,7 +183,7 @@ TEST(Fa3Pipeline, StateWrapsAndFlipsParity) {
 
 // ---- Split K and V rings (issue 22) --------------------------------------------------------
 
-enum Ring { kK = 0, kV = 1 };
+enum Ring { kK = 0, kV = 1, kQ = 2 };
 // A producer load or a consumer step on a ring: block `block` (of the tile) of ring `ring`.
 struct RingOp {
   int ring;
@@ -240,6 +240,21 @@ std::vector<std::vector<RingOp>> consumer_iterations(Order order, int blocks) {
   return it;
 }
 
+// Where the Q copies of a tile are (prefill_cta.h's produce_q; none: Q not modelled). Consumers
+// wait for their Q (full_q) before the tile's first step and release it (empty_q) after its last,
+// the epilogue staging O in the Q tile; a tile with no block still takes its Q and releases it.
+enum class QPlacement {
+  kNone,
+  // The Q warp walks the tiles on its own (the 16-bit TMA path: warp 3 is free).
+  kOwnWarp,
+  // In the K/V producer's walk, before each tile's loads (FP8 and 16-bit (256, 256) by cp.async:
+  // the Q warp copies K/V too, and the later place spilled there).
+  kTileStart,
+  // In the walk after the loads of the tile's first S blocks, the last loads that need only
+  // earlier tiles' releases (16-bit cp.async at 128-key blocks; FP8 by TMA, its V transposes).
+  kAfterFirstBlocks,
+};
+
 struct RingOutcome {
   bool ok = true;         // no slot read before its load, none overwritten while in use
   bool finished = false;  // no deadlock
@@ -253,36 +268,65 @@ struct RingOutcome {
 // that the lookahead is measured under).
 template <int S>
 RingOutcome replay_rings(Order order, const std::vector<int>& tiles, int consumers, bool random,
-                         std::mt19937& rng) {
+                         std::mt19937& rng, QPlacement q = QPlacement::kNone) {
   MBarrier full[2][S], empty[2][S];
   for (int r = 0; r < 2; ++r)
     for (int s = 0; s < S; ++s) full[r][s].init(1), empty[r][s].init(consumers);
-  // The global sequences: loads (ring, use number), consumer iterations.
+  // The Q pair of each consumer warpgroup (one slot: one arrival each way in the model).
+  std::vector<MBarrier> full_q(static_cast<size_t>(consumers)), empty_q(full_q);
+  for (auto& m : full_q) m.init(1);
+  for (auto& m : empty_q) m.init(1);
+  // The global sequences: loads (ring, use number; Q: the tile and its consumer), consumer
+  // iterations.
   struct Load {
     int ring, use;
+    int consumer = -1;
   };
   struct Step {
     int ring, use;
     bool release;
   };
-  std::vector<Load> loads;
+  std::vector<Load> loads, q_loads;  // q_loads: the Q warp's own walk (kOwnWarp)
   std::vector<std::vector<Step>> iterations;
   int base = 0;
-  for (int blocks : tiles) {
-    for (const RingOp& l : producer_loads(order, blocks)) loads.push_back({l.ring, base + l.block});
+  const bool k_ahead = order != Order::kSplitFp8;
+  for (size_t k = 0; k < tiles.size(); ++k) {
+    const int blocks = tiles[k];
+    const std::vector<RingOp> kv = producer_loads(order, blocks);
+    const int q_at = q == QPlacement::kTileStart ? 0
+                     : q == QPlacement::kAfterFirstBlocks
+                         ? (blocks <= S ? 2 * blocks : (k_ahead ? 2 * S - 1 : 2 * S))
+                         : -1;
+    const auto push_q = [&](std::vector<Load>& to) {
+      for (int c = 0; c < consumers; ++c) to.push_back({kQ, int(k), c});
+    };
+    for (size_t j = 0; j <= kv.size(); ++j) {
+      if (int(j) == q_at) push_q(loads);
+      if (j < kv.size()) loads.push_back({kv[j].ring, base + kv[j].block});
+    }
+    if (q == QPlacement::kOwnWarp) push_q(q_loads);
+    std::vector<std::vector<Step>> its;
     for (const auto& it : consumer_iterations(order, blocks)) {
       std::vector<Step> steps;
       for (const RingOp& c : it) steps.push_back({c.ring, base + c.block, c.release});
-      iterations.push_back(steps);
+      its.push_back(steps);
     }
+    if (q != QPlacement::kNone) {
+      if (its.empty()) its.emplace_back();
+      its.front().insert(its.front().begin(), Step{kQ, int(k), false});
+      its.back().push_back(Step{kQ, int(k), true});  // after the epilogue
+    }
+    for (auto& it : its) iterations.push_back(std::move(it));
     base += blocks;
   }
+  std::vector<int> q_tile(static_cast<size_t>(consumers), -1);  // the tile a Q tile holds
+  std::vector<bool> q_held(static_cast<size_t>(consumers), false);
   std::vector<std::vector<int>> slot_use(2, std::vector<int>(S, -1));
   std::vector<std::vector<int>> readers(2, std::vector<int>(S, 0));
   std::vector<long> issued(size_t(2 * base + 2), -1);  // event time of load (ring, use)
   const auto at = [](int ring, int use) { return size_t(2 * use + ring); };
   PipelineState<S> prod[2] = {producer_start<S>(), producer_start<S>()};
-  size_t next_load = 0;
+  size_t next_load = 0, next_q_load = 0;
   struct Consumer {
     size_t iteration = 0, step = 0;
     PipelineState<S> acq[2] = {consumer_start<S>(), consumer_start<S>()};
@@ -297,10 +341,35 @@ RingOutcome replay_rings(Order order, const std::vector<int>& tiles, int consume
     out.error = e;
     return out;
   };
+  // A Q copy for tile l.use into consumer l.consumer's Q tile once it released the previous one.
+  const auto copy_q = [&](const Load& l) -> bool {
+    const size_t c = static_cast<size_t>(l.consumer);
+    if (!empty_q[c].try_wait(q_producer_parity(l.use))) return false;
+    if (q_held[c]) {
+      fail("Q of tile " + std::to_string(l.use) + " copied over consumer " + std::to_string(c) +
+           "'s Q still in use");
+      return false;
+    }
+    q_tile[c] = l.use;
+    full_q[c].arrive();
+    return true;
+  };
+  const auto produce_q = [&]() -> bool {
+    if (next_q_load == q_loads.size() || !copy_q(q_loads[next_q_load])) return false;
+    ++next_q_load;
+    ++now;
+    return true;
+  };
   // One producer load if its barrier lets it; false otherwise.
   const auto produce = [&]() -> bool {
     if (next_load == loads.size()) return false;
     const Load l = loads[next_load];
+    if (l.ring == kQ) {
+      if (!copy_q(l)) return false;
+      ++next_load;
+      ++now;
+      return true;
+    }
     PipelineState<S>& st = prod[l.ring];
     if (!empty[l.ring][st.index].try_wait(st.phase)) return false;
     if (readers[l.ring][st.index] != 0) return false;  // checked below as an error
@@ -315,7 +384,20 @@ RingOutcome replay_rings(Order order, const std::vector<int>& tiles, int consume
   const auto consume = [&](Consumer& c) -> bool {
     if (c.iteration == iterations.size()) return false;
     const Step& s = iterations[c.iteration][c.step];
-    if (!s.release) {
+    const size_t ci = static_cast<size_t>(&c - cons.data());
+    if (s.ring == kQ && !s.release) {
+      if (!full_q[ci].try_wait(q_consumer_parity(s.use))) return false;
+      if (q_tile[ci] != s.use) {
+        fail("consumer " + std::to_string(ci) + " read Q of tile " + std::to_string(q_tile[ci]) +
+             " for tile " + std::to_string(s.use));
+        return false;
+      }
+      q_held[ci] = true;
+    } else if (s.ring == kQ) {
+      q_held[ci] = false;
+      empty_q[ci].arrive();
+      if (c.first_release.size() == c.iteration) c.first_release.push_back(now);
+    } else if (!s.release) {
       PipelineState<S>& st = c.acq[s.ring];
       if (!full[s.ring][st.index].try_wait(st.phase)) return false;
       if (slot_use[s.ring][st.index] != s.use) {
@@ -356,12 +438,13 @@ RingOutcome replay_rings(Order order, const std::vector<int>& tiles, int consume
   const auto overwrite = [&]() {
     if (next_load == loads.size()) return false;
     const Load l = loads[next_load];
+    if (l.ring == kQ) return false;  // copy_q checks its own
     const PipelineState<S>& st = prod[l.ring];
     return empty[l.ring][st.index].try_wait(st.phase) && readers[l.ring][st.index] != 0;
   };
   int stuck = 0;
   while (stuck < (random ? 1000 : 2)) {
-    bool done = next_load == loads.size();
+    bool done = next_load == loads.size() && next_q_load == q_loads.size();
     for (const Consumer& c : cons) done = done && c.iteration == iterations.size();
     if (done) {
       out.finished = true;
@@ -369,10 +452,13 @@ RingOutcome replay_rings(Order order, const std::vector<int>& tiles, int consume
     }
     bool moved = false;
     if (random) {
-      const int who = int(rng() % unsigned(consumers + 1));
-      moved = who == consumers ? produce() : consume(cons[size_t(who)]);
+      const int who = int(rng() % unsigned(consumers + 2));
+      moved = who == consumers       ? produce()
+              : who == consumers + 1 ? produce_q()
+                                     : consume(cons[size_t(who)]);
     } else {
       while (produce()) moved = true;
+      while (produce_q()) moved = true;
       for (Consumer& c : cons) moved = consume(c) || moved;
     }
     if (!out.ok) return out;
@@ -431,6 +517,53 @@ TEST(Fa3Pipeline, NextBlocksLoadIssuedBeforeTheIterationReleasesAnything) {
       ASSERT_TRUE(o.ok && o.finished) << o.error;
       EXPECT_FALSE(o.lookahead) << "order " << int(order) << ", " << consumers
                                 << " consumers, has the lookahead it should lack";
+    }
+  }
+}
+
+// The Q pair across tiles (prefill_cta.h's full_q / empty_q): a consumer warpgroup waits for its
+// Q before a tile's first step and releases it after the tile's epilogue (which stages O in the
+// Q tile), and the Q warp copies the next tile's Q once it is released. Under random
+// interleavings, for every placement of the copies: no consumer reads another tile's Q, no copy
+// lands on a Q still in use, no deadlock (one or two consumer warpgroups; tiles with no block
+// too). Under the eager schedule, the K/V lookahead across tiles holds where the Q warp walks the
+// tiles on its own (the 16-bit TMA path) and where the copies follow the tile's first blocks'
+// loads (16-bit cp.async at 128-key blocks, FP8 by TMA); with the copies at each tile's start
+// (FP8 and 16-bit (256, 256) by cp.async, where the later place spilled) the next tile's first K
+// waits for the previous tile's epilogue: the lookahead is lost there, which the check reports.
+TEST(Fa3Pipeline, QPairAcrossTiles) {
+  std::mt19937 rng(29);
+  const QPlacement placements[] = {QPlacement::kOwnWarp, QPlacement::kTileStart,
+                                   QPlacement::kAfterFirstBlocks};
+  for (QPlacement q : placements) {
+    for (Order order : {Order::kSplit16, Order::kSplitFp8}) {
+      for (int trial = 0; trial < 500; ++trial) {
+        const std::vector<int> tiles = random_tiles(rng);
+        for (int consumers : {2, 1}) {
+          const RingOutcome o = replay_rings<2>(order, tiles, consumers, true, rng, q);
+          ASSERT_TRUE(o.ok) << o.error;
+          ASSERT_TRUE(o.finished) << "deadlock, placement " << int(q) << ", order " << int(order)
+                                  << ", " << consumers << " consumers";
+        }
+      }
+    }
+  }
+  for (const std::vector<int>& tiles :
+       std::vector<std::vector<int>>{{5, 1, 4}, {2, 2, 2}, {7, 0, 3}, {3, 8}}) {
+    for (Order order : {Order::kSplit16, Order::kSplitFp8}) {
+      for (int consumers : {2, 1}) {
+        for (QPlacement q : placements) {
+          const RingOutcome o = replay_rings<2>(order, tiles, consumers, false, rng, q);
+          ASSERT_TRUE(o.ok && o.finished) << o.error;
+          if (q == QPlacement::kTileStart) {
+            EXPECT_FALSE(o.lookahead) << "order " << int(order) << ", " << consumers
+                                      << " consumers: Q at the tile start kept the lookahead";
+          } else {
+            EXPECT_TRUE(o.lookahead) << "placement " << int(q) << ", order " << int(order) << ", "
+                                     << consumers << " consumers: " << o.lookahead_error;
+          }
+        }
+      }
     }
   }
 }

@@ -76,6 +76,10 @@ testing::RunBackend run_replay(const ReplayOptions& o) {
                                k.rows_per_token, r.chunks, k.chunk_blocks);
       if (kr.end > kr.begin) emu::replay_counters().kv_blocks += kr.end - kr.begin;
     }
+    // The Q rows the tile list asks for (ReplayCounters::q_rows): each tile's 64 rows per
+    // computing consumer warpgroup, padding included (the Q warp zero-fills rows past qo_len).
+    emu::replay_counters().q_rows +=
+        int64_t(in.tiles.size()) * k.consumer_warpgroups * frag::kWarpgroupRows;
     try {
       if (!replay_kernel(kernel_key(p), k, std::min(o.ctas, k.num_tiles), o.tma_lands_early)) {
         return make_error(ErrorCode::kUnavailable, "replay: no kernel for ",

@@ -17,6 +17,7 @@
 
 #include "cuda/common/case_spec.h"
 #include "cuda/fa3/kernel_key.h"
+#include "cuda/fa3/fa3_emu_ops.h"
 #include "cuda/fa3/fa3_replay.h"
 #include "kvattn/selection.h"
 #include "testing/case_builder.h"
@@ -139,10 +140,24 @@ TEST(Fa3ReplayLayouts, StridedAndMisalignedTensorsRunWhereAutoPicksFa3) {
       for (const Verdict& v : e.verdicts) fa3_ok = fa3_ok || (v.backend == "fa3" && v.supported);
       ASSERT_TRUE(fa3_ok) << e.to_text();
       for (const Layouts& l : layouts) {
+        emu::ReplayCounters& n = emu::replay_counters();
+        n.reset();
         testing::Case c = testing::Case::make(spec);
         const testing::CheckResult r = testing::check_against_reference(c, run_in_layouts(l));
-        EXPECT_TRUE(r.ok) << kernel_key_string(key) << " " << op_name(op) << ", " << l.name << ": "
-                          << r.message;
+        const std::string what =
+            kernel_key_string(key) + " " + std::string(op_name(op)) + ", " + l.name;
+        EXPECT_TRUE(r.ok) << what << ": " << r.message;
+        if (l.q.dim_stride == 1 && l.q.offset_bytes % 16 == 0) continue;
+        // Q rows not in 16-byte chunks are gathered by the producer's Q warp (prefill_cta.h's
+        // copy_q) and stored by its lanes: every Q row of every tile once, no cp.async into a
+        // Q tile, and no global load by a consumer.
+        const int64_t row_bytes = key.head_dim_qk * (is_fp8(key.q) ? 1 : 2);
+        EXPECT_EQ(n.q_tile_stored_bytes[0], n.q_rows * row_bytes) << what;
+        EXPECT_EQ(n.q_tile_async_bytes[0], 0) << what;
+        for (int wg : {1, 2}) {
+          EXPECT_EQ(n.global_load_bytes[wg], 0) << what << ": consumer warpgroup " << wg;
+          EXPECT_EQ(n.q_tile_async_bytes[wg], 0) << what << ": consumer warpgroup " << wg;
+        }
       }
     }
   }

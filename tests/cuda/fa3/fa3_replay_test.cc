@@ -103,9 +103,9 @@ TEST(Fa3Replay, EveryOperationEveryVariant) {
 }
 
 // The L2 hints (kernels/l2_hint.h), counted over the replay: every K/V load (TMA box, cp.async,
-// the FP8 producer's V rows) evict_last, every Q row evict_first, none left unhinted (the cases'
-// rows are in 16-byte chunks), on the TMA (ragged, every type) and cp.async (paged: page 16)
-// paths.
+// the FP8 producer's V rows) evict_last, every Q row evict_first (the Q warp's cp.async into the
+// Q tiles; the consumers load nothing), none left unhinted (the cases' rows are in 16-byte
+// chunks), on the TMA (ragged, every type) and cp.async (paged: page 16) paths.
 TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
   using emu::LoadKind;
   emu::ReplayCounters& c = emu::replay_counters();
@@ -122,15 +122,90 @@ TEST(Fa3ReplayCounters, KvLoadsEvictLastQLoadsEvictFirst) {
         kv_last += c.count(k, L2Hint::kEvictLast);
       }
       EXPECT_GT(kv_last, 0) << what;
-      EXPECT_EQ(c.count(LoadKind::kLd16Consumer, L2Hint::kNormal), 0) << what;
-      EXPECT_EQ(c.count(LoadKind::kLd16Consumer, L2Hint::kEvictLast), 0) << what;
-      EXPECT_GT(c.count(LoadKind::kLd16Consumer, L2Hint::kEvictFirst), 0) << what;
+      EXPECT_EQ(c.count(LoadKind::kCpAsyncQ, L2Hint::kNormal), 0) << what;
+      EXPECT_EQ(c.count(LoadKind::kCpAsyncQ, L2Hint::kEvictLast), 0) << what;
+      EXPECT_GT(c.count(LoadKind::kCpAsyncQ, L2Hint::kEvictFirst), 0) << what;
+      for (L2Hint h : {L2Hint::kNormal, L2Hint::kEvictFirst, L2Hint::kEvictLast}) {
+        EXPECT_EQ(c.count(LoadKind::kLd16Consumer, h), 0) << what << ": a consumer loads Q";
+      }
       if (op == Op::kBatchPrefillRagged) {
         EXPECT_GT(c.count(LoadKind::kTmaBox, L2Hint::kEvictLast), 0) << what << ": TMA path";
       }
       if (op == Op::kBatchPrefillPaged) {
         EXPECT_GT(c.count(LoadKind::kCpAsync, L2Hint::kEvictLast), 0) << what << ": cp.async path";
       }
+    }
+  }
+}
+
+// The next tile's Q is loaded by the producer behind its own barriers (prefill_cta.h's
+// produce_q, full_q / empty_q): over the replay, the consumer warpgroups load nothing from global
+// memory and copy nothing into a Q tile (they only stage O there in the epilogue), and the
+// producer's Q warp copies exactly the Q rows the tile lists name (ReplayCounters::q_rows: 64 per
+// computing consumer warpgroup per tile, zeros past qo_len) by cp.async, rows x row bytes, every
+// one evict_first; no TMA box lands in a Q tile. Prefill on the TMA path (ragged) and the
+// cp.async path (paged, page 16), split prefill (tiles of a request in chunks), and decode of a
+// group of 2 (one computing consumer warpgroup: the Q warp loads for the first alone) and of 80
+// (two), on bf16 and e4m3 d128 (the CI keys), f16 d64 and e4m3 (192, 128); every case against the
+// reference. Rows not in 16-byte chunks (gathered by the Q warp) are counted by
+// Fa3ReplayLayouts.StridedAndMisalignedTensorsRunWhereAutoPicksFa3.
+TEST(Fa3ReplayCounters, QLoadedByTheProducer) {
+  using emu::LoadKind;
+  using emu::SmemTile;
+  emu::ReplayCounters& c = emu::replay_counters();
+  const KernelKey keys[] = {kBf16D128,
+                            kE4m3D128,
+                            {DType::kF16, DType::kF16, 64, 64},
+                            {DType::kE4M3, DType::kE4M3, 192, 128}};
+  struct Shape {
+    Op op;
+    std::vector<int64_t> qo, kv;
+    int qo_heads, kv_heads;
+    int page_size;      // paged ops; 0: the spec's
+    int64_t kv_chunk;   // ReplayOptions::kv_chunk_size; 0: none
+    const char* name;
+  };
+  const Shape shapes[] = {
+      {Op::kBatchPrefillRagged, {70, 130}, {130, 200}, 4, 2, 0, 0, "ragged prefill"},
+      {Op::kBatchPrefillPaged, {3, 70}, {50, 300}, 4, 2, 16, 0, "paged prefill, page 16"},
+      {Op::kBatchPrefillRagged, {20}, {600}, 2, 2, 0, 256, "prefill split in chunks"},
+      {Op::kBatchDecode, {1, 1, 1}, {40, 300, 129}, 4, 2, 0, 0, "decode, group 2"},
+      {Op::kBatchDecode, {1}, {200}, 80, 1, 0, 0, "decode, group 80"},
+  };
+  for (const KernelKey& key : keys) {
+    const int64_t row_bytes = key.head_dim_qk * (is_fp8(key.q) ? 1 : 2);
+    for (const Shape& sh : shapes) {
+      testing::CaseSpec s = spec_for(key, sh.op, sh.qo, sh.kv, sh.qo_heads, sh.kv_heads);
+      if (sh.page_size > 0) s.problem.page_size = sh.page_size;
+      if (!is_decode(sh.op)) s.problem.mask_mode = MaskMode::kCausal;
+      if (!declared(s.problem)) continue;
+      const std::string what = std::string(sh.name) + "/" + kernel_key_string(key);
+      ReplayOptions o;
+      if (sh.kv_chunk > 0) o.kv_chunk_size = sh.kv_chunk;
+      c.reset();
+      expect_matches(s, what, o);
+      std::printf(
+          "[ counters ] %s: %lld Q rows; producer %lld bytes by cp.async, %lld stored; consumers "
+          "%lld / %lld bytes loaded from global memory, %lld / %lld copied into Q\n",
+          what.c_str(), static_cast<long long>(c.q_rows.load()),
+          static_cast<long long>(c.q_tile_async_bytes[0].load()),
+          static_cast<long long>(c.q_tile_stored_bytes[0].load()),
+          static_cast<long long>(c.global_load_bytes[1].load()),
+          static_cast<long long>(c.global_load_bytes[2].load()),
+          static_cast<long long>(c.q_tile_async_bytes[1].load()),
+          static_cast<long long>(c.q_tile_async_bytes[2].load()));
+      ASSERT_GT(c.q_rows, 0) << what;
+      for (int wg : {1, 2}) {
+        EXPECT_EQ(c.global_load_bytes[wg], 0) << what << ": consumer warpgroup " << wg
+                                              << " loads from global memory";
+        EXPECT_EQ(c.q_tile_async_bytes[wg], 0) << what << ": consumer warpgroup " << wg;
+      }
+      EXPECT_EQ(c.q_tile_async_bytes[0], c.q_rows * row_bytes)
+          << what << ": the producer's Q copies are not every tile's rows once";
+      EXPECT_EQ(c.q_tile_stored_bytes[0], 0) << what;
+      EXPECT_EQ(c.copies(SmemTile::kQ, LoadKind::kTmaBox), 0) << what;
+      EXPECT_EQ(c.count(LoadKind::kCpAsyncQ, L2Hint::kEvictFirst), c.q_rows * row_bytes / 16)
+          << what;
     }
   }
 }

@@ -10,7 +10,8 @@
 //
 // The staging tile is the warpgroup's own Q tile: once every warp of the warpgroup is past its
 // last wgmma (a named barrier after the last wgmma.wait_group), nothing reads it until the next
-// tile's Q load, which itself starts with the same barrier. When an output row does not fit a Q
+// tile's Q, which the producer's Q warp copies only once every warp of the warpgroup released the
+// tile after this epilogue (prefill_cta.h's empty_q). When an output row does not fit a Q
 // row (f32 output, or FP8's 1-byte Q rows) the columns go out in passes, each as wide as a Q row
 // allows (a power of two of at least 128 bytes).
 //

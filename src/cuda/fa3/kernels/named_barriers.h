@@ -9,8 +9,8 @@ namespace kvattn::fa3 {
 
 namespace bar {
 // 0: sync_threads (__syncthreads), the whole CTA, once after the mbarriers' initialisation.
-// Consumer warpgroup wg's own barrier, its 128 threads: the Q tile's load, the epilogue's staging
-// through the Q tile, v_has_non_finite's bar.red.
+// Consumer warpgroup wg's own barrier, its 128 threads: around the wait for the Q tile (kept for
+// ptxas: prefill_cta.h), the epilogue's staging through the Q tile, v_has_non_finite's bar.red.
 KVATTN_HD constexpr int warpgroup(int wg) { return 1 + wg; }
 // Consumer warpgroup wg's turn at the tensor cores (the ping-pong), 256 threads.
 KVATTN_HD constexpr int scheduler(int wg) { return 3 + wg; }

@@ -3,7 +3,10 @@
 // A persistent CTA of three warpgroups walks the longest-first tile list (tile_scheduler.h).
 // Warpgroup 0 is the producer: it loads each K/V block into a kStages-slot shared-memory ring
 // (TMA for dense and ragged K/V, one thread issuing the loads and the expected bytes; cp.async
-// with zero fill for pages) and signals the slot's `full` mbarrier; warpgroups 1 and 2 are
+// with zero fill for pages) and signals the slot's `full` mbarrier, and its last warp copies each
+// consumer warpgroup's Q rows of every tile behind the warpgroup's full_q / empty_q pair
+// (prefill_cta.h's produce_q: the next tile's Q while the warpgroup's epilogue is done and the
+// other computes); warpgroups 1 and 2 are
 // consumers of 64 rows each: S = Q K^T by wgmma from shared memory, masking of the edge
 // blocks only, online softmax in registers, O += P V by wgmma with P taken straight from S's
 // accumulators as the register operand, then release of the slot through its `empty` mbarrier
