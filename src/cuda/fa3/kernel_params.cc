@@ -23,7 +23,7 @@ namespace {
 
 // Whether every row of `t` is a run of 16-byte chunks: a dense dim, and the base and the given
 // strides multiples of 16 bytes. The kernel then moves a row 16 bytes at a time (loads, cp.async,
-// TMA boxes); other rows it gathers byte by byte (prefill_cta.h's gather16), so no layout is
+// TMA boxes); other rows it gathers byte by byte (kv_copies.h's gather16), so no layout is
 // refused here: can_implement, which sees no tensor, stays the only judge of what fa3 runs.
 bool rows_in_chunks(const TensorView& t, std::initializer_list<int64_t> strides,
                     int64_t dim_stride) {
@@ -102,7 +102,7 @@ Status make_kernel_inputs(const Plan& plan, const AttentionArgs& args, const Enc
   const int block_n = shape.block_n;
   if (k.k_chunks && k.v_chunks) {
     // K/V in 16-byte chunks go through TMA (16-bit K and V; FP8 K, and FP8 V into a staging tile
-    // that the producer transposes: prefill_cta.h's produce): dense and ragged tensors of fewer
+    // that the producer transposes: producer.h's produce): dense and ragged tensors of fewer
     // than 2^31 tokens (a box's token coordinate would wrap past them: tma_coords.h), and paged
     // caches whose page size is a multiple of the K/V block (a block is one box in one page).
     // Otherwise the producer's threads copy (cp.async, or gather rows not in chunks).

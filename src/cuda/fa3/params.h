@@ -39,7 +39,7 @@ struct PrefillParams {
   paged::CacheStrides k_strides, v_strides;
   // Whether every row of q / K / V is a run of 16-byte chunks (dense dim, base and strides
   // multiples of 16 bytes: kernel_params.cc's rows_in_chunks): then 16-byte loads, cp.async and
-  // TMA; otherwise the rows are gathered byte by byte (prefill_cta.h's gather16).
+  // TMA; otherwise the rows are gathered byte by byte (kv_copies.h's gather16).
   bool q_chunks = true, k_chunks = true, v_chunks = true;
   bool paged = false;
   cuda::FastDiv page_div;               // division by the page size (its divisor: the page size)

@@ -92,7 +92,7 @@ struct DeviceOps : cuda::WarpShuffles {
     *p = v;
   }
 
-  // n / d's divisor: a multiply-high and a shift (the page size: prefill_cta.h's kv_row).
+  // n / d's divisor: a multiply-high and a shift (the page size: kv_copies.h's kv_row).
   KVATTN_HD uint32_t fast_div(const cuda::FastDiv& d, uint32_t n) const { return d.div(n); }
 
   KVATTN_HD void mbarrier_init(uint64_t* bar, int count) const {

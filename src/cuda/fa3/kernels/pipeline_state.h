@@ -87,7 +87,7 @@ KVATTN_HD KvLoad kv_load(int j, int blocks, bool k_ahead) {
   return KvLoad{true, j / 2 - 1};
 }
 
-// A consumer warpgroup's Q tile (full_q / empty_q, prefill_cta.h): a ring of one slot, used once
+// A consumer warpgroup's Q tile (full_q / empty_q, cta_layout.h): a ring of one slot, used once
 // per tile of the CTA. The Q warp's wait for its k-th tile (0-based) on `empty_q`, from parity 1
 // as a ring's producer (the first passes on a fresh barrier), and the consumer's on `full_q`.
 KVATTN_HD uint32_t q_producer_parity(int k) { return 1u ^ uint32_t(k & 1); }

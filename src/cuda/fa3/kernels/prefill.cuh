@@ -5,7 +5,7 @@
 // (TMA for dense and ragged K/V, one thread issuing the loads and the expected bytes; cp.async
 // with zero fill for pages) and signals the slot's `full` mbarrier, and its last warp copies each
 // consumer warpgroup's Q rows of every tile behind the warpgroup's full_q / empty_q pair
-// (prefill_cta.h's produce_q: the next tile's Q while the warpgroup's epilogue is done and the
+// (producer.h's produce_q: the next tile's Q while the warpgroup's epilogue is done and the
 // other computes); warpgroups 1 and 2 are
 // consumers of 64 rows each: S = Q K^T by wgmma from shared memory, masking of the edge
 // blocks only, online softmax in registers, O += P V by wgmma with P taken straight from S's
@@ -17,7 +17,8 @@
 // query tokens of one head (prefill) or the (token, head) rows of a GQA group packed together
 // (decode; packed_rows.h). Index math lives in the replayed headers (smem_layout.h,
 // wgmma_fragment.h, tile_scheduler.h, pipeline_state.h, packed_rows.h, ../split_plan.h).
-// The body itself is prefill_cta.h, a host/device template over the thread's operations: here
+// The body itself is prefill_cta.h (the consumers and the CTA; producer.h, kv_copies.h and
+// cta_layout.h the rest), a host/device template over the thread's operations: here
 // with DeviceOps (device_ops.cuh: the PTX), on the CPU with the SM90 CTA emulator
 // (tests/cuda/fa3/fa3_replay_test.cc runs it against the fp64 reference).
 //

@@ -1,5 +1,5 @@
 // fa3's tile shape per kernel key: one constexpr function that the planner (backend.cc's chunk
-// size, kernel_params.cc's tile list and TMA boxes), the kernel (prefill_cta.h's shared-memory plan
+// size, kernel_params.cc's tile list and TMA boxes), the kernel (cta_layout.h's shared-memory plan
 // and mainloop) and the tests all read (STYLE.md "One source of truth"; FlashAttention-3's
 // hopper/tile_size.h is the model: one function from the head dims and the element size to the
 // block shape and the mainloop's form).

@@ -1,4 +1,4 @@
-// FP8 V transposed into V^T [dim][key] (FP8 wgmma reads B K-major only: prefill_cta.h's
+// FP8 V transposed into V^T [dim][key] (FP8 wgmma reads B K-major only: kv_copies.h's
 // copy_v_transposed) with shared-memory stores free of bank conflicts. Which lane loads which
 // key rows, which dims it stores in which order, and the byte transpose, as plain functions the
 // kernel and the CPU replay share (tests/cuda/fa3/fa3_v_transpose_test.cc checks them).
@@ -116,7 +116,7 @@ KVATTN_HD constexpr Selectors selectors(int order) {
                    0x5410u ^ (order & 1 ? 0x2222u : 0u)};
 }
 
-// FP8 V staged by TMA (prefill_cta.h's stage_v_transposed): the lanes of one quarter-warp phase of
+// FP8 V staged by TMA (kv_copies.h's stage_v_transposed): the lanes of one quarter-warp phase of
 // an 8-byte load take 8 quads (BN 128) at one 16-byte chunk of their key rows; key b of quad i is
 // row 16 (i / 4) + 8 (b / 2) + 2 (i % 4) + b % 2 (key_lane), so at a fixed b the quads i and i + 4
 // share the row's residue mod 8, hence the swizzled chunk: a 2-way conflict. The quads of the
