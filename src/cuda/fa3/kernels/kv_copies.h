@@ -10,6 +10,7 @@
 #include "cuda/fa3/kernels/elem.h"
 #include "cuda/fa3/kernels/l2_hint.h"
 #include "cuda/fa3/kernels/packed_rows.h"
+#include "cuda/fa3/kernels/pragma.h"
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/tile_scheduler.h"
 #include "cuda/fa3/kernels/v_transpose.h"

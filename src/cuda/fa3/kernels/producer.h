@@ -11,6 +11,7 @@
 #include "cuda/fa3/kernels/l2_hint.h"
 #include "cuda/fa3/kernels/packed_rows.h"
 #include "cuda/fa3/kernels/pipeline_state.h"
+#include "cuda/fa3/kernels/pragma.h"
 #include "cuda/fa3/kernels/smem_layout.h"
 #include "cuda/fa3/kernels/tile_scheduler.h"
 #include "cuda/fa3/params.h"
