@@ -16,6 +16,7 @@
 #include "cuda/common/case_spec.h"
 #include "cuda/fa3/fa3_emu_ops.h"
 #include "cuda/fa3/fa3_replay.h"
+#include "cuda/fa3/fa3_replay_test_util.h"
 #include "cuda/fa3/kernel_key.h"
 #include "testing/case_builder.h"
 #include "testing/tolerance.h"
@@ -103,16 +104,9 @@ TEST(Fa3ReplayPingPong, TheCheckCatchesInterleavedAndRepeatedTurns) {
   EXPECT_EQ(check_pingpong(alone, 1, 8).error, "");
 }
 
-const KernelKey kBf16D128{DType::kBF16, DType::kBF16, 128, 128};
-const KernelKey kE4m3D128{DType::kE4M3, DType::kE4M3, 128, 128};
 const KernelKey kBf16D64{DType::kBF16, DType::kBF16, 64, 64};
 const KernelKey kBf16D256{DType::kBF16, DType::kBF16, 256, 256};
 const KernelKey kE4m3D256{DType::kE4M3, DType::kE4M3, 256, 256};
-
-bool full_grid() {
-  const char* v = std::getenv("KVATTN_FA3_REPLAY_FULL");
-  return v != nullptr && std::string(v) == "1";
-}
 
 struct Case {
   const char* name;

@@ -48,17 +48,6 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                "r"(bytes)
                : "memory");
 }
-// TMA: the box of a 3-d tensor map at coordinates (c0 innermost, c1, c2) into shared memory;
-// completion is counted in bytes on `bar`.
-__device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tensor_map, int c0, int c1,
-                                            int c2, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_addr(smem_dst)),
-      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
-      : "memory");
-}
-
 // L2 cache policies (l2_hint.h): the whole access at the priority, as a 64-bit policy operand of
 // the .L2::cache_hint forms below (no asm volatile: the compiler may share one per function).
 __device__ __forceinline__ uint64_t l2_policy_evict_last() {
@@ -71,17 +60,9 @@ __device__ __forceinline__ uint64_t l2_policy_evict_first() {
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
-// tma_load_3d with an L2 cache policy.
-__device__ __forceinline__ void tma_load_3d_hint(void* smem_dst, const void* tensor_map, int c0,
-                                                 int c1, int c2, uint64_t* bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(smem_addr(smem_dst)),
-      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)),
-      "l"(policy)
-      : "memory");
-}
-// The 4-d forms (fa3's K/V maps: D, H_kv, slots, pages).
+// TMA: the box of a 4-d tensor map (fa3's K/V maps: D, H_kv, slots, pages) at coordinates (c0
+// innermost, ..., c3) into shared memory; completion is counted in bytes on `bar`. The _hint
+// form with an L2 cache policy.
 __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* tensor_map, int c0, int c1,
                                             int c2, int c3, uint64_t* bar) {
   asm volatile(
