@@ -35,6 +35,8 @@ Status has_amx(const CpuFeatures& f) {
 // vdpbf16ps at about the FMA instruction rate (AMD; a quarter of it on the Intel Xeons measured,
 // where the fp32-FMA kernels are faster: issue 14).
 bool fast_bf16_dot(const CpuFeatures& f) { return f.fast_bf16_dot; }
+// Only when named (the AMX kernels on emulated tiles: for tests).
+[[maybe_unused]] bool named_only(const CpuFeatures&) { return false; }
 
 // --- What the kernels need of the problem.
 Status any_problem(const Problem&) { return ok(); }
@@ -179,8 +181,9 @@ constexpr CpuKernel prefill_kernel(std::string_view name, CpuIsa isa, RunsOn run
           entry, nullptr,            strided, tile};
 }
 constexpr CpuKernel mla_kernel(std::string_view name, CpuIsa isa, RunsOn runs_on, Applies applies,
-                               MlaItemFn (*entry)(const MlaParams&), std::string_view strided) {
-  return {name, KernelOp::kMla, isa, runs_on, applies, nullptr, nullptr, nullptr, entry, strided};
+                               MlaItemFn (*entry)(const MlaParams&), std::string_view strided,
+                               Preferred preferred = nullptr) {
+  return {name, KernelOp::kMla, isa, runs_on, applies, preferred, nullptr, nullptr, entry, strided};
 }
 
 constexpr std::string_view kDecodePortable = "decode-scalar-k32";
@@ -209,6 +212,11 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
 #if defined(__x86_64__)
       prefill_kernel("prefill-amx-bf16-r256k128", CpuIsa::kAvx512, has_amx, prefill_amx_rule,
                      nullptr, prefill::prefill_item_fn_amx, kPrefillFma512, {256, 128}),
+#if defined(KVATTN_CPU_AMX_EMULATION)
+      prefill_kernel("prefill-amx-bf16-r256k128-emulated", CpuIsa::kAvx512, has_bf16,
+                     prefill_amx_rule, named_only, prefill::prefill_item_fn_amx_emulated,
+                     kPrefillFma512, {256, 128}),
+#endif
       prefill_kernel("prefill-avx512bf16-dot-r128k64", CpuIsa::kAvx512, has_bf16,
                      prefill_bf16_dot_rule, fast_bf16_dot, prefill::prefill_item_fn_avx512_bf16,
                      kPrefillFma512),
@@ -222,6 +230,10 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
 #if defined(__x86_64__)
       mla_kernel("mla-amx-bf16-k128", CpuIsa::kAvx512, has_amx, mla_amx_rule, find_mla_kernel_amx,
                  kMlaPortable),
+#if defined(KVATTN_CPU_AMX_EMULATION)
+      mla_kernel("mla-amx-bf16-k128-emulated", CpuIsa::kAvx512, has_bf16, mla_amx_rule,
+                 find_mla_kernel_amx_emulated, kMlaPortable, named_only),
+#endif
       mla_kernel("mla-avx512bf16-dot-k128", CpuIsa::kAvx512, has_bf16, mla_avx512_bf16_rule,
                  find_mla_kernel_avx512_bf16, kMlaPortable),
       mla_kernel("mla-avx2-fma-f32-k64", CpuIsa::kAvx2, any_cpu, mla_avx2_rule,

@@ -99,5 +99,8 @@ PrefillItemFn prefill_item_fn_avx512();  // null when not built
 PrefillItemFn prefill_item_fn_avx512_bf16();
 // AMX-BF16 tiles for the same problems (head dims multiples of 32); null when not built.
 PrefillItemFn prefill_item_fn_amx();
+// The same kernel body on emulated tiles (common/amx.h), for tests on CPUs without AMX; built with
+// KVATTN_CPU_AMX_EMULATION.
+PrefillItemFn prefill_item_fn_amx_emulated();
 
 }  // namespace kvattn::cpu::prefill

@@ -319,5 +319,5 @@ inline void run_item_amx(const PrefillParams& p, const WorkItem& item, float* sc
 }  // namespace kvattn::cpu::prefill::amx
 
 namespace kvattn::cpu::prefill {
-PrefillItemFn prefill_item_fn_amx() { return &amx::run_item_amx; }
+PrefillItemFn KVATTN_AMX_ENTRY(prefill_item_fn_amx)() { return &amx::run_item_amx; }
 }  // namespace kvattn::cpu::prefill
