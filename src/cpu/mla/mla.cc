@@ -163,9 +163,6 @@ void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* l
 
 Status plan_mla(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
                 Plan* plan) {
-  plan->backend = "cpu";
-  plan->device = options.device;
-  plan->problem = problem;
   request_lengths(problem, args, &plan->qo_len, &plan->kv_len);
   const int threads = resolve_num_threads(options.num_threads);
   plan->num_threads = threads;
