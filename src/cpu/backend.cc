@@ -72,21 +72,14 @@ class CpuBackend final : public Backend {
               Plan* plan) const override {
     std::string kernel;
     KVATTN_RETURN_IF_ERROR(planned_kernel(problem, options.device, &kernel));
-    if (is_mla(problem.op)) {
-      KVATTN_RETURN_IF_ERROR(cpu::plan_mla(problem, args, options, plan));
-    } else if (is_decode(problem.op)) {
-      KVATTN_RETURN_IF_ERROR(cpu::plan_decode(problem, args, options, plan));
-    } else {
-      // plan_prefill cuts the work with the chosen kernel's tile; what every plan carries is
-      // filled here.
-      plan->backend = std::string(name());
-      plan->device = options.device;
-      plan->problem = problem;
-      plan->kernel = kernel;
-      KVATTN_RETURN_IF_ERROR(cpu::plan_prefill(problem, args, options, plan));
-    }
+    // What every plan carries is filled here (plan_prefill cuts the work with the kernel's tile).
+    plan->backend = std::string(name());
+    plan->device = options.device;
+    plan->problem = problem;
     plan->kernel = std::move(kernel);
-    return Status::Ok();
+    if (is_mla(problem.op)) return cpu::plan_mla(problem, args, options, plan);
+    if (is_decode(problem.op)) return cpu::plan_decode(problem, args, options, plan);
+    return cpu::plan_prefill(problem, args, options, plan);
   }
   Status run(const Plan& plan, const AttentionArgs& args, void* workspace,
              std::size_t workspace_bytes) const override {

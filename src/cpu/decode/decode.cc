@@ -100,9 +100,6 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
 
 Status plan_decode(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
                    Plan* plan) {
-  plan->backend = "cpu";
-  plan->device = options.device;
-  plan->problem = problem;
   request_lengths(problem, args, &plan->qo_len, &plan->kv_len);
   const int threads = resolve_num_threads(options.num_threads);
   plan->num_threads = threads;

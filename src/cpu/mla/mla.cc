@@ -86,29 +86,11 @@ MlaParams make_params(const Problem& pb, const AttentionArgs& a,
   return p;
 }
 
-// The last key query token i of request b sees, plus one (causal, bottom-right aligned).
-int64_t visible_end(const MlaParams& p, int b, int64_t i) {
-  if (!p.causal) return p.kv_len[b];
-  return std::clamp<int64_t>(i + p.kv_len[b] - p.qo_len[b] + 1, 0, p.kv_len[b]);
-}
-
 }  // namespace
 
 std::size_t mla_kernel_scratch_bytes(int heads, int d_ckv, int d_kpe) {
-  const std::size_t rows = kMlaMaxRows, dqk = static_cast<std::size_t>(d_ckv + d_kpe);
   (void)heads;
-  // The larger of the kernels' needs (each kernel lays its scratch out inside this and checks it
-  // fits): packed queries, scores, packed probabilities, a tile copy with a zero row, packed
-  // values, accumulators and the running max / sum / rescale of every row.
-  WorkspaceLayout l;
-  l.take(rows * dqk * 4);                                         // q (f32) or q pairs
-  l.take(rows * kMlaTileKeys * 4);                                // scores / probabilities
-  l.take(rows * kMlaTileKeys * 4);                                // probability pairs
-  l.take(kMlaTileKeys * dqk * 4 + dqk * 4);                       // tile + zero row
-  l.take(kMlaTileKeys * static_cast<std::size_t>(d_ckv) * 4);     // packed values
-  l.take(rows * static_cast<std::size_t>(d_ckv) * 4);             // accumulators
-  for (int i = 0; i < 3; ++i) l.take(rows * 4);                   // max, sum, rescale
-  return l.size();
+  return MlaScratch<float, float>(nullptr, d_ckv, d_kpe).size;
 }
 
 void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* lse,
@@ -116,11 +98,8 @@ void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* l
   const int heads = p.heads, d_ckv = p.d_ckv, dqk = p.d_ckv + p.d_kpe;
   const int b = w.request;
   const int64_t tokens = w.qo_end - w.qo_begin, rows = tokens * heads;
-  auto* q = reinterpret_cast<float*>(scratch);    // [rows][dqk]
-  float* tile = q + rows * dqk;                   // [T][dqk] real
-  float* m = tile + int64_t{kMlaTileKeys} * dqk;  // [rows]
-  float* l = m + rows;                            // [rows]
-  float* s = l + rows;                            // [T]
+  const MlaScratch<float, float> area(scratch, d_ckv, p.d_kpe);
+  float *q = area.q, *tile = area.tile, *m = area.m, *l = area.l, *s = area.st;  // q [rows][dqk]
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t qrow = p.qo_begin[b] + w.qo_begin + t;
     for (int h = 0; h < heads; ++h) {
@@ -147,8 +126,7 @@ void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* l
         row[d_ckv + d] = load_f32(r, p.kv_dtype, d * p.kpe_strides.dim);
     }
     for (int64_t t = 0; t < tokens; ++t) {
-      const int64_t end = visible_end(p, b, w.qo_begin + t);
-      const int visible = static_cast<int>(std::clamp<int64_t>(end - j0, 0, n));
+      const int visible = p.visible_keys(b, w.qo_begin + t, j0, n);
       if (visible == 0) continue;
       for (int h = 0; h < heads; ++h) {
         const int64_t r = t * heads + h;
@@ -185,9 +163,6 @@ void mla_item_portable(const MlaParams& p, const WorkItem& w, float* o, float* l
 
 Status plan_mla(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
                 Plan* plan) {
-  plan->backend = "cpu";
-  plan->device = options.device;
-  plan->problem = problem;
   request_lengths(problem, args, &plan->qo_len, &plan->kv_len);
   const int threads = resolve_num_threads(options.num_threads);
   plan->num_threads = threads;

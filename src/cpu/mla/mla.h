@@ -7,10 +7,12 @@
 // per tile for the scores and one for the output.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "core/paged_kv.h"
+#include "cpu/common/workspace.h"
 #include "kvattn/attention.h"
 #include "kvattn/device.h"
 #include "kvattn/problem.h"
@@ -68,6 +70,45 @@ struct MlaParams {
   }
   int64_t page_of(int b, int64_t j) const {
     return kv_indices[(int64_t{kv_indptr[b * indptr_stride]} + j / page_size) * indices_stride];
+  }
+  // How many of the n keys from j0 query token i of request b sees (causal: bottom-right
+  // aligned).
+  int visible_keys(int b, int64_t i, int64_t j0, int n) const {
+    int64_t end = kv_len[b];
+    if (causal) end = std::clamp<int64_t>(i + kv_len[b] - qo_len[b] + 1, 0, kv_len[b]);
+    return static_cast<int>(std::clamp<int64_t>(end - j0, 0, n));
+  }
+};
+
+// The per-thread scratch of the kernels, laid out by the one function that also sizes it for the
+// planner (base null: sizes only; mla_kernel_scratch_bytes). Q and Tile are the element types of
+// the packed query and of the tile copy: f32 in the AVX2 and portable kernels, bf16 pairs and
+// bf16 in the AVX512_BF16 one (the slots are sized for 4-byte elements). The AMX kernel lays out
+// its own inside the same size.
+template <class Q, class Tile>
+struct MlaScratch {
+  Q* q;                  // [tokens][D_qk (/ 2 pairs)][heads]: the query, heads in lanes
+  float* st;             // [T][heads]: scores, then probabilities
+  uint32_t* pp;          // [T / 2][heads]: probability pairs (bf16)
+  Tile* tile;            // [T][D_ckv + D_kpe]: a copy of the tile, then a zero row
+  uint32_t* vp;          // [T / 2][D_ckv]: value pairs, per 32-dim block (lo, hi) zmm
+  float* acc;            // [rows][D_ckv]: output accumulators
+  float *m, *l, *alpha;  // [rows]: running max and sum, rescale
+  std::size_t size;      // bytes
+  MlaScratch(std::byte* base, int d_ckv, int d_kpe) {
+    const std::size_t rows = kMlaMaxRows, keys = kMlaTileKeys;
+    const std::size_t dqk = static_cast<std::size_t>(d_ckv + d_kpe), dv = d_ckv;
+    RegionCursor s(base);
+    q = s.take<Q>(rows * dqk * 4);
+    st = s.take<float>(rows * keys * 4);
+    pp = s.take<uint32_t>(rows * keys * 4);
+    tile = s.take<Tile>(keys * dqk * 4 + dqk * 4);
+    vp = s.take<uint32_t>(keys * dv * 4);
+    acc = s.take<float>(rows * dv * 4);
+    m = s.take<float>(rows * 4);
+    l = s.take<float>(rows * 4);
+    alpha = s.take<float>(rows * 4);
+    size = s.size();
   }
 };
 

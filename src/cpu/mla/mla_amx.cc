@@ -19,14 +19,14 @@
 #include <cstring>
 #include <limits>
 
-#include "core/math_constants.h"
 #include "core/cpu_features.h"
+#include "core/math_constants.h"
 #include "cpu/common/amx.h"
-#include "cpu/common/simd_avx512.h"
 #include "cpu/common/epilogue.h"
+#include "cpu/common/simd_avx512.h"
 #include "cpu/common/workspace.h"
 #include "cpu/mla/mla.h"
-#include "cpu/mla/mla_e4m3.h"
+#include "cpu/mla/mla_bf16_pairs.h"
 
 namespace kvattn::cpu {
 namespace {
@@ -241,20 +241,6 @@ inline void value_block(const uint32_t* pa, int64_t pa_stride, const uint32_t* v
   block_store<KB, RB>(c, c_stride, c_block);
 }
 
-template <DType KV>
-inline void row_to_bf16(const std::byte* src, int n, uint16_t* dst) {
-  if constexpr (KV == DType::kBF16) {
-    std::memcpy(dst, src, static_cast<std::size_t>(n) * 2);
-  } else if constexpr (KV == DType::kE4M3) {
-    e4m3_to_bf16(reinterpret_cast<const uint8_t*>(src), n, dst);
-  } else {
-    for (int i = 0; i < n; i += 16) {
-      const __m512 x = Simd::load_raw<KV>(src + static_cast<std::size_t>(i) * dtype_size(KV));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), (__m256i)_mm512_cvtneps_pbh(x));
-    }
-  }
-}
-
 // Q^T pairs of one query token: qt[d][h] = the bf16 pair (q[h][2d], q[h][2d + 1]), by 16 x 16
 // transposes of words (the head dims are multiples of 32, the heads of 16).
 inline void pack_query(const std::byte* q, int64_t head_stride_bytes, int heads, int pairs,
@@ -270,18 +256,6 @@ inline void pack_query(const std::byte* q, int64_t head_stride_bytes, int heads,
         _mm512_storeu_si512(qt + int64_t{d0 + i} * heads + h0, r[i]);
       }
     }
-  }
-}
-
-// The V pairs of ckv rows a and c (c may be a zero row) at dst: unpacks of 16-bit words, so the
-// 32 columns of each block come in the order (0-3, 8-11, 16-19, 24-27 | 4-7, 12-15, ...);
-// finish() puts them back.
-inline void pair_rows(const uint16_t* a, const uint16_t* c, int d_ckv, uint32_t* dst) {
-  for (int blk = 0; blk < d_ckv / 32; ++blk) {
-    const __m512i ra = _mm512_loadu_si512(a + blk * 32);
-    const __m512i rc = _mm512_loadu_si512(c + blk * 32);
-    _mm512_storeu_si512(dst + blk * 32, _mm512_unpacklo_epi16(ra, rc));
-    _mm512_storeu_si512(dst + blk * 32 + 16, _mm512_unpackhi_epi16(ra, rc));
   }
 }
 
@@ -309,12 +283,7 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
   std::fill(s.m, s.m + rows, kNegInf);
   std::fill(s.l, s.l + rows, 0.0f);
 
-  // vcvtne2ps2bf16 rounds two vectors to bf16 side by side, [a | b]; vpermw interleaves them
-  // into pair words (a[i], b[i]).
-  alignas(64) static constexpr int16_t kInterleave[32] = {
-      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const __m512i interleave = _mm512_load_si512(kPairInterleave);
   const __m512 c = _mm512_set1_ps(p.score_scale_log2);
   alignas(64) static constexpr uint16_t kZeroRow[1024] = {};
 
@@ -444,7 +413,7 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
               const __m512 pb = Simd::exp2(
                   _mm512_fmadd_ps(_mm512_loadu_ps(sk + int64_t{2 * i + 1} * heads), c, neg_base));
               sum = _mm512_add_ps(sum, _mm512_add_ps(pa, pb));
-              r[i] = _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(pb, pa));
+              r[i] = bf16_pairs(pa, pb, interleave);
             }
           } else {
             for (int i = 0; i < 16; ++i) {
@@ -459,7 +428,7 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
                     _mm512_fmadd_ps(_mm512_loadu_ps(sv + int64_t{ja + 1} * heads), c, neg_base));
               }
               sum = _mm512_add_ps(sum, _mm512_add_ps(pa, pb));
-              r[i] = _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(pb, pa));
+              r[i] = bf16_pairs(pa, pb, interleave);
             }
           }
           transpose16(r);

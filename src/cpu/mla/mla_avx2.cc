@@ -20,10 +20,10 @@
 #include "core/element_io.h"
 #include "core/math_constants.h"
 #include "core/numeric.h"
-#include "cpu/common/simd_avx2.h"
 #include "cpu/common/epilogue.h"
-#include "cpu/common/workspace.h"
+#include "cpu/common/simd_avx2.h"
 #include "cpu/mla/mla.h"
+#include "cpu/mla/mla_softmax.h"
 
 namespace kvattn::cpu {
 namespace {
@@ -34,29 +34,6 @@ constexpr int kDimChunk = 192; // query dims per score pass: 3 x 8 heads x 192 x
 constexpr int kKB = 4;         // keys per score block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 static_assert(kMlaTileKeys % kSubKeys == 0);
-
-struct Scratch {
-  float* qt;             // [tokens][dqk][heads]: the query, transposed (heads in lanes)
-  float* st;             // [kSubKeys][heads]: scores, then probabilities
-  float* tile;           // [kSubKeys + kKB][dqk]: the sub-tile in f32, zero rows after it
-  float* acc;            // [rows][d_ckv]
-  float *m, *l, *alpha;  // [rows], [rows], [heads]
-  // Inside mla_kernel_scratch_bytes: its slots are at least this large (q as f32, scores of 128
-  // keys, a 128-key f32 tile, accumulators, three row vectors).
-  Scratch(std::byte* base, int d_ckv, int d_kpe) {
-    const std::size_t rows = kMlaMaxRows, dqk = static_cast<std::size_t>(d_ckv + d_kpe);
-    RegionCursor s(base);
-    qt = s.take<float>(rows * dqk * 4);
-    st = s.take<float>(rows * kMlaTileKeys * 4);
-    s.take(rows * kMlaTileKeys * 4);  // the probability-pair slot of the bf16 kernel: unused
-    tile = s.take<float>(kMlaTileKeys * dqk * 4 + dqk * 4);
-    s.take(kMlaTileKeys * static_cast<std::size_t>(d_ckv) * 4);  // packed values: unused
-    acc = s.take<float>(rows * static_cast<std::size_t>(d_ckv) * 4);
-    m = s.take<float>(rows * 4);
-    l = s.take<float>(rows * 4);
-    alpha = s.take<float>(rows * 4);
-  }
-};
 
 // This file's own copy of the element loader (core/element_io.h).
 struct Avx2;
@@ -145,12 +122,12 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
   const int nv = heads / 8, nz = d_ckv / 8;
   const int b = w.request;
   const int64_t tokens = w.qo_end - w.qo_begin, rows = tokens * heads;
-  Scratch s(scratch, d_ckv, d_kpe);
+  const MlaScratch<float, float> s(scratch, d_ckv, d_kpe);
 
   // Q^T[token][d][head] in f32.
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t row = p.qo_begin[b] + w.qo_begin + t;
-    float* qt = s.qt + t * dqk * heads;
+    float* qt = s.q + t * dqk * heads;
     for (int h = 0; h < heads; ++h) {
       for (int d = 0; d < d_ckv; ++d) {
         qt[d * heads + h] = load_one(p.q_nope, p.q_dtype, row * p.qn_row + h * p.qn_head + d);
@@ -179,42 +156,17 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
               s.tile + static_cast<std::size_t>(padded) * dqk, 0.0f);
 
     for (int64_t t = 0; t < tokens; ++t) {
-      int64_t end = p.kv_len[b];
-      if (p.causal) {
-        end = std::clamp<int64_t>(w.qo_begin + t + p.kv_len[b] - p.qo_len[b] + 1, 0, p.kv_len[b]);
-      }
-      const int visible = static_cast<int>(std::clamp<int64_t>(end - j0, 0, n));
+      const int visible = p.visible_keys(b, w.qo_begin + t, j0, n);
       if (visible == 0) continue;
       const int keys = (visible + kKB - 1) / kKB * kKB;
-      const float* qt = s.qt + t * dqk * heads;
+      const float* qt = s.q + t * dqk * heads;
       int v0 = 0;
       for (; v0 + 3 <= nv; v0 += 3) score_heads<3>(qt, heads, v0, s.tile, dqk, keys, s.st);
       if (nv - v0 == 2) score_heads<2>(qt, heads, v0, s.tile, dqk, keys, s.st);
       if (nv - v0 == 1) score_heads<1>(qt, heads, v0, s.tile, dqk, keys, s.st);
 
-      float* m = s.m + t * heads;
-      float* l = s.l + t * heads;
-      const __m256 scale = _mm256_set1_ps(p.score_scale_log2);
-      for (int v = 0; v < nv; ++v) {
-        const __m256 m_old = _mm256_loadu_ps(m + v * 8);
-        __m256 mx = m_old;
-        for (int jj = 0; jj < visible; ++jj) {
-          const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s.st + jj * heads + v * 8), scale);
-          _mm256_storeu_ps(s.st + jj * heads + v * 8, x);
-          mx = _mm256_max_ps(mx, x);
-        }
-        const __m256 a = Simd::exp2(_mm256_sub_ps(m_old, mx));
-        __m256 sum = _mm256_setzero_ps();
-        for (int jj = 0; jj < visible; ++jj) {
-          const __m256 prob =
-              Simd::exp2(_mm256_sub_ps(_mm256_loadu_ps(s.st + jj * heads + v * 8), mx));
-          sum = _mm256_add_ps(sum, prob);
-          _mm256_storeu_ps(s.st + jj * heads + v * 8, prob);
-        }
-        _mm256_storeu_ps(l + v * 8, _mm256_fmadd_ps(_mm256_loadu_ps(l + v * 8), a, sum));
-        _mm256_storeu_ps(m + v * 8, mx);
-        _mm256_storeu_ps(s.alpha + v * 8, a);
-      }
+      softmax_columns<Simd>(s.st, heads, visible, visible, p.score_scale_log2, s.m + t * heads,
+                            s.l + t * heads, s.alpha);
 
       float* acc = s.acc + t * heads * d_ckv;
       int z0 = 0;

@@ -18,13 +18,13 @@
 #include <cstring>
 #include <limits>
 
-#include "core/math_constants.h"
 #include "core/cpu_features.h"
+#include "core/math_constants.h"
 #include "cpu/common/epilogue.h"
-#include "cpu/common/workspace.h"
-#include "cpu/mla/mla.h"
-#include "cpu/mla/mla_e4m3.h"
 #include "cpu/common/simd_avx512.h"
+#include "cpu/mla/mla.h"
+#include "cpu/mla/mla_bf16_pairs.h"
+#include "cpu/mla/mla_softmax.h"
 
 namespace kvattn::cpu {
 namespace {
@@ -42,31 +42,6 @@ inline __m512i bcast_dword(const uint16_t* pair) {
   std::memcpy(&v, pair, 4);
   return _mm512_set1_epi32(v);
 }
-
-// Scratch of one item, laid out inside mla_kernel_scratch_bytes.
-struct Scratch {
-  uint32_t* qp;          // [tokens][DP][H]: query pairs per head
-  float* st;             // [T][H]: scores, then probabilities (f32)
-  uint32_t* pp;          // [T/2][H]: probability pairs per head (bf16)
-  uint16_t* tile;        // [T][D_ckv + D_kpe] bf16 copy of an fp8 tile, then a zero row
-  uint32_t* vp;          // [T/2][D_ckv]: value pairs, per 32-dim block (lo, hi) zmm
-  float* acc;            // [rows][D_ckv]: accumulators (permuted dims)
-  float *m, *l, *alpha;  // [rows]
-  Scratch(std::byte* base, int heads, int d_ckv, int d_kpe) {
-    const std::size_t rows = kMlaMaxRows, dqk = static_cast<std::size_t>(d_ckv + d_kpe);
-    (void)heads;
-    RegionCursor s(base);
-    qp = s.take<uint32_t>(rows * dqk * 4);
-    st = s.take<float>(rows * T * 4);
-    pp = s.take<uint32_t>(rows * T * 4);
-    tile = s.take<uint16_t>(T * dqk * 4 + dqk * 4);
-    vp = s.take<uint32_t>(T * static_cast<std::size_t>(d_ckv) * 4);
-    acc = s.take<float>(rows * static_cast<std::size_t>(d_ckv) * 4);
-    m = s.take<float>(rows * 4);
-    l = s.take<float>(rows * 4);
-    alpha = s.take<float>(rows * 4);
-  }
-};
 
 // S^T for key block [k0, k0 + KB) and head vectors [v0, v0 + VB) of one token.
 template <int VB, int KB>
@@ -128,33 +103,20 @@ inline void output_block(float* acc, int d_ckv, const uint32_t* pp, int heads, c
     for (int z = 0; z < 4; ++z) _mm512_storeu_ps(acc + (h0 + h) * d_ckv + (z0 + z) * 16, o[h][z]);
 }
 
-// A row of n values (n % 16 == 0) of an fp8 / bf16 cache as bf16 bits, widened exactly.
-template <DType KV>
-inline void to_bf16(const std::byte* src, int n, uint16_t* dst) {
-  if constexpr (KV == DType::kE4M3) {
-    e4m3_to_bf16(reinterpret_cast<const uint8_t*>(src), n, dst);
-  } else {
-    for (int i = 0; i < n; i += 16) {
-      const __m512 x = Simd::load_raw<KV>(src + static_cast<std::size_t>(i) * dtype_size(KV));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), (__m256i)_mm512_cvtneps_pbh(x));
-    }
-  }
-}
-
 template <DType KV, int VB>
 void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte* scratch) {
   const int heads = p.heads, d_ckv = p.d_ckv, d_kpe = p.d_kpe, dqk = d_ckv + d_kpe;
   const int dpn = d_ckv / 2, dpr = d_kpe / 2, dp_all = dqk / 2;
   const int b = w.request;
   const int64_t tokens = w.qo_end - w.qo_begin, rows = tokens * heads;
-  Scratch s(scratch, heads, d_ckv, d_kpe);
+  const MlaScratch<uint32_t, uint16_t> s(scratch, d_ckv, d_kpe);
   uint16_t* zero_row = s.tile + static_cast<std::size_t>(T) * dqk;
   std::memset(zero_row, 0, static_cast<std::size_t>(dqk) * 2);
 
   // Query pairs: Qp[token][pair][head] = (q[h][2p], q[h][2p+1]).
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t row = p.qo_begin[b] + w.qo_begin + t;
-    uint32_t* qt = s.qp + t * dp_all * heads;
+    uint32_t* qt = s.q + t * dp_all * heads;
     for (int h = 0; h < heads; ++h) {
       const auto* qn = reinterpret_cast<const uint16_t*>(p.q_nope) + row * p.qn_row + h * p.qn_head;
       const auto* qr = reinterpret_cast<const uint16_t*>(p.q_pe) + row * p.qp_row + h * p.qp_head;
@@ -166,13 +128,8 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
   std::fill(s.m, s.m + rows, kNegInf);
   std::fill(s.l, s.l + rows, 0.0f);
 
-  // Interleave index of the probability pairs: dword h = (P[j][h], P[j+1][h]).
-  alignas(64) int16_t interleave[32];
-  for (int h = 0; h < 16; ++h) {
-    interleave[2 * h] = static_cast<int16_t>(h);
-    interleave[2 * h + 1] = static_cast<int16_t>(16 + h);
-  }
-  const __m512i pair_index = _mm512_load_si512(interleave);
+  // Probability pairs: dword h = (P[j][h], P[j+1][h]).
+  const __m512i interleave = _mm512_load_si512(kPairInterleave);
   const uint16_t* kn[T];
   const uint16_t* kr[T];
 
@@ -192,8 +149,8 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
         kr[jj] = reinterpret_cast<const uint16_t*>(r);
       } else {
         uint16_t* dst = s.tile + static_cast<std::size_t>(jj) * dqk;
-        to_bf16<KV>(c, d_ckv, dst);
-        to_bf16<KV>(r, d_kpe, dst + d_ckv);
+        row_to_bf16<KV>(c, d_ckv, dst);
+        row_to_bf16<KV>(r, d_kpe, dst + d_ckv);
         kn[jj] = dst;
         kr[jj] = dst + d_ckv;
       }
@@ -201,59 +158,22 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
     // Value pairs: within each 32-dim block, unpacklo/hi of rows j, j+1.
     const int pairs_all = (n + 1) / 2;
     for (int j = 0; j < pairs_all; ++j) {
-      const uint16_t* a = kn[2 * j];
-      const uint16_t* c = kn[2 * j + 1];
-      uint32_t* dst = s.vp + static_cast<std::size_t>(j) * d_ckv;
-      for (int blk = 0; blk < d_ckv / 32; ++blk) {
-        const __m512i ra = _mm512_loadu_si512(a + blk * 32);
-        const __m512i rc = _mm512_loadu_si512(c + blk * 32);
-        _mm512_storeu_si512(dst + blk * 32, _mm512_unpacklo_epi16(ra, rc));
-        _mm512_storeu_si512(dst + blk * 32 + 16, _mm512_unpackhi_epi16(ra, rc));
-      }
+      pair_rows(kn[2 * j], kn[2 * j + 1], d_ckv, s.vp + static_cast<std::size_t>(j) * d_ckv);
     }
 
     for (int64_t t = 0; t < tokens; ++t) {
-      int64_t end = p.kv_len[b];
-      if (p.causal) {
-        end = std::clamp<int64_t>(w.qo_begin + t + p.kv_len[b] - p.qo_len[b] + 1, 0, p.kv_len[b]);
-      }
-      const int visible = static_cast<int>(std::clamp<int64_t>(end - j0, 0, n));
+      const int visible = p.visible_keys(b, w.qo_begin + t, j0, n);
       if (visible == 0) continue;
       const int keys = (visible + 15) / 16 * 16;  // whole key blocks; the rest masked below
-      scores<VB>(s.qp + t * dp_all * heads, heads, kn, kr, std::min(keys, T), dpn, dpr, s.st);
-      float* m = s.m + t * heads;
-      float* l = s.l + t * heads;
-      const __m512 scale = _mm512_set1_ps(p.score_scale_log2);
-      for (int v = 0; v < heads / 16; ++v) {
-        const __m512 m_old = _mm512_loadu_ps(m + v * 16);
-        __m512 mx = m_old;
-        for (int jj = 0; jj < visible; ++jj) {
-          const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s.st + jj * heads + v * 16), scale);
-          _mm512_storeu_ps(s.st + jj * heads + v * 16, x);
-          mx = _mm512_max_ps(mx, x);
-        }
-        const __m512 a = Simd::exp2(_mm512_sub_ps(m_old, mx));
-        __m512 sum = _mm512_setzero_ps();
-        for (int jj = 0; jj < T; ++jj) {
-          __m512 prob = _mm512_setzero_ps();
-          if (jj < visible) {
-            prob = Simd::exp2(_mm512_sub_ps(_mm512_loadu_ps(s.st + jj * heads + v * 16), mx));
-            sum = _mm512_add_ps(sum, prob);
-          }
-          _mm512_storeu_ps(s.st + jj * heads + v * 16, prob);
-        }
-        _mm512_storeu_ps(l + v * 16, _mm512_fmadd_ps(_mm512_loadu_ps(l + v * 16), a, sum));
-        _mm512_storeu_ps(m + v * 16, mx);
-        _mm512_storeu_ps(s.alpha + v * 16, a);
-      }
+      scores<VB>(s.q + t * dp_all * heads, heads, kn, kr, std::min(keys, T), dpn, dpr, s.st);
+      softmax_columns<Simd>(s.st, heads, visible, T, p.score_scale_log2, s.m + t * heads,
+                            s.l + t * heads, s.alpha);
       const int pairs = (visible + 1) / 2;
       for (int j = 0; j < pairs; ++j) {
         for (int v = 0; v < heads / 16; ++v) {
           const __m512 lo = _mm512_loadu_ps(s.st + (2 * j) * heads + v * 16);
           const __m512 hi = _mm512_loadu_ps(s.st + (2 * j + 1) * heads + v * 16);
-          const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-          _mm512_storeu_si512(s.pp + j * heads + v * 16,
-                              _mm512_permutexvar_epi16(pair_index, packed));
+          _mm512_storeu_si512(s.pp + j * heads + v * 16, bf16_pairs(lo, hi, interleave));
         }
       }
       float* acc = s.acc + t * heads * d_ckv;

@@ -32,20 +32,13 @@ struct Vec : ::kvattn::cpu::avx2::Simd {
   // 8 stored elements at src as f32, before the scale and before raw_to_real<T>().
   template <DType T>
   static Reg load8(const unsigned char* src) {
-    if constexpr (T == DType::kF32) {
-      return _mm256_loadu_ps(reinterpret_cast<const float*>(src));
-    } else if constexpr (T == DType::kF16) {
-      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-    } else if constexpr (T == DType::kBF16) {
-      return Simd::widen_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-    } else if constexpr (T == DType::kE5M2) {
-      return _mm256_cvtph_ps(
-          Simd::e5m2_as_f16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src))));
-    } else {
+    if constexpr (T == DType::kE4M3) {
       // e4m3 bits placed in an f16 (2^-8 off, see raw_to_real); S.1111.111 is NaN.
       const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
       return _mm256_blendv_ps(_mm256_cvtph_ps(Simd::e4m3_as_f16(codes)),
                               set1(__builtin_nanf("")), Simd::e4m3_nan_lanes(codes));
+    } else {
+      return load_raw<T>(src);
     }
   }
 
@@ -58,10 +51,8 @@ struct Vec : ::kvattn::cpu::avx2::Simd {
     if (i < n) {
       // The tail through a zeroed staging buffer: never reads past the row.
       alignas(32) unsigned char staged[W * 4] = {};
-      alignas(32) float out[W];
       std::memcpy(staged, src + i * esize, (n - i) * esize);
-      store(out, mul(load8<T>(staged), s));
-      std::memcpy(dst + i, out, (n - i) * sizeof(float));
+      store_tail(dst + i, mul(load8<T>(staged), s), n - i);
     }
   }
 
@@ -98,10 +89,8 @@ struct Vec : ::kvattn::cpu::avx2::Simd {
     int i = 0;
     for (; i + W <= n; i += W) store8(load(src + i), dtype, bytes + i * esize);
     if (i < n) {
-      alignas(32) float in[W] = {};
       alignas(32) unsigned char staged[W * 4];
-      std::memcpy(in, src + i, (n - i) * sizeof(float));
-      store8(load(in), dtype, staged);
+      store8(load_tail(src + i, n - i), dtype, staged);
       std::memcpy(bytes + i * esize, staged, (n - i) * esize);
     }
   }
