@@ -32,6 +32,10 @@ Status has_amx(const CpuFeatures& f) {
   if (!f.avx512_bf16) return missing("AVX512_BF16");
   return f.amx_bf16 ? ok() : missing("AMX-BF16 tiles granted by the OS");
 }
+Status has_amx_vbmi(const CpuFeatures& f) {
+  KVATTN_RETURN_IF_ERROR(has_amx(f));
+  return has_vbmi(f);
+}
 // vdpbf16ps at about the FMA instruction rate (AMD; a quarter of it on the Intel Xeons measured,
 // where the fp32-FMA kernels are faster: issue 14).
 bool fast_bf16_dot(const CpuFeatures& f) { return f.fast_bf16_dot; }
@@ -70,6 +74,12 @@ Status decode_fp8_table_rule(const Problem& p) {
 Status decode_fp8_bf16_dot_rule(const Problem& p) {
   KVATTN_RETURN_IF_ERROR(decode_fp8_table_rule(p));
   return bf16_dot_queries_rule(p);
+}
+// The AMX tiles: a padded group of at most 16 rows (one tile's rows or columns).
+Status decode_fp8_amx_rule(const Problem& p) {
+  KVATTN_RETURN_IF_ERROR(decode_fp8_bf16_dot_rule(p));
+  if (p.group_size() > 16) return rule("needs a GQA group of at most 16, not ", p.group_size());
+  return ok();
 }
 Status decode_bf16_dot_rule(const Problem& p) {
   if (p.kv_dtype != DType::kBF16) return rule("needs a bf16 cache, not ", dtype_name(p.kv_dtype));
@@ -157,6 +167,14 @@ DecodeItemFn decode_fp8_table_fma(const Problem& p, int gp) {
 DecodeItemFn decode_fp8_table_bf16_dot(const Problem& p, int gp) {
   return find_decode_kernel_fp8_table_avx512(p.kv_dtype, p.head_dim_qk, p.head_dim_vo, gp, true);
 }
+DecodeItemFn decode_fp8_amx(const Problem& p, int gp) {
+  return find_decode_kernel_fp8_amx(p.kv_dtype, p.head_dim_qk, p.head_dim_vo, gp);
+}
+#if defined(KVATTN_CPU_AMX_EMULATION)
+DecodeItemFn decode_fp8_amx_emulated(const Problem& p, int gp) {
+  return find_decode_kernel_fp8_amx_emulated(p.kv_dtype, p.head_dim_qk, p.head_dim_vo, gp);
+}
+#endif
 DecodeItemFn decode_bf16_dot(const Problem& p, int gp) {
   return find_decode_kernel_bf16_dot_avx512(p.kv_dtype, p.head_dim_qk, p.head_dim_vo, gp);
 }
@@ -195,7 +213,15 @@ constexpr std::string_view kMlaPortable = "mla-scalar-f32";
 // kMlaTileKeys keys shared by all heads).
 constexpr auto kKernels = std::to_array<CpuKernel>({
 #if defined(__x86_64__)
-  decode_kernel("decode-avx512bf16-fp8table-dot-k32", CpuIsa::kAvx512, has_bf16_vbmi,
+  // Not measured yet (no AMX CPU in the sessions since it was built): named only until an A/B
+  // on one says where it wins.
+  decode_kernel("decode-amx-bf16-fp8table-k32", CpuIsa::kAvx512, has_amx_vbmi,
+                decode_fp8_amx_rule, named_only, decode_fp8_amx, kDecodePortable),
+#if defined(KVATTN_CPU_AMX_EMULATION)
+      decode_kernel("decode-amx-bf16-fp8table-k32-emulated", CpuIsa::kAvx512, has_bf16_vbmi,
+                    decode_fp8_amx_rule, named_only, decode_fp8_amx_emulated, kDecodePortable),
+#endif
+      decode_kernel("decode-avx512bf16-fp8table-dot-k32", CpuIsa::kAvx512, has_bf16_vbmi,
                 decode_fp8_bf16_dot_rule, fast_bf16_dot, decode_fp8_table_bf16_dot,
                 kDecodePortable),
       decode_kernel("decode-avx512bf16-dot-k32", CpuIsa::kAvx512, has_bf16, decode_bf16_dot_rule,

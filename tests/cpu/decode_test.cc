@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -120,6 +121,10 @@ constexpr std::string_view kFp8TableFma = "decode-avx512vbmi-fp8table-fma-k32";
 constexpr std::string_view kFp8TableDot = "decode-avx512bf16-fp8table-dot-k32";
 constexpr std::string_view kBf16Dot = "decode-avx512bf16-dot-k32";
 constexpr std::string_view kFma512 = "decode-avx512-fma-k32";
+// The same table widening onto AMX-BF16 tiles (decode_fp8_amx.cc), and that kernel body on
+// emulated tiles (common/amx.h: any CPU with AVX512_BF16 and VBMI).
+constexpr std::string_view kFp8Amx = "decode-amx-bf16-fp8table-k32";
+constexpr std::string_view kFp8AmxEmulated = "decode-amx-bf16-fp8table-k32-emulated";
 
 // The kernel named `name` where this machine runs it, else nullptr and the reason in `why`.
 const cpu::CpuKernel* runnable(std::string_view name, std::string* why) {
@@ -160,6 +165,20 @@ TEST(CpuDecodeBf16Dot, MatchesTheReferenceOnBf16Caches) {
   const cpu::CpuKernel* k = runnable(kBf16Dot, &why);
   if (k == nullptr) GTEST_SKIP() << why;
   check_table_grid(*k, kBf16Type);
+}
+
+TEST(CpuDecodeAmx, MatchesTheReferenceOnFp8Caches) {
+  std::string why;
+  const cpu::CpuKernel* k = runnable(kFp8Amx, &why);
+  if (k == nullptr) GTEST_SKIP() << why;
+  check_table_grid(*k, kFp8Types);
+}
+
+TEST(CpuDecodeAmx, EmulatedTilesMatchTheReferenceOnFp8Caches) {
+  std::string why;
+  const cpu::CpuKernel* k = runnable(kFp8AmxEmulated, &why);
+  if (k == nullptr) GTEST_SKIP() << why;
+  check_table_grid(*k, kFp8Types);
 }
 
 void check_table_grid(const cpu::CpuKernel& kernel, std::span<const DType> kv_types) {
@@ -445,15 +464,25 @@ TEST(CpuDecodeNan, E4m3NanCodesGiveTheReferencesNans) {
   ASSERT_TRUE(kvattn::run(p, fresh, reference).ok());
   const std::vector<float> ref_out = c.fresh_out_f32(), ref_lse = c.fresh_lse_f32();
   int nan_outputs = 0;
-  for (CpuIsa isa : isa_levels()) {
+  // Every ISA level's default kernel, then the AMX tile kernels (named) where they run.
+  std::vector<std::pair<CpuIsa, std::string_view>> runs;
+  for (CpuIsa isa : isa_levels()) runs.emplace_back(isa, "");
+  for (std::string_view name : {kFp8Amx, kFp8AmxEmulated}) {
+    std::string why;
+    if (runnable(name, &why) != nullptr) runs.emplace_back(detail::cpu_features().best, name);
+  }
+  for (const auto& [isa, kernel] : runs) {
     for (int64_t chunk : {int64_t{0}, int64_t{16}}) {
       IsaLimit limit(isa);
+      std::optional<KernelOverride> named;
+      if (!kernel.empty()) named.emplace(kernel);
       AttentionArgs args = c.args();
       ASSERT_TRUE(kvattn::run(p, args, {.backend = "cpu", .kv_chunk_size = chunk}).ok());
       const std::vector<float> out = c.out_f32(), lse = c.lse_f32();
       for (std::size_t i = 0; i < out.size(); ++i) {
         ASSERT_EQ(std::isnan(out[i]), std::isnan(ref_out[i]))
-            << "isa " << cpu_isa_name(isa) << " chunk " << chunk << " element " << i;
+            << "isa " << cpu_isa_name(isa) << " kernel " << kernel << " chunk " << chunk
+            << " element " << i;
         // f32 output of an fp32-accumulated softmax average of values |v| <= 448: 1e-3 is
         // hundreds of rounding steps, far below the 2^-4 spacing of e4m3 near 1.
         if (!std::isnan(out[i])) EXPECT_NEAR(out[i], ref_out[i], 1e-3) << i;

@@ -124,6 +124,11 @@ DecodeItemFn find_decode_kernel_fp8_table_avx512(DType kv, int dqk, int dvo, int
 // 128, 256 (equal); nullptr otherwise. Preferred over the fp32-FMA kernel where vdpbf16ps is
 // fast, as above.
 DecodeItemFn find_decode_kernel_bf16_dot_avx512(DType kv, int dqk, int dvo, int group_padded);
+// FP8 caches widened by the byte tables onto AMX-BF16 tiles (decode_fp8_amx.cc): head dim d =
+// 64, 128, 256 (equal K and V dims), padded groups of 1, 2, 4, 8 or 16 rows; and the same kernel
+// on emulated tiles (common/amx.h), built with KVATTN_CPU_AMX_EMULATION, for the tests.
+DecodeItemFn find_decode_kernel_fp8_amx(DType kv, int dqk, int dvo, int group_padded);
+DecodeItemFn find_decode_kernel_fp8_amx_emulated(DType kv, int dqk, int dvo, int group_padded);
 
 // Plans a decode op: one item per (request, KV head), or per KV chunk of it when split.
 Status plan_decode(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
