@@ -40,6 +40,19 @@ void configure(int m, int n, int k) {
   emu::loadconfig(&cfg);
 }
 
+// One TDPBF16PS on 1 x 1 tiles: c + a[0] b[0] + a[1] b[1], the emulation's way.
+float dot_one_pair(const uint16_t a[2], const uint16_t b[2], float c) {
+  configure(1, 1, 1);
+  emu::loadd(0, &c, 4);
+  emu::loadd(1, a, 4);
+  emu::loadd(2, b, 4);
+  emu::dpbf16ps(0, 1, 2);
+  float got;
+  emu::stored(0, &got, 4);
+  emu::release();
+  return got;
+}
+
 // TDPBF16PS, the SDM's loops: C[m][n] += sum over k of A[m][2k] B[k][2n] + A[m][2k+1] B[k][2n+1]
 // (A's rows: k pairs of bf16; B's rows: n pairs), in doubles.
 TEST(CpuAmxEmulation, DpBf16PsIsTheSdmsPairedProductOnEveryShapeTheKernelsUse) {
@@ -86,47 +99,19 @@ TEST(CpuAmxEmulation, DpBf16PsIsTheSdmsPairedProductOnEveryShapeTheKernelsUse) {
 // The even pair's product is added first, each rounded: (-2^30 + 2^30) + 1 is 1, where the other
 // order, (-2^30 + 1) + 2^30, rounds the 1 away.
 TEST(CpuAmxEmulation, DpBf16PsAddsTheEvenProductFirstRoundingEach) {
-  configure(1, 1, 1);
   const uint16_t a[2] = {bf16_bits(1.0f), bf16_bits(1.0f)};
   const uint16_t b[2] = {bf16_bits(0x1p30f), bf16_bits(1.0f)};
-  const float c = -0x1p30f;
-  emu::loadd(0, &c, 4);
-  emu::loadd(1, a, 4);
-  emu::loadd(2, b, 4);
-  emu::dpbf16ps(0, 1, 2);
-  float got;
-  emu::stored(0, &got, 4);
-  EXPECT_EQ(got, 1.0f);
-  emu::release();
+  EXPECT_EQ(dot_one_pair(a, b, -0x1p30f), 1.0f);
 }
 
 // Denormal bf16 inputs read as zero, denormal f32 results are flushed to zero.
 TEST(CpuAmxEmulation, DpBf16PsFlushesDenormalInputsAndResults) {
-  configure(1, 1, 1);
-  const float c = 0.0f;
-  {
-    const uint16_t a[2] = {0x0001, 0x0000};  // the smallest bf16 denormal
-    const uint16_t b[2] = {bf16_bits(0x1p100f), 0x0000};
-    emu::loadd(0, &c, 4);
-    emu::loadd(1, a, 4);
-    emu::loadd(2, b, 4);
-    emu::dpbf16ps(0, 1, 2);
-    float got;
-    emu::stored(0, &got, 4);
-    EXPECT_EQ(got, 0.0f);  // read as zero; without DAZ it would be about 2^-33
-  }
-  {
-    const uint16_t a[2] = {bf16_bits(0x1p-70f), 0x0000};
-    const uint16_t b[2] = {bf16_bits(0x1p-70f), 0x0000};
-    emu::loadd(0, &c, 4);
-    emu::loadd(1, a, 4);
-    emu::loadd(2, b, 4);
-    emu::dpbf16ps(0, 1, 2);
-    float got;
-    emu::stored(0, &got, 4);
-    EXPECT_EQ(got, 0.0f);  // 2^-140 is an f32 denormal: flushed
-  }
-  emu::release();
+  // The smallest bf16 denormal times 2^100: about 2^-33 without DAZ.
+  const uint16_t denormal[2] = {0x0001, 0x0000}, big[2] = {bf16_bits(0x1p100f), 0x0000};
+  EXPECT_EQ(dot_one_pair(denormal, big, 0.0f), 0.0f);
+  // 2^-70 squared: 2^-140, an f32 denormal.
+  const uint16_t tiny[2] = {bf16_bits(0x1p-70f), 0x0000};
+  EXPECT_EQ(dot_one_pair(tiny, tiny, 0.0f), 0.0f);
 }
 
 TEST(CpuAmxEmulation, ZeroAndLoadConfigClearTiles) {
