@@ -215,15 +215,15 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
 #if defined(__x86_64__)
   // Not measured yet (no AMX CPU in the sessions since it was built): named only until an A/B
   // on one says where it wins.
-  decode_kernel("decode-amx-bf16-fp8table-k32", CpuIsa::kAvx512, has_amx_vbmi,
-                decode_fp8_amx_rule, named_only, decode_fp8_amx, kDecodePortable),
+  decode_kernel("decode-amx-bf16-fp8table-k32", CpuIsa::kAvx512, has_amx_vbmi, decode_fp8_amx_rule,
+                named_only, decode_fp8_amx, kDecodePortable),
 #if defined(KVATTN_CPU_AMX_EMULATION)
       decode_kernel("decode-amx-bf16-fp8table-k32-emulated", CpuIsa::kAvx512, has_bf16_vbmi,
                     decode_fp8_amx_rule, named_only, decode_fp8_amx_emulated, kDecodePortable),
 #endif
       decode_kernel("decode-avx512bf16-fp8table-dot-k32", CpuIsa::kAvx512, has_bf16_vbmi,
-                decode_fp8_bf16_dot_rule, fast_bf16_dot, decode_fp8_table_bf16_dot,
-                kDecodePortable),
+                    decode_fp8_bf16_dot_rule, fast_bf16_dot, decode_fp8_table_bf16_dot,
+                    kDecodePortable),
       decode_kernel("decode-avx512bf16-dot-k32", CpuIsa::kAvx512, has_bf16, decode_bf16_dot_rule,
                     fast_bf16_dot, decode_bf16_dot, kDecodePortable),
       decode_kernel("decode-avx512vbmi-fp8table-fma-k32", CpuIsa::kAvx512, has_vbmi,

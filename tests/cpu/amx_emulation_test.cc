@@ -59,7 +59,8 @@ TEST(CpuAmxEmulation, DpBf16PsIsTheSdmsPairedProductOnEveryShapeTheKernelsUse) {
   std::mt19937 rng(3);
   // Small integers times powers of two: every product and sum below is exact in f32.
   std::uniform_int_distribution<int> small(-8, 8);
-  const int shapes[][3] = {{16, 16, 16}, {4, 16, 16}, {16, 4, 16}, {1, 16, 16}, {16, 16, 8}, {8, 2, 16}};
+  const int shapes[][3] = {{16, 16, 16}, {4, 16, 16}, {16, 4, 16},
+                           {1, 16, 16},  {16, 16, 8}, {8, 2, 16}};
   for (const auto& [m, n, k] : shapes) {
     configure(m, n, k);
     std::vector<uint16_t> a(m * 2 * k), b(k * 2 * n);

@@ -80,4 +80,3 @@ inline void transpose16(__m512i r[16]) {
 }
 
 }  // namespace kvattn::cpu::amx
-

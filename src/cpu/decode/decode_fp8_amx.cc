@@ -21,8 +21,8 @@
 #include <cstring>
 
 #include "cpu/common/amx.h"
-#include "cpu/decode/decode_fp8_table.h"
 #include "cpu/decode/decode.h"
+#include "cpu/decode/decode_fp8_table.h"
 
 namespace kvattn::cpu {
 namespace {
@@ -115,11 +115,13 @@ struct AmxTiles {
     // P as bf16, the keys past n zero (the scores buffer holds an earlier tile's there).
     alignas(64) uint16_t p_rows[kG][kTile];
     const __mmask16 lo = n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
-    const __mmask16 hi = n >= 32 ? 0xFFFF : n <= 16 ? 0 : static_cast<__mmask16>((1u << (n - 16)) - 1);
+    const __mmask16 hi = n >= 32   ? 0xFFFF
+                         : n <= 16 ? 0
+                                   : static_cast<__mmask16>((1u << (n - 16)) - 1);
     for (int g = 0; g < kG; ++g) {
       const float* pg = p + g * kTile;
-      const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, pg + 16),
-                                             _mm512_maskz_loadu_ps(lo, pg));
+      const __m512bh b =
+          _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, pg + 16), _mm512_maskz_loadu_ps(lo, pg));
       _mm512_store_si512(p_rows[g], (__m512i)b);
     }
     // V pairs by 16-dim block (c, r) of the accumulator order: row t = keys 2t, 2t + 1.
