@@ -24,6 +24,43 @@ namespace kvattn::fa3::emu {
 namespace {
 using namespace test;  // NOLINT(google-build-using-namespace): the tests' helpers
 
+// One warpgroup's D = A B^T over `steps` k-steps of `type`, A and B K-major tiles of kM and kN
+// rows at a_base and b_base (fa3's QK): every thread's 64 accumulators, thread by thread.
+std::vector<float> ss_product(Sm90Cta& cta, WgmmaType type, uint32_t a_base, uint32_t b_base,
+                              int steps) {
+  std::vector<float> out(128 * 64);
+  EXPECT_EQ(run_error(cta,
+                      [&](Sm90Ops& ops, unsigned char*) {
+                        Acc<64> d;
+                        ops.wgmma_fence();
+                        for (int ks = 0; ks < steps; ++ks) {
+                          ops.wgmma_ss(d, type, type,
+                                       smem::encode(smem::k_major(a_base, kM, 0, ks)), false,
+                                       smem::encode(smem::k_major(b_base, kN, 0, ks)), false,
+                                       ks > 0);
+                        }
+                        ops.wgmma_commit();
+                        ops.wgmma_wait<0>();
+                        for (int i = 0; i < 64; ++i) out[std::size_t(ops.thread() * 64 + i)] = d[i];
+                      }),
+            "");
+  return out;
+}
+
+// ss_product's accumulators against the plain product: element (row, col) of D is the sum over
+// k < depth of small_value(row, k, seed_a) * small_value(col, k, seed_b).
+void expect_small_value_products(const std::vector<float>& out, int depth, int seed_a,
+                                 int seed_b) {
+  for (int t = 0; t < 128; ++t)
+    for (int i = 0; i < 64; ++i) {
+      const auto rc = frag::acc_element(t, i);
+      float want = 0;
+      for (int k = 0; k < depth; ++k)
+        want += small_value(rc.row, k, seed_a) * small_value(rc.col, k, seed_b);
+      ASSERT_EQ(out[std::size_t(t * 64 + i)], want) << t << " " << i;
+    }
+}
+
 // One warpgroup computes D = A B^T over `ksteps` k-steps from fa3's K-major 128B-swizzled tiles
 // (A [64 x 16 ks] of Q's layout, B [128 x 16 ks] of K's), compared with a plain product.
 TEST(Sm90Emulator, WgmmaSsBf16OverFa3TilesIsTheProduct) {
@@ -41,30 +78,8 @@ TEST(Sm90Emulator, WgmmaSsBf16OverFa3TilesIsTheProduct) {
       const uint16_t v = bf16(small_value(r, c, 2));
       std::memcpy(s + b_base + smem::tile_offset(r, c, kN), &v, 2);
     }
-  std::vector<float> out(128 * 64);
-  EXPECT_EQ(run_error(cta,
-                      [&](Sm90Ops& ops, unsigned char*) {
-                        Acc<64> d;
-                        ops.wgmma_fence();
-                        for (int ks = 0; ks < kSteps; ++ks) {
-                          ops.wgmma_ss(d, WgmmaType::kBf16, WgmmaType::kBf16,
-                                       smem::encode(smem::k_major(a_base, kM, 0, ks)), false,
-                                       smem::encode(smem::k_major(b_base, kN, 0, ks)), false,
-                                       ks > 0);
-                        }
-                        ops.wgmma_commit();
-                        ops.wgmma_wait<0>();
-                        for (int i = 0; i < 64; ++i) out[std::size_t(ops.thread() * 64 + i)] = d[i];
-                      }),
-            "");
-  for (int t = 0; t < 128; ++t)
-    for (int i = 0; i < 64; ++i) {
-      const auto rc = frag::acc_element(t, i);
-      float want = 0;
-      for (int k = 0; k < 16 * kSteps; ++k)
-        want += small_value(rc.row, k, 1) * small_value(rc.col, k, 2);
-      ASSERT_EQ(out[std::size_t(t * 64 + i)], want) << t << " " << i;
-    }
+  expect_small_value_products(ss_product(cta, WgmmaType::kBf16, a_base, b_base, kSteps),
+                              16 * kSteps, 1, 2);
 }
 
 // O = P V with P from registers (fa3's A fragment map) and V MN-major (fa3's V tile, two panels).
@@ -124,30 +139,8 @@ TEST(Sm90Emulator, WgmmaSsE4m3IsTheProduct) {
   for (int r = 0; r < kN; ++r)
     for (int c = 0; c < kCols; ++c)
       cta.smem()[b_base + smem::tile_offset8(r, c, kN)] = num::f32_to_e4m3(small_value(r, c, 6));
-  std::vector<float> out(128 * 64);
-  EXPECT_EQ(run_error(cta,
-                      [&](Sm90Ops& ops, unsigned char*) {
-                        Acc<64> d;
-                        ops.wgmma_fence();
-                        for (int ks = 0; ks < kSteps; ++ks) {
-                          ops.wgmma_ss(d, WgmmaType::kE4m3, WgmmaType::kE4m3,
-                                       smem::encode(smem::k_major(0, kM, 0, ks)), false,
-                                       smem::encode(smem::k_major(b_base, kN, 0, ks)), false,
-                                       ks > 0);
-                        }
-                        ops.wgmma_commit();
-                        ops.wgmma_wait<0>();
-                        for (int i = 0; i < 64; ++i) out[std::size_t(ops.thread() * 64 + i)] = d[i];
-                      }),
-            "");
-  for (int t = 0; t < 128; ++t)
-    for (int i = 0; i < 64; ++i) {
-      const auto rc = frag::acc_element(t, i);
-      float want = 0;
-      for (int k = 0; k < 32 * kSteps; ++k)
-        want += small_value(rc.row, k, 5) * small_value(rc.col, k, 6);
-      ASSERT_EQ(out[std::size_t(t * 64 + i)], want) << t << " " << i;
-    }
+  expect_small_value_products(ss_product(cta, WgmmaType::kE4m3, 0, b_base, kSteps), 32 * kSteps,
+                              5, 6);
   // FP8 has no transpose.
   EXPECT_FAILS_WITH(run_error(cta,
                               [&](Sm90Ops& ops, unsigned char*) {
@@ -204,22 +197,7 @@ TEST(Sm90Emulator, WgmmaE4m3AccumulatorKeepsAbout14Bits) {
     for (int c = 32; c < kCols; ++c)
       cta.smem()[b_base + smem::tile_offset8(r, c, kN)] = num::f32_to_e4m3(0.0625f);
   }
-  std::vector<float> out(128 * 64);
-  EXPECT_EQ(run_error(cta,
-                      [&](Sm90Ops& ops, unsigned char*) {
-                        Acc<64> d;
-                        ops.wgmma_fence();
-                        for (int ks = 0; ks < 2; ++ks) {
-                          ops.wgmma_ss(d, WgmmaType::kE4m3, WgmmaType::kE4m3,
-                                       smem::encode(smem::k_major(0, kM, 0, ks)), false,
-                                       smem::encode(smem::k_major(b_base, kN, 0, ks)), false,
-                                       ks > 0);
-                        }
-                        ops.wgmma_commit();
-                        ops.wgmma_wait<0>();
-                        for (int i = 0; i < 64; ++i) out[std::size_t(ops.thread() * 64 + i)] = d[i];
-                      }),
-            "");
+  const std::vector<float> out = ss_product(cta, WgmmaType::kE4m3, 0, b_base, 2);
   for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 64.0f) << i;  // exact: 64.125
 }
 
