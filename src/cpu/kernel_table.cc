@@ -28,13 +28,10 @@ Status has_bf16_vbmi(const CpuFeatures& f) {
   if (!f.avx512_bf16) return missing("AVX512_BF16");
   return has_vbmi(f);
 }
+// The amx level's files are built with AVX512_BF16 and VBMI too (src/cpu/CMakeLists.txt).
 Status has_amx(const CpuFeatures& f) {
-  if (!f.avx512_bf16) return missing("AVX512_BF16");
+  KVATTN_RETURN_IF_ERROR(has_bf16_vbmi(f));
   return f.amx_bf16 ? ok() : missing("AMX-BF16 tiles granted by the OS");
-}
-Status has_amx_vbmi(const CpuFeatures& f) {
-  KVATTN_RETURN_IF_ERROR(has_amx(f));
-  return has_vbmi(f);
 }
 // vdpbf16ps at about the FMA instruction rate (AMD; a quarter of it on the Intel Xeons measured,
 // where the fp32-FMA kernels are faster: issue 14).
@@ -215,7 +212,7 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
 #if defined(__x86_64__)
   // Not measured yet (no AMX CPU in the sessions since it was built): named only until an A/B
   // on one says where it wins.
-  decode_kernel("decode-amx-bf16-fp8table-k32", CpuIsa::kAvx512, has_amx_vbmi, decode_fp8_amx_rule,
+  decode_kernel("decode-amx-bf16-fp8table-k32", CpuIsa::kAvx512, has_amx, decode_fp8_amx_rule,
                 named_only, decode_fp8_amx, kDecodePortable),
 #if defined(KVATTN_CPU_AMX_EMULATION)
       decode_kernel("decode-amx-bf16-fp8table-k32-emulated", CpuIsa::kAvx512, has_bf16_vbmi,
@@ -239,7 +236,7 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
       prefill_kernel("prefill-amx-bf16-r256k128", CpuIsa::kAvx512, has_amx, prefill_amx_rule,
                      nullptr, prefill::prefill_item_fn_amx, kPrefillFma512, {256, 128}),
 #if defined(KVATTN_CPU_AMX_EMULATION)
-      prefill_kernel("prefill-amx-bf16-r256k128-emulated", CpuIsa::kAvx512, has_bf16,
+      prefill_kernel("prefill-amx-bf16-r256k128-emulated", CpuIsa::kAvx512, has_bf16_vbmi,
                      prefill_amx_rule, named_only, prefill::prefill_item_fn_amx_emulated,
                      kPrefillFma512, {256, 128}),
 #endif
@@ -257,7 +254,7 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
       mla_kernel("mla-amx-bf16-k128", CpuIsa::kAvx512, has_amx, mla_amx_rule, find_mla_kernel_amx,
                  kMlaPortable),
 #if defined(KVATTN_CPU_AMX_EMULATION)
-      mla_kernel("mla-amx-bf16-k128-emulated", CpuIsa::kAvx512, has_bf16, mla_amx_rule,
+      mla_kernel("mla-amx-bf16-k128-emulated", CpuIsa::kAvx512, has_bf16_vbmi, mla_amx_rule,
                  find_mla_kernel_amx_emulated, kMlaPortable, named_only),
 #endif
       mla_kernel("mla-avx512bf16-dot-k128", CpuIsa::kAvx512, has_bf16, mla_avx512_bf16_rule,

@@ -2,7 +2,7 @@
 // configuration they run with and a 16 x 16 transpose of 32-bit words in registers. Include only
 // from files built with the amx ISA flags (src/cpu/CMakeLists.txt), like the kernels themselves.
 //
-// Or built a second time with KVATTN_AMX_EMULATED and the AVX512_BF16 flags only: then the tile
+// Or built a second time with KVATTN_AMX_EMULATED, without the AMX flags: then the tile
 // instructions the kernels use (_tile_loadconfig, _tile_release, _tile_loadd, _tile_stored,
 // _tile_zero, _tile_dpbf16ps) are common/amx_emulation.h's, on a per-thread tile file, so that
 // the same kernel bodies run, and are tested against the reference, on CPUs without AMX (the

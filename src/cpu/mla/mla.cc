@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/cpu_features.h"
 #include "core/element_io.h"
 #include "core/math_constants.h"
 #include "core/numeric.h"
@@ -20,6 +21,8 @@
 #include "cpu/kernel_table.h"
 
 namespace kvattn::cpu {
+
+bool mla_amx_active() { return detail::cpu_features().amx_bf16; }
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();

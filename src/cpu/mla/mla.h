@@ -128,7 +128,7 @@ MlaItemFn find_mla_kernel_avx512_bf16(const MlaParams& p);
 // The AMX-BF16 tile kernel, or nullptr where it does not apply: as the AVX512_BF16 one, with
 // D_kpe % 32 == 0, on a CPU with AMX whose OS grants the tile state. Preferred where it applies.
 MlaItemFn find_mla_kernel_amx(const MlaParams& p);
-// The same kernel body on emulated tiles (common/amx.h; the CPU needs AVX512_BF16 only): for
+// The same kernel body on emulated tiles (common/amx.h; the CPU needs AVX512_BF16 and VBMI): for
 // tests on CPUs without AMX. Built with KVATTN_CPU_AMX_EMULATION.
 MlaItemFn find_mla_kernel_amx_emulated(const MlaParams& p);
 // The AVX2 + FMA kernel (f32 arithmetic), or nullptr where it does not apply: a bf16/f16/f32

@@ -483,14 +483,8 @@ void item(const MlaParams& p, const WorkItem& w, float* o, float* lse, std::byte
 
 }  // namespace
 
-#if !defined(KVATTN_AMX_EMULATED)
-bool mla_amx_active() { return detail::cpu_features().amx_bf16; }
-#endif
-
+// Where the CPU runs it is the kernel table's to say (kernel_table.cc: has_amx).
 MlaItemFn KVATTN_AMX_ENTRY(find_mla_kernel_amx)(const MlaParams& p) {
-#if !defined(KVATTN_AMX_EMULATED)
-  if (!mla_amx_active()) return nullptr;
-#endif
   if (p.q_dtype != DType::kBF16 || p.heads % 16 != 0 || p.heads > kMlaMaxRows ||
       p.d_ckv % 64 != 0 || p.d_kpe % 32 != 0 || p.d_ckv + p.d_kpe > 1024) {
     return nullptr;
