@@ -26,28 +26,30 @@ namespace {
 constexpr float kInf = INFINITY;
 constexpr float kNan = NAN;
 
-// f32 layout: 3 keys x 3 rows (padded to 4) x 2 dims. Key 1's V is inf in dim 0 and NaN in dim 1;
-// rows 0 and 2 mask it (weight 0), row 1 sees it.
+// f32 layout: 3 keys x 3 rows (padded to 4) x 2 dims, V rows 3 floats apart (the pitch's padding
+// float NaN: never read as a value). Key 1's V is inf in dim 0 and NaN in dim 1; rows 0 and 2
+// mask it (weight 0), row 1 sees it.
 TEST(PrefillMaskedValues, F32LayoutAddsANonFiniteKeyOnlyWhereItsWeightIsNotZero) {
-  constexpr int kKeys = 3, kRows = 3, kPad = 4, kDim = 2;
+  constexpr int kKeys = 3, kRows = 3, kPad = 4, kDim = 2, kPitch = 3;
   std::vector<float> pt = {0.5f,  0.25f, 1.0f, 7.0f,   // key 0 (padding lane 7: ignored)
                            0.0f,  0.5f,  0.0f, 7.0f,   // key 1: seen by row 1 only
                            0.25f, 0.0f,  0.5f, 7.0f};  // key 2
-  std::vector<float> vf = {1.0f, 2.0f, kInf, kNan, 3.0f, 4.0f};
+  std::vector<float> vf = {1.0f, 2.0f, kNan, kInf, kNan, kNan, 3.0f, 4.0f, kNan};
   std::vector<float> ot(kDim * kPad, 0.0f);
-  ASSERT_TRUE(guard::any_non_finite(vf.data(), kKeys * kDim));
-  ASSERT_FALSE(guard::any_non_finite(vf.data(), kDim));  // key 0 alone is finite
-  guard::add_non_finite_values(kKeys, kRows, kPad, kDim, pt.data(), vf.data(), ot.data());
+  ASSERT_TRUE(guard::any_non_finite_rows(vf.data(), kKeys, kDim, kPitch));
+  ASSERT_FALSE(guard::any_non_finite_rows(vf.data(), 1, kDim, kPitch));  // key 0 alone is finite
+  ASSERT_FALSE(guard::any_non_finite_rows(vf.data() + 2 * kPitch, 1, kDim, kPitch));  // key 2
+  guard::add_non_finite_values(kKeys, kRows, kPad, kDim, kPitch, pt.data(), vf.data(), ot.data());
   // The key left the tile: weights and V row 0; the finite keys are untouched.
   for (int r = 0; r < kPad; ++r) EXPECT_EQ(pt[1 * kPad + r], 0.0f) << r;
-  EXPECT_EQ(vf[2], 0.0f);
-  EXPECT_EQ(vf[3], 0.0f);
+  EXPECT_EQ(vf[1 * kPitch + 0], 0.0f);
+  EXPECT_EQ(vf[1 * kPitch + 1], 0.0f);
   EXPECT_EQ(pt[0], 0.5f);
-  EXPECT_EQ(vf[4], 3.0f);
+  EXPECT_EQ(vf[2 * kPitch + 0], 3.0f);
   // What the tile's product then adds (every key, as accumulate_values does) plus the guard's.
   for (int j = 0; j < kKeys; ++j) {
     for (int r = 0; r < kPad; ++r) {
-      for (int d = 0; d < kDim; ++d) ot[d * kPad + r] += pt[j * kPad + r] * vf[j * kDim + d];
+      for (int d = 0; d < kDim; ++d) ot[d * kPad + r] += pt[j * kPad + r] * vf[j * kPitch + d];
     }
   }
   EXPECT_EQ(ot[0 * kPad + 0], 0.5f * 1.0f + 0.25f * 3.0f);  // row 0: key 1 masked, finite

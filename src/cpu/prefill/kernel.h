@@ -101,9 +101,11 @@ inline void rope_rotate(const PrefillParams& p, int64_t pos, int dim, float* x) 
 
 // ---- The two register micro-kernels. KB x RV (resp. DB x RV) accumulators stay in registers.
 
-// S^T[kb][rows] = sum_d K[kb][d] * Q^T[d][rows] for KB keys and RV row vectors.
+// S^T[kb][rows] = sum_d K[kb][d] * Q^T[d][rows] for KB keys (rows `pitch` floats apart) and RV
+// row vectors.
 template <int KB, int RV>
-inline void score_block(const float* kf, int dim, const float* qt, int64_t rows_pad, float* st) {
+inline void score_block(const float* kf, int dim, int pitch, const float* qt, int64_t rows_pad,
+                        float* st) {
   using R = typename Vec::Reg;
   R acc[KB][RV];
   for (int kb = 0; kb < KB; ++kb) {
@@ -113,7 +115,7 @@ inline void score_block(const float* kf, int dim, const float* qt, int64_t rows_
     R q[RV];
     for (int rv = 0; rv < RV; ++rv) q[rv] = Vec::load(qt + d * rows_pad + rv * Vec::W);
     for (int kb = 0; kb < KB; ++kb) {
-      const R k = Vec::set1(kf[kb * dim + d]);
+      const R k = Vec::set1(kf[kb * pitch + d]);
       for (int rv = 0; rv < RV; ++rv) acc[kb][rv] = Vec::fma(k, q[rv], acc[kb][rv]);
     }
   }
@@ -122,9 +124,10 @@ inline void score_block(const float* kf, int dim, const float* qt, int64_t rows_
   }
 }
 
-// O^T[db][rows] += sum_j V[j][db] * P^T[j][rows] for DB value columns and RV row vectors.
+// O^T[db][rows] += sum_j V[j][db] * P^T[j][rows] for DB value columns (V rows `pitch` floats
+// apart) and RV row vectors.
 template <int DB, int RV>
-inline void value_block(const float* vf, int dim_vo, const float* pt, int64_t rows_pad, int keys,
+inline void value_block(const float* vf, int pitch, const float* pt, int64_t rows_pad, int keys,
                         float* ot) {
   using R = typename Vec::Reg;
   R acc[DB][RV];
@@ -135,7 +138,7 @@ inline void value_block(const float* vf, int dim_vo, const float* pt, int64_t ro
     R pv[RV];
     for (int rv = 0; rv < RV; ++rv) pv[rv] = Vec::load(pt + j * rows_pad + rv * Vec::W);
     for (int db = 0; db < DB; ++db) {
-      const R v = Vec::set1(vf[j * dim_vo + db]);
+      const R v = Vec::set1(vf[j * pitch + db]);
       for (int rv = 0; rv < RV; ++rv) acc[db][rv] = Vec::fma(v, pv[rv], acc[db][rv]);
     }
   }
@@ -149,39 +152,41 @@ inline void value_block(const float* vf, int dim_vo, const float* pt, int64_t ro
 // The last keys - j < KB keys of a row block in one block of exactly that many keys (a block
 // of one key per step would be bound by the loads of Q^T).
 template <int RV, int N>
-inline void score_tail(int remaining, const float* kf, int dim, const float* qt, int64_t rows_pad,
-                       float* st) {
+inline void score_tail(int remaining, const float* kf, int dim, int pitch, const float* qt,
+                       int64_t rows_pad, float* st) {
   if constexpr (N > 0) {
-    if (remaining == N) return score_block<N, RV>(kf, dim, qt, rows_pad, st);
-    score_tail<RV, N - 1>(remaining, kf, dim, qt, rows_pad, st);
+    if (remaining == N) return score_block<N, RV>(kf, dim, pitch, qt, rows_pad, st);
+    score_tail<RV, N - 1>(remaining, kf, dim, pitch, qt, rows_pad, st);
   }
 }
 
 template <int RV>
-inline void score_rows(const float* kf, int dim, const float* qt, int64_t rows_pad, int keys,
-                       float* st) {
+inline void score_rows(const float* kf, int dim, int pitch, const float* qt, int64_t rows_pad,
+                       int keys, float* st) {
   constexpr int KB = Vec::kKeyBlock;
   int j = 0;
   for (; j + KB <= keys; j += KB) {
-    score_block<KB, RV>(kf + j * dim, dim, qt, rows_pad, st + j * rows_pad);
+    score_block<KB, RV>(kf + j * pitch, dim, pitch, qt, rows_pad, st + j * rows_pad);
   }
-  score_tail<RV, KB - 1>(keys - j, kf + j * dim, dim, qt, rows_pad, st + j * rows_pad);
+  score_tail<RV, KB - 1>(keys - j, kf + j * pitch, dim, pitch, qt, rows_pad, st + j * rows_pad);
 }
 
-inline void scores(const float* kf, int dim, const float* qt, int64_t rows_pad, int row_vecs,
-                   int keys, float* st) {
+// K rows (dim used) `pitch` floats apart.
+inline void scores(const float* kf, int dim, int pitch, const float* qt, int64_t rows_pad,
+                   int row_vecs, int keys, float* st) {
   constexpr int RV = Vec::kRowVecs;
   int rv = 0;
   for (; rv + RV <= row_vecs; rv += RV) {
-    score_rows<RV>(kf, dim, qt + rv * Vec::W, rows_pad, keys, st + rv * Vec::W);
+    score_rows<RV>(kf, dim, pitch, qt + rv * Vec::W, rows_pad, keys, st + rv * Vec::W);
   }
   for (; rv < row_vecs; ++rv) {
-    score_rows<1>(kf, dim, qt + rv * Vec::W, rows_pad, keys, st + rv * Vec::W);
+    score_rows<1>(kf, dim, pitch, qt + rv * Vec::W, rows_pad, keys, st + rv * Vec::W);
   }
 }
 
-inline void accumulate_values(const float* vf, int dim_vo, const float* pt, int64_t rows_pad,
-                              int row_vecs, int keys, float* ot) {
+// V rows (dim_vo used) `pitch` floats apart.
+inline void accumulate_values(const float* vf, int dim_vo, int pitch, const float* pt,
+                              int64_t rows_pad, int row_vecs, int keys, float* ot) {
   constexpr int RV = Vec::kRowVecs, DB = Vec::kDvBlock;
   int rv = 0;
   for (; rv + RV <= row_vecs; rv += RV) {
@@ -189,16 +194,16 @@ inline void accumulate_values(const float* vf, int dim_vo, const float* pt, int6
     float* o = ot + rv * Vec::W;
     int d = 0;
     for (; d + DB <= dim_vo; d += DB)
-      value_block<DB, RV>(vf + d, dim_vo, p, rows_pad, keys, o + d * rows_pad);
-    for (; d < dim_vo; ++d) value_block<1, RV>(vf + d, dim_vo, p, rows_pad, keys, o + d * rows_pad);
+      value_block<DB, RV>(vf + d, pitch, p, rows_pad, keys, o + d * rows_pad);
+    for (; d < dim_vo; ++d) value_block<1, RV>(vf + d, pitch, p, rows_pad, keys, o + d * rows_pad);
   }
   for (; rv < row_vecs; ++rv) {
     const float* p = pt + rv * Vec::W;
     float* o = ot + rv * Vec::W;
     int d = 0;
     for (; d + DB <= dim_vo; d += DB)
-      value_block<DB, 1>(vf + d, dim_vo, p, rows_pad, keys, o + d * rows_pad);
-    for (; d < dim_vo; ++d) value_block<1, 1>(vf + d, dim_vo, p, rows_pad, keys, o + d * rows_pad);
+      value_block<DB, 1>(vf + d, pitch, p, rows_pad, keys, o + d * rows_pad);
+    for (; d < dim_vo; ++d) value_block<1, 1>(vf + d, pitch, p, rows_pad, keys, o + d * rows_pad);
   }
 }
 
@@ -305,13 +310,13 @@ inline void stage_kv_tile(const PrefillParams& p, const RequestInfo& req, int kv
   const bool per_token = p.k_token_scale.base != nullptr;
   for (int jj = 0; jj < keys; ++jj) {
     const int64_t j = j0 + jj;
-    float* k = kf + int64_t{jj} * p.head_dim_qk;
+    float* k = kf + int64_t{jj} * L.k_pitch;
     const float ks = per_token ? token_scale(p, p.k_token_scale, req, j, kv_head) : k_scale;
     const float vs = per_token ? token_scale(p, p.v_token_scale, req, j, kv_head) : v_scale;
     load_row(kv_row(p, p.k, req, j, kv_head), p.kv_dtype, p.head_dim_qk, p.k.strides.dim, ks, k);
     if (p.rope_table) rope_rotate(p, j, p.head_dim_qk, k);
     load_row(kv_row(p, p.v, req, j, kv_head), p.kv_dtype, p.head_dim_vo, p.v.strides.dim, vs,
-             vf + int64_t{jj} * p.head_dim_vo);
+             vf + int64_t{jj} * L.v_pitch);
   }
 }
 
@@ -486,20 +491,20 @@ inline void run_tile(const PrefillParams& p, const RequestInfo& req, int kv_head
       prefetch_kv_tile(p, req, kv_head, j0 + kv_tile,
                        static_cast<int>(imin(kv_tile, keys.end - j0 - kv_tile)));
     }
-    scores(scratch + p.scratch.kf, p.head_dim_qk, scratch + p.scratch.qt, t.rows_pad, t.row_vecs, n,
-           scratch + p.scratch.st);
+    scores(scratch + p.scratch.kf, p.head_dim_qk, p.scratch.k_pitch, scratch + p.scratch.qt,
+           t.rows_pad, t.row_vecs, n, scratch + p.scratch.st);
     if (transform) transform_scores(p, t, j0, n, scratch);
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
     if (!full) mask_scores(p, req, t, j0, n, scratch);
     softmax_update(p, t, n, scratch);
     // The numerics policy (masked_values.h): only a tile that masks a key checks its V.
     float* vf = scratch + p.scratch.vf;
-    if (!full && any_non_finite(vf, int64_t{n} * p.head_dim_vo)) {
-      add_non_finite_values(n, t.rows, t.rows_pad, p.head_dim_vo, scratch + p.scratch.st, vf,
-                            scratch + p.scratch.ot);
+    if (!full && any_non_finite_rows(vf, n, p.head_dim_vo, p.scratch.v_pitch)) {
+      add_non_finite_values(n, t.rows, t.rows_pad, p.head_dim_vo, p.scratch.v_pitch,
+                            scratch + p.scratch.st, vf, scratch + p.scratch.ot);
     }
-    accumulate_values(scratch + p.scratch.vf, p.head_dim_vo, scratch + p.scratch.st, t.rows_pad,
-                      t.row_vecs, n, scratch + p.scratch.ot);
+    accumulate_values(scratch + p.scratch.vf, p.head_dim_vo, p.scratch.v_pitch,
+                      scratch + p.scratch.st, t.rows_pad, t.row_vecs, n, scratch + p.scratch.ot);
   }
   store_tile(p, req, kv_head, t, 1.0f, scratch);
 }

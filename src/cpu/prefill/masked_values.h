@@ -24,11 +24,20 @@ inline bool any_non_finite(const float* x, int64_t n) {
   return top == 0x7f800000u;
 }
 
-// The f32 layout (kernel.h): P^T [keys][rows_pad], V [keys][dvo], O^T [dvo][rows_pad].
-inline void add_non_finite_values(int keys, int rows, int64_t rows_pad, int dvo, float* pt,
-                                  float* vf, float* ot) {
+// Whether any of the first n floats of `rows` rows `pitch` floats apart is inf or NaN.
+inline bool any_non_finite_rows(const float* x, int rows, int n, int64_t pitch) {
+  for (int r = 0; r < rows; ++r) {
+    if (any_non_finite(x + r * pitch, n)) return true;
+  }
+  return false;
+}
+
+// The f32 layout (kernel.h): P^T [keys][rows_pad], V [keys][v_pitch] (dvo used), O^T
+// [dvo][rows_pad].
+inline void add_non_finite_values(int keys, int rows, int64_t rows_pad, int dvo, int64_t v_pitch,
+                                  float* pt, float* vf, float* ot) {
   for (int jj = 0; jj < keys; ++jj) {
-    float* v = vf + int64_t{jj} * dvo;
+    float* v = vf + int64_t{jj} * v_pitch;
     if (!any_non_finite(v, dvo)) continue;
     float* pj = pt + jj * rows_pad;
     for (int r = 0; r < rows; ++r) {

@@ -29,18 +29,32 @@ constexpr int row_pitch(int rows) {
   return (lines % 2 == 0 ? lines + 1 : lines) * kRowAlign;
 }
 
+// The pitch of a staged f32 K or V row (floats) where a kernel asks for it (TilePolicy), by the
+// same rule: the f32 value kernel walks a V column down the keys, and at a pitch of an even
+// number of lines (d 64, 128, 256: 4, 8, 16 lines) its rows fall into a few L1 sets (at 512
+// bytes, 64 keys fill 8 of the 64 sets).
+constexpr int staged_row_pitch(int dim) {
+  const int lines = (dim + 15) / 16;
+  return (lines % 2 == 0 ? lines + 1 : lines) * 16;
+}
+
 struct PrefillTile {
   int tokens;    // query tokens per tile
   int rows;      // tokens * group
   int rows_pad;  // the row pitch (row_pitch(rows))
   int kv_tile;   // keys per KV tile
+  bool odd_staged_pitch = false;  // staged f32 K/V rows staged_row_pitch apart (else dense)
 };
 
 // A kernel's tile policy (its kernel table entry, the rNkM of its name): query rows a tile aims
-// at and keys a KV tile (0: 64, or 32 for head dims above 256 in all).
+// at, keys a KV tile (0: 64, or 32 for head dims above 256 in all), and whether the staged f32
+// K/V rows take an odd number of lines: the AVX2 kernel's do (AMD Zen 4 running it, in-process
+// A/Bs of 7-15 rounds, odd / dense wall medians: prefill d 128 0.89-0.99, d 256 0.89-0.98, d 64
+// 0.97-0.98); the AVX-512 FMA kernel's stay dense (there 0.98-1.01: no gain).
 struct TilePolicy {
   int target_rows = kTargetTileRows;
   int kv_tile = 0;
+  bool odd_staged_pitch = false;
 };
 
 // The default policy, 128 rows x 64 keys: each K/V tile, converted or packed once, serves 128
@@ -56,6 +70,7 @@ constexpr PrefillTile prefill_tile(int group, int head_dim_qk, int head_dim_vo,
   t.rows = t.tokens * group;
   t.rows_pad = row_pitch(t.rows);
   t.kv_tile = policy.kv_tile != 0 ? policy.kv_tile : head_dim_qk + head_dim_vo > 256 ? 32 : 64;
+  t.odd_staged_pitch = policy.odd_staged_pitch;
   return t;
 }
 
@@ -65,8 +80,10 @@ struct ScratchLayout {
   int64_t qt = 0;                    // Q^T [D_qk][rows_pad], scaled (and rotated)
   int64_t st = 0;                    // S^T then P^T [kv_tile][rows_pad]
   int64_t ot = 0;                    // O^T [D_vo][rows_pad], unnormalized
-  int64_t kf = 0;                    // K tile f32 [kv_tile][D_qk]
-  int64_t vf = 0;                    // V tile f32 [kv_tile][D_vo] (+ 32 rows)
+  int64_t kf = 0;                    // K tile f32 [kv_tile][k_pitch]
+  int64_t vf = 0;                    // V tile f32 [kv_tile][v_pitch] (+ 32 rows)
+  int k_pitch = 0, v_pitch = 0;      // floats between staged K / V rows (D_qk / D_vo, or
+                                     // staged_row_pitch of them)
   int64_t row_max = 0, row_sum = 0;  // [rows_pad], log2 domain
   int64_t row_pos = 0;               // [rows_pad] absolute query positions (int32 storage)
   int64_t row_slope = 0;             // [rows_pad] ALiBi slope * log2(e)
@@ -84,8 +101,10 @@ constexpr ScratchLayout scratch_layout(const PrefillTile& t, int head_dim_qk, in
   s.qt = take(int64_t{head_dim_qk} * t.rows_pad);
   s.st = take(int64_t{t.kv_tile} * t.rows_pad);
   s.ot = take(int64_t{head_dim_vo} * t.rows_pad);
-  s.kf = take(int64_t{t.kv_tile} * head_dim_qk);
-  s.vf = take(int64_t{t.kv_tile + 32} * head_dim_vo);  // + the AMX kernel's V^T padding
+  s.k_pitch = t.odd_staged_pitch ? staged_row_pitch(head_dim_qk) : head_dim_qk;
+  s.v_pitch = t.odd_staged_pitch ? staged_row_pitch(head_dim_vo) : head_dim_vo;
+  s.kf = take(int64_t{t.kv_tile} * s.k_pitch);
+  s.vf = take(int64_t{t.kv_tile + 32} * s.v_pitch);  // + the AMX kernel's V^T padding
   s.row_max = take(t.rows_pad);
   s.row_sum = take(t.rows_pad);
   s.row_pos = take(t.rows_pad);
