@@ -24,18 +24,12 @@ inline constexpr int kMaxKVTile = 128;
 // multiple of 128 bytes, e.g. 256 rows = 1 KiB) the 16 rows a vector or tile load walks down a
 // column fall into a few L1 sets and evict each other (measured on the AMX kernel: 256 rows
 // took 11-13 % longer than 240 at d 128 and d 256). The rows past `rows` are zeros or ignored.
+// Also the pitch of the staged f32 K/V rows (row_pitch(head dim)) where a kernel asks for it
+// (TilePolicy): the f32 value kernel walks a V column down the keys, and at an even number of
+// lines (d 64, 128, 256: 4, 8, 16) 64 keys' rows fall into a few L1 sets (512 bytes: 8 of 64).
 constexpr int row_pitch(int rows) {
   const int lines = (rows + kRowAlign - 1) / kRowAlign;
   return (lines % 2 == 0 ? lines + 1 : lines) * kRowAlign;
-}
-
-// The pitch of a staged f32 K or V row (floats) where a kernel asks for it (TilePolicy), by the
-// same rule: the f32 value kernel walks a V column down the keys, and at a pitch of an even
-// number of lines (d 64, 128, 256: 4, 8, 16 lines) its rows fall into a few L1 sets (at 512
-// bytes, 64 keys fill 8 of the 64 sets).
-constexpr int staged_row_pitch(int dim) {
-  const int lines = (dim + 15) / 16;
-  return (lines % 2 == 0 ? lines + 1 : lines) * 16;
 }
 
 struct PrefillTile {
@@ -43,7 +37,7 @@ struct PrefillTile {
   int rows;      // tokens * group
   int rows_pad;  // the row pitch (row_pitch(rows))
   int kv_tile;   // keys per KV tile
-  bool odd_staged_pitch = false;  // staged f32 K/V rows staged_row_pitch apart (else dense)
+  bool odd_staged_pitch = false;  // staged f32 K/V rows row_pitch(d) apart (else d: dense)
 };
 
 // A kernel's tile policy (its kernel table entry, the rNkM of its name): query rows a tile aims
@@ -83,7 +77,7 @@ struct ScratchLayout {
   int64_t kf = 0;                    // K tile f32 [kv_tile][k_pitch]
   int64_t vf = 0;                    // V tile f32 [kv_tile][v_pitch] (+ 32 rows)
   int k_pitch = 0, v_pitch = 0;      // floats between staged K / V rows (D_qk / D_vo, or
-                                     // staged_row_pitch of them)
+                                     // row_pitch of them)
   int64_t row_max = 0, row_sum = 0;  // [rows_pad], log2 domain
   int64_t row_pos = 0;               // [rows_pad] absolute query positions (int32 storage)
   int64_t row_slope = 0;             // [rows_pad] ALiBi slope * log2(e)
@@ -101,8 +95,8 @@ constexpr ScratchLayout scratch_layout(const PrefillTile& t, int head_dim_qk, in
   s.qt = take(int64_t{head_dim_qk} * t.rows_pad);
   s.st = take(int64_t{t.kv_tile} * t.rows_pad);
   s.ot = take(int64_t{head_dim_vo} * t.rows_pad);
-  s.k_pitch = t.odd_staged_pitch ? staged_row_pitch(head_dim_qk) : head_dim_qk;
-  s.v_pitch = t.odd_staged_pitch ? staged_row_pitch(head_dim_vo) : head_dim_vo;
+  s.k_pitch = t.odd_staged_pitch ? row_pitch(head_dim_qk) : head_dim_qk;
+  s.v_pitch = t.odd_staged_pitch ? row_pitch(head_dim_vo) : head_dim_vo;
   s.kf = take(int64_t{t.kv_tile} * s.k_pitch);
   s.vf = take(int64_t{t.kv_tile + 32} * s.v_pitch);  // + the AMX kernel's V^T padding
   s.row_max = take(t.rows_pad);
