@@ -94,15 +94,16 @@ void print_json(const CaseResult& r, const Rooflines& m) {
       "{\"name\":%s,\"backend\":%s,\"median_ms\":%.4f,\"min_ms\":%.4f,\"max_ms\":%.4f,"
       "\"median_cpu_ms\":%.4f,\"gbps\":%.3f,\"gflops\":%.3f,\"roofline_fraction\":%.4f,"
       "\"paged_read_gbps\":%.3f,\"paged_read_fraction\":%.4f,"
+      "\"dram_paired_gbps\":%.3f,\"dram_paired_fraction\":%.4f,"
       "\"dram_gbps\":%.3f,\"dram_gbps_min\":%.3f,\"dram_gbps_max\":%.3f,"
       "\"dram_spread\":%.4f,\"dram_passes\":%d,\"bytes_per_s_per_core\":%.4g,"
       "\"fma_gflops\":%.3f,\"bf16_dot_gflops\":%.3f,\"amx_bf16_gflops\":%.3f,"
       "\"bytes\":%.0f,\"flops\":%.0f,\"repeats\":%d,\"threads\":%d,\"cpu_isa\":%s}\n",
       json_string(r.name).c_str(), json_string(r.backend).c_str(), r.median_ms, r.min_ms, r.max_ms,
       r.median_cpu_ms, r.gbps, r.gflops, r.roofline_fraction, r.paged_read_gbps,
-      r.paged_read_fraction, m.dram.gbps, m.dram.min_gbps, m.dram.max_gbps, m.dram.spread(),
-      m.dram.passes, m.dram.bytes_per_s_per_core, m.fma_gflops, m.bf16_dot_gflops,
-      m.amx_bf16_gflops, r.bytes, r.flops, r.repeats, r.threads,
+      r.paged_read_fraction, r.dram_paired_gbps, r.dram_paired_fraction, m.dram.gbps,
+      m.dram.min_gbps, m.dram.max_gbps, m.dram.spread(), m.dram.passes, m.dram.bytes_per_s_per_core,
+      m.fma_gflops, m.bf16_dot_gflops, m.amx_bf16_gflops, r.bytes, r.flops, r.repeats, r.threads,
       json_string(std::string(cpu_isa_name(detail::effective_cpu_isa()))).c_str());
   std::fflush(stdout);
 }
@@ -136,7 +137,9 @@ int bench_main(int argc, char** argv) {
   }
 
   Rooflines m;
-  m.dram = measure_dram_read(o.threads);
+  DramReader dram(o.threads);
+  m.dram = dram.measure();
+  m.dram_reader = &dram;
   m.fma_gflops = measure_fma_gflops(o.threads);
   m.bf16_dot_gflops = measure_bf16_dot_gflops(o.threads);
   m.amx_bf16_gflops = measure_amx_bf16_gflops(o.threads);
@@ -148,8 +151,8 @@ int bench_main(int argc, char** argv) {
         cpu::resolve_num_threads(o.threads), m.dram.gbps, m.dram.passes, m.dram.min_gbps,
         m.dram.max_gbps, m.dram.bytes_per_s_per_core / 1e9, m.fma_gflops, m.bf16_dot_gflops,
         m.amx_bf16_gflops, std::string(cpu_isa_name(detail::effective_cpu_isa())).c_str());
-    std::printf("%-36s %-9s %10s %9s %10s %9s %10s %11s\n", "case", "backend", "median_ms",
-                "GB/s", "GFLOP/s", "roofline", "cpu_ms", "paged_read");
+    std::printf("%-36s %-9s %10s %9s %10s %9s %10s %11s %11s\n", "case", "backend", "median_ms",
+                "GB/s", "GFLOP/s", "roofline", "cpu_ms", "paged_read", "dram_paired");
   }
   int failures = 0;
   for (const BenchCase& c : cases) {
@@ -165,9 +168,10 @@ int bench_main(int argc, char** argv) {
     if (o.json) {
       print_json(r, m);
     } else {
-      std::printf("%-36s %-9s %10.3f %9.2f %10.2f %8.1f%% %10.3f %10.1f%%\n", r.name.c_str(),
-                  r.backend.c_str(), r.median_ms, r.gbps, r.gflops, 100 * r.roofline_fraction,
-                  r.median_cpu_ms, 100 * r.paged_read_fraction);
+      std::printf("%-36s %-9s %10.3f %9.2f %10.2f %8.1f%% %10.3f %10.1f%% %10.1f%%\n",
+                  r.name.c_str(), r.backend.c_str(), r.median_ms, r.gbps, r.gflops,
+                  100 * r.roofline_fraction, r.median_cpu_ms, 100 * r.paged_read_fraction,
+                  100 * r.dram_paired_fraction);
       std::fflush(stdout);
     }
   }

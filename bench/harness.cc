@@ -206,7 +206,8 @@ Status time_case(const BenchCase& bench_case, PreparedCase& prepared, int repeat
   using Clock = std::chrono::steady_clock;
   Status s = prepared.run_once();  // warm-up: pages faulted in, pool threads started
   if (!s.ok()) return s;
-  std::vector<double> ms, cpu_ms;
+  std::vector<double> ms, cpu_ms, paired_gbps, paired_fraction;
+  DramReader* const reader = bench_case.memory_bound ? rooflines.dram_reader : nullptr;
   for (int r = 0; r < repeats; ++r) {
     const double c0 = process_cpu_ms();
     const auto t0 = Clock::now();
@@ -214,6 +215,14 @@ Status time_case(const BenchCase& bench_case, PreparedCase& prepared, int repeat
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     cpu_ms.push_back(process_cpu_ms() - c0);
     if (!s.ok()) return s;
+    if (reader) {
+      paired_gbps.push_back(reader->pass_gbps());
+      paired_fraction.push_back(prepared.bytes() / (ms.back() * 1e6) / paired_gbps.back());
+    }
+  }
+  if (reader) {
+    result->dram_paired_gbps = median(paired_gbps);
+    result->dram_paired_fraction = median(paired_fraction);
   }
   std::sort(ms.begin(), ms.end());
   result->median_cpu_ms = median(cpu_ms);

@@ -15,6 +15,8 @@ struct Rooflines {
   double fma_gflops = 0;
   double bf16_dot_gflops = 0;  // 0: the CPU has no bf16 dot products
   double amx_bf16_gflops = 0;  // 0: the MLA kernels do not run on AMX tiles here
+  // Where set, memory-bound cases take one DRAM pass after each timed run (the paired fraction).
+  DramReader* dram_reader = nullptr;
 };
 
 struct CaseResult {
@@ -32,6 +34,10 @@ struct CaseResult {
   // Paged decode cases: a pure read of the same K/V pages in the kernel's order (no arithmetic),
   // its GB/s and the case's fraction of it (gbps / paged_read_gbps); 0 where not measured.
   double paged_read_gbps = 0, paged_read_fraction = 0;
+  // Memory-bound cases with Rooflines::dram_reader: one DRAM pass after each timed run, the
+  // median of those passes, and the median over the runs of (the run's GB/s / the pass after
+  // it): the case against the bandwidth the host gave at that moment; 0 where not measured.
+  double dram_paired_gbps = 0, dram_paired_fraction = 0;
 };
 
 // A case with its buffers made and its plan cut, ready to run many times.

@@ -1,6 +1,8 @@
 // This machine's rooflines, measured in the same run as the cases they judge (DESIGN.md §5).
 #pragma once
 
+#include <memory>
+
 namespace kvattn::bench {
 
 // DRAM read bandwidth (GB/s = 1e9 bytes/s). Every thread streams its contiguous share of a
@@ -17,6 +19,26 @@ struct DramBandwidth {
   double spread() const { return gbps > 0 ? (max_gbps - min_gbps) / gbps : 0; }
 };
 DramBandwidth measure_dram_read(int num_threads);
+
+// The DRAM read's working set, kept for single passes taken between a case's timed runs (the
+// paired fraction, harness.h): on a VM the bandwidth moves within one run (27.4-49.5 GB/s across
+// the 9 passes of one run on the Zen 4 VM, 2026-12-03), so a decode's GB/s divided by the median
+// of passes taken seconds earlier moves with the host, not with the kernel.
+class DramReader {
+ public:
+  explicit DramReader(int num_threads);  // allocates and touches the working set
+  ~DramReader();
+  DramReader(const DramReader&) = delete;
+  DramReader& operator=(const DramReader&) = delete;
+  // GB/s of one pass, all threads at once.
+  double pass_gbps();
+  // The passes and the one-core passes of measure_dram_read.
+  DramBandwidth measure();
+
+ private:
+  struct Buffer;
+  std::unique_ptr<Buffer> buffer_;
+};
 // fp32 FMA peak in GFLOP/s (an FMA = 2 FLOPs): every thread runs independent vector FMAs on
 // registers, with the widest ISA the CPU has; best of several passes.
 double measure_fma_gflops(int num_threads);

@@ -285,5 +285,23 @@ TEST(CliTest, BenchIsDelegatedOrSaysNotBuilt) {
   EXPECT_NE(r.output.find("decode"), std::string::npos) << r.output;
 }
 
+// A memory-bound case's JSON carries the DRAM passes taken beside its runs: with one timed run,
+// the paired fraction is that run's GB/s over the one pass after it.
+TEST(CliTest, BenchPairsADecodeWithDramPassesBesideItsRuns) {
+  if (kvattn_cli("bench --help").exit_code == 3) GTEST_SKIP() << "kvattn bench not built";
+  Result r = kvattn_cli("bench --json --filter '^decode_d64_bf16$' --repeats 1 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  json::Value c;
+  ASSERT_TRUE(json::parse(r.output, &c).ok()) << r.output;
+  EXPECT_EQ(c.find("name")->as_string(), "decode_d64_bf16");
+  const double gbps = c.find("gbps")->as_double();
+  const double paired = c.find("dram_paired_gbps")->as_double();
+  const double fraction = c.find("dram_paired_fraction")->as_double();
+  ASSERT_GT(gbps, 0) << r.output;
+  ASSERT_GT(paired, 0) << r.output;
+  // Printed to 3 and 4 decimals: equal to well within 1 %.
+  EXPECT_NEAR(fraction, gbps / paired, 0.01 * fraction) << r.output;
+}
+
 }  // namespace
 }  // namespace kvattn
