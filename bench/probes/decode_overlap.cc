@@ -1,0 +1,188 @@
+// Whether this CPU overlaps a decode's arithmetic with its DRAM reads (issue 23, Zen 4 note of
+// 2026-12-03): a model of the decode kernel's memory walk (decode_kernel.h) with a chosen amount
+// of arithmetic per 64-byte line, timed from DRAM and from L2, so that the two can be compared
+// with the sum and the max of their times.
+//
+// The walk: per thread, tiles of 32 tokens (two pages of 16) of an NHD cache of 8 KV heads x 256
+// bytes a token (d 128 bf16), K and V pages apart, the pages shuffled over 1 GiB on huge pages;
+// per tile and head the 32 K rows, then the 32 V rows, each row's 4 lines loaded (two 256-bit
+// loads a line) and given W FMAs a line on 8 independent accumulators. The next tile's 4 pages
+// are prefetched (prefetcht0) 4 lines per row visited, spread over the tile as the kernel's
+// TilePrefetcher does, either in address order (line j of each page in turn: the kernel's order)
+// or in the order the next tile will read them (head by head).
+//
+// Not part of the build (a one-off measurement, every CPU class with AVX2 + FMA):
+//   g++ -O2 -mavx2 -mfma -std=c++20 -pthread bench/probes/decode_overlap.cc -o /tmp/decode_overlap
+//   /tmp/decode_overlap [rounds=5] [threads=2]
+// Prints, per W, the median GB/s over the rounds of: the walk over 16 pages that stay in L2
+// ("compute"), from DRAM with the address-order prefetch ("dram"), from DRAM with the
+// read-order prefetch ("dram, read order"), and the sum model 1 / (1/compute + 1/dram at W=0):
+// a "dram" figure near min(compute, dram at W=0) means the core overlaps, near the sum model
+// that it does not. The variants alternate within each round.
+//
+// Zen 4 VM (2 vCPUs, 2026-12-03, three runs of `decode_overlap 5|9|9 2`, GB/s):
+//   W=0   compute 64.0-65.8  dram 20.0-24.4  read order 13.4-14.4
+//   W=8   compute 36.5-46.6  dram 18.8-25.7  read order 11.5-13.5  sum model 14.0-15.7
+//   W=16  compute 24.7-34.3  dram 19.3-27.4  read order 10.4-14.3  sum model 12.3-12.6
+// The core overlaps: at W=16 (compute alone near the DRAM rate) the walk from DRAM keeps the
+// DRAM rate of W=0 where the sum model would halve it; the prefetch in read order costs ~0.55x.
+// (An earlier model that kept its accumulators in a stack array, indexed at run time, spent its
+// time in store forwarding and seemed to show the opposite.) The decode kernel itself, same VM
+// and day: decode_llama3_8b_bf16 16.4-19.6 GB/s, 0.87-0.93 of its paged-read ceiling.
+#include <immintrin.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t kPage = 32 << 10;  // 16 tokens x 8 heads x 256 bytes
+constexpr std::size_t kRow = 256, kHeads = 8, kTokens = 16, kTileKeys = 32;
+constexpr std::size_t kTileLines = 4 * kPage / 64;  // K and V pages of two page slots
+constexpr int kLinesPerVisit = 4;  // kTileLines / (heads x (K + V) x keys)
+
+enum class Prefetch { kAddressOrder, kReadOrder };
+
+// Line offsets (page slot, bytes) of a tile in the order the walk reads them.
+struct ReadOrder {
+  uint8_t page[kTileLines];
+  uint32_t offset[kTileLines];
+  ReadOrder() {
+    std::size_t i = 0;
+    for (std::size_t h = 0; h < kHeads; ++h) {
+      for (int kv = 0; kv < 2; ++kv) {
+        for (std::size_t k = 0; k < kTileKeys; ++k) {
+          for (int l = 0; l < 4; ++l, ++i) {
+            page[i] = static_cast<uint8_t>(2 * kv + k / kTokens);
+            offset[i] = static_cast<uint32_t>((k % kTokens) * kHeads * kRow + h * kRow + 64 * l);
+          }
+        }
+      }
+    }
+  }
+};
+const ReadOrder kReadOrder;
+
+template <int W>
+float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch order) {
+  __m256 acc[8];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (std::size_t t = 0; t < tiles; ++t) {
+    const char* page[4];
+    const char* next[4];
+    for (int i = 0; i < 4; ++i) {
+      page[i] = buf + std::size_t{pages[4 * t + i]} * kPage;
+      next[i] = t + 1 < tiles ? buf + std::size_t{pages[4 * (t + 1) + i]} * kPage : nullptr;
+    }
+    std::size_t issued = next[0] ? 0 : kTileLines;
+    auto prefetch = [&](std::size_t n) {
+      for (; n > 0 && issued < kTileLines; --n, ++issued) {
+        const char* line = order == Prefetch::kAddressOrder
+                               ? next[issued % 4] + (issued / 4) * 64
+                               : next[kReadOrder.page[issued]] + kReadOrder.offset[issued];
+        _mm_prefetch(line, _MM_HINT_T0);
+      }
+    };
+    for (std::size_t h = 0; h < kHeads; ++h) {
+      for (int kv = 0; kv < 2; ++kv) {
+        for (std::size_t k = 0; k < kTileKeys; ++k) {
+          prefetch(kLinesPerVisit);
+          const char* row = page[2 * kv + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
+#pragma GCC unroll 4
+          for (int l = 0; l < 4; ++l) {
+            const __m256 x = _mm256_loadu_ps(reinterpret_cast<const float*>(row + 64 * l));
+            const __m256 y = _mm256_loadu_ps(reinterpret_cast<const float*>(row + 64 * l + 32));
+            acc[l] = _mm256_add_ps(acc[l], x);
+            acc[l + 4] = _mm256_add_ps(acc[l + 4], y);
+#pragma GCC unroll 32
+            for (int w = 0; w < W; ++w) {
+              acc[(l + w + 1) % 8] = _mm256_fmadd_ps(x, y, acc[(l + w + 1) % 8]);
+            }
+          }
+        }
+      }
+    }
+    prefetch(kTileLines);
+  }
+  __m256 sum = acc[0];
+  for (int i = 1; i < 8; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, sum);
+  return lanes[0];
+}
+
+float walk_w(int w, const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch order) {
+  switch (w) {
+    case 0:
+      return walk<0>(buf, pages, tiles, order);
+    case 8:
+      return walk<8>(buf, pages, tiles, order);
+    default:
+      return walk<16>(buf, pages, tiles, order);
+  }
+}
+
+// GB/s of one walk by `threads` threads over their shares of `pages` (4 a tile).
+double run(int w, const char* buf, const std::vector<uint32_t>& pages, int threads,
+           Prefetch order) {
+  const std::size_t tiles = pages.size() / 4 / threads;
+  std::vector<std::thread> pool;
+  std::vector<float> sinks(threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      sinks[t] = walk_w(w, buf, pages.data() + 4 * tiles * t, tiles, order);
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (sinks[0] == 42.0f) std::printf(" ");  // the sums are used, so the loads stay
+  return static_cast<double>(tiles * threads * 4 * kPage) / s / 1e9;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  const int threads = argc > 2 ? std::max(1, std::atoi(argv[2])) : 2;
+  const std::size_t bytes = std::size_t{1} << 30;
+  auto* buf = static_cast<char*>(std::aligned_alloc(2 << 20, bytes));
+  madvise(buf, bytes, MADV_HUGEPAGE);
+  std::memset(buf, 1, bytes);
+  std::vector<uint32_t> dram(bytes / kPage);
+  std::iota(dram.begin(), dram.end(), 0u);
+  std::shuffle(dram.begin(), dram.end(), std::mt19937(1));
+  // The same number of tiles over 16 distinct pages per thread: 512 KiB, resident in L2.
+  std::vector<uint32_t> cached(dram.size());
+  const std::size_t share = dram.size() / threads;
+  for (std::size_t i = 0; i < cached.size(); ++i) cached[i] = dram[(i / share) * share + i % 16];
+  std::printf("%d threads, %d rounds, GB/s (median)\n", threads, rounds);
+  double dram_w0 = 0;
+  for (const int w : {0, 8, 16}) {
+    std::vector<double> c, d, r;
+    for (int i = 0; i < rounds; ++i) {
+      c.push_back(run(w, buf, cached, threads, Prefetch::kAddressOrder));
+      d.push_back(run(w, buf, dram, threads, Prefetch::kAddressOrder));
+      r.push_back(run(w, buf, dram, threads, Prefetch::kReadOrder));
+    }
+    if (w == 0) dram_w0 = median(d);
+    std::printf("W=%2d  compute %6.1f  dram %6.1f  dram, read order %6.1f  sum model %6.1f\n", w,
+                median(c), median(d), median(r), 1.0 / (1.0 / median(c) + 1.0 / dram_w0));
+  }
+  std::free(buf);
+  return 0;
+}
