@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -143,7 +144,11 @@ __attribute__((target("avx512f"))) uint64_t sum_streams_avx512(const Streams& st
       if (l < st.lines[s]) acc = _mm512_add_epi64(acc, _mm512_loadu_si512(st.begin[s] + 64 * l));
     }
   }
-  return _mm512_reduce_add_epi64(acc);
+  // Summed as unsigned words: _mm512_reduce_add_epi64 adds signed 64-bit lanes, and the data's
+  // sums overflow them (UBSan reports it).
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, acc);
+  return std::accumulate(lanes, lanes + 8, uint64_t{0});
 }
 
 // Two 32-byte loads per line: the paged-read ceiling on AVX2-only CPUs (AMD Zen 3) reads every

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #include "cpu/mla/mla.h"
@@ -43,8 +44,10 @@ __attribute__((target("avx512f"))) uint64_t read_avx512(const uint64_t* p, std::
     a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + i + 16));
     a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + i + 24));
   }
-  return _mm512_reduce_add_epi64(
-      _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  // Summed as unsigned words (_mm512_reduce_add_epi64 adds signed lanes, which overflow).
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  return std::accumulate(lanes, lanes + 8, uint64_t{0});
 }
 __attribute__((target("avx2"))) uint64_t read_avx2(const uint64_t* p, std::size_t words) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
