@@ -39,6 +39,7 @@ class DramReader {
   struct Buffer;
   std::unique_ptr<Buffer> buffer_;
 };
+
 // fp32 FMA peak in GFLOP/s (an FMA = 2 FLOPs): every thread runs independent vector FMAs on
 // registers, with the widest ISA the CPU has; best of several passes.
 double measure_fma_gflops(int num_threads);
