@@ -262,8 +262,6 @@ DramBandwidth DramReader::measure() {
   return r;
 }
 
-DramBandwidth measure_dram_read(int num_threads) { return DramReader(num_threads).measure(); }
-
 double measure_bf16_dot_gflops(int num_threads) {
 #if defined(__x86_64__)
   if (!__builtin_cpu_supports("avx512bf16")) return 0;

@@ -18,12 +18,12 @@ struct DramBandwidth {
   // (max - min) / median of the all-thread passes.
   double spread() const { return gbps > 0 ? (max_gbps - min_gbps) / gbps : 0; }
 };
-DramBandwidth measure_dram_read(int num_threads);
 
-// The DRAM read's working set, kept for single passes taken between a case's timed runs (the
-// paired fraction, harness.h): on a VM the bandwidth moves within one run (27.4-49.5 GB/s across
-// the 9 passes of one run on the Zen 4 VM, 2026-12-03), so a decode's GB/s divided by the median
-// of passes taken seconds earlier moves with the host, not with the kernel.
+// The DRAM read: its working set, measured at the start of a run (measure) and kept for single
+// passes taken between a case's timed runs (the paired fraction, harness.h): on a VM the
+// bandwidth moves within one run (27.4-49.5 GB/s across the 9 passes of one run on the Zen 4 VM,
+// 2026-12-03), so a decode's GB/s divided by the median of passes taken seconds earlier moves
+// with the host, not with the kernel.
 class DramReader {
  public:
   explicit DramReader(int num_threads);  // allocates and touches the working set
@@ -32,7 +32,7 @@ class DramReader {
   DramReader& operator=(const DramReader&) = delete;
   // GB/s of one pass, all threads at once.
   double pass_gbps();
-  // The passes and the one-core passes of measure_dram_read.
+  // The start measurement: 9 all-thread passes and 9 one-core passes (DramBandwidth).
   DramBandwidth measure();
 
  private:

@@ -246,8 +246,7 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
       prefill_kernel(kPrefillFma512, CpuIsa::kAvx512, any_cpu, any_problem, nullptr,
                      prefill::prefill_item_fn_avx512, ""),
       prefill_kernel("prefill-avx2-fma-r128k64", CpuIsa::kAvx2, any_cpu, any_problem, nullptr,
-                     prefill::prefill_item_fn_avx2, "",
-                     {.target_rows = prefill::kTargetTileRows, .odd_staged_pitch = true}),
+                     prefill::prefill_item_fn_avx2, "", {.odd_staged_pitch = true}),
 #endif
       prefill_kernel("prefill-scalar-r128k64", CpuIsa::kScalar, any_cpu, any_problem, nullptr,
                      prefill::prefill_item_fn_scalar, ""),
