@@ -18,7 +18,8 @@
 // ("compute"), from DRAM with the address-order prefetch ("dram"), from DRAM with the
 // read-order prefetch ("dram, read order"), and the sum model 1 / (1/compute + 1/dram at W=0):
 // a "dram" figure near min(compute, dram at W=0) means the core overlaps, near the sum model
-// that it does not. The variants alternate within each round.
+// that it does not; then the token-major walk with and without the prefetch and the contiguous
+// read (the Prefetch modes below). The variants alternate within each round.
 //
 // Zen 4 VM (2 vCPUs, 2026-12-03, three runs of `decode_overlap 5|9|9 2`, GB/s):
 //   W=0   compute 64.0-65.8  dram 20.0-24.4  read order 13.4-14.4
@@ -29,6 +30,18 @@
 // (An earlier model that kept its accumulators in a stack array, indexed at run time, spent its
 // time in store forwarding and seemed to show the opposite.) The decode kernel itself, same VM
 // and day: decode_llama3_8b_bf16 16.4-19.6 GB/s, 0.87-0.93 of its paged-read ceiling.
+//
+// Same VM, the next session (2026-12-03 from 16:15 UTC; nine runs of 5-9 rounds, GB/s):
+//   contiguous   W=0 31.7-51.5 (the host's DRAM rate moved that much between runs),
+//                W=8 19.3-22.5, W=16 11.4-12.7: read without a software prefetch, the arithmetic
+//                between the loads does not overlap the misses (below the sum model), so no
+//                decode reaches the contiguous read by the hardware prefetchers alone
+//   token-major / dram (the kernel's head-major walk), same round: W=0 1.09-1.27,
+//                W=8 0.99-1.31, W=16 1.04-1.18: reading each page in address order while the
+//                next tile is prefetched gains 0-30 %; without the prefetch it reads at
+//                0.64-1.05 of the head-major walk's rate (W=8-16)
+//   the walks with the prefetch (dram, token-major) at W=8-16: 19.5-34.3, 0.47-1.02 of the
+//                same run's contiguous W=0 read
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -50,7 +63,16 @@ constexpr std::size_t kRow = 256, kHeads = 8, kTokens = 16, kTileKeys = 32;
 constexpr std::size_t kTileLines = 4 * kPage / 64;  // K and V pages of two page slots
 constexpr int kLinesPerVisit = 4;  // kTileLines / (heads x (K + V) x keys)
 
-enum class Prefetch { kAddressOrder, kReadOrder };
+// How a tile is read (all but kContiguous over the shuffled pages):
+//   kAddressOrder  per head, its 32 K rows then its 32 V rows (the kernel's order); the next
+//                  tile prefetched in address order (the kernel's TilePrefetcher)
+//   kReadOrder     the same walk; the next tile prefetched in the order it will be read
+//   kTokenMajor    K then V, per key all heads' rows in turn (each page in address order); the
+//                  next tile prefetched in address order
+//   kTokenMajorNoPf  the same walk, no software prefetch (the hardware prefetchers alone)
+//   kContiguous    the same bytes as a tile, one run of 4 consecutive pages, no prefetch: the
+//                  contiguous DRAM read with the same arithmetic per line
+enum class Prefetch { kAddressOrder, kReadOrder, kTokenMajor, kTokenMajorNoPf, kContiguous };
 
 // Line offsets (page slot, bytes) of a tile in the order the walk reads them.
 struct ReadOrder {
@@ -72,6 +94,17 @@ struct ReadOrder {
 };
 const ReadOrder kReadOrder;
 
+// One 64-byte line: two 256-bit loads added into the accumulators, then W FMAs.
+template <int W>
+inline void consume(const char* line, int l, __m256* acc) {
+  const __m256 x = _mm256_loadu_ps(reinterpret_cast<const float*>(line));
+  const __m256 y = _mm256_loadu_ps(reinterpret_cast<const float*>(line + 32));
+  acc[l] = _mm256_add_ps(acc[l], x);
+  acc[l + 4] = _mm256_add_ps(acc[l + 4], y);
+#pragma GCC unroll 32
+  for (int w = 0; w < W; ++w) acc[(l + w + 1) % 8] = _mm256_fmadd_ps(x, y, acc[(l + w + 1) % 8]);
+}
+
 template <int W>
 float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch order) {
   __m256 acc[8];
@@ -86,28 +119,38 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
     std::size_t issued = next[0] ? 0 : kTileLines;
     auto prefetch = [&](std::size_t n) {
       for (; n > 0 && issued < kTileLines; --n, ++issued) {
-        const char* line = order == Prefetch::kAddressOrder
+        const char* line = order != Prefetch::kReadOrder
                                ? next[issued % 4] + (issued / 4) * 64
                                : next[kReadOrder.page[issued]] + kReadOrder.offset[issued];
         _mm_prefetch(line, _MM_HINT_T0);
       }
     };
+    if (order == Prefetch::kContiguous) {
+      const char* base = buf + std::size_t{pages[4 * t]} * kPage;  // pages 4t .. 4t + 3
+      for (std::size_t i = 0; i < kTileLines; ++i) consume<W>(base + 64 * i, i % 4, acc);
+      continue;
+    }
+    if (order == Prefetch::kTokenMajor || order == Prefetch::kTokenMajorNoPf) {
+      if (order == Prefetch::kTokenMajorNoPf) issued = kTileLines;
+      for (int kv = 0; kv < 2; ++kv) {
+        for (std::size_t k = 0; k < kTileKeys; ++k) {
+          for (std::size_t h = 0; h < kHeads; ++h) {
+            prefetch(kLinesPerVisit);
+            const char* row = page[2 * kv + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
+#pragma GCC unroll 4
+            for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
+          }
+        }
+      }
+      continue;
+    }
     for (std::size_t h = 0; h < kHeads; ++h) {
       for (int kv = 0; kv < 2; ++kv) {
         for (std::size_t k = 0; k < kTileKeys; ++k) {
           prefetch(kLinesPerVisit);
           const char* row = page[2 * kv + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
 #pragma GCC unroll 4
-          for (int l = 0; l < 4; ++l) {
-            const __m256 x = _mm256_loadu_ps(reinterpret_cast<const float*>(row + 64 * l));
-            const __m256 y = _mm256_loadu_ps(reinterpret_cast<const float*>(row + 64 * l + 32));
-            acc[l] = _mm256_add_ps(acc[l], x);
-            acc[l + 4] = _mm256_add_ps(acc[l + 4], y);
-#pragma GCC unroll 32
-            for (int w = 0; w < W; ++w) {
-              acc[(l + w + 1) % 8] = _mm256_fmadd_ps(x, y, acc[(l + w + 1) % 8]);
-            }
-          }
+          for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
         }
       }
     }
@@ -166,6 +209,8 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> dram(bytes / kPage);
   std::iota(dram.begin(), dram.end(), 0u);
   std::shuffle(dram.begin(), dram.end(), std::mt19937(1));
+  std::vector<uint32_t> in_order(dram.size());
+  std::iota(in_order.begin(), in_order.end(), 0u);
   // The same number of tiles over 16 distinct pages per thread: 512 KiB, resident in L2.
   std::vector<uint32_t> cached(dram.size());
   const std::size_t share = dram.size() / threads;
@@ -173,15 +218,20 @@ int main(int argc, char** argv) {
   std::printf("%d threads, %d rounds, GB/s (median)\n", threads, rounds);
   double dram_w0 = 0;
   for (const int w : {0, 8, 16}) {
-    std::vector<double> c, d, r;
+    std::vector<double> c, d, r, tm, tn, cont;
     for (int i = 0; i < rounds; ++i) {
       c.push_back(run(w, buf, cached, threads, Prefetch::kAddressOrder));
       d.push_back(run(w, buf, dram, threads, Prefetch::kAddressOrder));
       r.push_back(run(w, buf, dram, threads, Prefetch::kReadOrder));
+      tm.push_back(run(w, buf, dram, threads, Prefetch::kTokenMajor));
+      tn.push_back(run(w, buf, dram, threads, Prefetch::kTokenMajorNoPf));
+      cont.push_back(run(w, buf, in_order, threads, Prefetch::kContiguous));
     }
     if (w == 0) dram_w0 = median(d);
     std::printf("W=%2d  compute %6.1f  dram %6.1f  dram, read order %6.1f  sum model %6.1f\n", w,
                 median(c), median(d), median(r), 1.0 / (1.0 / median(c) + 1.0 / dram_w0));
+    std::printf("      token-major %6.1f  token-major, no prefetch %6.1f  contiguous %6.1f\n",
+                median(tm), median(tn), median(cont));
   }
   std::free(buf);
   return 0;
