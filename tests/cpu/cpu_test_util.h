@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,6 +84,25 @@ inline void expect_matches_reference(const testing::CaseSpec& spec, CpuIsa isa,
   EXPECT_TRUE(r.ok) << "isa " << cpu_isa_name(isa) << ", chunk " << o.kv_chunk_size << ": "
                     << spec.problem.to_string() << "\n"
                     << r.message;
+}
+
+// A copy of a contiguous [a, b, c] tensor of `dtype` whose last dim has stride 2 (the gaps hold
+// garbage), and its view.
+struct StridedCopy {
+  std::vector<std::byte> bytes;
+  TensorView view;
+};
+inline StridedCopy strided_copy(const TensorView& t) {
+  const std::size_t esize = dtype_size(t.dtype);
+  StridedCopy s;
+  s.bytes.assign(static_cast<std::size_t>(t.numel()) * 2 * esize, std::byte{0x7b});
+  for (int64_t e = 0; e < t.numel(); ++e) {
+    std::memcpy(s.bytes.data() + 2 * e * esize, static_cast<const std::byte*>(t.data) + e * esize,
+                esize);
+  }
+  s.view = TensorView::strided(s.bytes.data(), t.dtype, {t.shape[0], t.shape[1], t.shape[2]},
+                               {2 * t.shape[1] * t.shape[2], 2 * t.shape[2], 2});
+  return s;
 }
 
 }  // namespace kvattn::cputest

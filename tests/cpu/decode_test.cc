@@ -274,6 +274,48 @@ TEST(CpuDecodeFp8Table, FmaKernelsRunFp8CachesWhenNamed) {
 }
 
 // The comparison these tests rely on notices a small error in one element of a kernel's output.
+// Queries and outputs whose elements lie apart (innermost stride 2: the element-wise loads and
+// stores) give the same bits as contiguous ones (the vector row conversions), at every ISA level,
+// for each query dtype the kernels convert (an e4m3 q through the vector loads' NaN handling).
+TEST(CpuDecodeStrides, QueriesAndOutputsOfInnermostStrideTwoMatchContiguous) {
+  const DType q_types[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kE4M3};
+  const DType o_types[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kBF16};
+  for (CpuIsa isa : isa_levels()) {
+    for (int i = 0; i < 4; ++i) {
+      CaseSpec spec;
+      Problem& p = spec.problem;
+      p.op = Op::kBatchDecode;
+      p.batch_size = 2;
+      p.num_qo_heads = 8;
+      p.num_kv_heads = 2;
+      p.head_dim_qk = p.head_dim_vo = i == 2 ? 72 : 128;  // 72: vector tails
+      p.page_size = 16;
+      p.q_dtype = q_types[i];
+      p.kv_dtype = q_types[i] == DType::kE4M3 ? DType::kE4M3 : DType::kBF16;
+      p.o_dtype = o_types[i];
+      spec.return_lse = true;
+      spec.kv_lens = {kTile + 1, 70};
+      spec.seed = 90 + i;
+      expect_matches_reference(spec, isa);
+
+      IsaLimit limit(isa);
+      Case c = Case::make(spec);
+      AttentionArgs contiguous = c.args();
+      ASSERT_TRUE(run_cpu()(p, contiguous).ok());
+      const std::vector<float> expected = c.out_f32();
+      AttentionArgs strided = c.args_with_fresh_outputs(p.o_dtype);
+      StridedCopy q = strided_copy(strided.q), out = strided_copy(strided.out);
+      strided.q = q.view;
+      strided.out = out.view;
+      ASSERT_TRUE(run_cpu()(p, strided).ok());
+      const std::vector<float> got = testing::view_to_f32(out.view);
+      ASSERT_EQ(got.size(), expected.size());
+      EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0)
+          << "isa " << cpu_isa_name(isa) << ": " << p.to_string();
+    }
+  }
+}
+
 TEST(CpuDecodeHarness, AnErrorOfOnePercentInOneElementFails) {
   std::mt19937 rng(7);
   CaseSpec spec = random_decode_spec(1, rng);

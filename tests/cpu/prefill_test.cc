@@ -13,6 +13,7 @@
 
 #include "core/backend.h"
 #include "cpu/kernel_table.h"
+#include "cpu_test_util.h"
 #include "cpu/prefill/tile_config.h"
 #include "cpu/prefill_test_util.h"
 
@@ -333,25 +334,6 @@ TEST(CpuPrefillThreads, ResultIsTheSameOnOneAndTwoThreads) {
   EXPECT_EQ(std::memcmp(lse_one.data(), lse_two.data(), lse_one.size() * sizeof(float)), 0);
 }
 
-// A copy of a contiguous [a, b, c] tensor of `dtype` whose last dim has stride 2 (the gaps hold
-// garbage), and its view.
-struct StridedCopy {
-  std::vector<std::byte> bytes;
-  TensorView view;
-};
-StridedCopy strided_copy(const TensorView& t) {
-  const std::size_t esize = dtype_size(t.dtype);
-  StridedCopy s;
-  s.bytes.assign(static_cast<std::size_t>(t.numel()) * 2 * esize, std::byte{0x7b});
-  for (int64_t e = 0; e < t.numel(); ++e) {
-    std::memcpy(s.bytes.data() + 2 * e * esize, static_cast<const std::byte*>(t.data) + e * esize,
-                esize);
-  }
-  s.view = TensorView::strided(s.bytes.data(), t.dtype, {t.shape[0], t.shape[1], t.shape[2]},
-                               {2 * t.shape[1] * t.shape[2], 2 * t.shape[2], 2});
-  return s;
-}
-
 // Elements apart in memory (innermost stride 2) go through the gathering loads and scattering
 // stores, and give the same bits as the contiguous tensors.
 TEST(CpuPrefillStrides, InnermostStrideTwoMatchesContiguous) {
@@ -368,8 +350,9 @@ TEST(CpuPrefillStrides, InnermostStrideTwoMatchesContiguous) {
     const std::vector<float> expected = c.out_f32();
 
     AttentionArgs strided = c.args_with_fresh_outputs(spec.problem.o_dtype);
-    StridedCopy q = strided_copy(strided.q), k = strided_copy(strided.k),
-                v = strided_copy(strided.v), out = strided_copy(strided.out);
+    cputest::StridedCopy q = cputest::strided_copy(strided.q), k = cputest::strided_copy(strided.k),
+                         v = cputest::strided_copy(strided.v),
+                         out = cputest::strided_copy(strided.out);
     strided.q = q.view;
     strided.k = k.view;
     strided.v = v.view;

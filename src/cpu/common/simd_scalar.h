@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/element_io.h"
 #include "core/numeric.h"
+#include "cpu/common/convert_row.h"
 #include "kvattn/dtype.h"
 
 namespace kvattn::cpu::scalar {
@@ -70,6 +72,18 @@ struct Simd {
   template <DType T>
   static Vec load_scaled(const void* p, float scale) {
     return load_raw<T>(p) * scale;
+  }
+
+  // Row conversions, shared by the prefill kernels (K/V staging, the output) and the decode
+  // kernels (the queries, the output): convert_row<T> reads n stored elements as real f32 times
+  // `scale` (convert_row_as_f32 picks T at run time), store_convert writes n f32 values in the
+  // output's dtype (f32, f16 or bf16, rounded to nearest even), both at unit stride.
+  template <DType T>
+  static void convert_row(const unsigned char* src, int n, float scale, float* dst) {
+    for (int i = 0; i < n; ++i) dst[i] = io::load_f32(src, T, i) * scale;
+  }
+  static void store_convert(const float* src, int n, DType dtype, void* dst) {
+    for (int i = 0; i < n; ++i) io::store_f32(dst, dtype, i, src[i]);
   }
 };
 

@@ -77,6 +77,16 @@ void qk_chunks(const float* q, int q_row, int group_padded, const std::byte* con
   }
 }
 
+// Whether `place` (of a chunk's 64 values) keeps each run of N values, starting at a multiple of
+// N, together and in order.
+template <int N, class Place>
+constexpr bool runs_of(Place place) {
+  for (int v = 0; v < 64; ++v) {
+    if (place(v) != place(v - v % N) + v % N) return false;
+  }
+  return true;
+}
+
 template <class Loader, int kD, int kNG>
 struct DotTiles {
   static_assert(kD % 64 == 0);
@@ -92,30 +102,32 @@ struct DotTiles {
 
   // Each query row in f32 -> bf16 (q is bf16 here: exact), in the Loader's word order, written
   // over the start of the row; for kQueryLanes, each block of 4 rows as qk_query_lanes reads it,
-  // written over the block's first rows.
+  // written over the block's first rows. The rows are rounded in order (a loop the compiler
+  // vectorizes) and then moved in runs of 8 words, which both orders keep together.
   static void prepare_q(float* q, int rows, int q_row, int dqk) {
+    static_assert(runs_of<8>([](int v) { return Loader::word(v); }));
+    alignas(64) uint16_t bf16[4][kD];
+    auto round_row = [&](const float* row, uint16_t* out) {
+      for (int d = 0; d < dqk; ++d) out[d] = num::f32_to_bf16(row[d]);
+    };
     if constexpr (kQueryLanes) {
-      float tmp[4][kD];
       for (int g0 = 0; g0 < rows; g0 += 4) {
         float* block = q + g0 * q_row;
-        for (int g = 0; g < 4; ++g) std::memcpy(tmp[g], block + g * q_row, sizeof(float) * dqk);
+        for (int g = 0; g < 4; ++g) round_row(block + g * q_row, bf16[g]);
         auto* words = reinterpret_cast<uint16_t*>(block);
         for (int j = 0; j < kD / 8; ++j) {
-          for (int g = 0; g < 4; ++g) {
-            for (int i = 0; i < 8; ++i) words[32 * j + 8 * g + i] = num::f32_to_bf16(tmp[g][8 * j + i]);
-          }
+          for (int g = 0; g < 4; ++g) std::memcpy(words + 32 * j + 8 * g, bf16[g] + 8 * j, 16);
         }
       }
       return;
     }
-    float tmp[kD];
     for (int g = 0; g < rows; ++g) {
       float* row = q + g * q_row;
-      std::memcpy(tmp, row, sizeof(float) * dqk);
+      round_row(row, bf16[0]);
       auto* words = reinterpret_cast<uint16_t*>(row);
       for (int c = 0; c < kChunks; ++c) {
-        for (int v = 0; v < 64; ++v) {
-          words[c * 64 + Loader::word(v)] = num::f32_to_bf16(tmp[c * 64 + v]);
+        for (int v = 0; v < 64; v += 8) {
+          std::memcpy(words + c * 64 + Loader::word(v), bf16[0] + c * 64 + v, 16);
         }
       }
     }
@@ -236,14 +248,15 @@ struct DotTiles {
     }
   }
 
-  // The accumulators back in dim order.
+  // The accumulators back in dim order, in runs of 4 (pv_lane keeps them together).
   static void finish_o(float* o, int rows, int o_row, int) {
-    float tmp[64];
+    static_assert(runs_of<4>([](int v) { return Loader::pv_lane(v); }));
+    alignas(64) float tmp[64];
     for (int g = 0; g < rows; ++g) {
       for (int c = 0; c < kChunks; ++c) {
         float* chunk = o + g * o_row + c * 64;
         std::memcpy(tmp, chunk, sizeof(tmp));
-        for (int v = 0; v < 64; ++v) chunk[v] = tmp[Loader::pv_lane(v)];
+        for (int v = 0; v < 64; v += 4) std::memcpy(chunk + v, tmp + Loader::pv_lane(v), 16);
       }
     }
   }

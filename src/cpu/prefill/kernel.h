@@ -33,29 +33,10 @@ inline int dtype_bytes(DType d) {
   }
 }
 
-// n contiguous stored elements as f32 times `scale`: Vec::convert_row for the cache's dtype.
-inline void load_convert(const void* src, DType dtype, int n, float scale, float* dst) {
-  const auto* bytes = static_cast<const unsigned char*>(src);
-  switch (dtype) {
-    case DType::kF32:
-      return Vec::template convert_row<DType::kF32>(bytes, n, scale, dst);
-    case DType::kF16:
-      return Vec::template convert_row<DType::kF16>(bytes, n, scale, dst);
-    case DType::kBF16:
-      return Vec::template convert_row<DType::kBF16>(bytes, n, scale, dst);
-    case DType::kE4M3:
-      return Vec::template convert_row<DType::kE4M3>(bytes, n, scale, dst);
-    case DType::kE5M2:
-      return Vec::template convert_row<DType::kE5M2>(bytes, n, scale, dst);
-    default:
-      return;
-  }
-}
-
 // Reads n elements (element stride `stride`) as f32 times `scale` into dst.
 inline void load_row(const void* src, DType dtype, int n, int64_t stride, float scale, float* dst) {
   if (stride == 1) {
-    load_convert(src, dtype, n, scale, dst);
+    convert_row_as_f32<Vec>(src, dtype, n, scale, dst);
     return;
   }
   const int esize = dtype_bytes(dtype);
@@ -66,7 +47,7 @@ inline void load_row(const void* src, DType dtype, int n, int64_t stride, float 
     const int m = static_cast<int>(imin(kChunk, n - at));
     for (int e = 0; e < m; ++e)
       std::memcpy(packed + e * esize, bytes + (at + e) * stride * esize, esize);
-    load_convert(packed, dtype, m, scale, dst + at);
+    convert_row_as_f32<Vec>(packed, dtype, m, scale, dst + at);
   }
 }
 

@@ -24,14 +24,6 @@ struct Vec : ::kvattn::cpu::scalar::Simd {
   static Reg fma(Reg a, Reg b, Reg c) { return a * b + c; }
   static bool any_greater(Reg a, Reg b) { return a > b; }
   static Reg zero_if_neg_inf(Reg x) { return x == -HUGE_VALF ? 0.0f : x; }
-
-  template <DType T>
-  static void convert_row(const unsigned char* src, int n, float scale, float* dst) {
-    for (int i = 0; i < n; ++i) dst[i] = io::load_f32(src, T, i) * scale;
-  }
-  static void store_convert(const float* src, int n, DType dtype, void* dst) {
-    for (int i = 0; i < n; ++i) io::store_f32(dst, dtype, i, src[i]);
-  }
 };
 
 #include "cpu/prefill/kernel.h"
