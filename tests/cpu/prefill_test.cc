@@ -13,9 +13,9 @@
 
 #include "core/backend.h"
 #include "cpu/kernel_table.h"
-#include "cpu_test_util.h"
 #include "cpu/prefill/tile_config.h"
 #include "cpu/prefill_test_util.h"
+#include "cpu_test_util.h"
 
 namespace kvattn::cpu::test {
 namespace {

@@ -209,8 +209,8 @@ struct Simd {
     if constexpr (T == DType::kE4M3) {
       // e4m3 bits placed in an f16 (2^-8 off, see raw_to_real); S.1111.111 is NaN.
       const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
-      return _mm256_blendv_ps(_mm256_cvtph_ps(e4m3_as_f16(codes)),
-                              set1(__builtin_nanf("")), e4m3_nan_lanes(codes));
+      return _mm256_blendv_ps(_mm256_cvtph_ps(e4m3_as_f16(codes)), set1(__builtin_nanf("")),
+                              e4m3_nan_lanes(codes));
     } else {
       return load_raw<T>(src);
     }
