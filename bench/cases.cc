@@ -74,6 +74,9 @@ std::vector<BenchCase> standard_cases() {
       {"decode_long_b1", llama3_decode(DType::kBF16, 128, 1, 32768), true},
       {"decode_d64_bf16", llama3_decode(DType::kBF16, 64, 16, 4096), true},
       {"decode_d256_bf16", llama3_decode(DType::kBF16, 256, 16, 4096), true},
+      // Many short contexts (64 x 256 tokens, 67 MB): what each request costs besides its keys
+      // (its queries in, its outputs out) weighs here, where the long cases hide it.
+      {"decode_short_b64_bf16", llama3_decode(DType::kBF16, 128, 64, 256), true},
       {"prefill_llama3_8b_causal", llama3_prefill(128, 4096), false},
       {"prefill_d64_causal", llama3_prefill(64, 4096), false},
       {"prefill_d256_causal", llama3_prefill(256, 4096), false},
