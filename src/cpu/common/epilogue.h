@@ -36,7 +36,15 @@ struct OutputRows {
 
   // Row (token, head): `row` (f32, final values) in o's dtype, and its natural-log `lse`.
   void store(int64_t token, int head, const float* row, int dim, float lse_value) const;
-  // The parts, for a kernel that converts a unit-stride row with its own vector code.
+  // The same, a unit-stride row converted by the calling kernel's vectors (S::store_convert of
+  // simd_<isa>.h, the baseline-compiled store otherwise). S is a kernel file's own type, so each
+  // ISA's file instantiates its own copy, as the rule above asks.
+  template <class S>
+  void store_with(int64_t token, int head, const float* row, int dim, float lse_value) const {
+    if (stride_dim != 1) return store(token, head, row, dim, lse_value);
+    S::store_convert(row, dim, dtype, row_at(token, head));
+    store_lse(token, head, lse_value);
+  }
   std::byte* row_at(int64_t token, int head) const {
     return out + (token * stride_token + head * stride_head) * int64_t(dtype_size(dtype));
   }

@@ -48,17 +48,6 @@ void rotate(float* x, int dim, bool interleave, const double* cos_t, const doubl
   }
 }
 
-// Elements [0, n) of a row of `dtype` (element stride `stride`) as f32 times `scale`, into dst:
-// a contiguous row by the ISA's vectors (S::convert_row), a strided one element at a time. Per
-// task this is every query row of its heads: one element at a time it was ~40 % of a decode over
-// 16 keys (B32, 32/8 heads, d 128, one thread).
-template <class S>
-void load_row_scaled(const std::byte* src, DType dtype, int64_t stride, int n, float scale,
-                     float* dst) {
-  if (stride == 1) return convert_row_as_f32<S>(src, dtype, n, scale, dst);
-  for (int d = 0; d < n; ++d) dst[d] = io::load_f32<S>(src, dtype, d * stride) * scale;
-}
-
 // Row addresses of keys [j0, j0 + n) of request b, KV head h; with per-(token, head) scales
 // (k_off non-null) also where each key's scales of head 0 sit.
 template <class S>
@@ -267,7 +256,8 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       const int qo_head = (h0 + hi) * group + g;
       const std::byte* src = p.q + (b * p.q_stride_b + qo_head * p.q_stride_h) * q_bytes;
       float* dst = q_all + hi * q_head + g * q_row;
-      load_row_scaled<S>(src, p.q_dtype, p.q_stride_d, dqk, p.q_scale, dst);
+      // By the ISA's vectors (one element at a time this was ~40 % of a decode over 16 keys).
+      load_row_as_f32<S>(src, p.q_dtype, dqk, p.q_stride_d, p.q_scale, dst);
       if (p.rope) {
         for (int t = 0; t < half; ++t) {
           cos_t[t] = std::cos(static_cast<double>(q_pos) * inv_freq[t]);
@@ -512,11 +502,8 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
                      final_row && p.sinks ? p.sinks + qo_head : nullptr);
       // A row that saw no key writes zeros, whatever its accumulator holds.
       for (int d = 0; d < dvo; ++d) acc[d] = fin.o_scale == 0.0f ? 0.0f : acc[d] * fin.o_scale;
-      if (final_row && p.output.stride_dim == 1) {  // converted by this ISA's vectors
-        S::store_convert(acc, dvo, p.output.dtype, p.output.row_at(b, qo_head));
-        p.output.store_lse(b, qo_head, fin.lse);
-      } else if (final_row) {
-        p.output.store(b, qo_head, acc, dvo, fin.lse);
+      if (final_row) {
+        p.output.store_with<S>(b, qo_head, acc, dvo, fin.lse);
       } else {
         std::copy(acc, acc + dvo, p.partial.row(item.partial, g));
         p.partial.lse_of(item.partial, g) = fin.lse;

@@ -54,7 +54,7 @@ inline void f32_to_bf16_exact(const float* src, int n, uint16_t* dst) {
 inline const uint16_t* bf16_row(const PrefillParams& p, const void* row, int dim, float* tmp,
                                 uint16_t* buffer) {
   if (p.kv_dtype == DType::kBF16) return static_cast<const uint16_t*>(row);
-  load_row(row, p.kv_dtype, dim, 1, 1.0f, tmp);
+  load_row_as_f32<Vec>(row, p.kv_dtype, dim, 1, 1.0f, tmp);
   f32_to_bf16_exact(tmp, dim, buffer);
   return buffer;
 }

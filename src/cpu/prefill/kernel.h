@@ -33,24 +33,6 @@ inline int dtype_bytes(DType d) {
   }
 }
 
-// Reads n elements (element stride `stride`) as f32 times `scale` into dst.
-inline void load_row(const void* src, DType dtype, int n, int64_t stride, float scale, float* dst) {
-  if (stride == 1) {
-    convert_row_as_f32<Vec>(src, dtype, n, scale, dst);
-    return;
-  }
-  const int esize = dtype_bytes(dtype);
-  constexpr int kChunk = 64;
-  alignas(64) unsigned char packed[kChunk * 4];
-  const auto* bytes = static_cast<const unsigned char*>(src);
-  for (int at = 0; at < n; at += kChunk) {
-    const int m = static_cast<int>(imin(kChunk, n - at));
-    for (int e = 0; e < m; ++e)
-      std::memcpy(packed + e * esize, bytes + (at + e) * stride * esize, esize);
-    convert_row_as_f32<Vec>(packed, dtype, m, scale, dst + at);
-  }
-}
-
 // Key j's element offset in a KV source (row or per-token scale), params.h.
 inline int64_t kv_offset(const PrefillParams& p, const KVSource& s, const RequestInfo& req,
                          int64_t j, int kv_head) {
@@ -268,8 +250,8 @@ inline void stage_queries(const PrefillParams& p, const RequestInfo& req, int kv
       continue;
     }
     const int head = kv_head * p.group + r % p.group;
-    load_row(query_row(p, req, t, r / p.group, head), p.q_dtype, dim, p.q_stride_dim, p.q_scale,
-             tmp);
+    load_row_as_f32<Vec>(query_row(p, req, t, r / p.group, head), p.q_dtype, dim, p.q_stride_dim,
+                         p.q_scale, tmp);
     if (p.rope_table) rope_rotate(p, row_pos[r], dim, tmp);
     for (int d = 0; d < dim; ++d) qt[d * t.rows_pad + r] = tmp[d] * p.qk_scale;
   }
@@ -294,10 +276,11 @@ inline void stage_kv_tile(const PrefillParams& p, const RequestInfo& req, int kv
     float* k = kf + int64_t{jj} * L.k_pitch;
     const float ks = per_token ? token_scale(p, p.k_token_scale, req, j, kv_head) : k_scale;
     const float vs = per_token ? token_scale(p, p.v_token_scale, req, j, kv_head) : v_scale;
-    load_row(kv_row(p, p.k, req, j, kv_head), p.kv_dtype, p.head_dim_qk, p.k.strides.dim, ks, k);
+    load_row_as_f32<Vec>(kv_row(p, p.k, req, j, kv_head), p.kv_dtype, p.head_dim_qk,
+                         p.k.strides.dim, ks, k);
     if (p.rope_table) rope_rotate(p, j, p.head_dim_qk, k);
-    load_row(kv_row(p, p.v, req, j, kv_head), p.kv_dtype, p.head_dim_vo, p.v.strides.dim, vs,
-             vf + int64_t{jj} * L.v_pitch);
+    load_row_as_f32<Vec>(kv_row(p, p.v, req, j, kv_head), p.kv_dtype, p.head_dim_vo,
+                         p.v.strides.dim, vs, vf + int64_t{jj} * L.v_pitch);
   }
 }
 
@@ -449,12 +432,7 @@ inline void store_tile(const PrefillParams& p, const RequestInfo& req, int kv_he
                    p.sinks ? p.sinks + head : nullptr);
     for (int d = 0; d < p.head_dim_vo; ++d) tmp[d] = ot[d * t.rows_pad + r] * fin.o_scale;
     const int64_t token = req.qo_begin + t.t0 + r / p.group;
-    if (p.output.stride_dim == 1) {  // converted by this ISA's vectors
-      Vec::store_convert(tmp, p.head_dim_vo, p.output.dtype, p.output.row_at(token, head));
-      p.output.store_lse(token, head, fin.lse);
-    } else {
-      p.output.store(token, head, tmp, p.head_dim_vo, fin.lse);
-    }
+    p.output.store_with<Vec>(token, head, tmp, p.head_dim_vo, fin.lse);
   }
 }
 
