@@ -96,9 +96,10 @@ struct DotTiles {
   static constexpr bool kPoisonE4m3Nans = false;
 
   // QK with the 4 query rows of a block in the lanes (qk_query_lanes): for bf16 rows, at blocks
-  // of 4 rows, head dims up to 128 (at 256 its 32 query vectors no longer stay in registers, and
-  // the loads of them and the broadcasts made it ~3 % slower than qk_chunks on Zen 4).
-  static constexpr bool kQueryLanes = Loader::kBf16Rows && kNG == 4 && kD <= 128;
+  // of 4 rows. At head dim 256 its 32 query vectors no longer stay in registers and are loaded
+  // per key; it still ran ~3 % faster than qk_chunks there on Zen 4 (in-process A/B, cache-
+  // resident and from DRAM), where the earlier broadcast form ran ~3 % slower.
+  static constexpr bool kQueryLanes = Loader::kBf16Rows && kNG == 4 && kD <= 256;
 
   // Each query row in f32 -> bf16 (q is bf16 here: exact), in the Loader's word order, written
   // over the start of the row; for kQueryLanes, each block of 4 rows as qk_query_lanes reads it,
@@ -115,8 +116,13 @@ struct DotTiles {
         float* block = q + g0 * q_row;
         for (int g = 0; g < 4; ++g) round_row(block + g * q_row, bf16[g]);
         auto* words = reinterpret_cast<uint16_t*>(block);
-        for (int j = 0; j < kD / 8; ++j) {
-          for (int g = 0; g < 4; ++g) std::memcpy(words + 32 * j + 8 * g, bf16[g] + 8 * j, 16);
+        for (int c = 0; c < kD / 32; ++c) {
+          for (int r = 0; r < 4; ++r) {
+            for (int lane = 0; lane < 4; ++lane) {
+              std::memcpy(words + 32 * (4 * c + r) + 8 * lane,
+                          bf16[(lane + r) % 4] + 32 * c + 8 * lane, 16);
+            }
+          }
         }
       }
       return;
@@ -152,14 +158,19 @@ struct DotTiles {
     }
   }
 
-  // QK of 4 query rows at once: vector j of the block holds dims [8j, 8j + 8) of each row, row g
-  // in 128-bit lane g (prepare_q), and K's 16 bytes of the same dims are broadcast to the four
-  // lanes, so one vdpbf16ps serves all 4 rows and a key's sums need 4 lanes reduced, not 16 (a
-  // third of the shuffles and adds of reducing one vector per row and key).
+  // QK of 4 query rows at once. A K row is read in 32-word vectors as it lies: vector c holds
+  // dims [32c, 32c + 32), dims [32c + 8L, 32c + 8L + 8) in 128-bit lane L. Query vector 4c + r
+  // (prepare_q) holds the same dims of row (L + r) % 4 in lane L, so the four vdpbf16ps of K
+  // vector c serve all 4 rows, and summing over c leaves, in accumulator r, row (L + r) % 4's
+  // partial sums in lane L. Rotating accumulator r's lanes by r puts row g's sums in lane g for
+  // every r: a key's sums then need 4 lanes reduced, not 16 (a third of the shuffles and adds of
+  // reducing one vector per row and key). Broadcasting 8 words of K to the 4 lanes instead (the
+  // rows in fixed lanes) took a shuffle per vdpbf16ps: ~24 cycles a key on Zen 4 where these
+  // four loads, 16 products and 3 rotations take ~16.
   static void qk_query_lanes(const float* q, int q_row, int group_padded,
                              const std::byte* const* rows, int n, float* scores,
                              TilePrefetcher* prefetch) {
-    constexpr int kSlices = kD / 8;
+    constexpr int kKVectors = kD / 32;
     for (int g0 = 0; g0 < group_padded; g0 += 4) {
       const auto* qv = reinterpret_cast<const uint8_t*>(q + g0 * q_row);
       for (int kb = 0; kb < n; kb += 16) {
@@ -168,17 +179,20 @@ struct DotTiles {
         for (int kk = 0; kk < count; ++kk) {
           prefetch->tick();
           const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]);
-          __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-          for (int j = 0; j < kSlices; j += 2) {
-            const __m512i k0 = _mm512_broadcast_i32x4(_mm_loadu_si128(
-                reinterpret_cast<const __m128i*>(row + 16 * j)));
-            const __m512i k1 = _mm512_broadcast_i32x4(_mm_loadu_si128(
-                reinterpret_cast<const __m128i*>(row + 16 * j + 16)));
-            acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(qv + 64 * j), (__m512bh)k0);
-            acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_loadu_si512(qv + 64 * j + 64),
-                                    (__m512bh)k1);
+          __m512 acc[4];
+          for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
+          for (int c = 0; c < kKVectors; ++c) {
+            const __m512i k = _mm512_loadu_si512(row + 64 * c);
+            for (int r = 0; r < 4; ++r) {
+              acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_loadu_si512(qv + 64 * (4 * c + r)),
+                                        (__m512bh)k);
+            }
           }
-          parts[kk] = _mm512_add_ps(acc0, acc1);
+          // Lane L of accumulator r to lane (L + r) % 4.
+          parts[kk] =
+              _mm512_add_ps(_mm512_add_ps(acc[0], _mm512_shuffle_f32x4(acc[1], acc[1], 0x93)),
+                            _mm512_add_ps(_mm512_shuffle_f32x4(acc[2], acc[2], 0x4E),
+                                          _mm512_shuffle_f32x4(acc[3], acc[3], 0x39)));
         }
         for (int kk = count; kk < 16; ++kk) parts[kk] = _mm512_setzero_ps();
         // Lane 4g + i of parts[k]: row g's partial sum i of key k. Two levels of pairwise sums
