@@ -16,8 +16,6 @@
 // A Loader:
 //   Loader()                               once per tile (e.g. the table registers)
 //   kChunkBytes                            bytes of a 64-value chunk of a row
-//   kBf16Rows                              the rows are bf16 words in order (QK may read
-//                                          them directly: qk_query_lanes)
 //   operator()(chunk, &w0, &w1)            the chunk as 64 bf16 words, w0 first
 //   pairs(chunk_a, chunk_b, v[4])          the chunks of two keys as bf16 pairs (a, b) of the
 //                                          same value: 16-bit unpacks of their words, or what
@@ -95,18 +93,31 @@ struct DotTiles {
   static constexpr float kVRaw = 1.0f;
   static constexpr bool kPoisonE4m3Nans = false;
 
-  // QK with the 4 query rows of a block in the lanes (qk_query_lanes): for bf16 rows, at blocks
-  // of 4 rows. At head dim 256 its 32 query vectors no longer stay in registers and are loaded
-  // per key; it still ran ~3 % faster than qk_chunks there on Zen 4 (in-process A/B, cache-
-  // resident and from DRAM), where the earlier broadcast form ran ~3 % slower.
-  static constexpr bool kQueryLanes = Loader::kBf16Rows && kNG == 4 && kD <= 256;
+  // QK with the 4 query rows of a block in the lanes (qk_query_lanes), for every Loader, at
+  // blocks of 4 rows. At head dim 256 its 64 query vectors are loaded per key (they no longer
+  // stay in registers); it still ran ~3 % faster than qk_chunks there on Zen 4 for bf16, where
+  // the earlier broadcast form (bf16 rows only) ran ~3 % slower.
+  static constexpr bool kQueryLanes = kNG == 4;
 
   // Each query row in f32 -> bf16 (q is bf16 here: exact), in the Loader's word order, written
   // over the start of the row; for kQueryLanes, each block of 4 rows as qk_query_lanes reads it,
   // written over the block's first rows. The rows are rounded in order (a loop the compiler
   // vectorizes) and then moved in runs of 8 words, which both orders keep together.
+  // The value of a chunk at word 8 * run (the first of a run of 8 words).
+  static constexpr int first_value(int run) {
+    for (int v = 0; v < 64; v += 8) {
+      if (Loader::word(v) == 8 * run) return v;
+    }
+    return -1;
+  }
   static void prepare_q(float* q, int rows, int q_row, int dqk) {
     static_assert(runs_of<8>([](int v) { return Loader::word(v); }));
+    static_assert([] {
+      for (int run = 0; run < 8; ++run) {
+        if (first_value(run) < 0) return false;
+      }
+      return true;
+    }());
     alignas(64) uint16_t bf16[4][kD];
     auto round_row = [&](const float* row, uint16_t* out) {
       for (int d = 0; d < dqk; ++d) out[d] = num::f32_to_bf16(row[d]);
@@ -116,11 +127,15 @@ struct DotTiles {
         float* block = q + g0 * q_row;
         for (int g = 0; g < 4; ++g) round_row(block + g * q_row, bf16[g]);
         auto* words = reinterpret_cast<uint16_t*>(block);
-        for (int c = 0; c < kD / 32; ++c) {
-          for (int r = 0; r < 4; ++r) {
-            for (int lane = 0; lane < 4; ++lane) {
-              std::memcpy(words + 32 * (4 * c + r) + 8 * lane,
-                          bf16[(lane + r) % 4] + 32 * c + 8 * lane, 16);
+        // K vector 2c + h is words [32h, 32h + 32) of chunk c; its lane L holds words
+        // 32h + 8L .. + 8, i.e. values first_value(4h + L) .. + 8 of the chunk.
+        for (int c = 0; c < kChunks; ++c) {
+          for (int h = 0; h < 2; ++h) {
+            for (int r = 0; r < 4; ++r) {
+              for (int lane = 0; lane < 4; ++lane) {
+                std::memcpy(words + 32 * (4 * (2 * c + h) + r) + 8 * lane,
+                            bf16[(lane + r) % 4] + 64 * c + first_value(4 * h + lane), 16);
+              }
             }
           }
         }
@@ -158,19 +173,20 @@ struct DotTiles {
     }
   }
 
-  // QK of 4 query rows at once. A K row is read in 32-word vectors as it lies: vector c holds
-  // dims [32c, 32c + 32), dims [32c + 8L, 32c + 8L + 8) in 128-bit lane L. Query vector 4c + r
-  // (prepare_q) holds the same dims of row (L + r) % 4 in lane L, so the four vdpbf16ps of K
-  // vector c serve all 4 rows, and summing over c leaves, in accumulator r, row (L + r) % 4's
-  // partial sums in lane L. Rotating accumulator r's lanes by r puts row g's sums in lane g for
-  // every r: a key's sums then need 4 lanes reduced, not 16 (a third of the shuffles and adds of
-  // reducing one vector per row and key). Broadcasting 8 words of K to the 4 lanes instead (the
-  // rows in fixed lanes) took a shuffle per vdpbf16ps: ~24 cycles a key on Zen 4 where these
-  // four loads, 16 products and 3 rotations take ~16.
+  // QK of 4 query rows at once. Each 64-value chunk of a K row is loaded as the Loader gives
+  // it, two vectors of 32 words (vector 2c + h: words [32h, 32h + 32) of chunk c, their runs of
+  // 8 words in 128-bit lanes L = 0..3). Query vector 4(2c + h) + r (prepare_q) holds, in lane L,
+  // row (L + r) % 4's values of the same words, so the four vdpbf16ps of a K vector serve all 4
+  // rows, and summing over the K vectors leaves, in accumulator r, row (L + r) % 4's partial
+  // sums in lane L. Rotating accumulator r's lanes by r puts row g's sums in lane g for every r:
+  // a key's sums then need 4 lanes reduced, not 16 (a third of the shuffles and adds of reducing
+  // one vector per row and key, as qk_chunks does). Broadcasting 8 words of a bf16 K row to the
+  // 4 lanes instead (the rows in fixed lanes) took a shuffle per vdpbf16ps: ~24 cycles a key on
+  // Zen 4 where these loads, 16 products and 3 rotations take ~16.
   static void qk_query_lanes(const float* q, int q_row, int group_padded,
                              const std::byte* const* rows, int n, float* scores,
                              TilePrefetcher* prefetch) {
-    constexpr int kKVectors = kD / 32;
+    const Loader load;
     for (int g0 = 0; g0 < group_padded; g0 += 4) {
       const auto* qv = reinterpret_cast<const uint8_t*>(q + g0 * q_row);
       for (int kb = 0; kb < n; kb += 16) {
@@ -181,11 +197,15 @@ struct DotTiles {
           const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]);
           __m512 acc[4];
           for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
-          for (int c = 0; c < kKVectors; ++c) {
-            const __m512i k = _mm512_loadu_si512(row + 64 * c);
-            for (int r = 0; r < 4; ++r) {
-              acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_loadu_si512(qv + 64 * (4 * c + r)),
-                                        (__m512bh)k);
+          for (int c = 0; c < kChunks; ++c) {
+            __m512i k[2];
+            load(row + c * Loader::kChunkBytes, &k[0], &k[1]);
+            for (int h = 0; h < 2; ++h) {
+              for (int r = 0; r < 4; ++r) {
+                acc[r] = _mm512_dpbf16_ps(
+                    acc[r], (__m512bh)_mm512_loadu_si512(qv + 64 * (4 * (2 * c + h) + r)),
+                    (__m512bh)k[h]);
+              }
             }
           }
           // Lane L of accumulator r to lane (L + r) % 4.
