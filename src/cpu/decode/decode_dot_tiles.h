@@ -99,10 +99,6 @@ struct DotTiles {
   // the earlier broadcast form (bf16 rows only) ran ~3 % slower.
   static constexpr bool kQueryLanes = kNG == 4;
 
-  // Each query row in f32 -> bf16 (q is bf16 here: exact), in the Loader's word order, written
-  // over the start of the row; for kQueryLanes, each block of 4 rows as qk_query_lanes reads it,
-  // written over the block's first rows. The rows are rounded in order (a loop the compiler
-  // vectorizes) and then moved in runs of 8 words, which both orders keep together.
   // The value of a chunk at word 8 * run (the first of a run of 8 words).
   static constexpr int first_value(int run) {
     for (int v = 0; v < 64; v += 8) {
@@ -110,6 +106,11 @@ struct DotTiles {
     }
     return -1;
   }
+
+  // Each query row in f32 -> bf16 (q is bf16 here: exact), in the Loader's word order, written
+  // over the start of the row; for kQueryLanes, each block of 4 rows as qk_query_lanes reads it,
+  // written over the block's first rows. The rows are rounded in order (a loop the compiler
+  // vectorizes) and then moved in runs of 8 words, which both orders keep together.
   static void prepare_q(float* q, int rows, int q_row, int dqk) {
     static_assert(runs_of<8>([](int v) { return Loader::word(v); }));
     static_assert([] {
