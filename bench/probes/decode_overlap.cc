@@ -14,6 +14,8 @@
 // Not part of the build (a one-off measurement, every CPU class with AVX2 + FMA):
 //   g++ -O2 -mavx2 -mfma -std=c++20 -pthread bench/probes/decode_overlap.cc -o /tmp/decode_overlap
 //   /tmp/decode_overlap [rounds=5] [threads=2]
+// -DTILE_KEYS=16|64 walks tiles of 16 or 64 tokens instead (2 or 8 pages a tile, as many
+// prefetch streams).
 // Prints, per W, the median GB/s over the rounds of: the walk over 16 pages that stay in L2
 // ("compute"), from DRAM with the address-order prefetch ("dram"), from DRAM with the
 // read-order prefetch ("dram, read order"), and the sum model 1 / (1/compute + 1/dram at W=0):
@@ -42,6 +44,10 @@
 //                0.64-1.05 of the head-major walk's rate (W=8-16)
 //   the walks with the prefetch (dram, token-major) at W=8-16: 19.5-34.3, 0.47-1.02 of the
 //                same run's contiguous W=0 read
+//
+// Same VM, 2026-12-04 (`decode_overlap 3 2`, built with TILE_KEYS 16, 32 and 64, two rounds each,
+// alternated): the prefetched walk ("dram") 18.0-24.3 at W=0 and 20.4-29.6 at W=8 for every tile
+// size (contiguous W=0 27.9-48.7): the number of streams a tile is not what limits the walk.
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -59,9 +65,14 @@
 namespace {
 
 constexpr std::size_t kPage = 32 << 10;  // 16 tokens x 8 heads x 256 bytes
-constexpr std::size_t kRow = 256, kHeads = 8, kTokens = 16, kTileKeys = 32;
-constexpr std::size_t kTileLines = 4 * kPage / 64;  // K and V pages of two page slots
+#ifndef TILE_KEYS
+#define TILE_KEYS 32
+#endif
+constexpr std::size_t kRow = 256, kHeads = 8, kTokens = 16, kTileKeys = TILE_KEYS;
+constexpr std::size_t kP = 2 * kTileKeys / kTokens;
+constexpr std::size_t kTileLines = kP * kPage / 64;  // K and V pages of two page slots
 constexpr int kLinesPerVisit = 4;  // kTileLines / (heads x (K + V) x keys)
+static_assert(kTileLines == kLinesPerVisit * kHeads * 2 * kTileKeys);
 
 // How a tile is read (all but kContiguous over the shuffled pages):
 //   kAddressOrder  per head, its 32 K rows then its 32 V rows (the kernel's order); the next
@@ -84,7 +95,7 @@ struct ReadOrder {
       for (int kv = 0; kv < 2; ++kv) {
         for (std::size_t k = 0; k < kTileKeys; ++k) {
           for (int l = 0; l < 4; ++l, ++i) {
-            page[i] = static_cast<uint8_t>(2 * kv + k / kTokens);
+            page[i] = static_cast<uint8_t>(kv * (kP / 2) + k / kTokens);
             offset[i] = static_cast<uint32_t>((k % kTokens) * kHeads * kRow + h * kRow + 64 * l);
           }
         }
@@ -110,23 +121,23 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
   __m256 acc[8];
   for (__m256& a : acc) a = _mm256_setzero_ps();
   for (std::size_t t = 0; t < tiles; ++t) {
-    const char* page[4];
-    const char* next[4];
-    for (int i = 0; i < 4; ++i) {
-      page[i] = buf + std::size_t{pages[4 * t + i]} * kPage;
-      next[i] = t + 1 < tiles ? buf + std::size_t{pages[4 * (t + 1) + i]} * kPage : nullptr;
+    const char* page[kP];
+    const char* next[kP];
+    for (std::size_t i = 0; i < kP; ++i) {
+      page[i] = buf + std::size_t{pages[kP * t + i]} * kPage;
+      next[i] = t + 1 < tiles ? buf + std::size_t{pages[kP * (t + 1) + i]} * kPage : nullptr;
     }
     std::size_t issued = next[0] ? 0 : kTileLines;
     auto prefetch = [&](std::size_t n) {
       for (; n > 0 && issued < kTileLines; --n, ++issued) {
         const char* line = order != Prefetch::kReadOrder
-                               ? next[issued % 4] + (issued / 4) * 64
+                               ? next[issued % kP] + (issued / kP) * 64
                                : next[kReadOrder.page[issued]] + kReadOrder.offset[issued];
         _mm_prefetch(line, _MM_HINT_T0);
       }
     };
     if (order == Prefetch::kContiguous) {
-      const char* base = buf + std::size_t{pages[4 * t]} * kPage;  // pages 4t .. 4t + 3
+      const char* base = buf + std::size_t{pages[kP * t]} * kPage;  // pages 4t .. 4t + 3
       for (std::size_t i = 0; i < kTileLines; ++i) consume<W>(base + 64 * i, i % 4, acc);
       continue;
     }
@@ -136,7 +147,7 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
         for (std::size_t k = 0; k < kTileKeys; ++k) {
           for (std::size_t h = 0; h < kHeads; ++h) {
             prefetch(kLinesPerVisit);
-            const char* row = page[2 * kv + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
+            const char* row = page[kv * (kP / 2) + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
 #pragma GCC unroll 4
             for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
           }
@@ -148,7 +159,7 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
       for (int kv = 0; kv < 2; ++kv) {
         for (std::size_t k = 0; k < kTileKeys; ++k) {
           prefetch(kLinesPerVisit);
-          const char* row = page[2 * kv + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
+          const char* row = page[kv * (kP / 2) + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
 #pragma GCC unroll 4
           for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
         }
@@ -177,19 +188,19 @@ float walk_w(int w, const char* buf, const uint32_t* pages, std::size_t tiles, P
 // GB/s of one walk by `threads` threads over their shares of `pages` (4 a tile).
 double run(int w, const char* buf, const std::vector<uint32_t>& pages, int threads,
            Prefetch order) {
-  const std::size_t tiles = pages.size() / 4 / threads;
+  const std::size_t tiles = pages.size() / kP / threads;
   std::vector<std::thread> pool;
   std::vector<float> sinks(threads);
   const auto t0 = std::chrono::steady_clock::now();
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      sinks[t] = walk_w(w, buf, pages.data() + 4 * tiles * t, tiles, order);
+      sinks[t] = walk_w(w, buf, pages.data() + kP * tiles * t, tiles, order);
     });
   }
   for (std::thread& th : pool) th.join();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (sinks[0] == 42.0f) std::printf(" ");  // the sums are used, so the loads stay
-  return static_cast<double>(tiles * threads * 4 * kPage) / s / 1e9;
+  return static_cast<double>(tiles * threads * kP * kPage) / s / 1e9;
 }
 
 double median(std::vector<double> v) {
