@@ -21,7 +21,8 @@
 // read-order prefetch ("dram, read order"), and the sum model 1 / (1/compute + 1/dram at W=0):
 // a "dram" figure near min(compute, dram at W=0) means the core overlaps, near the sum model
 // that it does not; then the token-major walk with and without the prefetch and the contiguous
-// read (the Prefetch modes below). The variants alternate within each round.
+// read, then the prefetch stream alone, the copied walk and the near prefetch (the Prefetch
+// modes below). The variants alternate within each round.
 //
 // Zen 4 VM (2 vCPUs, 2026-12-03, three runs of `decode_overlap 5|9|9 2`, GB/s):
 //   W=0   compute 64.0-65.8  dram 20.0-24.4  read order 13.4-14.4
@@ -48,6 +49,13 @@
 // Same VM, 2026-12-04 (`decode_overlap 3 2`, built with TILE_KEYS 16, 32 and 64, two rounds each,
 // alternated): the prefetched walk ("dram") 18.0-24.3 at W=0 and 20.4-29.6 at W=8 for every tile
 // size (contiguous W=0 27.9-48.7): the number of streams a tile is not what limits the walk.
+// The same day, the modes added after it (`decode_overlap 3 2`, four runs, GB/s at W = 0 / 8):
+//   dram 19.8-26.8 / 22.5-29.6; prefetch only 38.4-54.7 / 34.5-55.4; copy 16.1-22.1 /
+//   18.1-23.4 (cached 41.6-44.0 / 36.7-45.4); near 22.7-22.8 / 25.3-29.3. The next tile's
+//   prefetch stream alone reads 1.5-2x what it reads while the walk takes its rows back from L2
+//   (by demand, by a near prefetch or by a copy alike). Either those L2 -> L1 fills hold the
+//   miss buffers the DRAM stream needs, or prefetches dropped when the buffers are full cost
+//   nothing when no load reads their lines; without counters the probe cannot tell which.
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -83,7 +91,24 @@ static_assert(kTileLines == kLinesPerVisit * kHeads * 2 * kTileKeys);
 //   kTokenMajorNoPf  the same walk, no software prefetch (the hardware prefetchers alone)
 //   kContiguous    the same bytes as a tile, one run of 4 consecutive pages, no prefetch: the
 //                  contiguous DRAM read with the same arithmetic per line
-enum class Prefetch { kAddressOrder, kReadOrder, kTokenMajor, kTokenMajorNoPf, kContiguous };
+//   kPrefetchOnly  kAddressOrder's prefetch of the next tile, the walk's loads from a 4 KiB
+//                  buffer that stays in L1 (the prefetch stream without the tile's fills)
+//   kCopy          each tile copied into a head-major scratch in address order, then the
+//                  head-major walk over the scratch; the next tile prefetched as kAddressOrder
+//   kNear          kAddressOrder plus, at each row, the same row of the next head step
+//                  prefetched into L1 (4 lines)
+enum class Prefetch {
+  kAddressOrder,
+  kReadOrder,
+  kTokenMajor,
+  kTokenMajorNoPf,
+  kContiguous,
+  kPrefetchOnly,
+  kCopy,
+  kNear
+};
+alignas(64) thread_local char g_scratch[kTileLines * 64];
+alignas(64) char g_l1[16 * 256];
 
 // Line offsets (page slot, bytes) of a tile in the order the walk reads them.
 struct ReadOrder {
@@ -141,13 +166,45 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
       for (std::size_t i = 0; i < kTileLines; ++i) consume<W>(base + 64 * i, i % 4, acc);
       continue;
     }
+    if (order == Prefetch::kCopy) {
+      // The tile copied head-major into scratch in address order (token-major), then the
+      // head-major walk over the scratch, the next tile prefetched through the walk.
+      for (int kv = 0; kv < 2; ++kv) {
+        for (std::size_t k = 0; k < kTileKeys; ++k) {
+          const char* tok = page[kv * (kP / 2) + k / kTokens] + (k % kTokens) * kHeads * kRow;
+          for (std::size_t h = 0; h < kHeads; ++h) {
+            char* dst = g_scratch + ((h * 2 + kv) * kTileKeys + k) * kRow;
+            const __m256* srcv = reinterpret_cast<const __m256*>(tok + h * kRow);
+            __m256* dstv = reinterpret_cast<__m256*>(dst);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) {
+              _mm256_store_ps(reinterpret_cast<float*>(dstv + i),
+                              _mm256_loadu_ps(reinterpret_cast<const float*>(srcv + i)));
+            }
+          }
+        }
+      }
+      for (std::size_t h = 0; h < kHeads; ++h) {
+        for (int kv = 0; kv < 2; ++kv) {
+          for (std::size_t k = 0; k < kTileKeys; ++k) {
+            prefetch(kLinesPerVisit);
+            const char* row = g_scratch + ((h * 2 + kv) * kTileKeys + k) * kRow;
+#pragma GCC unroll 4
+            for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
+          }
+        }
+      }
+      prefetch(kTileLines);
+      continue;
+    }
     if (order == Prefetch::kTokenMajor || order == Prefetch::kTokenMajorNoPf) {
       if (order == Prefetch::kTokenMajorNoPf) issued = kTileLines;
       for (int kv = 0; kv < 2; ++kv) {
         for (std::size_t k = 0; k < kTileKeys; ++k) {
           for (std::size_t h = 0; h < kHeads; ++h) {
             prefetch(kLinesPerVisit);
-            const char* row = page[kv * (kP / 2) + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
+            const char* row =
+                page[kv * (kP / 2) + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
 #pragma GCC unroll 4
             for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
           }
@@ -159,7 +216,14 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
       for (int kv = 0; kv < 2; ++kv) {
         for (std::size_t k = 0; k < kTileKeys; ++k) {
           prefetch(kLinesPerVisit);
-          const char* row = page[kv * (kP / 2) + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
+          const char* row = order == Prefetch::kPrefetchOnly
+                                ? g_l1 + (k % 16) * kRow
+                                : page[kv * (kP / 2) + k / kTokens] +
+                                      (k % kTokens) * kHeads * kRow + h * kRow;
+          if (order == Prefetch::kNear && h + 1 < kHeads) {
+            // The same row of the next head step, from L2 into L1.
+            for (int l = 0; l < 4; ++l) _mm_prefetch(row + kRow + 64 * l, _MM_HINT_T0);
+          }
 #pragma GCC unroll 4
           for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
         }
@@ -229,7 +293,7 @@ int main(int argc, char** argv) {
   std::printf("%d threads, %d rounds, GB/s (median)\n", threads, rounds);
   double dram_w0 = 0;
   for (const int w : {0, 8, 16}) {
-    std::vector<double> c, d, r, tm, tn, cont;
+    std::vector<double> c, d, r, tm, tn, cont, po, cp, cpc, nr, nrc;
     for (int i = 0; i < rounds; ++i) {
       c.push_back(run(w, buf, cached, threads, Prefetch::kAddressOrder));
       d.push_back(run(w, buf, dram, threads, Prefetch::kAddressOrder));
@@ -237,12 +301,20 @@ int main(int argc, char** argv) {
       tm.push_back(run(w, buf, dram, threads, Prefetch::kTokenMajor));
       tn.push_back(run(w, buf, dram, threads, Prefetch::kTokenMajorNoPf));
       cont.push_back(run(w, buf, in_order, threads, Prefetch::kContiguous));
+      po.push_back(run(w, buf, dram, threads, Prefetch::kPrefetchOnly));
+      cp.push_back(run(w, buf, dram, threads, Prefetch::kCopy));
+      cpc.push_back(run(w, buf, cached, threads, Prefetch::kCopy));
+      nr.push_back(run(w, buf, dram, threads, Prefetch::kNear));
+      nrc.push_back(run(w, buf, cached, threads, Prefetch::kNear));
     }
     if (w == 0) dram_w0 = median(d);
     std::printf("W=%2d  compute %6.1f  dram %6.1f  dram, read order %6.1f  sum model %6.1f\n", w,
                 median(c), median(d), median(r), 1.0 / (1.0 / median(c) + 1.0 / dram_w0));
     std::printf("      token-major %6.1f  token-major, no prefetch %6.1f  contiguous %6.1f\n",
                 median(tm), median(tn), median(cont));
+    std::printf("      prefetch only %6.1f  copy %6.1f  copy, cached %6.1f\n", median(po),
+                median(cp), median(cpc));
+    std::printf("      near %6.1f  near, cached %6.1f\n", median(nr), median(nrc));
   }
   std::free(buf);
   return 0;
