@@ -345,31 +345,36 @@ int main(int argc, char** argv) {
   std::printf("%d threads, %d rounds, GB/s (median)\n", threads, rounds);
   double dram_w0 = 0;
   for (const int w : {0, 8, 16}) {
-    std::vector<double> c, d, r, tm, tn, cont, po, cp, cpc, nr, nrc, st, stc;
+    // Each variant: the pages it walks and how; m[v] its median over the rounds.
+    const struct {
+      const std::vector<uint32_t>* pages;
+      Prefetch order;
+    } variants[] = {
+        {&cached, Prefetch::kAddressOrder},    {&dram, Prefetch::kAddressOrder},
+        {&dram, Prefetch::kReadOrder},         {&dram, Prefetch::kTokenMajor},
+        {&dram, Prefetch::kTokenMajorNoPf},    {&in_order, Prefetch::kContiguous},
+        {&dram, Prefetch::kPrefetchOnly},      {&dram, Prefetch::kCopy},
+        {&cached, Prefetch::kCopy},            {&dram, Prefetch::kNear},
+        {&cached, Prefetch::kNear},            {&dram, Prefetch::kSubTile},
+        {&cached, Prefetch::kSubTile},
+    };
+    constexpr int kVariants = sizeof(variants) / sizeof(variants[0]);
+    std::vector<double> gbps[kVariants];
     for (int i = 0; i < rounds; ++i) {
-      c.push_back(run(w, buf, cached, threads, Prefetch::kAddressOrder));
-      d.push_back(run(w, buf, dram, threads, Prefetch::kAddressOrder));
-      r.push_back(run(w, buf, dram, threads, Prefetch::kReadOrder));
-      tm.push_back(run(w, buf, dram, threads, Prefetch::kTokenMajor));
-      tn.push_back(run(w, buf, dram, threads, Prefetch::kTokenMajorNoPf));
-      cont.push_back(run(w, buf, in_order, threads, Prefetch::kContiguous));
-      po.push_back(run(w, buf, dram, threads, Prefetch::kPrefetchOnly));
-      cp.push_back(run(w, buf, dram, threads, Prefetch::kCopy));
-      cpc.push_back(run(w, buf, cached, threads, Prefetch::kCopy));
-      nr.push_back(run(w, buf, dram, threads, Prefetch::kNear));
-      st.push_back(run(w, buf, dram, threads, Prefetch::kSubTile));
-      stc.push_back(run(w, buf, cached, threads, Prefetch::kSubTile));
-      nrc.push_back(run(w, buf, cached, threads, Prefetch::kNear));
+      for (int v = 0; v < kVariants; ++v) {
+        gbps[v].push_back(run(w, buf, *variants[v].pages, threads, variants[v].order));
+      }
     }
-    if (w == 0) dram_w0 = median(d);
+    double m[kVariants];
+    for (int v = 0; v < kVariants; ++v) m[v] = median(gbps[v]);
+    if (w == 0) dram_w0 = m[1];
     std::printf("W=%2d  compute %6.1f  dram %6.1f  dram, read order %6.1f  sum model %6.1f\n", w,
-                median(c), median(d), median(r), 1.0 / (1.0 / median(c) + 1.0 / dram_w0));
+                m[0], m[1], m[2], 1.0 / (1.0 / m[0] + 1.0 / dram_w0));
     std::printf("      token-major %6.1f  token-major, no prefetch %6.1f  contiguous %6.1f\n",
-                median(tm), median(tn), median(cont));
-    std::printf("      prefetch only %6.1f  copy %6.1f  copy, cached %6.1f\n", median(po),
-                median(cp), median(cpc));
-    std::printf("      near %6.1f  near, cached %6.1f\n", median(nr), median(nrc));
-    std::printf("      sub-tiles %6.1f  sub-tiles, cached %6.1f\n", median(st), median(stc));
+                m[3], m[4], m[5]);
+    std::printf("      prefetch only %6.1f  copy %6.1f  copy, cached %6.1f\n", m[6], m[7], m[8]);
+    std::printf("      near %6.1f  near, cached %6.1f\n", m[9], m[10]);
+    std::printf("      sub-tiles %6.1f  sub-tiles, cached %6.1f\n", m[11], m[12]);
   }
   std::free(buf);
   return 0;
