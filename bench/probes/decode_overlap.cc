@@ -83,18 +83,18 @@ constexpr std::size_t kPage = 32 << 10;  // 16 tokens x 8 heads x 256 bytes
 #endif
 constexpr std::size_t kRow = 256, kHeads = 8, kTokens = 16, kTileKeys = TILE_KEYS;
 constexpr std::size_t kP = 2 * kTileKeys / kTokens;
-constexpr std::size_t kTileLines = kP * kPage / 64;  // K and V pages of two page slots
+constexpr std::size_t kTileLines = kP * kPage / 64;  // K and V pages of kP / 2 page slots
 constexpr int kLinesPerVisit = 4;  // kTileLines / (heads x (K + V) x keys)
 static_assert(kTileLines == kLinesPerVisit * kHeads * 2 * kTileKeys);
 
 // How a tile is read (all but kContiguous over the shuffled pages):
-//   kAddressOrder  per head, its 32 K rows then its 32 V rows (the kernel's order); the next
+//   kAddressOrder  per head, its K rows then its V rows (the kernel's order); the next
 //                  tile prefetched in address order (the kernel's TilePrefetcher)
 //   kReadOrder     the same walk; the next tile prefetched in the order it will be read
 //   kTokenMajor    K then V, per key all heads' rows in turn (each page in address order); the
 //                  next tile prefetched in address order
 //   kTokenMajorNoPf  the same walk, no software prefetch (the hardware prefetchers alone)
-//   kContiguous    the same bytes as a tile, one run of 4 consecutive pages, no prefetch: the
+//   kContiguous    the same bytes as a tile, one run of kP consecutive pages, no prefetch: the
 //                  contiguous DRAM read with the same arithmetic per line
 //   kPrefetchOnly  kAddressOrder's prefetch of the next tile, the walk's loads from a 4 KiB
 //                  buffer that stays in L1 (the prefetch stream without the tile's fills)
@@ -157,6 +157,11 @@ inline void consume(const char* line, int l, __m256* acc) {
   for (int w = 0; w < W; ++w) acc[(l + w + 1) % 8] = _mm256_fmadd_ps(x, y, acc[(l + w + 1) % 8]);
 }
 
+// Where token k's rows of all heads start in a tile's pages: K (kv 0) or V (kv 1).
+inline const char* token(const char* const* pages, int kv, std::size_t k) {
+  return pages[kv * (kP / 2) + k / kTokens] + (k % kTokens) * kHeads * kRow;
+}
+
 template <int W>
 float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch order) {
   __m256 acc[8];
@@ -178,12 +183,13 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
       }
     };
     if (order == Prefetch::kContiguous) {
-      const char* base = buf + std::size_t{pages[kP * t]} * kPage;  // pages 4t .. 4t + 3
+      const char* base = buf + std::size_t{pages[kP * t]} * kPage;  // pages kP t .. kP t + kP - 1
       for (std::size_t i = 0; i < kTileLines; ++i) consume<W>(base + 64 * i, i % 4, acc);
       continue;
     }
     if (order == Prefetch::kSubTile) {
       constexpr std::size_t G = SUB_KEYS, kSubs = kTileKeys / G;
+      static_assert(kTileKeys % G == 0 && SUB_AHEAD >= 1 && SUB_AHEAD <= kSubs);
       constexpr std::size_t kTokLines = kHeads * kRow / 64;  // a token's K (or V) lines
       constexpr std::size_t kSubLines = 2 * G * kTokLines;
       for (std::size_t s = 0; s < kSubs; ++s) {
@@ -198,17 +204,14 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
           for (; n > 0 && done < kSubLines; --n, ++done) {
             const std::size_t kv = done % 2, j = done / 2;
             const std::size_t tok = s2 * G + j / kTokLines;
-            _mm_prefetch(pg[kv * (kP / 2) + tok / kTokens] + (tok % kTokens) * kHeads * kRow +
-                             (j % kTokLines) * 64,
-                         _MM_HINT_T0);
+            _mm_prefetch(token(pg, kv, tok) + (j % kTokLines) * 64, _MM_HINT_T0);
           }
         };
         for (std::size_t h = 0; h < kHeads; ++h) {
           for (int kv = 0; kv < 2; ++kv) {
             for (std::size_t k = s * G; k < s * G + G; ++k) {
               pf(kLinesPerVisit);
-              const char* row =
-                  page[kv * (kP / 2) + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
+              const char* row = token(page, kv, k) + h * kRow;
 #pragma GCC unroll 4
               for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
             }
@@ -223,7 +226,7 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
       // head-major walk over the scratch, the next tile prefetched through the walk.
       for (int kv = 0; kv < 2; ++kv) {
         for (std::size_t k = 0; k < kTileKeys; ++k) {
-          const char* tok = page[kv * (kP / 2) + k / kTokens] + (k % kTokens) * kHeads * kRow;
+          const char* tok = token(page, kv, k);
           for (std::size_t h = 0; h < kHeads; ++h) {
             char* dst = g_scratch + ((h * 2 + kv) * kTileKeys + k) * kRow;
             const __m256* srcv = reinterpret_cast<const __m256*>(tok + h * kRow);
@@ -255,8 +258,7 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
         for (std::size_t k = 0; k < kTileKeys; ++k) {
           for (std::size_t h = 0; h < kHeads; ++h) {
             prefetch(kLinesPerVisit);
-            const char* row =
-                page[kv * (kP / 2) + k / kTokens] + (k % kTokens) * kHeads * kRow + h * kRow;
+            const char* row = token(page, kv, k) + h * kRow;
 #pragma GCC unroll 4
             for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
           }
@@ -270,8 +272,7 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
           prefetch(kLinesPerVisit);
           const char* row = order == Prefetch::kPrefetchOnly
                                 ? g_l1 + (k % 16) * kRow
-                                : page[kv * (kP / 2) + k / kTokens] +
-                                      (k % kTokens) * kHeads * kRow + h * kRow;
+                                : token(page, kv, k) + h * kRow;
           if (order == Prefetch::kNear && h + 1 < kHeads) {
             // The same row of the next head step, from L2 into L1.
             for (int l = 0; l < 4; ++l) _mm_prefetch(row + kRow + 64 * l, _MM_HINT_T0);
@@ -301,7 +302,7 @@ float walk_w(int w, const char* buf, const uint32_t* pages, std::size_t tiles, P
   }
 }
 
-// GB/s of one walk by `threads` threads over their shares of `pages` (4 a tile).
+// GB/s of one walk by `threads` threads over their shares of `pages` (kP a tile).
 double run(int w, const char* buf, const std::vector<uint32_t>& pages, int threads,
            Prefetch order) {
   const std::size_t tiles = pages.size() / kP / threads;
