@@ -15,7 +15,9 @@
 //   g++ -O2 -mavx2 -mfma -std=c++20 -pthread bench/probes/decode_overlap.cc -o /tmp/decode_overlap
 //   /tmp/decode_overlap [rounds=5] [threads=2]
 // -DTILE_KEYS=16|64 walks tiles of 16 or 64 tokens instead (2 or 8 pages a tile, as many
-// prefetch streams).
+// prefetch streams). -DROW_BYTES=128|512 sets a head's row (d 64 / d 256 bf16, or d 128 e4m3 at
+// 128; the pages keep 16 tokens of 8 heads), -DVISIT_HEADS=2|4 reads that many adjacent heads'
+// rows at each visit of the kernel-order walk ("dram", "compute"; at most 512 bytes a visit).
 // Prints, per W, the median GB/s over the rounds of: the walk over 16 pages that stay in L2
 // ("compute"), from DRAM with the address-order prefetch ("dram"), from DRAM with the
 // read-order prefetch ("dram, read order"), and the sum model 1 / (1/compute + 1/dram at W=0):
@@ -61,6 +63,14 @@
 //   rows in L1 the walk reads no faster, so the fills from L2 are not what holds it, and the
 //   prefetch stream's own figure is most simply prefetches dropped at no cost. Every walk here
 //   that reads its lines runs at 16-30 GB/s on this VM; only the contiguous read exceeds it.
+//
+// Same VM, 2026-12-04 from 03:18 UTC (`decode_overlap 5 2`, three runs of each build alternated,
+// medians GB/s at W = 0 / 8 / 16): the kernel-order walk ("dram") over 128-byte rows 17.8-19.8
+// / 18.9-19.9 / 20.7-21.8, the same rows two heads a visit (VISIT_HEADS=2) 20.2-21.2 / 21.2-23.6
+// / 21.8-22.4, 256-byte rows 21.7-23.0 / 24.0-24.5 / 25.5-26.9: a visit of 128 bytes reads the
+// same bytes ~20 % slower than one of 256, and two heads a visit win back about half of it.
+// Tiles of 64 keys at 128-byte rows did not help (17.3-20.2 / 17.7-19.0 / 17.9-20.9). This is
+// what the decode kernel's steps of several heads (decode_dot_tiles.h, kStepHeads) act on.
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -77,14 +87,18 @@
 
 namespace {
 
-constexpr std::size_t kPage = 32 << 10;  // 16 tokens x 8 heads x 256 bytes
 #ifndef TILE_KEYS
 #define TILE_KEYS 32
 #endif
-constexpr std::size_t kRow = 256, kHeads = 8, kTokens = 16, kTileKeys = TILE_KEYS;
+#ifndef ROW_BYTES
+#define ROW_BYTES 256
+#endif
+constexpr std::size_t kRow = ROW_BYTES, kHeads = 8, kTokens = 16, kTileKeys = TILE_KEYS;
+static_assert(kRow == 128 || kRow == 256 || kRow == 512);
+constexpr std::size_t kPage = kTokens * kHeads * kRow;  // 32 KiB at 256-byte rows
 constexpr std::size_t kP = 2 * kTileKeys / kTokens;
 constexpr std::size_t kTileLines = kP * kPage / 64;  // K and V pages of kP / 2 page slots
-constexpr int kLinesPerVisit = 4;  // kTileLines / (heads x (K + V) x keys)
+constexpr int kLinesPerVisit = kRow / 64;            // kTileLines / (heads x (K + V) x keys)
 static_assert(kTileLines == kLinesPerVisit * kHeads * 2 * kTileKeys);
 
 // How a tile is read (all but kContiguous over the shuffled pages):
@@ -117,6 +131,10 @@ enum class Prefetch {
   kNear,
   kSubTile
 };
+#ifndef VISIT_HEADS
+#define VISIT_HEADS 1
+#endif
+static_assert(kHeads % VISIT_HEADS == 0 && VISIT_HEADS * kRow <= 512);
 #ifndef SUB_KEYS
 #define SUB_KEYS 4
 #endif
@@ -124,7 +142,7 @@ enum class Prefetch {
 #define SUB_AHEAD 1
 #endif
 alignas(64) thread_local char g_scratch[kTileLines * 64];
-alignas(64) char g_l1[16 * 256];
+alignas(64) char g_l1[16 * kRow];
 
 // Line offsets (page slot, bytes) of a tile in the order the walk reads them.
 struct ReadOrder {
@@ -135,7 +153,7 @@ struct ReadOrder {
     for (std::size_t h = 0; h < kHeads; ++h) {
       for (int kv = 0; kv < 2; ++kv) {
         for (std::size_t k = 0; k < kTileKeys; ++k) {
-          for (int l = 0; l < 4; ++l, ++i) {
+          for (int l = 0; l < kLinesPerVisit; ++l, ++i) {
             page[i] = static_cast<uint8_t>(kv * (kP / 2) + k / kTokens);
             offset[i] = static_cast<uint32_t>((k % kTokens) * kHeads * kRow + h * kRow + 64 * l);
           }
@@ -212,8 +230,8 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
             for (std::size_t k = s * G; k < s * G + G; ++k) {
               pf(kLinesPerVisit);
               const char* row = token(page, kv, k) + h * kRow;
-#pragma GCC unroll 4
-              for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
+#pragma GCC unroll 8
+              for (int l = 0; l < kLinesPerVisit; ++l) consume<W>(row + 64 * l, l % 4, acc);
             }
           }
         }
@@ -231,8 +249,8 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
             char* dst = g_scratch + ((h * 2 + kv) * kTileKeys + k) * kRow;
             const __m256* srcv = reinterpret_cast<const __m256*>(tok + h * kRow);
             __m256* dstv = reinterpret_cast<__m256*>(dst);
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; ++i) {
+#pragma GCC unroll 16
+            for (std::size_t i = 0; i < kRow / 32; ++i) {
               _mm256_store_ps(reinterpret_cast<float*>(dstv + i),
                               _mm256_loadu_ps(reinterpret_cast<const float*>(srcv + i)));
             }
@@ -244,8 +262,8 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
           for (std::size_t k = 0; k < kTileKeys; ++k) {
             prefetch(kLinesPerVisit);
             const char* row = g_scratch + ((h * 2 + kv) * kTileKeys + k) * kRow;
-#pragma GCC unroll 4
-            for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
+#pragma GCC unroll 8
+            for (int l = 0; l < kLinesPerVisit; ++l) consume<W>(row + 64 * l, l % 4, acc);
           }
         }
       }
@@ -259,26 +277,28 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
           for (std::size_t h = 0; h < kHeads; ++h) {
             prefetch(kLinesPerVisit);
             const char* row = token(page, kv, k) + h * kRow;
-#pragma GCC unroll 4
-            for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
+#pragma GCC unroll 8
+            for (int l = 0; l < kLinesPerVisit; ++l) consume<W>(row + 64 * l, l % 4, acc);
           }
         }
       }
       continue;
     }
-    for (std::size_t h = 0; h < kHeads; ++h) {
+    // VISIT_HEADS adjacent heads' rows read at each visit (one head step of VISIT_HEADS heads).
+    for (std::size_t h = 0; h < kHeads; h += VISIT_HEADS) {
       for (int kv = 0; kv < 2; ++kv) {
         for (std::size_t k = 0; k < kTileKeys; ++k) {
-          prefetch(kLinesPerVisit);
-          const char* row = order == Prefetch::kPrefetchOnly
-                                ? g_l1 + (k % 16) * kRow
-                                : token(page, kv, k) + h * kRow;
+          prefetch(kLinesPerVisit * VISIT_HEADS);
+          const char* row = order == Prefetch::kPrefetchOnly ? g_l1 + (k % 16) * kRow
+                                                             : token(page, kv, k) + h * kRow;
           if (order == Prefetch::kNear && h + 1 < kHeads) {
             // The same row of the next head step, from L2 into L1.
-            for (int l = 0; l < 4; ++l) _mm_prefetch(row + kRow + 64 * l, _MM_HINT_T0);
+            for (int l = 0; l < kLinesPerVisit; ++l) _mm_prefetch(row + kRow + 64 * l, _MM_HINT_T0);
           }
-#pragma GCC unroll 4
-          for (int l = 0; l < 4; ++l) consume<W>(row + 64 * l, l, acc);
+#pragma GCC unroll 8
+          for (int l = 0; l < kLinesPerVisit * VISIT_HEADS; ++l) {
+            consume<W>(row + 64 * l, l % 4, acc);
+          }
         }
       }
     }
@@ -310,9 +330,8 @@ double run(int w, const char* buf, const std::vector<uint32_t>& pages, int threa
   std::vector<float> sinks(threads);
   const auto t0 = std::chrono::steady_clock::now();
   for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      sinks[t] = walk_w(w, buf, pages.data() + kP * tiles * t, tiles, order);
-    });
+    pool.emplace_back(
+        [&, t] { sinks[t] = walk_w(w, buf, pages.data() + kP * tiles * t, tiles, order); });
   }
   for (std::thread& th : pool) th.join();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -351,12 +370,12 @@ int main(int argc, char** argv) {
       const std::vector<uint32_t>* pages;
       Prefetch order;
     } variants[] = {
-        {&cached, Prefetch::kAddressOrder},    {&dram, Prefetch::kAddressOrder},
-        {&dram, Prefetch::kReadOrder},         {&dram, Prefetch::kTokenMajor},
-        {&dram, Prefetch::kTokenMajorNoPf},    {&in_order, Prefetch::kContiguous},
-        {&dram, Prefetch::kPrefetchOnly},      {&dram, Prefetch::kCopy},
-        {&cached, Prefetch::kCopy},            {&dram, Prefetch::kNear},
-        {&cached, Prefetch::kNear},            {&dram, Prefetch::kSubTile},
+        {&cached, Prefetch::kAddressOrder}, {&dram, Prefetch::kAddressOrder},
+        {&dram, Prefetch::kReadOrder},      {&dram, Prefetch::kTokenMajor},
+        {&dram, Prefetch::kTokenMajorNoPf}, {&in_order, Prefetch::kContiguous},
+        {&dram, Prefetch::kPrefetchOnly},   {&dram, Prefetch::kCopy},
+        {&cached, Prefetch::kCopy},         {&dram, Prefetch::kNear},
+        {&cached, Prefetch::kNear},         {&dram, Prefetch::kSubTile},
         {&cached, Prefetch::kSubTile},
     };
     constexpr int kVariants = sizeof(variants) / sizeof(variants[0]);
@@ -371,8 +390,8 @@ int main(int argc, char** argv) {
     if (w == 0) dram_w0 = m[1];
     std::printf("W=%2d  compute %6.1f  dram %6.1f  dram, read order %6.1f  sum model %6.1f\n", w,
                 m[0], m[1], m[2], 1.0 / (1.0 / m[0] + 1.0 / dram_w0));
-    std::printf("      token-major %6.1f  token-major, no prefetch %6.1f  contiguous %6.1f\n",
-                m[3], m[4], m[5]);
+    std::printf("      token-major %6.1f  token-major, no prefetch %6.1f  contiguous %6.1f\n", m[3],
+                m[4], m[5]);
     std::printf("      prefetch only %6.1f  copy %6.1f  copy, cached %6.1f\n", m[6], m[7], m[8]);
     std::printf("      near %6.1f  near, cached %6.1f\n", m[9], m[10]);
     std::printf("      sub-tiles %6.1f  sub-tiles, cached %6.1f\n", m[11], m[12]);

@@ -78,7 +78,7 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
   const int heads = kDecodeMaxTaskHeads;
   l.q = at.take(sizeof(float) * heads * group_padded * head_dim_qk_padded);
   l.o = at.take(sizeof(float) * heads * group_padded * head_dim_vo_padded);
-  l.scores = at.take(sizeof(float) * group_padded * kDecodeTileKeys);
+  l.scores = at.take(sizeof(float) * kDecodeMaxStepHeads * group_padded * kDecodeTileKeys);
   l.max = at.take(sizeof(float) * heads * group_padded);
   l.sum = at.take(sizeof(float) * heads * group_padded);
   l.k_rows = at.take(sizeof(void*) * 2 * kDecodeTileKeys);

@@ -90,6 +90,10 @@ struct DecodeParams {
 // group 4, d 128) stay in L1/L2 while the tile's rows of all of them stream in.
 inline constexpr int kDecodeMaxTaskHeads = 16;
 
+// KV heads one head step of a task takes together at most (decode_kernel.h: adjacent NHD rows of
+// at most 128 bytes, read 2-4 heads a visit); the scores scratch holds this many heads' rows.
+inline constexpr int kDecodeMaxStepHeads = 4;
+
 // Byte offsets of each thread's scratch. One function for the size and the layout.
 struct DecodeScratchLayout {
   std::size_t q = 0, o = 0, scores = 0, max = 0, sum = 0, k_rows = 0, v_rows = 0, head_rows = 0,

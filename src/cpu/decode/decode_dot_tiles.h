@@ -168,13 +168,40 @@ struct DotTiles {
   static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
                  int, int64_t, float* scores, TilePrefetcher* prefetch) {
     if constexpr (kQueryLanes) {
-      qk_query_lanes(q, q_row, group_padded, rows, n, scores, prefetch);
+      qk_query_lanes<1>(q, q_row, 0, group_padded, rows, 0, n, scores, prefetch);
     } else {
       qk_chunks<Loader, kChunks, kNG, DotTiles>(q, q_row, group_padded, rows, n, scores, prefetch);
     }
   }
 
-  // QK of 4 query rows at once. Each 64-value chunk of a K row is loaded as the Loader gives
+  // Heads a step of the decode task may take together (decode_task, NHD caches): where a row is
+  // at most 128 bytes (bf16 d64, FP8 d64 and d128), the heads whose query vectors fill the 32
+  // registers (8 a 64-dim chunk): 4 at d64, 2 at d128, so that each visit of a token reads the
+  // rows of 2-4 adjacent heads, 256-512 bytes. Measured on Zen 4 against one head a step, in one
+  // process from DRAM (`kvattn_bench_ab CASE CASE 21-41 2`): bf16 d64 0.85-0.95x the time with 4
+  // heads (0.94-0.98x with 2), e4m3 d128 0.91x with 2 (1.03-1.06x with 4); bf16 d128 (256-byte
+  // rows) gained nothing from 2. The decode_overlap probe (bench/probes, ROW_BYTES=128) walked
+  // 128-byte rows from DRAM ~20 % slower than 256-byte rows with the same bytes and arithmetic.
+  static constexpr int kRowBytes = kChunks * Loader::kChunkBytes;
+  static constexpr int kStepHeads = kQueryLanes && kRowBytes <= 128 ? 4 / kChunks : 1;
+  // QK of a step of kStepHeads heads: head j's queries at q + j * q_head (floats), its K rows
+  // at rows[kk] + j * head_step (bytes), its scores at scores + j * group_padded * kTile; PV
+  // then runs head by head (pv). Taking the V rows two heads a pass too ran slower, from DRAM
+  // and in cache alike (Zen 4: 1.04-1.06x with 2 rows of each head a pass, 1.08-1.12x with half
+  // of each head's dims a pass).
+  static void qk_step(const float* q, int q_row, int q_head, int group_padded,
+                      const std::byte* const* rows, int64_t head_step, int n, float* scores,
+                      TilePrefetcher* prefetch) {
+    qk_query_lanes<kStepHeads>(q, q_row, q_head, group_padded, rows, head_step, n, scores,
+                               prefetch);
+  }
+  // tick() calls of a step: one per key in each QK pass over a block of 4 rows (one pass for
+  // all its heads) and, per head, two per pair of keys in each PV pass (pv).
+  static int step_ticks(int group_padded) { return kTile * (group_padded / 4) * (1 + kStepHeads); }
+
+  // QK of 4 query rows at once, of kHeads heads (head j's queries at q + j * q_head, its K rows
+  // at rows[kk] + j * head_step, its scores j * group_padded rows on). Each 64-value chunk of a
+  // K row is loaded as the Loader gives
   // it, two vectors of 32 words (vector 2c + h: words [32h, 32h + 32) of chunk c, their runs of
   // 8 words in 128-bit lanes L = 0..3). Query vector 4(2c + h) + r (prepare_q) holds, in lane L,
   // row (L + r) % 4's values of the same words, so the four vdpbf16ps of a K vector serve all 4
@@ -184,61 +211,69 @@ struct DotTiles {
   // one vector per row and key, as qk_chunks does). Broadcasting 8 words of a bf16 K row to the
   // 4 lanes instead (the rows in fixed lanes) took a shuffle per vdpbf16ps: ~24 cycles a key on
   // Zen 4 where these loads, 16 products and 3 rotations take ~16.
-  static void qk_query_lanes(const float* q, int q_row, int group_padded,
-                             const std::byte* const* rows, int n, float* scores,
+  template <int kHeads>
+  static void qk_query_lanes(const float* q, int q_row, int q_head, int group_padded,
+                             const std::byte* const* rows, int64_t head_step, int n, float* scores,
                              TilePrefetcher* prefetch) {
     const Loader load;
     for (int g0 = 0; g0 < group_padded; g0 += 4) {
-      const auto* qv = reinterpret_cast<const uint8_t*>(q + g0 * q_row);
       for (int kb = 0; kb < n; kb += 16) {
-        __m512 parts[16];
+        __m512 parts[kHeads][16];
         const int count = std::min(16, n - kb);
         for (int kk = 0; kk < count; ++kk) {
           prefetch->tick();
-          const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]);
-          __m512 acc[4];
-          for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
-          for (int c = 0; c < kChunks; ++c) {
-            __m512i k[2];
-            load(row + c * Loader::kChunkBytes, &k[0], &k[1]);
-            for (int h = 0; h < 2; ++h) {
-              for (int r = 0; r < 4; ++r) {
-                acc[r] = _mm512_dpbf16_ps(
-                    acc[r], (__m512bh)_mm512_loadu_si512(qv + 64 * (4 * (2 * c + h) + r)),
-                    (__m512bh)k[h]);
+          for (int j = 0; j < kHeads; ++j) {
+            const auto* qv = reinterpret_cast<const uint8_t*>(q + j * q_head + g0 * q_row);
+            const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]) + j * head_step;
+            __m512 acc[4];
+            for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
+            for (int c = 0; c < kChunks; ++c) {
+              __m512i k[2];
+              load(row + c * Loader::kChunkBytes, &k[0], &k[1]);
+              for (int h = 0; h < 2; ++h) {
+                for (int r = 0; r < 4; ++r) {
+                  acc[r] = _mm512_dpbf16_ps(
+                      acc[r], (__m512bh)_mm512_loadu_si512(qv + 64 * (4 * (2 * c + h) + r)),
+                      (__m512bh)k[h]);
+                }
               }
             }
+            // Lane L of accumulator r to lane (L + r) % 4.
+            parts[j][kk] =
+                _mm512_add_ps(_mm512_add_ps(acc[0], _mm512_shuffle_f32x4(acc[1], acc[1], 0x93)),
+                              _mm512_add_ps(_mm512_shuffle_f32x4(acc[2], acc[2], 0x4E),
+                                            _mm512_shuffle_f32x4(acc[3], acc[3], 0x39)));
           }
-          // Lane L of accumulator r to lane (L + r) % 4.
-          parts[kk] =
-              _mm512_add_ps(_mm512_add_ps(acc[0], _mm512_shuffle_f32x4(acc[1], acc[1], 0x93)),
-                            _mm512_add_ps(_mm512_shuffle_f32x4(acc[2], acc[2], 0x4E),
-                                          _mm512_shuffle_f32x4(acc[3], acc[3], 0x39)));
         }
-        for (int kk = count; kk < 16; ++kk) parts[kk] = _mm512_setzero_ps();
-        // Lane 4g + i of parts[k]: row g's partial sum i of key k. Two levels of pairwise sums
-        // leave w[m] with keys 4m .. 4m + 3 of row g in 128-bit lane g; a 4 x 4 transpose of
-        // the 128-bit lanes then gives each row its 16 keys.
-        __m512 u[8], w[4];
-        for (int i = 0; i < 8; ++i) {
-          u[i] = _mm512_add_ps(_mm512_unpacklo_ps(parts[2 * i], parts[2 * i + 1]),
-                               _mm512_unpackhi_ps(parts[2 * i], parts[2 * i + 1]));
+        for (int j = 0; j < kHeads; ++j) {
+          for (int kk = count; kk < 16; ++kk) parts[j][kk] = _mm512_setzero_ps();
+          store_lane_sums(parts[j], scores + (j * group_padded + g0) * kTile + kb);
         }
-        for (int m = 0; m < 4; ++m) {
-          w[m] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0x44),
-                               _mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0xEE));
-        }
-        const __m512 x0 = _mm512_shuffle_f32x4(w[0], w[1], 0x44);
-        const __m512 x1 = _mm512_shuffle_f32x4(w[0], w[1], 0xEE);
-        const __m512 y0 = _mm512_shuffle_f32x4(w[2], w[3], 0x44);
-        const __m512 y1 = _mm512_shuffle_f32x4(w[2], w[3], 0xEE);
-        float* out = scores + g0 * kTile + kb;
-        _mm512_storeu_ps(out, _mm512_shuffle_f32x4(x0, y0, 0x88));
-        _mm512_storeu_ps(out + kTile, _mm512_shuffle_f32x4(x0, y0, 0xDD));
-        _mm512_storeu_ps(out + 2 * kTile, _mm512_shuffle_f32x4(x1, y1, 0x88));
-        _mm512_storeu_ps(out + 3 * kTile, _mm512_shuffle_f32x4(x1, y1, 0xDD));
       }
     }
+  }
+
+  // Lane 4g + i of parts[k]: row g's partial sum i of key k, for 16 keys; each row's 16 sums to
+  // out + g * kTile. Two levels of pairwise sums leave w[m] with keys 4m .. 4m + 3 of row g in
+  // 128-bit lane g; a 4 x 4 transpose of the 128-bit lanes then gives each row its 16 keys.
+  static void store_lane_sums(const __m512* parts, float* out) {
+    __m512 u[8], w[4];
+    for (int i = 0; i < 8; ++i) {
+      u[i] = _mm512_add_ps(_mm512_unpacklo_ps(parts[2 * i], parts[2 * i + 1]),
+                           _mm512_unpackhi_ps(parts[2 * i], parts[2 * i + 1]));
+    }
+    for (int m = 0; m < 4; ++m) {
+      w[m] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0x44),
+                           _mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0xEE));
+    }
+    const __m512 x0 = _mm512_shuffle_f32x4(w[0], w[1], 0x44);
+    const __m512 x1 = _mm512_shuffle_f32x4(w[0], w[1], 0xEE);
+    const __m512 y0 = _mm512_shuffle_f32x4(w[2], w[3], 0x44);
+    const __m512 y1 = _mm512_shuffle_f32x4(w[2], w[3], 0xEE);
+    _mm512_storeu_ps(out, _mm512_shuffle_f32x4(x0, y0, 0x88));
+    _mm512_storeu_ps(out + kTile, _mm512_shuffle_f32x4(x0, y0, 0xDD));
+    _mm512_storeu_ps(out + 2 * kTile, _mm512_shuffle_f32x4(x1, y1, 0x88));
+    _mm512_storeu_ps(out + 3 * kTile, _mm512_shuffle_f32x4(x1, y1, 0xDD));
   }
 
   static void pv(const float* p, int group_padded, const std::byte* const* rows, int n, int,

@@ -1,7 +1,8 @@
 // The decode kernel, written once over a vector-helper struct S (simd_<isa>.h) and instantiated
 // by one file per (vector ISA, KV dtype), decode_kernels_<isa>_<kv>.cc (decode_kernels_by_kv.h),
-// and for the scalar level by decode_scalar.cc alone, each with only its ISA's compile flags. Everything here is a template on S so that no symbol compiled for
-// one ISA can be linked in place of another's.
+// and for the scalar level by decode_scalar.cc alone, each with only its ISA's compile flags.
+// Everything here is a template on S so that no symbol compiled for one ISA can be linked in place
+// of another's.
 //
 // One task = the work items of one request and KV range over consecutive KV heads. The query
 // heads of each GQA group (padded to `group_padded` zero rows) are computed from one pass over
@@ -33,7 +34,6 @@ namespace kvattn::cpu::decode_detail {
 
 using math::kLog2e;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
 
 // llama RoPE of x[0, dim) with cos/sin of each pair t given.
 template <class S>
@@ -190,6 +190,17 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
   }
 }
 
+// Heads a policy's step may take together: Tiles::kStepHeads where it has one (with qk_step and
+// step_ticks), else 1.
+template <class Tiles>
+constexpr int step_heads() {
+  if constexpr (requires { Tiles::kStepHeads; }) {
+    return Tiles::kStepHeads;
+  } else {
+    return 1;
+  }
+}
+
 template <class S, DType kKV, int kDqk, int kDvo, int kNG,
           class Tiles = FmaTiles<S, kKV, kDqk, kDvo, kNG>>
 void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, std::byte* scratch) {
@@ -289,6 +300,17 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   TilePrefetcher prefetch(p.prefetch_hint);
   // tick() calls per head step: one per key in each QK and PV pass over a block of kNG rows.
   const int ticks_per_head = 2 * kTile * ((gp + kNG - 1) / kNG);
+  // Heads a step takes together (Tiles::kStepHeads, 1 where the policy has no step of more):
+  // where each token's rows of the task's heads lie side by side (NHD) and neither fused RoPE
+  // nor a custom mask is on (both take the one-head path).
+  constexpr int kStepHeads = step_heads<Tiles>();
+  static_assert(kStepHeads >= 1 && kStepHeads <= kDecodeMaxStepHeads);
+  const bool pair_heads = kStepHeads > 1 && !p.rope && !p.mask && k_row_bytes > 0 &&
+                          v_row_bytes > 0 && k_head_step == k_row_bytes &&
+                          v_head_step == v_row_bytes;
+  const int steps = pair_heads ? num_heads / kStepHeads + num_heads % kStepHeads : num_heads;
+  int step_ticks = ticks_per_head;
+  if constexpr (kStepHeads > 1) step_ticks = Tiles::step_ticks(gp);
   // The prefetch plan of a tile (`count` keys, rows of head h0): its K and V bytes of the task's
   // heads, as streams in address order: K before V, token-major where a token's heads are
   // adjacent (NHD), else head-major (HND).
@@ -316,8 +338,8 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
           // HND: per run of keys in one page, each head's rows are contiguous, and a full page
           // of all heads is one block: added page by page, head by head, they merge into one
           // stream per page as NHD's do (32 streams at 4 KiB strides ran at half the rate).
-          const int64_t token_step = (is_v ? p.v_strides.slot : p.k_strides.slot) *
-                                     static_cast<int64_t>(kv_bytes);
+          const int64_t token_step =
+              (is_v ? p.v_strides.slot : p.k_strides.slot) * static_cast<int64_t>(kv_bytes);
           for (int k0 = 0; k0 < count;) {
             int k1 = k0 + 1;
             if (token_step == row_bytes) {
@@ -379,19 +401,18 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       tile_visible = visible;
     }
 
-    for (int hi = 0; hi < num_heads; ++hi) {
-      const int h = h0 + hi;
+    for (int hi = 0, step = 0; hi < num_heads; ++step) {
+      // Heads of this step: hs adjacent heads from hi, their rows side by side (pair_heads).
+      const int hs = pair_heads && hi + kStepHeads <= num_heads ? kStepHeads : 1;
       float* q = q_all + hi * q_head;
       float* o = o_all + hi * o_head;
-      float* row_max = max_all + hi * gp;
-      float* row_sum = sum_all + hi * gp;
       const std::byte** hk = head_rows;
       const std::byte** hv = head_rows + kTile;
       for (int kk = 0; kk < n; ++kk) {
         hk[kk] = kr[kk] + hi * k_head_step;
         hv[kk] = vr[kk] + hi * v_head_step;
       }
-      prefetch.begin_step(hi, num_heads, ticks_per_head);
+      prefetch.begin_step(step, steps, hs > 1 ? step_ticks : ticks_per_head);
       if (p.rope) {
         for (int kk = 0; kk < n; ++kk) {
           float* dst = rope_k + kk * q_row;
@@ -414,75 +435,100 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
           hk[kk] = reinterpret_cast<const std::byte*>(dst);
         }
         qk_tile<S, DType::kF32, kDqk, kNG>(q, q_row, gp, hk, n, dqk, 1, scores, &prefetch);
+      } else if (hs > 1) {
+        if constexpr (kStepHeads > 1) {
+          Tiles::qk_step(q, q_row, q_head, gp, hk, k_head_step, n, scores, &prefetch);
+        }
       } else {
         Tiles::qk(q, q_row, gp, hk, n, dqk, p.k_strides.dim, scores, &prefetch);
       }
 
-      if (token_scales) {
-        const float* ks = p.k_token_scale + h * p.ks_strides.head;
-        const float* vs = p.v_token_scale + h * p.vs_strides.head;
-        for (int kk = 0; kk < n; ++kk) {
-          key_scale[kk] = ks[tile_k_off[kk]];
-          value_scale[kk] = vs[tile_v_off[kk]];
+      // The online-softmax step of each head of the step (its scores j * gp rows on).
+      bool any_head[kStepHeads] = {};
+      for (int j = 0; j < hs; ++j) {
+        const int h = h0 + hi + j;
+        float* head_scores = scores + j * gp * kTile;
+        float* row_max = max_all + (hi + j) * gp;
+        float* row_sum = sum_all + (hi + j) * gp;
+        float* head_o = o + j * o_head;
+        if (token_scales) {
+          const float* ks = p.k_token_scale + h * p.ks_strides.head;
+          const float* vs = p.v_token_scale + h * p.vs_strides.head;
+          for (int kk = 0; kk < n; ++kk) {
+            key_scale[kk] = ks[tile_k_off[kk]];
+            value_scale[kk] = vs[tile_v_off[kk]];
+          }
+          for (int kk = n; kk < kTile; ++kk) key_scale[kk] = value_scale[kk] = 0.0f;
         }
-        for (int kk = n; kk < kTile; ++kk) key_scale[kk] = value_scale[kk] = 0.0f;
-      }
-      const float k_scale = p.k_head_scale ? p.k_head_scale[h] : p.k_scale;
-      bool any;
-      if (!p.general_scores() && !token_scales) {
-        // The plain path: the scale applied and the max taken in one pass.
-        const auto raw = S::set1(k_raw), scale = S::set1(k_scale * p.sm_scale * kLog2e);
-        any = softmax_rows<S>(
-            scores, group, n,
-            [&](int, float* s) {
-              auto mx = S::set1(kNegInf);
-              for (int kb = 0; kb < n; kb += S::kWidth) {
-                auto x = S::mul(S::mul(S::load(s + kb), raw), scale);
-                S::store(s + kb, x);
-                if (kb + S::kWidth > n) {  // the lanes past n: -inf
-                  std::fill(s + n, s + kb + S::kWidth, kNegInf);
-                  x = S::load(s + kb);
+        const float k_scale = p.k_head_scale ? p.k_head_scale[h] : p.k_scale;
+        bool any;
+        if (!p.general_scores() && !token_scales) {
+          // The plain path: the scale applied and the max taken in one pass.
+          const auto raw = S::set1(k_raw), scale = S::set1(k_scale * p.sm_scale * kLog2e);
+          any = softmax_rows<S>(
+              head_scores, group, n,
+              [&](int, float* s) {
+                auto mx = S::set1(kNegInf);
+                for (int kb = 0; kb < n; kb += S::kWidth) {
+                  auto x = S::mul(S::mul(S::load(s + kb), raw), scale);
+                  S::store(s + kb, x);
+                  if (kb + S::kWidth > n) {  // the lanes past n: -inf
+                    std::fill(s + n, s + kb + S::kWidth, kNegInf);
+                    x = S::load(s + kb);
+                  }
+                  mx = S::max(mx, x);
                 }
-                mx = S::max(mx, x);
-              }
-              return mx;
-            },
-            nullptr, row_max, row_sum, o, o_row);
-      } else {
-        any = softmax_rows<S>(
-            scores, group, n,
-            [&](int g, float* s) {
-              const float slope = p.alibi_slopes ? p.alibi_slopes[h * group + g] : 0.0f;
-              transform_scores<S>(p, s, n, j0, q_pos, slope, tile_visible, k_raw, k_scale,
-                                  key_scale);
-              auto mx = S::set1(kNegInf);
-              for (int kb = 0; kb < n; kb += S::kWidth) mx = S::max(mx, S::load(s + kb));
-              return mx;
-            },
-            token_scales ? value_scale : nullptr, row_max, row_sum, o, o_row);
-      }
-      if (!any) {
-        prefetch.finish_step();
-        continue;
-      }
-      for (int g = group; g < gp; ++g) {
-        std::fill(scores + g * kTile, scores + (g + 1) * kTile, 0.0f);
-      }
-      const std::byte* const* pv_rows = hv;
-      if (num_shown < n) {
-        // The shown keys' weights and V rows, moved to the front (shown[m] >= m: in place).
-        for (int m = 0; m < num_shown; ++m) shown_rows[m] = hv[shown[m]];
-        for (int g = 0; g < group; ++g) {
-          float* s = scores + g * kTile;
-          for (int m = 0; m < num_shown; ++m) s[m] = s[shown[m]];
+                return mx;
+              },
+              nullptr, row_max, row_sum, head_o, o_row);
+        } else {
+          any = softmax_rows<S>(
+              head_scores, group, n,
+              [&](int g, float* s) {
+                const float slope = p.alibi_slopes ? p.alibi_slopes[h * group + g] : 0.0f;
+                transform_scores<S>(p, s, n, j0, q_pos, slope, tile_visible, k_raw, k_scale,
+                                    key_scale);
+                auto mx = S::set1(kNegInf);
+                for (int kb = 0; kb < n; kb += S::kWidth) mx = S::max(mx, S::load(s + kb));
+                return mx;
+              },
+              token_scales ? value_scale : nullptr, row_max, row_sum, head_o, o_row);
         }
-        pv_rows = shown_rows;
+        any_head[j] = any;
+        if (any) {
+          for (int g = group; g < gp; ++g) {
+            std::fill(head_scores + g * kTile, head_scores + (g + 1) * kTile, 0.0f);
+          }
+        }
       }
-      Tiles::pv(scores, gp, pv_rows, num_shown, dvo, p.v_strides.dim, o, o_row, &prefetch);
+
+      // PV head by head (a head that saw no visible key is skipped: its weights are zero, but a
+      // zero weight times an inf or NaN V row would not be).
+      for (int j = 0; j < hs; ++j) {
+        if (!any_head[j]) continue;
+        if (j > 0) {
+          for (int kk = 0; kk < n; ++kk) hv[kk] = vr[kk] + (hi + j) * v_head_step;
+        }
+        float* head_scores = scores + j * gp * kTile;
+        const std::byte* const* pv_rows = hv;
+        if (num_shown < n) {
+          // The shown keys' weights and V rows, moved to the front (shown[m] >= m: in place).
+          for (int m = 0; m < num_shown; ++m) shown_rows[m] = hv[shown[m]];
+          for (int g = 0; g < group; ++g) {
+            float* s = head_scores + g * kTile;
+            for (int m = 0; m < num_shown; ++m) s[m] = s[shown[m]];
+          }
+          pv_rows = shown_rows;
+        }
+        Tiles::pv(head_scores, gp, pv_rows, num_shown, dvo, p.v_strides.dim, o + j * o_head, o_row,
+                  &prefetch);
+      }
       prefetch.finish_step();
       if constexpr (Tiles::kPoisonE4m3Nans) {
-        poison_e4m3_nans<S>(p, hk, hv, n, tile_visible, o, o_row, &nan_key[hi]);
+        static_assert(kStepHeads == 1);
+        if (any_head[0]) poison_e4m3_nans<S>(p, hk, hv, n, tile_visible, o, o_row, &nan_key[hi]);
       }
+      hi += hs;
     }
   }
 
