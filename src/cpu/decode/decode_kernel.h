@@ -301,14 +301,14 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   // tick() calls per head step: one per key in each QK and PV pass over a block of kNG rows.
   const int ticks_per_head = 2 * kTile * ((gp + kNG - 1) / kNG);
   // Heads a step takes together (Tiles::kStepHeads, 1 where the policy has no step of more):
-  // where each token's rows of the task's heads lie side by side (NHD) and neither fused RoPE
-  // nor a custom mask is on (both take the one-head path).
+  // where each token's K rows of the task's heads lie side by side (NHD; PV runs head by head,
+  // so V's layout does not matter) and neither fused RoPE nor a custom mask is on (both take the
+  // one-head path).
   constexpr int kStepHeads = step_heads<Tiles>();
   static_assert(kStepHeads >= 1 && kStepHeads <= kDecodeMaxStepHeads);
-  const bool pair_heads = kStepHeads > 1 && !p.rope && !p.mask && k_row_bytes > 0 &&
-                          v_row_bytes > 0 && k_head_step == k_row_bytes &&
-                          v_head_step == v_row_bytes;
-  const int steps = pair_heads ? num_heads / kStepHeads + num_heads % kStepHeads : num_heads;
+  const bool multi_head_steps =
+      kStepHeads > 1 && !p.rope && !p.mask && k_row_bytes > 0 && k_head_step == k_row_bytes;
+  const int steps = multi_head_steps ? num_heads / kStepHeads + num_heads % kStepHeads : num_heads;
   int step_ticks = ticks_per_head;
   if constexpr (kStepHeads > 1) step_ticks = Tiles::step_ticks(gp);
   // The prefetch plan of a tile (`count` keys, rows of head h0): its K and V bytes of the task's
@@ -402,8 +402,8 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
     }
 
     for (int hi = 0, step = 0; hi < num_heads; ++step) {
-      // Heads of this step: hs adjacent heads from hi, their rows side by side (pair_heads).
-      const int hs = pair_heads && hi + kStepHeads <= num_heads ? kStepHeads : 1;
+      // Heads of this step: hs adjacent heads from hi (the last ones of the task one at a time).
+      const int hs = multi_head_steps && hi + kStepHeads <= num_heads ? kStepHeads : 1;
       float* q = q_all + hi * q_head;
       float* o = o_all + hi * o_head;
       const std::byte** hk = head_rows;
