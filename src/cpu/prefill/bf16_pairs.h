@@ -186,8 +186,8 @@ inline void scale_scores(const TileRows& t, int keys, float scale, float* st) {
 //     stage_query_pairs above writes them (else that function stages them);
 //   Products::stage(p, req, kv_head, j0, keys, scratch): K of keys [j0, j0 + keys) in the form
 //     its scores read, and the V pairs (stage_value_pairs);
-//   Products::prefetch_next(p, req, kv_head, j0, keys), where it has one: the next tile's rows
-//     are coming (else prefetch_kv_tile asks for them);
+//   Products::prefetch_next(p, req, kv_head, j0, keys): the next tile's rows (keys may be 0),
+//     asked for during the products (NextTilePrefetch);
 //   Products::scores(p, t, keys, scratch): S^T [keys][rows_pad] at scratch + st;
 //   Products::values(p, t, keys, scratch): O^T += V^T P^T from the P pairs over S^T.
 template <class Products>
@@ -211,14 +211,8 @@ inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int k
   for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kv_tile) {
     const int n = static_cast<int>(imin(kv_tile, keys.end - j0));
     products.stage(p, req, kv_head, j0, n, scratch);
-    if (j0 + kv_tile < keys.end) {
-      const int next = static_cast<int>(imin(kv_tile, keys.end - j0 - kv_tile));
-      if constexpr (requires { products.prefetch_next(p, req, kv_head, j0, next); }) {
-        products.prefetch_next(p, req, kv_head, j0 + kv_tile, next);
-      } else {
-        prefetch_kv_tile(p, req, kv_head, j0 + kv_tile, next);
-      }
-    }
+    products.prefetch_next(p, req, kv_head, j0 + kv_tile,
+                           static_cast<int>(imax(0, imin(kv_tile, keys.end - j0 - kv_tile))));
     products.scores(p, t, n, scratch);
     // The soft cap and ALiBi act on scaled scores; otherwise the scale rides along the softmax.
     float softmax_scale = score_scale;

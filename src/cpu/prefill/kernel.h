@@ -47,6 +47,68 @@ inline const void* kv_row(const PrefillParams& p, const KVSource& s, const Reque
          kv_offset(p, s, req, j, kv_head) * dtype_bytes(p.kv_dtype);
 }
 
+// Prefetches the next KV tile's K and V rows a few lines per register block of this tile's
+// products, so that their reads (L3 or DRAM, behind a page table the hardware prefetchers do not
+// follow) overlap the arithmetic instead of stalling the next tile's staging. The whole tile's
+// lines asked for in one burst (as until 2026-12-04) hold the L1 miss buffers the tile's own
+// loads need, and on AMD the burst's prefetcht1 lines often never came: the AVX2 kernel on Zen 4
+// then spent ~7 % of its time in the staging's loads. Where the lines go is the CPU class's
+// (PrefillParams::prefetch_l1, as the decode kernel's hint): L1 on AMD, L2 on Intel.
+class NextTilePrefetch {
+ public:
+  // Keys [j0, j0 + keys) of the next tile; the pace is set by spread().
+  void plan(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys) {
+    p_ = &p;
+    req_ = &req;
+    kv_head_ = kv_head;
+    j_ = j0;
+    end_ = j0 + keys;
+    const int esize = dtype_bytes(p.kv_dtype);
+    k_lines_ = (p.head_dim_qk * esize * static_cast<int>(p.k.strides.dim) + 63) / 64;
+    v_lines_ = (p.head_dim_vo * esize * static_cast<int>(p.v.strides.dim) + 63) / 64;
+    line_ = 0;
+    per_step_ = 0;
+    if (j_ < end_) rows();
+  }
+  void clear() { j_ = end_ = 0; }
+  // Spreads the lines over about `steps` calls of step().
+  void spread(int steps) {
+    const int64_t lines = (end_ - j_) * (k_lines_ + v_lines_);
+    per_step_ = steps > 0 ? static_cast<int>((lines + steps - 1) / steps) : 0;
+  }
+  void step() { issue(per_step_); }
+  // Whatever is left (the tile's products are done).
+  void finish() { issue(1 << 30); }
+
+ private:
+  void rows() {
+    k_ = static_cast<const char*>(kv_row(*p_, p_->k, *req_, j_, kv_head_));
+    v_ = static_cast<const char*>(kv_row(*p_, p_->v, *req_, j_, kv_head_));
+  }
+  void issue(int n) {
+    const bool l1 = p_ != nullptr && p_->prefetch_l1;
+    for (; n > 0 && j_ < end_; --n) {
+      const char* at = line_ < k_lines_ ? k_ + 64 * line_ : v_ + 64 * (line_ - k_lines_);
+      if (l1) {
+        __builtin_prefetch(at, 0, 3);
+      } else {
+        __builtin_prefetch(at, 0, 2);
+      }
+      if (++line_ == k_lines_ + v_lines_) {
+        line_ = 0;
+        if (++j_ < end_) rows();
+      }
+    }
+  }
+  const PrefillParams* p_ = nullptr;
+  const RequestInfo* req_ = nullptr;
+  int kv_head_ = 0;
+  int64_t j_ = 0, end_ = 0;
+  int k_lines_ = 0, v_lines_ = 0, line_ = 0, per_step_ = 0;
+  const char* k_ = nullptr;
+  const char* v_ = nullptr;
+};
+
 // Rotates x (head dim `dim`) at absolute position `pos` with the precomputed cos/sin table.
 inline void rope_rotate(const PrefillParams& p, int64_t pos, int dim, float* x) {
   const int half = dim / 2;
@@ -125,10 +187,11 @@ inline void score_tail(int remaining, const float* kf, int dim, int pitch, const
 
 template <int RV>
 inline void score_rows(const float* kf, int dim, int pitch, const float* qt, int64_t rows_pad,
-                       int keys, float* st) {
+                       int keys, float* st, NextTilePrefetch& pf) {
   constexpr int KB = Vec::kKeyBlock;
   int j = 0;
   for (; j + KB <= keys; j += KB) {
+    pf.step();
     score_block<KB, RV>(kf + j * pitch, dim, pitch, qt, rows_pad, st + j * rows_pad);
   }
   score_tail<RV, KB - 1>(keys - j, kf + j * pitch, dim, pitch, qt, rows_pad, st + j * rows_pad);
@@ -136,28 +199,31 @@ inline void score_rows(const float* kf, int dim, int pitch, const float* qt, int
 
 // K rows (dim used) `pitch` floats apart.
 inline void scores(const float* kf, int dim, int pitch, const float* qt, int64_t rows_pad,
-                   int row_vecs, int keys, float* st) {
+                   int row_vecs, int keys, float* st, NextTilePrefetch& pf) {
   constexpr int RV = Vec::kRowVecs;
   int rv = 0;
   for (; rv + RV <= row_vecs; rv += RV) {
-    score_rows<RV>(kf, dim, pitch, qt + rv * Vec::W, rows_pad, keys, st + rv * Vec::W);
+    score_rows<RV>(kf, dim, pitch, qt + rv * Vec::W, rows_pad, keys, st + rv * Vec::W, pf);
   }
   for (; rv < row_vecs; ++rv) {
-    score_rows<1>(kf, dim, pitch, qt + rv * Vec::W, rows_pad, keys, st + rv * Vec::W);
+    score_rows<1>(kf, dim, pitch, qt + rv * Vec::W, rows_pad, keys, st + rv * Vec::W, pf);
   }
 }
 
 // V rows (dim_vo used) `pitch` floats apart.
 inline void accumulate_values(const float* vf, int dim_vo, int pitch, const float* pt,
-                              int64_t rows_pad, int row_vecs, int keys, float* ot) {
+                              int64_t rows_pad, int row_vecs, int keys, float* ot,
+                              NextTilePrefetch& pf) {
   constexpr int RV = Vec::kRowVecs, DB = Vec::kDvBlock;
   int rv = 0;
   for (; rv + RV <= row_vecs; rv += RV) {
     const float* p = pt + rv * Vec::W;
     float* o = ot + rv * Vec::W;
     int d = 0;
-    for (; d + DB <= dim_vo; d += DB)
+    for (; d + DB <= dim_vo; d += DB) {
+      pf.step();
       value_block<DB, RV>(vf + d, pitch, p, rows_pad, keys, o + d * rows_pad);
+    }
     for (; d < dim_vo; ++d) value_block<1, RV>(vf + d, pitch, p, rows_pad, keys, o + d * rows_pad);
   }
   for (; rv < row_vecs; ++rv) {
@@ -281,25 +347,6 @@ inline void stage_kv_tile(const PrefillParams& p, const RequestInfo& req, int kv
     if (p.rope_table) rope_rotate(p, j, p.head_dim_qk, k);
     load_row_as_f32<Vec>(kv_row(p, p.v, req, j, kv_head), p.kv_dtype, p.head_dim_vo,
                          p.v.strides.dim, vs, vf + int64_t{jj} * L.v_pitch);
-  }
-}
-
-// Asks for the next KV tile's rows while this one is computed: the rows sit behind a page table
-// in L3 or DRAM, and the hardware prefetchers do not follow page indirection. Into L2 (the tile
-// is converted once, right when its turn comes; into L1 it ran no faster on Zen 4, the tile
-// evicting the working set). Always inlined: as a function whose body is only prefetches GCC
-// found it pure and dropped every call (no prefetch instruction in the kernels until issue 23's
-// Zen 4 pass; taking the calls back ran Zen 4's prefill 5-11 % faster).
-[[gnu::always_inline]] inline void prefetch_kv_tile(const PrefillParams& p, const RequestInfo& req,
-                                                    int kv_head, int64_t j0, int keys) {
-  const int esize = dtype_bytes(p.kv_dtype);
-  const int k_bytes = p.head_dim_qk * esize * static_cast<int>(p.k.strides.dim);
-  const int v_bytes = p.head_dim_vo * esize * static_cast<int>(p.v.strides.dim);
-  for (int jj = 0; jj < keys; ++jj) {
-    const auto* k = static_cast<const char*>(kv_row(p, p.k, req, j0 + jj, kv_head));
-    const auto* v = static_cast<const char*>(kv_row(p, p.v, req, j0 + jj, kv_head));
-    for (int b = 0; b < k_bytes; b += 64) __builtin_prefetch(k + b, 0, 2);
-    for (int b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + b, 0, 2);
   }
 }
 
@@ -443,15 +490,17 @@ inline void run_tile(const PrefillParams& p, const RequestInfo& req, int kv_head
   const KeyRange keys = key_range(p, req, t);
   const bool transform = p.soft_cap > 0.0f || p.fp16_qk_reduction || p.alibi_slopes_log2e;
   const int kv_tile = p.tile.kv_tile;
+  NextTilePrefetch pf;
   for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kv_tile) {
     const int n = static_cast<int>(imin(kv_tile, keys.end - j0));
     stage_kv_tile(p, req, kv_head, j0, n, scratch);
-    if (j0 + kv_tile < keys.end) {
-      prefetch_kv_tile(p, req, kv_head, j0 + kv_tile,
-                       static_cast<int>(imin(kv_tile, keys.end - j0 - kv_tile)));
-    }
+    pf.plan(p, req, kv_head, j0 + kv_tile,
+            static_cast<int>(imax(0, imin(kv_tile, keys.end - j0 - kv_tile))));
+    // One step per full register block of the products (the edges take none).
+    const int strips = (t.row_vecs + Vec::kRowVecs - 1) / Vec::kRowVecs;
+    pf.spread(strips * (n / Vec::kKeyBlock + p.head_dim_vo / Vec::kDvBlock));
     scores(scratch + p.scratch.kf, p.head_dim_qk, p.scratch.k_pitch, scratch + p.scratch.qt,
-           t.rows_pad, t.row_vecs, n, scratch + p.scratch.st);
+           t.rows_pad, t.row_vecs, n, scratch + p.scratch.st, pf);
     if (transform) transform_scores(p, t, j0, n, scratch);
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
     if (!full) mask_scores(p, req, t, j0, n, scratch);
@@ -463,7 +512,9 @@ inline void run_tile(const PrefillParams& p, const RequestInfo& req, int kv_head
                             scratch + p.scratch.st, vf, scratch + p.scratch.ot);
     }
     accumulate_values(scratch + p.scratch.vf, p.head_dim_vo, p.scratch.v_pitch,
-                      scratch + p.scratch.st, t.rows_pad, t.row_vecs, n, scratch + p.scratch.ot);
+                      scratch + p.scratch.st, t.rows_pad, t.row_vecs, n, scratch + p.scratch.ot,
+                      pf);
+    pf.finish();
   }
   store_tile(p, req, kv_head, t, 1.0f, scratch);
 }

@@ -86,6 +86,9 @@ struct PrefillParams {
   const float* rope_table = nullptr;
   int64_t rope_pos_begin = 0;
   bool rope_interleave = false;
+
+  // The next KV tile's rows are prefetched into L1 (AMD) or L2 (Intel): NextTilePrefetch.
+  bool prefetch_l1 = false;
 };
 
 // Runs one plan work item (a range of query tokens of one request and KV head, cut in tiles)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/cpu_features.h"
 #include "core/math_constants.h"
 #include "core/paged_kv.h"
 #include "core/status_macros.h"
@@ -178,6 +179,7 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
       bind_workspace("prefill", layout.layout, workspace, workspace_bytes, &base));
 
   params.scratch = prefill::scratch_layout(params.tile, p.head_dim_qk, p.head_dim_vo);
+  params.prefetch_l1 = detail::cpu_features().amd;
 
   const int batch = static_cast<int>(plan.qo_len.size());
   auto* requests = reinterpret_cast<RequestInfo*>(base + layout.requests);

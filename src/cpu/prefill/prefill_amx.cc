@@ -47,59 +47,6 @@ inline void transpose16x16(const uint32_t* src, int64_t src_stride, uint32_t* ds
   for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * dst_stride, r[i]);
 }
 
-// Prefetches the next KV tile's K and V rows into L2 a few lines per product step, so that their
-// reads (L3 or DRAM, behind the page table) overlap this tile's products instead of stalling the
-// next tile's staging, where kernel.h's prefetch_kv_tile asks for a whole tile's lines in one
-// burst, which would hold the L1 fill buffers that the tile loads need.
-class NextTilePrefetch {
- public:
-  // Keys [j0, j0 + keys) of the next tile; `steps` set later by spread().
-  void plan(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys) {
-    p_ = &p;
-    req_ = &req;
-    kv_head_ = kv_head;
-    j_ = j0;
-    end_ = j0 + keys;
-    const int esize = dtype_bytes(p.kv_dtype);
-    k_lines_ = (p.head_dim_qk * esize + 63) / 64;
-    v_lines_ = (p.head_dim_vo * esize + 63) / 64;
-    line_ = 0;
-    per_step_ = 0;
-    if (j_ < end_) rows();
-  }
-  void clear() { j_ = end_ = 0; }
-  // Spreads the lines over about `steps` calls of step().
-  void spread(int steps) {
-    const int64_t lines = (end_ - j_) * (k_lines_ + v_lines_);
-    per_step_ = steps > 0 ? static_cast<int>((lines + steps - 1) / steps) : 0;
-  }
-  void step() { issue(per_step_); }
-  void finish() { issue(1 << 30); }
-
- private:
-  void rows() {
-    k_ = static_cast<const char*>(kv_row(*p_, p_->k, *req_, j_, kv_head_));
-    v_ = static_cast<const char*>(kv_row(*p_, p_->v, *req_, j_, kv_head_));
-  }
-  void issue(int n) {
-    for (; n > 0 && j_ < end_; --n) {
-      const char* at = line_ < k_lines_ ? k_ + 64 * line_ : v_ + 64 * (line_ - k_lines_);
-      _mm_prefetch(at, _MM_HINT_T1);
-      if (++line_ == k_lines_ + v_lines_) {
-        line_ = 0;
-        if (++j_ < end_) rows();
-      }
-    }
-  }
-  const PrefillParams* p_ = nullptr;
-  const RequestInfo* req_ = nullptr;
-  int kv_head_ = 0;
-  int64_t j_ = 0, end_ = 0;
-  int k_lines_ = 0, v_lines_ = 0, line_ = 0, per_step_ = 0;
-  const char* k_ = nullptr;
-  const char* v_ = nullptr;
-};
-
 // Where the A rows of one block of 16 start and how many bytes apart they are.
 struct RowBlock {
   const char* rows = nullptr;
@@ -200,7 +147,7 @@ struct AmxProducts {
   RowBlock k_blocks[kMaxBlocks];
   NextTilePrefetch pf;
 
-  // The next tile's rows, prefetched during this tile's products (instead of prefetch_kv_tile).
+  // The next tile's rows, prefetched during this tile's products.
   void prefetch_next(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0,
                      int keys) {
     pf.plan(p, req, kv_head, j0, keys);

@@ -68,12 +68,14 @@ inline void value_block(const uint32_t* vp, int dim_vo, const uint32_t* pp, int6
 // Key blocks of KB, then the rest of the keys in one smaller block.
 template <int RV>
 inline void score_rows(const unsigned char* const* k_rows, int pairs, const uint32_t* qp,
-                       int64_t rows_pad, int keys, float* st) {
+                       int64_t rows_pad, int keys, float* st, NextTilePrefetch& pf) {
   constexpr int KB = Vec::kKeyBlock;
   static_assert(KB == 6, "the tail switch below covers blocks of 6 keys");
   int j = 0;
-  for (; j + KB <= keys; j += KB)
+  for (; j + KB <= keys; j += KB) {
+    pf.step();
     score_block<KB, RV>(k_rows + j, pairs, qp, rows_pad, st + j * rows_pad);
+  }
   float* s = st + j * rows_pad;
   switch (keys - j) {
     case 5:
@@ -92,24 +94,25 @@ inline void score_rows(const unsigned char* const* k_rows, int pairs, const uint
 }
 
 inline void scores(const unsigned char* const* k_rows, int pairs, const uint32_t* qp,
-                   int64_t rows_pad, int row_vecs, int keys, float* st) {
+                   int64_t rows_pad, int row_vecs, int keys, float* st, NextTilePrefetch& pf) {
   constexpr int RV = Vec::kRowVecs;
   int rv = 0;
   for (; rv + RV <= row_vecs; rv += RV) {
-    score_rows<RV>(k_rows, pairs, qp + rv * Vec::W, rows_pad, keys, st + rv * Vec::W);
+    score_rows<RV>(k_rows, pairs, qp + rv * Vec::W, rows_pad, keys, st + rv * Vec::W, pf);
   }
   for (; rv < row_vecs; ++rv) {
-    score_rows<1>(k_rows, pairs, qp + rv * Vec::W, rows_pad, keys, st + rv * Vec::W);
+    score_rows<1>(k_rows, pairs, qp + rv * Vec::W, rows_pad, keys, st + rv * Vec::W, pf);
   }
 }
 
 inline void accumulate_values(const uint32_t* vp, int dim_vo, const uint32_t* pp, int64_t rows_pad,
-                              int row_vecs, int pairs, float* ot) {
+                              int row_vecs, int pairs, float* ot, NextTilePrefetch& pf) {
   constexpr int RV = Vec::kRowVecs, DB = Vec::kDvBlock;
   int rv = 0;
   for (; rv + RV <= row_vecs; rv += RV) {
     int d = 0;
     for (; d + DB <= dim_vo; d += DB) {
+      pf.step();
       value_block<DB, RV>(vp + d, dim_vo, pp + rv * Vec::W, rows_pad, pairs,
                           ot + d * rows_pad + rv * Vec::W);
     }
@@ -139,6 +142,12 @@ inline void accumulate_values(const uint32_t* vp, int dim_vo, const uint32_t* pp
 // the K tile buffer).
 struct DotProducts {
   const unsigned char* k_rows[kMaxKVTile];
+  NextTilePrefetch pf;
+
+  void prefetch_next(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0,
+                     int keys) {
+    pf.plan(p, req, kv_head, j0, keys);
+  }
 
   void stage(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys,
              float* scratch) {
@@ -151,15 +160,20 @@ struct DotProducts {
     }
     stage_value_pairs(p, req, kv_head, j0, keys, scratch);
   }
-  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) const {
+  // One prefetch step per full register block of the two products (the edges take none).
+  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
+    const int strips = (t.row_vecs + Vec::kRowVecs - 1) / Vec::kRowVecs;
+    pf.spread(strips * (keys / Vec::kKeyBlock + p.head_dim_vo / Vec::kDvBlock));
     ::kvattn::cpu::prefill::avx512_bf16::scores(
         k_rows, p.head_dim_qk / 2, reinterpret_cast<const uint32_t*>(scratch + p.scratch.qt),
-        t.rows_pad, t.row_vecs, keys, scratch + p.scratch.st);
+        t.rows_pad, t.row_vecs, keys, scratch + p.scratch.st, pf);
   }
-  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) const {
+  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
     accumulate_values(reinterpret_cast<const uint32_t*>(scratch + p.scratch.vf), p.head_dim_vo,
                       reinterpret_cast<const uint32_t*>(scratch + p.scratch.st), t.rows_pad,
-                      t.row_vecs, (keys + 1) / 2, scratch + p.scratch.ot);
+                      t.row_vecs, (keys + 1) / 2, scratch + p.scratch.ot, pf);
+    pf.finish();
+    pf.clear();
   }
 };
 
