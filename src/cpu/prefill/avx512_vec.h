@@ -16,6 +16,25 @@ struct Vec : ::kvattn::cpu::avx512::Simd {
   static constexpr int kDvBlock = 6;
 
   static bool any_greater(Reg a, Reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) != 0; }
+
+  // 2^x for the probabilities, x = s - max <= 8 (bf16_pairs.h's lazy rescale; 0 or below in
+  // kernel.h's softmax): a degree-4 minimax polynomial of 2^f on [-0.5, 0.5] (relative error
+  // 2.7e-6 in f32, against P's rounding to a 16-bit or FP8 q's type, 2^-9 for bf16, which the
+  // tolerance allows: testing/baseline.h), scaled by 2^round(x); exactly 0 below -125 (no
+  // denormal), NaN -> NaN. Two FMAs and a clamp fewer than Simd::exp2 (degree 6, any x), on the
+  // softmax's busiest line.
+  static Reg exp2_probability(Reg x) {
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, set1(-125.0f), _CMP_LT_OQ);
+    x = _mm512_max_ps(set1(-125.0f), x);  // max returns its second operand, x, for a NaN x
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = set1(0.009569989517331123f);
+    p = _mm512_fmadd_ps(p, f, set1(0.05591757968068123f));
+    p = _mm512_fmadd_ps(p, f, set1(0.240247443318367f));
+    p = _mm512_fmadd_ps(p, f, set1(0.6931218504905701f));
+    p = _mm512_fmadd_ps(p, f, set1(0.9999992847442627f));
+    return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n);
+  }
   static Reg zero_if_neg_inf(Reg x) {
     const __mmask16 is_neg_inf = _mm512_cmp_ps_mask(x, set1(-__builtin_huge_valf()), _CMP_EQ_OQ);
     return _mm512_mask_blend_ps(is_neg_inf, x, zero());

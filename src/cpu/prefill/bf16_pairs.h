@@ -94,23 +94,6 @@ inline void stage_value_pairs(const PrefillParams& p, const RequestInfo& req, in
 // step reads them. The row sums add the unrounded P.
 inline constexpr float kRescaleSlack = 8.0f;  // log2 units: P up to 256
 
-// 2^x for the probabilities, x = s - max <= kRescaleSlack: a degree-4 minimax polynomial of 2^f on
-// [-0.5, 0.5] (relative error 2.7e-6 in f32, against P's rounding to bf16, 2^-9, and the row
-// sums' tolerance), scaled by 2^round(x); exactly 0 below -125 (no denormal), NaN -> NaN. Two
-// FMAs and a clamp fewer than Simd::exp2 (degree 6, any x), on the softmax's busiest line.
-inline __m512 exp2_probability(__m512 x) {
-  const __mmask16 tiny = _mm512_cmp_ps_mask(x, Vec::set1(-125.0f), _CMP_LT_OQ);
-  x = _mm512_max_ps(Vec::set1(-125.0f), x);  // max returns its second operand, x, for a NaN x
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = Vec::set1(0.009569989517331123f);
-  p = _mm512_fmadd_ps(p, f, Vec::set1(0.05591757968068123f));
-  p = _mm512_fmadd_ps(p, f, Vec::set1(0.240247443318367f));
-  p = _mm512_fmadd_ps(p, f, Vec::set1(0.6931218504905701f));
-  p = _mm512_fmadd_ps(p, f, Vec::set1(0.9999992847442627f));
-  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n);
-}
-
 inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, float scale,
                          float* scratch) {
   using R = Vec::Reg;
@@ -157,8 +140,8 @@ inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, fl
       }
     }
     for (int jj = 0; jj < keys; jj += 2) {
-      const R a = exp2_probability(Vec::fma(Vec::load(s + jj * t.rows_pad), c, neg_base));
-      const R b = jj + 1 < keys ? exp2_probability(
+      const R a = Vec::exp2_probability(Vec::fma(Vec::load(s + jj * t.rows_pad), c, neg_base));
+      const R b = jj + 1 < keys ? Vec::exp2_probability(
                                       Vec::fma(Vec::load(s + (jj + 1) * t.rows_pad), c, neg_base))
                                 : Vec::zero();
       sum = Vec::add(sum, Vec::add(a, b));

@@ -21,6 +21,24 @@ struct Vec : ::kvattn::cpu::avx2::Simd {
   static constexpr int kKeyBlock = 6;
   static constexpr int kDvBlock = 6;
 
+  // 2^x for the probabilities, x = s - max <= 0 (or NaN): avx512_vec.h's degree-4 polynomial
+  // (relative error 2.7e-6, for a 16-bit or FP8 q), scaled by one 2^round(x) (x >= -125: a
+  // normal exponent); 0 below -125, NaN -> NaN. 13 operations where Simd::exp2 (degree 6, any
+  // x, two scales) takes 21.
+  static Reg exp2_probability(Reg x) {
+    const Reg tiny = _mm256_cmp_ps(x, set1(-125.0f), _CMP_LT_OQ);
+    x = _mm256_max_ps(set1(-125.0f), x);  // max returns its second operand, x, for a NaN x
+    const Reg n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const Reg f = _mm256_sub_ps(x, n);
+    Reg p = set1(0.009569989517331123f);
+    p = _mm256_fmadd_ps(p, f, set1(0.05591757968068123f));
+    p = _mm256_fmadd_ps(p, f, set1(0.240247443318367f));
+    p = _mm256_fmadd_ps(p, f, set1(0.6931218504905701f));
+    p = _mm256_fmadd_ps(p, f, set1(0.9999992847442627f));
+    const __m256i scale =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(scale)));
+  }
   static bool any_greater(Reg a, Reg b) {
     return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ)) != 0;
   }

@@ -22,6 +22,7 @@ struct Vec : ::kvattn::cpu::scalar::Simd {
   static constexpr int kDvBlock = 4;
 
   static Reg fma(Reg a, Reg b, Reg c) { return a * b + c; }
+  static Reg exp2_probability(Reg x) { return exp2(x); }  // no cheaper form here
   static bool any_greater(Reg a, Reg b) { return a > b; }
   static Reg zero_if_neg_inf(Reg x) { return x == -HUGE_VALF ? 0.0f : x; }
 };
