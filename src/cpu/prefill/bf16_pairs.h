@@ -88,11 +88,10 @@ inline void stage_value_pairs(const PrefillParams& p, const RequestInfo& req, in
   }
 }
 
-// The online softmax of kernel.h's softmax_update (with a lazy rescale, below) fused with the
+// The online softmax of kernel.h's softmax_update (its lazy rescale per lane here) fused with the
 // score scale (c > 0, so the max of c * s is c times the max of s) and with the packing of P into bf16 pairs over keys,
 // written in place: pair row p is stored after rows 2p and 2p + 1 of S were read, and no later
 // step reads them. The row sums add the unrounded P.
-inline constexpr float kRescaleSlack = 8.0f;  // log2 units: P up to 256
 
 inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, float scale,
                          float* scratch) {

@@ -21,10 +21,10 @@ struct Vec : ::kvattn::cpu::avx2::Simd {
   static constexpr int kKeyBlock = 6;
   static constexpr int kDvBlock = 6;
 
-  // 2^x for the probabilities, x = s - max <= 0 (or NaN): avx512_vec.h's degree-4 polynomial
-  // (relative error 2.7e-6, for a 16-bit or FP8 q), scaled by one 2^round(x) (x >= -125: a
-  // normal exponent); 0 below -125, NaN -> NaN. 13 operations where Simd::exp2 (degree 6, any
-  // x, two scales) takes 21.
+  // 2^x for the probabilities, x = s - max <= kRescaleSlack (or NaN): avx512_vec.h's degree-4
+  // polynomial (relative error 2.7e-6, for a 16-bit or FP8 q), scaled by one 2^round(x) (x in
+  // [-125, 8]: a normal exponent); 0 below -125, NaN -> NaN. 13 operations where Simd::exp2
+  // (degree 6, any x, two scales) takes 21.
   static Reg exp2_probability(Reg x) {
     const Reg tiny = _mm256_cmp_ps(x, set1(-125.0f), _CMP_LT_OQ);
     x = _mm256_max_ps(set1(-125.0f), x);  // max returns its second operand, x, for a NaN x
