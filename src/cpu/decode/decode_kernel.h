@@ -443,9 +443,38 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         Tiles::qk(q, q_row, gp, hk, n, dqk, p.k_strides.dim, scores, &prefetch);
       }
 
-      // The online-softmax step of each head of the step (its scores j * gp rows on).
+      // The online-softmax step of each head of the step (its scores j * gp rows on). Where the
+      // heads' rows lie back to back (no padded rows) and share one score scale, the plain path
+      // takes all of them in one call: one exp2 of the rescale factors for 16 rows, not one a
+      // head.
       bool any_head[kStepHeads] = {};
-      for (int j = 0; j < hs; ++j) {
+      const bool one_softmax = hs > 1 && gp == group && !token_scales && !p.general_scores() &&
+                               p.k_head_scale == nullptr;
+      if (one_softmax) {
+        const auto raw = S::set1(k_raw), scale = S::set1(p.k_scale * p.sm_scale * kLog2e);
+        softmax_rows<S>(
+            scores, hs * group, n,
+            [&](int, float* s) {
+              auto mx = S::set1(kNegInf);
+              for (int kb = 0; kb < n; kb += S::kWidth) {
+                auto x = S::mul(S::mul(S::load(s + kb), raw), scale);
+                S::store(s + kb, x);
+                if (kb + S::kWidth > n) {  // the lanes past n: -inf
+                  std::fill(s + n, s + kb + S::kWidth, kNegInf);
+                  x = S::load(s + kb);
+                }
+                mx = S::max(mx, x);
+              }
+              return mx;
+            },
+            nullptr, max_all + hi * gp, sum_all + hi * gp, o, o_row);
+        // A head takes PV where one of its rows has seen a visible key.
+        for (int j = 0; j < hs; ++j) {
+          const float* row_max = max_all + (hi + j) * gp;
+          any_head[j] = std::any_of(row_max, row_max + group, [](float m) { return m != kNegInf; });
+        }
+      }
+      for (int j = 0; j < (one_softmax ? 0 : hs); ++j) {
         const int h = h0 + hi + j;
         float* head_scores = scores + j * gp * kTile;
         float* row_max = max_all + (hi + j) * gp;
