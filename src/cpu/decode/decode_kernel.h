@@ -401,6 +401,25 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       tile_visible = visible;
     }
 
+    // The plain path's logits of rows whose K scale is k_scale: the scale applied and the max
+    // taken in one pass, the lanes past n -inf.
+    auto plain_logits = [&](float k_scale) {
+      const auto raw = S::set1(k_raw), scale = S::set1(k_scale * p.sm_scale * kLog2e);
+      return [raw, scale, n](int, float* s) {
+        auto mx = S::set1(kNegInf);
+        for (int kb = 0; kb < n; kb += S::kWidth) {
+          auto x = S::mul(S::mul(S::load(s + kb), raw), scale);
+          S::store(s + kb, x);
+          if (kb + S::kWidth > n) {
+            std::fill(s + n, s + kb + S::kWidth, kNegInf);
+            x = S::load(s + kb);
+          }
+          mx = S::max(mx, x);
+        }
+        return mx;
+      };
+    };
+
     for (int hi = 0, step = 0; hi < num_heads; ++step) {
       // Heads of this step: hs adjacent heads from hi (the last ones of the task one at a time).
       const int hs = multi_head_steps && hi + kStepHeads <= num_heads ? kStepHeads : 1;
@@ -451,23 +470,8 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       const bool one_softmax = hs > 1 && gp == group && !token_scales && !p.general_scores() &&
                                p.k_head_scale == nullptr;
       if (one_softmax) {
-        const auto raw = S::set1(k_raw), scale = S::set1(p.k_scale * p.sm_scale * kLog2e);
-        softmax_rows<S>(
-            scores, hs * group, n,
-            [&](int, float* s) {
-              auto mx = S::set1(kNegInf);
-              for (int kb = 0; kb < n; kb += S::kWidth) {
-                auto x = S::mul(S::mul(S::load(s + kb), raw), scale);
-                S::store(s + kb, x);
-                if (kb + S::kWidth > n) {  // the lanes past n: -inf
-                  std::fill(s + n, s + kb + S::kWidth, kNegInf);
-                  x = S::load(s + kb);
-                }
-                mx = S::max(mx, x);
-              }
-              return mx;
-            },
-            nullptr, max_all + hi * gp, sum_all + hi * gp, o, o_row);
+        softmax_rows<S>(scores, hs * group, n, plain_logits(p.k_scale), nullptr, max_all + hi * gp,
+                        sum_all + hi * gp, o, o_row);
         // A head takes PV where one of its rows has seen a visible key.
         for (int j = 0; j < hs; ++j) {
           const float* row_max = max_all + (hi + j) * gp;
@@ -492,24 +496,8 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         const float k_scale = p.k_head_scale ? p.k_head_scale[h] : p.k_scale;
         bool any;
         if (!p.general_scores() && !token_scales) {
-          // The plain path: the scale applied and the max taken in one pass.
-          const auto raw = S::set1(k_raw), scale = S::set1(k_scale * p.sm_scale * kLog2e);
-          any = softmax_rows<S>(
-              head_scores, group, n,
-              [&](int, float* s) {
-                auto mx = S::set1(kNegInf);
-                for (int kb = 0; kb < n; kb += S::kWidth) {
-                  auto x = S::mul(S::mul(S::load(s + kb), raw), scale);
-                  S::store(s + kb, x);
-                  if (kb + S::kWidth > n) {  // the lanes past n: -inf
-                    std::fill(s + n, s + kb + S::kWidth, kNegInf);
-                    x = S::load(s + kb);
-                  }
-                  mx = S::max(mx, x);
-                }
-                return mx;
-              },
-              nullptr, row_max, row_sum, head_o, o_row);
+          any = softmax_rows<S>(head_scores, group, n, plain_logits(k_scale), nullptr, row_max,
+                                row_sum, head_o, o_row);
         } else {
           any = softmax_rows<S>(
               head_scores, group, n,
