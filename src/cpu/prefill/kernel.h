@@ -53,7 +53,9 @@ inline const void* kv_row(const PrefillParams& p, const KVSource& s, const Reque
 // lines asked for in one burst (as until 2026-12-04) hold the L1 miss buffers the tile's own
 // loads need, and on AMD the burst's prefetcht1 lines often never came: the AVX2 kernel on Zen 4
 // then spent ~7 % of its time in the staging's loads. Where the lines go is the CPU class's
-// (PrefillParams::prefetch_l1, as the decode kernel's hint): L1 on AMD, L2 on Intel.
+// (PrefillParams::prefetch_l1, as the decode kernel's hint): L1 on AMD, L2 on Intel. (The burst
+// was a free function whose body was only prefetches, which GCC once found pure and dropped
+// everywhere; this class keeps state, so its prefetches stay: check with objdump after changes.)
 class NextTilePrefetch {
  public:
   // Keys [j0, j0 + keys) of the next tile; the pace is set by spread().
