@@ -62,6 +62,7 @@ class NextTilePrefetch {
   void plan(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys) {
     p_ = &p;
     req_ = &req;
+    l1_ = p.prefetch_l1;
     kv_head_ = kv_head;
     j_ = j0;
     end_ = j0 + keys;
@@ -72,7 +73,6 @@ class NextTilePrefetch {
     per_step_ = 0;
     if (j_ < end_) rows();
   }
-  void clear() { j_ = end_ = 0; }
   // Spreads the lines over about `steps` calls of step().
   void spread(int steps) {
     const int64_t lines = (end_ - j_) * (k_lines_ + v_lines_);
@@ -88,10 +88,9 @@ class NextTilePrefetch {
     v_ = static_cast<const char*>(kv_row(*p_, p_->v, *req_, j_, kv_head_));
   }
   void issue(int n) {
-    const bool l1 = p_ != nullptr && p_->prefetch_l1;
     for (; n > 0 && j_ < end_; --n) {
       const char* at = line_ < k_lines_ ? k_ + 64 * line_ : v_ + 64 * (line_ - k_lines_);
-      if (l1) {
+      if (l1_) {
         __builtin_prefetch(at, 0, 3);
       } else {
         __builtin_prefetch(at, 0, 2);
@@ -105,11 +104,20 @@ class NextTilePrefetch {
   const PrefillParams* p_ = nullptr;
   const RequestInfo* req_ = nullptr;
   int kv_head_ = 0;
+  bool l1_ = false;
   int64_t j_ = 0, end_ = 0;
   int k_lines_ = 0, v_lines_ = 0, line_ = 0, per_step_ = 0;
   const char* k_ = nullptr;
   const char* v_ = nullptr;
 };
+
+// The prefetch steps of a tile's products (NextTilePrefetch::spread): one per full register block
+// of Vec's shape, of the scores (kKeyBlock keys) and of the values (kDvBlock columns), per strip
+// of kRowVecs row vectors; the edge blocks take none.
+inline int register_blocks(int row_vecs, int keys, int dim_vo) {
+  const int strips = (row_vecs + Vec::kRowVecs - 1) / Vec::kRowVecs;
+  return strips * (keys / Vec::kKeyBlock + dim_vo / Vec::kDvBlock);
+}
 
 // Rotates x (head dim `dim`) at absolute position `pos` with the precomputed cos/sin table.
 inline void rope_rotate(const PrefillParams& p, int64_t pos, int dim, float* x) {
@@ -525,9 +533,7 @@ inline void run_tile(const PrefillParams& p, const RequestInfo& req, int kv_head
     stage_kv_tile(p, req, kv_head, j0, n, scratch);
     pf.plan(p, req, kv_head, j0 + kv_tile,
             static_cast<int>(imax(0, imin(kv_tile, keys.end - j0 - kv_tile))));
-    // One step per full register block of the products (the edges take none).
-    const int strips = (t.row_vecs + Vec::kRowVecs - 1) / Vec::kRowVecs;
-    pf.spread(strips * (n / Vec::kKeyBlock + p.head_dim_vo / Vec::kDvBlock));
+    pf.spread(register_blocks(t.row_vecs, n, p.head_dim_vo));
     scores(scratch + p.scratch.kf, p.head_dim_qk, p.scratch.k_pitch, scratch + p.scratch.qt,
            t.rows_pad, t.row_vecs, n, scratch + p.scratch.st, pf);
     if (transform) transform_scores(p, t, j0, n, scratch);

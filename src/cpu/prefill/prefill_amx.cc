@@ -252,7 +252,6 @@ struct AmxProducts {
     tile_product<Outer::kA>(v_blocks, dvo / 16, pp, t.rows_pad * 4, 16 * t.rows_pad * 4, t.row_vecs,
                             pairs_pad / 16, scratch + p.scratch.ot, t.rows_pad, true, pf);
     pf.finish();
-    pf.clear();
   }
 };
 

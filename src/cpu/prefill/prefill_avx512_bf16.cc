@@ -160,10 +160,8 @@ struct DotProducts {
     }
     stage_value_pairs(p, req, kv_head, j0, keys, scratch);
   }
-  // One prefetch step per full register block of the two products (the edges take none).
   void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
-    const int strips = (t.row_vecs + Vec::kRowVecs - 1) / Vec::kRowVecs;
-    pf.spread(strips * (keys / Vec::kKeyBlock + p.head_dim_vo / Vec::kDvBlock));
+    pf.spread(register_blocks(t.row_vecs, keys, p.head_dim_vo));
     ::kvattn::cpu::prefill::avx512_bf16::scores(
         k_rows, p.head_dim_qk / 2, reinterpret_cast<const uint32_t*>(scratch + p.scratch.qt),
         t.rows_pad, t.row_vecs, keys, scratch + p.scratch.st, pf);
@@ -173,7 +171,6 @@ struct DotProducts {
                       reinterpret_cast<const uint32_t*>(scratch + p.scratch.st), t.rows_pad,
                       t.row_vecs, (keys + 1) / 2, scratch + p.scratch.ot, pf);
     pf.finish();
-    pf.clear();
   }
 };
 
