@@ -1,0 +1,143 @@
+// The decode kernels' steps of several KV heads (decode_kernel.h, DotTiles::kStepHeads) against
+// the reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cpu_test_util.h"
+#include "decode_test_util.h"
+
+namespace kvattn::cputest {
+namespace {
+
+using testing::Case;
+using testing::CaseSpec;
+
+// Steps of several heads (decode_kernel.h, DotTiles::kStepHeads): on NHD caches whose rows are
+// at most 128 bytes (bf16 d64, FP8 d64 and d128) the dot-product kernels compute QK for 2 or 4
+// adjacent KV heads a visit; a task whose head count is not a multiple takes its last heads one
+// at a time. Checked over head counts around the step (1-9), GQA groups 3, 4, 8 and 16, lengths
+// around the tile, the variants those kernels take, and split into chunks (tasks of fewer heads).
+TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
+  struct Kernel {
+    std::string_view name;
+    DType kv;
+  };
+  const Kernel kernels[] = {
+      {kBf16Dot, DType::kBF16}, {kFp8TableDot, DType::kE4M3}, {kFp8TableDot, DType::kE5M2}};
+  const int64_t lengths[] = {1, kTile - 1, kTile, kTile + 1, 2 * kTile + 3, 100};
+  const int groups[] = {4, 3, 8, 16};
+  int i = 0, ran = 0;
+  for (const Kernel& kernel : kernels) {
+    std::string why;
+    if (runnable(kernel.name, &why) == nullptr) continue;
+    KernelOverride named(kernel.name);
+    for (int d : {64, 128}) {
+      if (kernel.kv == DType::kBF16 && d == 128) continue;  // 256-byte rows: one head a step
+      for (int heads : {1, 2, 3, 4, 5, 8, 9}) {
+        for (int variant = 0; variant < 2; ++variant, ++i) {
+          CaseSpec spec;
+          Problem& p = spec.problem;
+          p.op = Op::kBatchDecode;
+          p.batch_size = 2;
+          p.num_kv_heads = heads;
+          p.num_qo_heads = heads * groups[i % 4];
+          p.head_dim_qk = p.head_dim_vo = d;
+          p.page_size = i % 3 ? 16 : 5;
+          p.kv_layout = KVLayout::kNHD;
+          p.kv_dtype = kernel.kv;
+          p.o_dtype = i % 2 ? DType::kF32 : DType::kBF16;
+          spec.return_lse = true;
+          spec.scalars.k_scale = 0.75f;
+          spec.scalars.v_scale = 1.5f;
+          switch ((i + variant) % 5) {
+            case 1:
+              p.logits_soft_cap = 8.0f;
+              break;
+            case 2:
+              p.use_sinks = true;
+              break;
+            case 3:
+              p.window_left = 40;
+              break;
+            case 4:
+              if (is_fp8(kernel.kv)) {
+                p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+                spec.scalars.k_scale = spec.scalars.v_scale = 1.0f;
+              }
+              break;
+            default:
+              break;
+          }
+          spec.kv_lens = {lengths[i % 6], lengths[(i + 3) % 6]};
+          spec.seed = 900 + i;
+          expect_matches_reference(spec, CpuIsa::kAvx512);
+          if (i % 4 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
+          ++ran;
+        }
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no AVX512_BF16 dot-product kernel runs here";
+}
+
+// Inf and NaN in the K and V rows of heads inside a step give the reference's NaN pattern: a
+// NaN or inf K element makes that key's score of each query row NaN or +-inf, a NaN V element
+// its output column NaN.
+TEST(CpuDecodeHeadSteps, InfAndNanInStepRowsGiveTheReferences) {
+  std::string why;
+  if (runnable(kBf16Dot, &why) == nullptr) GTEST_SKIP() << why;
+  CaseSpec spec;
+  Problem& p = spec.problem;
+  p.op = Op::kBatchDecode;
+  p.batch_size = 2;
+  p.num_kv_heads = 8;
+  p.num_qo_heads = 32;
+  p.head_dim_qk = p.head_dim_vo = 64;
+  p.page_size = 16;
+  p.kv_dtype = DType::kBF16;
+  p.o_dtype = DType::kF32;
+  spec.return_lse = true;
+  spec.kv_lens = {70, 45};
+  Case c = Case::make(spec);
+  auto poke = [&](const TensorView& cache, int b, int64_t token, int head, int d, uint16_t code) {
+    const int64_t page = c.kv_indices[c.kv_indptr[b] + token / p.page_size];
+    const int64_t at = page * cache.strides[0] + (token % p.page_size) * cache.strides[1] +
+                       head * cache.strides[2] + d * cache.strides[3];
+    static_cast<uint16_t*>(cache.data)[at] = code;
+  };
+  constexpr uint16_t kPlusInf = 0x7F80, kNan = 0x7FC0;
+  AttentionArgs fresh = c.args_with_fresh_outputs(DType::kF32);
+  poke(fresh.paged_k_cache, 0, 40, 1, 3, kPlusInf);  // head 1 (second of the first step)
+  poke(fresh.paged_k_cache, 0, 41, 6, 60, kNan);     // head 6 (third of the second step)
+  poke(fresh.paged_v_cache, 1, 33, 3, 9, kNan);      // head 3 (last of the first step)
+  PlanOptions reference;
+  reference.backend = "reference";
+  ASSERT_TRUE(kvattn::run(p, fresh, reference).ok());
+  const std::vector<float> ref_out = c.fresh_out_f32(), ref_lse = c.fresh_lse_f32();
+  KernelOverride named(kBf16Dot);
+  int nan_outputs = 0;
+  for (int64_t chunk : {int64_t{0}, int64_t{16}}) {
+    AttentionArgs args = c.args();
+    ASSERT_TRUE(kvattn::run(p, args, {.backend = "cpu", .kv_chunk_size = chunk}).ok());
+    const std::vector<float> out = c.out_f32(), lse = c.lse_f32();
+    for (std::size_t e = 0; e < out.size(); ++e) {
+      ASSERT_EQ(std::isnan(out[e]), std::isnan(ref_out[e]))
+          << "chunk " << chunk << " element " << e;
+      // Weights rounded to bf16 (2^-9 relative) over values in [-1, 1]: 8e-3 is twice 2^-8.
+      if (!std::isnan(out[e])) EXPECT_NEAR(out[e], ref_out[e], 8e-3) << e;
+      nan_outputs += std::isnan(out[e]);
+    }
+    for (std::size_t e = 0; e < lse.size(); ++e) {
+      ASSERT_EQ(std::isnan(lse[e]), std::isnan(ref_lse[e])) << "lse " << e;
+    }
+  }
+  EXPECT_GT(nan_outputs, 0);
+}
+
+}  // namespace
+}  // namespace kvattn::cputest
