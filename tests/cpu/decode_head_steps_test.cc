@@ -104,17 +104,11 @@ TEST(CpuDecodeHeadSteps, InfAndNanInStepRowsGiveTheReferences) {
   spec.return_lse = true;
   spec.kv_lens = {70, 45};
   Case c = Case::make(spec);
-  auto poke = [&](const TensorView& cache, int b, int64_t token, int head, int d, uint16_t code) {
-    const int64_t page = c.kv_indices[c.kv_indptr[b] + token / p.page_size];
-    const int64_t at = page * cache.strides[0] + (token % p.page_size) * cache.strides[1] +
-                       head * cache.strides[2] + d * cache.strides[3];
-    static_cast<uint16_t*>(cache.data)[at] = code;
-  };
   constexpr uint16_t kPlusInf = 0x7F80, kNan = 0x7FC0;
   AttentionArgs fresh = c.args_with_fresh_outputs(DType::kF32);
-  poke(fresh.paged_k_cache, 0, 40, 1, 3, kPlusInf);  // head 1 (second of the first step)
-  poke(fresh.paged_k_cache, 0, 41, 6, 60, kNan);     // head 6 (third of the second step)
-  poke(fresh.paged_v_cache, 1, 33, 3, 9, kNan);      // head 3 (last of the first step)
+  poke_paged(c, fresh.paged_k_cache, 0, 40, 1, 3, kPlusInf);  // head 1 (second of the first step)
+  poke_paged(c, fresh.paged_k_cache, 0, 41, 6, 60, kNan);     // head 6 (third of the second step)
+  poke_paged(c, fresh.paged_v_cache, 1, 33, 3, 9, kNan);      // head 3 (last of the first step)
   PlanOptions reference;
   reference.backend = "reference";
   ASSERT_TRUE(kvattn::run(p, fresh, reference).ok());

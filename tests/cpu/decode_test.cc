@@ -462,15 +462,9 @@ TEST(CpuDecodeNan, E4m3NanCodesGiveTheReferencesNans) {
   spec.return_lse = true;
   spec.kv_lens = {50, 40};
   Case c = Case::make(spec);
-  auto poke = [&](const TensorView& cache, int b, int64_t token, int head, int d, uint8_t code) {
-    const int64_t page = c.kv_indices[c.kv_indptr[b] + token / p.page_size];
-    const int64_t at = page * cache.strides[0] + (token % p.page_size) * cache.strides[1] +
-                       head * cache.strides[2] + d * cache.strides[3];
-    static_cast<uint8_t*>(cache.data)[at] = code;
-  };
   AttentionArgs fresh = c.args_with_fresh_outputs(DType::kF32);
-  poke(fresh.paged_k_cache, 0, 7, 1, 5, 0x7F);
-  poke(fresh.paged_v_cache, 1, 33, 0, 9, 0xFF);
+  poke_paged<uint8_t>(c, fresh.paged_k_cache, 0, 7, 1, 5, 0x7F);
+  poke_paged<uint8_t>(c, fresh.paged_v_cache, 1, 33, 0, 9, 0xFF);
   PlanOptions reference;
   reference.backend = "reference";
   ASSERT_TRUE(kvattn::run(p, fresh, reference).ok());

@@ -9,6 +9,8 @@
 #include "cpu/decode/decode.h"
 #include "cpu/kernel_table.h"
 #include "kvattn/status.h"
+#include "kvattn/tensor.h"
+#include "testing/case_builder.h"
 
 namespace kvattn::cputest {
 
@@ -42,6 +44,18 @@ inline const cpu::CpuKernel* runnable(std::string_view name, std::string* why) {
     return nullptr;
   }
   return k;
+}
+
+// Writes `code` (the cache's element type T) over the element of paged cache `cache` (strides of
+// page, slot, head, dim) at token `token` of request b, KV head `head`, dim d of case c.
+template <class T>
+void poke_paged(const testing::Case& c, const TensorView& cache, int b, int64_t token, int head,
+                int d, T code) {
+  const int page_size = c.spec().problem.page_size;
+  const int64_t page = c.kv_indices[c.kv_indptr[b] + token / page_size];
+  const int64_t at = page * cache.strides[0] + (token % page_size) * cache.strides[1] +
+                     head * cache.strides[2] + d * cache.strides[3];
+  static_cast<T*>(cache.data)[at] = code;
 }
 
 }  // namespace kvattn::cputest
