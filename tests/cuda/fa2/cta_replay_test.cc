@@ -231,5 +231,33 @@ TEST(Fa2CtaReplay, SplitKVMatchesTheReference) {
   }
 }
 
+// Per-head and per-(token, head) FP8 scales (the GPU test SinksAndScaleGranularities on its first
+// run, 2026-12-04, H200: lse past its bound by 16x where the scale multiplied the e4m3 K values
+// in the 16-bit tile, rounding each to 8 bits; the baseline keeps k x scale in f32). Prefill and
+// decode tiles, both layouts, one KV chunk and split, LSE kept.
+TEST(Fa2CtaReplay, GranularScalesKeepTheLseAccurate) {
+  for (const KernelKey& key : {kReplayKeys[1], kReplayKeys[3]}) {
+    for (KVScaleGranularity g : {KVScaleGranularity::kPerHead, KVScaleGranularity::kPerTokenHead}) {
+      for (Op op : {Op::kBatchPrefillPaged, Op::kBatchDecode}) {
+        for (int64_t chunk : {int64_t(-1), int64_t(64)}) {
+          const bool decode = op == Op::kBatchDecode;
+          testing::CaseSpec s = decode ? spec_for(key, op, {1, 1}, {130, 17}, 8, 2)
+                                       : spec_for(key, op, {17, 40}, {17, 130}, 8, 2);
+          s.problem.kv_scale_granularity = g;
+          s.scalars.k_scale = s.scalars.v_scale = 1.0f;
+          s.problem.mask_mode = MaskMode::kCausal;
+          s.problem.kv_layout = chunk < 0 ? KVLayout::kNHD : KVLayout::kHND;
+          s.return_lse = true;
+          expect_matches(s,
+                         std::string(op_name(op)) + "/" +
+                             std::string(kv_scale_granularity_name(g)) + "/" +
+                             kernel_key_string(key),
+                         chunk);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvattn::fa2

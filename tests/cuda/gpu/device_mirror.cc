@@ -2,6 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
+#include <cstdio>
+
 #include "core/cuda_query.h"
 
 namespace kvattn::fa2::test {
@@ -74,6 +77,10 @@ testing::RunBackend run_fa2(const Device& device, int64_t kv_chunk_size) {
 testing::RunBackend run_backend(std::string backend, const Device& device, int64_t kv_chunk_size) {
   return [backend, device, kv_chunk_size](const Problem& problem,
                                           const AttentionArgs& host) -> Status {
+    // One line per launch, written before the GPU is waited for: a hang names its problem in
+    // the log, and the time tells the GPU's share of a slow test from the reference's.
+    std::fprintf(stderr, "[ gpu run  ] %s %s\n", backend.c_str(), problem.to_string().c_str());
+    const auto t0 = std::chrono::steady_clock::now();
     DeviceMirror mirror;
     AttentionArgs args = mirror_args(problem, host, &mirror);
     PlanOptions options;
@@ -91,6 +98,9 @@ testing::RunBackend run_backend(std::string backend, const Device& device, int64
     }
     mirror.to_host(args.out, host.out);
     mirror.to_host(args.lse, host.lse);
+    std::fprintf(stderr, "[ gpu done ] %.1f ms (copies, plan, run, synchronize)\n",
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                     .count());
     return Status::Ok();
   };
 }

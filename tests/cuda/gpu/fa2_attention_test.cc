@@ -5,6 +5,8 @@
 // every test skips with the reason when there is no CUDA device (never passes empty).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -37,9 +39,13 @@ class Fa2Gpu : public ::testing::Test {
 
   void expect_matches(const testing::CaseSpec& spec, const std::string& what,
                       int64_t kv_chunk_size = 0) {
+    const auto t0 = std::chrono::steady_clock::now();
     testing::Case c = testing::Case::make(spec);
     testing::CheckResult r = testing::check_against_reference(c, run_fa2(device_, kv_chunk_size));
     EXPECT_TRUE(r.ok) << what << " [" << spec.problem.to_string() << "]: " << r.message;
+    std::fprintf(stderr, "[ case     ] %s: %.0f ms with the reference\n", what.c_str(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                     .count());
   }
 
   Device device_;

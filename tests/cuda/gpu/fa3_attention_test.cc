@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -44,10 +46,13 @@ class Fa3Gpu : public ::testing::Test {
 
   void expect_matches(const testing::CaseSpec& spec, const std::string& what,
                       int64_t kv_chunk_size = 0) {
+    const auto t0 = std::chrono::steady_clock::now();
     testing::Case c = testing::Case::make(spec);
-    testing::CheckResult r =
-        testing::check_against_reference(c, run_backend("fa3", device_, kv_chunk_size));
+    testing::CheckResult r = testing::check_against_reference(c, run_backend("fa3", device_, kv_chunk_size));
     EXPECT_TRUE(r.ok) << what << " [" << spec.problem.to_string() << "]: " << r.message;
+    std::fprintf(stderr, "[ case     ] %s: %.0f ms with the reference\n", what.c_str(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                     .count());
   }
 
   Device device_;

@@ -33,10 +33,10 @@
 #include "core/hd.h"
 #include "core/math_constants.h"
 #include "core/split_kv.h"
+#include "cuda/fa2/kernels/epilogue.h"
 #include "cuda/fa2/kernels/formats.h"
 #include "cuda/fa2/kernels/fragment_layout.h"
 #include "cuda/fa2/kernels/online_softmax.h"
-#include "cuda/fa2/kernels/epilogue.h"
 #include "cuda/fa2/kernels/tile_loader.h"
 #include "cuda/fa2/kernels/unit_math.h"
 #include "cuda/fa2/params.h"
@@ -52,8 +52,8 @@ KVATTN_HD constexpr int cmax(int a, int b) { return a > b ? a : b; }
 // f16's range (|x| > 65504) becomes inf, so the output is inf/NaN, never silently finite.
 template <class QIn, class KV>
 struct ComputeFormat {
-  using type = std::conditional_t<QIn::kF16 || (KV::k16 && KV::Format::kF16), F16Format,
-                                  Bf16Format>;
+  using type =
+      std::conditional_t<QIn::kF16 || (KV::k16 && KV::Format::kF16), F16Format, Bf16Format>;
 };
 
 template <class QIn_, class KV_, int kDqk_, int kDvo_, bool kDecode_, bool kCustomMask_>
@@ -73,7 +73,7 @@ struct AttentionConfig {
   static constexpr int kRows = kRowWarps * kWarpRows;
   static constexpr int kKeys = kDecode ? decode_block_keys(kDqk) : kv_block_keys(kDqk);
   static constexpr int kWarpKeys = kKeys / kKeyWarps;  // keys of a block each warp attends
-  static constexpr int kNTiles = kWarpKeys / 8;       // 8-key n-tiles of S per warp
+  static constexpr int kNTiles = kWarpKeys / 8;        // 8-key n-tiles of S per warp
   // Shared-memory rows of the swizzled 16-bit tiles (padded, params.h smem_row).
   static constexpr int kDqkRow = smem_row(kDqk);
   static constexpr int kDvoRow = smem_row(kDvo);
@@ -85,15 +85,17 @@ struct AttentionConfig {
   static constexpr int kStageBytes = kKStageBytes + kVStageBytes;
   static constexpr int kConvBytes = k16 ? 0 : kKeys * cmax(kDqkRow, kDvoRow) * 2;
   static constexpr int kQBytes = kRows * kDqkRow * 2;
-  static constexpr int kRopeBytes = kDqk / 2 * 4;  // RoPE inverse frequencies, once per CTA
+  static constexpr int kRopeBytes = kDqk / 2 * 4;   // RoPE inverse frequencies, once per CTA
+  static constexpr int kKeyScaleBytes = kKeys * 4;  // a block's granular K scales (f32)
   static constexpr int bytes_for(int stages) {
-    return kQBytes + kRopeBytes + stages * kStageBytes + kConvBytes;
+    return kQBytes + kRopeBytes + kKeyScaleBytes + stages * kStageBytes + kConvBytes;
   }
   static constexpr int kMaxSmem = 99 * 1024;  // SM86/SM89's limit per block
   static constexpr int kStages = bytes_for(2) <= kMaxSmem ? 2 : 1;
   // The decode epilogue's (m, l, o) of each key warp, over the (then idle) stages.
   static constexpr int kMergeBytes = kDecode ? kKeyWarps * kWarpRows * (kDvo + 2) * 4 : 0;
-  static constexpr int kStageOffset = kQBytes + kRopeBytes;
+  static constexpr int kKeyScaleOffset = kQBytes + kRopeBytes;
+  static constexpr int kStageOffset = kKeyScaleOffset + kKeyScaleBytes;
   static constexpr int kConvOffset = kStageOffset + kStages * kStageBytes;
   static constexpr int kSmemBytes = cmax(bytes_for(kStages), kStageOffset + kMergeBytes);
 
@@ -108,15 +110,16 @@ struct AttentionConfig {
 };
 
 // ---- Mainloop -------------------------------------------------------------------------------
-// S = Q K^T for this warp's rows (row warp rw) and keys (key warp kw) of the block, the score
+// S = Q K^T for this warp's rows (row warp rw) and keys (key warp kw) of the block, times each
+// key's granular K scale where there is one (`key_scale`, the block's, null otherwise), the score
 // transforms and masks (DESIGN.md §2's order: scale, soft cap, ALiBi, then the masks), and the
 // online-softmax update. Leaves the probabilities in s.
 template <class C, class Ops>
 KVATTN_HD void scores_block(const Ops& ops, const AttentionParams& p, const RequestInfo& r,
                             const RowInfo (&rows)[2], int64_t block_begin,
                             const split::ChunkRange& keys, const uint16_t* q_s,
-                            const uint16_t* k_tile, bool fully_visible, float (&s)[C::kNTiles][4],
-                            Accumulators<C>& acc) {
+                            const uint16_t* k_tile, const float* key_scale, bool fully_visible,
+                            float (&s)[C::kNTiles][4], Accumulators<C>& acc) {
   constexpr float kLog2e = math::kLog2e;
   const int warp = ops.thread() / 32, lane = ops.thread() % 32;
   const int rw = warp % C::kRowWarps, kw = warp / C::kRowWarps;
@@ -136,6 +139,14 @@ KVATTN_HD void scores_block(const Ops& ops, const AttentionParams& p, const Requ
       ops.ldmatrix_x4(b, k_tile + frag::swizzled(key0 + kb.row, kb.col, C::kDqkRow));
       ops.template mma<typename C::QFmt>(s[2 * nt2], a, b[0], b[1]);
       ops.template mma<typename C::QFmt>(s[2 * nt2 + 1], a, b[2], b[3]);
+    }
+  }
+  if (key_scale) {  // uniform: only granular FP8 scales
+    KVATTN_UNROLL
+    for (int nt = 0; nt < C::kNTiles; ++nt) {
+      KVATTN_UNROLL
+      for (int e = 0; e < 4; ++e)
+        s[nt][e] *= key_scale[key0 + nt * 8 + frag::acc_element(lane, e).col];
     }
   }
   const int64_t first_key = block_begin + key0;
@@ -180,8 +191,7 @@ KVATTN_HD void pv_block(const Ops& ops, const uint16_t* v_tile, bool nonfinite_v
   const int key0 = (warp / C::kRowWarps) * C::kWarpKeys;
   if (nonfinite_v) {  // uniform over the CTA (a sync_or): no divergent shuffles
     guarded_pv<C::kNTiles, C::kDvo / 8>(
-        acc.o, lane,
-        [&](int nt, int e, int q) { return ops.shfl(s[nt][e], (lane & ~3) | q); },
+        acc.o, lane, [&](int nt, int e, int q) { return ops.shfl(s[nt][e], (lane & ~3) | q); },
         [&](int j, int d) {
           return C::QFmt::to_float(v_tile[frag::swizzled(key0 + j, d, C::kDvoRow)]);
         });
@@ -213,17 +223,14 @@ KVATTN_HD void attention_cta(const Ops& ops, const AttentionParams& p, unsigned 
                              int unit) {
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);
   float* inv_freq = reinterpret_cast<float*>(smem + C::kQBytes);
+  float* key_scale = reinterpret_cast<float*>(smem + C::kKeyScaleOffset);
   unsigned char* stages = smem + C::kStageOffset;
   uint16_t* conv = reinterpret_cast<uint16_t*>(smem + C::kConvOffset);
   auto k_stage = [&](int64_t b) { return stages + int(b % C::kStages) * C::kStageBytes; };
   auto v_stage = [&](int64_t b) { return k_stage(b) + C::kKStageBytes; };
   // The tiles the MMAs read: the stage itself for 16-bit caches, the conversion tile for FP8.
-  auto k_tile = [&](int64_t b) {
-    return C::k16 ? reinterpret_cast<uint16_t*>(k_stage(b)) : conv;
-  };
-  auto v_tile = [&](int64_t b) {
-    return C::k16 ? reinterpret_cast<uint16_t*>(v_stage(b)) : conv;
-  };
+  auto k_tile = [&](int64_t b) { return C::k16 ? reinterpret_cast<uint16_t*>(k_stage(b)) : conv; };
+  auto v_tile = [&](int64_t b) { return C::k16 ? reinterpret_cast<uint16_t*>(v_stage(b)) : conv; };
 
   const WorkUnit w = p.work[unit];
   const RequestInfo r = p.requests[w.request];
@@ -270,10 +277,16 @@ KVATTN_HD void attention_cta(const Ops& ops, const AttentionParams& p, unsigned 
   constexpr bool kSameType = C::k16 && std::is_same_v<typename KV::Format, typename C::QFmt>;
   const bool k_granular = p.k_head_scale || p.k_scale_cache;
   const bool v_granular = p.v_head_scale || p.v_scale_cache;
-  const TileFix k_fix{!kSameType || p.rope || k_granular, p.rope, p.k_head_scale,
-                      p.k_head_scale_stride, p.k_scale_cache, &p.ks_strides};
-  const TileFix v_fix{!kSameType || v_granular, false, p.v_head_scale, p.v_head_scale_stride,
-                      p.v_scale_cache, &p.vs_strides};
+  const TileFix k_fix{!kSameType || p.rope || k_granular,
+                      p.rope,
+                      p.k_head_scale,
+                      p.k_head_scale_stride,
+                      p.k_scale_cache,
+                      &p.ks_strides,
+                      k_granular ? key_scale : nullptr};
+  const TileFix v_fix{
+      !kSameType || v_granular, false,         p.v_head_scale, p.v_head_scale_stride,
+      p.v_scale_cache,          &p.vs_strides, nullptr};
   constexpr int kPending = C::kStages == 2 ? 2 : 1;
 
   for (int64_t b = 0; b < num_blocks; ++b) {
@@ -289,7 +302,8 @@ KVATTN_HD void attention_cta(const Ops& ops, const AttentionParams& p, unsigned 
     }
     const bool fully_visible = block_fully_visible(p, w, r, keys, block_begin, C::kKeys);
     float s[C::kNTiles][4];
-    scores_block<C>(ops, p, r, rows, block_begin, keys, q_s, k_tile(b), fully_visible, s, acc);
+    scores_block<C>(ops, p, r, rows, block_begin, keys, q_s, k_tile(b), k_fix.key_scale,
+                    fully_visible, s, acc);
     if constexpr (C::kStages == 2) {
       issue_v(b + 1);
     } else {
@@ -304,7 +318,7 @@ KVATTN_HD void attention_cta(const Ops& ops, const AttentionParams& p, unsigned 
     bool nonfinite_v = false;
     if (v_fix.needed) {
       nonfinite_v = ops.sync_or(fix_tile<C, C::kDvo>(ops, p, r, w.kv_head, block_begin, kv_hi,
-                                                    v_fix, v_stage(b), v_tile(b), inv_freq) &&
+                                                     v_fix, v_stage(b), v_tile(b), inv_freq) &&
                                 !fully_visible);
     } else if (!fully_visible) {
       nonfinite_v = ops.sync_or(scan_nonfinite<C>(ops, block_begin, kv_hi, v_tile(b)));

@@ -124,8 +124,8 @@ KVATTN_HD void issue_rows(const Ops& ops, const AttentionParams& p, const void* 
     for (int idx = ops.thread(); idx < C::kKeys * D; idx += C::kThreads) {
       const int n = idx / D, e = idx % D;
       const int64_t j = block_begin + n;
-      const Raw x = j < kv_hi ? ops.ldg(src + kv_row_offset(ops, p, s, r, j, kv_head) + e * s.dim)
-                              : Raw(0);
+      const Raw x =
+          j < kv_hi ? ops.ldg(src + kv_row_offset(ops, p, s, r, j, kv_head) + e * s.dim) : Raw(0);
       if constexpr (C::k16) {
         reinterpret_cast<uint16_t*>(stage)[frag::swizzled(n, e, smem_row(D))] = x;
       } else {
@@ -137,7 +137,10 @@ KVATTN_HD void issue_rows(const Ops& ops, const AttentionParams& p, const void* 
 
 // How a block's K or V becomes the 16-bit tile the MMAs read, per launch (uniform): whether a
 // pass over the tile is needed at all for a 16-bit cache (the same type as Q, no RoPE, no
-// granular scale: no), and the block's scale source.
+// granular scale: no), and the block's scale source. K's granular scales go to `key_scale` (one
+// f32 per key of the block, shared memory) for the scores, not into the tile: an e4m3 value
+// times its scale rounded to bf16 keeps 8 bits, and the LSE showed it (16x past its bound on the
+// first GPU run); V's multiply the tile (P is rounded to 16 bits for P V in any case).
 struct TileFix {
   bool needed;
   bool rope;
@@ -145,6 +148,7 @@ struct TileFix {
   int64_t head_stride;
   const float* scale_cache;
   const paged::CacheStrides* scale_strides;
+  float* key_scale;
 };
 
 // The conversion pass over keys [block_begin, kv_hi) of one block (rows past kv_hi hold zeros):
@@ -154,8 +158,8 @@ struct TileFix {
 // the CTA's inverse-frequency table), and stores 16 bytes per chunk to the tile. Returns whether
 // this thread stored a non-finite element (the V pass flags blocks that need guarded_pv).
 template <class C, int D, class Ops>
-KVATTN_HD bool fix_tile(const Ops& ops, const AttentionParams& p, const RequestInfo& r,
-                        int kv_head, int64_t block_begin, int64_t kv_hi, const TileFix& fix,
+KVATTN_HD bool fix_tile(const Ops& ops, const AttentionParams& p, const RequestInfo& r, int kv_head,
+                        int64_t block_begin, int64_t kv_hi, const TileFix& fix,
                         const unsigned char* stage, uint16_t* tile, const float* inv_freq) {
   using QFmt = typename C::QFmt;
   using KV = typename C::KV;
@@ -187,10 +191,14 @@ KVATTN_HD bool fix_tile(const Ops& ops, const AttentionParams& p, const RequestI
     if (in && (fix.head_scale || fix.scale_cache)) {
       const float sc = granular_scale(ops, p, fix.head_scale, fix.head_stride, fix.scale_cache,
                                       *fix.scale_strides, r, j, kv_head);
+      if (fix.key_scale) {
+        if (c == 0) fix.key_scale[n] = sc;  // keys past kv_hi are masked: never read
+      } else {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) x[h][e] *= sc;
+          for (int e = 0; e < 8; ++e) x[h][e] *= sc;
+        }
       }
     }
     if (in && fix.rope) {
@@ -272,10 +280,10 @@ KVATTN_HD void load_q_tile(const Ops& ops, const AttentionParams& p, const WorkU
       x1 = C::QIn::to_float(ops.ldg(src + e.first * p.q_stride_dim));
       x2 = C::QIn::to_float(ops.ldg(src + e.second * p.q_stride_dim));
       if (p.rope) {
-        const math::Rotated rot = math::rope_rotate(
-            x1, x2,
-            math::rope_angle(math::query_abs_pos(token, r.qo_len, r.kv_len), t, C::kDqk,
-                             p.rope_theta, p.rope_scale));
+        const math::Rotated rot =
+            math::rope_rotate(x1, x2,
+                              math::rope_angle(math::query_abs_pos(token, r.qo_len, r.kv_len), t,
+                                               C::kDqk, p.rope_theta, p.rope_scale));
         x1 = rot.first;
         x2 = rot.second;
       }
