@@ -19,7 +19,10 @@
 # (45); a --full bundle doubles the test limits. A test step runs as several processes
 # (GoogleTest's sharding; each under the step's limit), its logs and XML merged into the step's
 # two files: SHARDS_HOST (default nproc / 2, at most 8) for the host replays, SHARDS_GPU (nproc /
-# 4, at most 4) for each GPU step. Most of a GPU step's time is the fp64 reference on the CPU:
+# 4, at most 4; a --full bundle: nproc / 2, at most 12) for each GPU step. A --full bundle's GPU
+# steps split by kernel key (each process tests every key i, i + n, ...: KVATTN_GPU_KEY_SHARD=i/n),
+# the CI bundle's by test. FA2_TESTS / FA3_TESTS narrow the GPU steps (GoogleTest filters; default
+# every test); HOST_TESTS=0 leaves the host replays out (CI runs them; "not run" in the summary). Most of a GPU step's time is the fp64 reference on the CPU:
 # on the first run (H200, 16 cores, 2026-12-04) fa3's tests took 165 s in one process (100 s,
 # the old limit, cut them off) and the host replays more than 240 s.
 set -uo pipefail
@@ -49,7 +52,16 @@ LIMIT_FA3_BENCH=${LIMIT_FA3_BENCH:-45}
 CORES=$(nproc 2>/dev/null || echo 1)
 clamp() { local v=$1; ((v < 1)) && v=1; ((v > $2)) && v=$2; echo "$v"; }
 SHARDS_HOST=${SHARDS_HOST:-$(clamp $((CORES / 2)) 8)}
-SHARDS_GPU=${SHARDS_GPU:-$(clamp $((CORES / 4)) 4)}
+if [[ $FULL == ON ]]; then
+  SHARDS_GPU=${SHARDS_GPU:-$(clamp $((CORES / 2)) 12)}
+  GPU_SPLIT=keys
+else
+  SHARDS_GPU=${SHARDS_GPU:-$(clamp $((CORES / 4)) 4)}
+  GPU_SPLIT=tests
+fi
+FA2_TESTS=${FA2_TESTS:-'Fa2Gpu.*:Fa2GpuAux.*'}
+FA3_TESTS=${FA3_TESTS:-'Fa3Gpu.*'}
+HOST_TESTS=${HOST_TESTS:-1}
 
 log "bundle $HERE, out $OUT"
 [[ -f "$HERE/bundle.info" ]] && sed 's/^/  /' "$HERE/bundle.info" >>"$SUMMARY"
@@ -113,18 +125,24 @@ check_gtest() {
   fi
 }
 
-# Runs the tests of FILTER as SHARDS processes (GoogleTest's sharding), each under LIMIT seconds;
+# Runs the tests of FILTER as SHARDS processes, each under LIMIT seconds, split by test
+# (GoogleTest's sharding) or, with SPLIT=keys, by kernel key (KVATTN_GPU_KEY_SHARD);
 # merges their logs into OUT/NAME.log and their XML into OUT/NAME.xml (one <testsuites> whose
 # tests count is the shards' sum; none when a shard wrote none). Returns the worst exit code, a
 # timeout first.
 gtest_shards() {
-  local name=$1 limit=$2 filter=$3 shards=$4 i r rc=0 tests=0 n
+  local name=$1 limit=$2 filter=$3 shards=$4 split=${5:-tests} i r rc=0 tests=0 n
   local dir
   dir=$(mktemp -d)
   local pids=()
   for ((i = 0; i < shards; ++i)); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout -k 10 "$limit" "$BIN" tests \
-      "--gtest_filter=$filter" "--gtest_output=xml:$dir/$i.xml" >"$dir/$i.log" 2>&1 &
+    if [[ $split == keys ]]; then
+      KVATTN_GPU_KEY_SHARD=$i/$shards timeout -k 10 "$limit" "$BIN" tests \
+        "--gtest_filter=$filter" "--gtest_output=xml:$dir/$i.xml" >"$dir/$i.log" 2>&1 &
+    else
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout -k 10 "$limit" "$BIN" tests \
+        "--gtest_filter=$filter" "--gtest_output=xml:$dir/$i.xml" >"$dir/$i.log" 2>&1 &
+    fi
     pids+=($!)
   done
   for i in "${!pids[@]}"; do
@@ -172,17 +190,21 @@ NO_DEVICE_TESTS='CudaRuntimeQueryTest.CudaZeroFailsWithAReasonWhenThereIsNoDevic
 
 # The host replays need no GPU: they run alongside the GPU steps.
 t_host=$SECONDS
-gtest_shards host-tests "$LIMIT_HOST" "-$GPU_SUITES:$NO_DEVICE_TESTS" "$SHARDS_HOST" &
-host_pid=$!
-log "shards: $SHARDS_HOST for the host replays, $SHARDS_GPU for each GPU step ($CORES cores)"
+host_pid=
+if [[ $HOST_TESTS != 0 ]]; then
+  gtest_shards host-tests "$LIMIT_HOST" "-$GPU_SUITES:$NO_DEVICE_TESTS" "$SHARDS_HOST" &
+  host_pid=$!
+fi
+log "processes: $SHARDS_HOST for the host replays, $SHARDS_GPU for each GPU step (split by" \
+  "$GPU_SPLIT; $CORES cores)"
 
-run_gtest fa2-gpu-tests "$LIMIT_FA2" 'Fa2Gpu.*:Fa2GpuAux.*' "$SHARDS_GPU"
+run_gtest fa2-gpu-tests "$LIMIT_FA2" "$FA2_TESTS" "$SHARDS_GPU" "$GPU_SPLIT"
 if [[ "${FA3_BUILT:-0}" -eq 0 ]]; then
   log "fa3-gpu-tests: not run - fa3's kernels are not in this bundle (90a not in its archs)"
 elif [[ "$SM" != 90 ]]; then
   fail fa3-gpu-tests "the device is SM$SM; fa3's kernels (sm_90a) need SM90"
 else
-  run_gtest fa3-gpu-tests "$LIMIT_FA3" 'Fa3Gpu.*' "$SHARDS_GPU"
+  run_gtest fa3-gpu-tests "$LIMIT_FA3" "$FA3_TESTS" "$SHARDS_GPU" "$GPU_SPLIT"
 fi
 
 # Benchmarks: figures only (never a pass/fail on speed), but one that skipped or failed is a
@@ -212,8 +234,12 @@ if [[ "${FA3_BUILT:-0}" -gt 0 && "$SM" == 90 ]]; then
   run_bench fa3-bench "$LIMIT_FA3_BENCH" fa3-bench --quick
 fi
 
-wait $host_pid
-check_gtest host-tests $? $((SECONDS - t_host))
+if [[ -n $host_pid ]]; then
+  wait $host_pid
+  check_gtest host-tests $? $((SECONDS - t_host))
+else
+  log "host-tests: not run (HOST_TESTS=0)"
+fi
 
 if [[ $STATUS -eq 0 ]]; then
   log "done: every step passed ($((SECONDS - START)) s)"

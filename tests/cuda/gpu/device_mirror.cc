@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/cuda_query.h"
 
@@ -72,6 +73,20 @@ AttentionArgs mirror_args(const Problem&, const AttentionArgs& host, DeviceMirro
 
 testing::RunBackend run_fa2(const Device& device, int64_t kv_chunk_size) {
   return run_backend("fa2", device, kv_chunk_size);
+}
+
+KeyShard key_shard_from_env() {
+  const char* v = std::getenv("KVATTN_GPU_KEY_SHARD");
+  if (v == nullptr || *v == '\0') return {};
+  KeyShard s;
+  char tail = 0;
+  if (std::sscanf(v, "%d/%d%c", &s.index, &s.count, &tail) != 2 || s.count < 1 || s.index < 0 ||
+      s.index >= s.count) {
+    std::fprintf(stderr,
+                 "KVATTN_GPU_KEY_SHARD=\"%s\": expected i/n with 0 <= i < n (e.g. 0/4)\n", v);
+    std::exit(2);
+  }
+  return s;
 }
 
 testing::RunBackend run_backend(std::string backend, const Device& device, int64_t kv_chunk_size) {

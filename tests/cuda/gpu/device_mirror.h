@@ -13,6 +13,11 @@
 
 namespace kvattn::fa2::test {
 
+struct KeyShard {
+  int index = 0;
+  int count = 1;
+};
+
 // The first CUDA device of SM80 or newer, or nullopt with why in `why`.
 std::optional<Device> gpu_or_reason(std::string* why);
 // The first CUDA device with min_sm <= sm <= max_sm (fa3: exactly 90), or nullopt with why.
@@ -48,5 +53,21 @@ testing::RunBackend run_fa2_graph(const Device& device, int64_t kv_chunk_size = 
 // The same for any backend by name (fa3's tests).
 testing::RunBackend run_backend(std::string backend, const Device& device,
                                 int64_t kv_chunk_size = 0);
+
+// The share of a kernel-key list a GPU test process runs: all of it, or with
+// KVATTN_GPU_KEY_SHARD=i/n (0 <= i < n) the keys at positions i, i + n, ... so that a --full
+// bundle's keys split over processes (`run.sh`'s step limits and a lease's minutes). A malformed
+// value ends the process with a message naming it (exit 2).
+KeyShard key_shard_from_env();
+
+template <class Key>
+std::vector<Key> key_shard(const std::vector<Key>& keys) {
+  const KeyShard s = key_shard_from_env();
+  std::vector<Key> mine;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (int(k % size_t(s.count)) == s.index) mine.push_back(keys[k]);
+  }
+  return mine;
+}
 
 }  // namespace kvattn::fa2::test

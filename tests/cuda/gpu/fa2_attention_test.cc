@@ -36,6 +36,8 @@ class Fa2Gpu : public ::testing::Test {
     return std::vector<KernelKey>(kBuiltKernelKeysStorage,
                                   kBuiltKernelKeysStorage + kBuiltKernelCount);
   }
+  // This process's share of them (KVATTN_GPU_KEY_SHARD; all by default).
+  std::vector<KernelKey> keys_under_test() const { return key_shard(built_keys()); }
 
   void expect_matches(const testing::CaseSpec& spec, const std::string& what,
                       int64_t kv_chunk_size = 0) {
@@ -59,7 +61,7 @@ testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
 TEST_F(Fa2Gpu, EveryOperationEveryVariant) {
   const Op ops[] = {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kBatchDecode,
                     Op::kSinglePrefill, Op::kSingleDecode};
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     for (Op op : ops) {
       // The cross-backend list (testing/variants.h), which the cpu tests run too.
       for (const testing::AttentionVariant& v : testing::attention_variants()) {
@@ -80,7 +82,7 @@ TEST_F(Fa2Gpu, LengthsAroundTheTilesAndGroups) {
   struct Heads {
     int qo, kv;
   };
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     const int64_t keys = kv_block_keys(key.head_dim_qk);
     for (Heads h : {Heads{4, 4}, Heads{8, 2}, Heads{32, 8}, Heads{20, 4}, Heads{64, 1}}) {
       for (int64_t qo : {int64_t(1), int64_t(15), int64_t(16), int64_t(17), int64_t(65)}) {
@@ -100,7 +102,7 @@ TEST_F(Fa2Gpu, LengthsAroundTheTilesAndGroups) {
 }
 
 TEST_F(Fa2Gpu, LayoutsPageSizesAndCombinedCaches) {
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged}) {
       for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
         for (int page_size : {1, 16, 7}) {
@@ -126,7 +128,7 @@ TEST_F(Fa2Gpu, LayoutsPageSizesAndCombinedCaches) {
 }
 
 TEST_F(Fa2Gpu, SplitKVMatchesTheReference) {
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     for (int64_t chunk : {int64_t(64), int64_t(100), int64_t(1000)}) {
       for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged}) {
         testing::CaseSpec s = spec_for(key, op, {1, 9, 2}, {1500, 10, 0});
@@ -143,7 +145,7 @@ TEST_F(Fa2Gpu, SplitKVMatchesTheReference) {
 }
 
 TEST_F(Fa2Gpu, OutputDTypesAndEmptyRows) {
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     for (DType o : {DType::kF32, DType::kF16, DType::kBF16}) {
       testing::CaseSpec s = spec_for(key, Op::kBatchPrefillRagged, {7, 30}, {7, 12});
       s.problem.o_dtype = o;
@@ -165,7 +167,7 @@ TEST_F(Fa2Gpu, SinksAndScaleGranularities) {
   const KVScaleGranularity granularities[] = {KVScaleGranularity::kPerTensor,
                                               KVScaleGranularity::kPerHead,
                                               KVScaleGranularity::kPerTokenHead};
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     for (Op op : ops) {
       for (KVScaleGranularity g : granularities) {
         if (g != KVScaleGranularity::kPerTensor && !is_fp8(key.kv)) continue;
@@ -199,7 +201,7 @@ TEST_F(Fa2Gpu, SinksAndScaleGranularities) {
 // (correct) result as a direct run: decode split over chunks (attention + merge launches) and
 // a causal prefill.
 TEST_F(Fa2Gpu, RunCapturedInACudaGraphMatchesTheReference) {
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     const testing::CaseSpec decode = spec_for(key, Op::kBatchDecode, {1, 1, 1}, {1000, 7, 300});
     testing::Case d = testing::Case::make(decode);
     testing::CheckResult r = testing::check_against_reference(d, run_fa2_graph(device_, 256));

@@ -26,6 +26,7 @@ namespace {
 
 using fa2::test::DeviceMirror;
 using fa2::test::gpu_or_reason;
+using fa2::test::key_shard;
 using fa2::test::mirror_args;
 using fa2::test::run_backend;
 
@@ -43,6 +44,8 @@ class Fa3Gpu : public ::testing::Test {
     return std::vector<KernelKey>(kBuiltKernelKeysStorage,
                                   kBuiltKernelKeysStorage + kBuiltKernelCount);
   }
+  // This process's share of them (KVATTN_GPU_KEY_SHARD; all by default).
+  std::vector<KernelKey> keys_under_test() const { return key_shard(built_keys()); }
 
   void expect_matches(const testing::CaseSpec& spec, const std::string& what,
                       int64_t kv_chunk_size = 0) {
@@ -64,7 +67,7 @@ testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
 }
 
 TEST_F(Fa3Gpu, EveryPrefillOperationMaskAndLse) {
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     for (Op op : {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kSinglePrefill}) {
       for (MaskMode mask : {MaskMode::kNone, MaskMode::kCausal}) {
         for (bool lse : {false, true}) {
@@ -84,7 +87,7 @@ TEST_F(Fa3Gpu, EveryPrefillOperationMaskAndLse) {
 }
 
 TEST_F(Fa3Gpu, SlidingWindowAndSoftCap) {
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     for (Op op : {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged}) {
       for (int window : {0, 9, 127, 200}) {
         for (bool causal : {false, true}) {
@@ -113,7 +116,7 @@ TEST_F(Fa3Gpu, LengthsAroundTheTilesAndGroups) {
     int qo, kv;
   };
   const int64_t m = sched::kBlockM;
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     const int64_t n =
         tile_shape(key.head_dim_qk, key.head_dim_vo, is_fp8(key.kv) ? 1 : 2).block_n;
     for (Heads h : {Heads{4, 4}, Heads{8, 2}, Heads{32, 8}, Heads{20, 4}}) {
@@ -134,7 +137,7 @@ TEST_F(Fa3Gpu, LengthsAroundTheTilesAndGroups) {
 }
 
 TEST_F(Fa3Gpu, LayoutsPageSizesAndCombinedCaches) {
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
       for (int page_size : {1, 16, 7}) {
         for (bool combined : {false, true}) {
@@ -155,7 +158,7 @@ TEST_F(Fa3Gpu, LayoutsPageSizesAndCombinedCaches) {
 }
 
 TEST_F(Fa3Gpu, OutputDTypesEmptyRowsAndManyTiles) {
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     for (DType o : {DType::kF32, DType::kF16, DType::kBF16}) {
       testing::CaseSpec s = spec_for(key, Op::kBatchPrefillRagged, {7, 300}, {7, 12});
       s.problem.o_dtype = o;
@@ -181,7 +184,7 @@ TEST_F(Fa3Gpu, DecodeGroupsLengthsMasksAndLse) {
   struct Heads {
     int qo, kv;
   };
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     const int64_t n =
         tile_shape(key.head_dim_qk, key.head_dim_vo, is_fp8(key.kv) ? 1 : 2).block_n;
     for (Op op : {Op::kBatchDecode, Op::kSingleDecode}) {
@@ -209,7 +212,7 @@ TEST_F(Fa3Gpu, DecodeGroupsLengthsMasksAndLse) {
 }
 
 TEST_F(Fa3Gpu, DecodeLayoutsPageSizesAndCombinedCaches) {
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
       for (int page_size : {1, 16, 7}) {
         for (bool combined : {false, true}) {
@@ -232,7 +235,7 @@ TEST_F(Fa3Gpu, DecodeLayoutsPageSizesAndCombinedCaches) {
 // requests shorter than a chunk and without keys beside split ones; then the planner's own split
 // of a long decode and of a short prefill over a long cache (few tiles, idle SMs).
 TEST_F(Fa3Gpu, SplitKvMatchesTheReference) {
-  for (const KernelKey& key : built_keys()) {
+  for (const KernelKey& key : keys_under_test()) {
     for (int64_t chunk : {int64_t(64), int64_t(100), int64_t(1000)}) {
       for (Op op : {Op::kBatchDecode, Op::kBatchPrefillPaged, Op::kBatchPrefillRagged}) {
         for (bool causal : {false, true}) {
