@@ -65,6 +65,14 @@ HOST_TESTS=${HOST_TESTS:-1}
 
 log "bundle $HERE, out $OUT"
 [[ -f "$HERE/bundle.info" ]] && sed 's/^/  /' "$HERE/bundle.info" >>"$SUMMARY"
+if [[ ! -e "$BIN" && -f "$BIN.xz" ]]; then  # a bundle over the size limit ships compressed
+  if command -v xz >/dev/null; then
+    xz -dk "$BIN.xz"
+  else
+    python3 -c 'import lzma, shutil, sys
+shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$BIN.xz" "$BIN"
+  fi && chmod +x "$BIN" && log "unpacked $(basename "$BIN").xz"
+fi
 if [[ ! -x "$BIN" ]]; then
   log "FAILED: $BIN is missing (rebuild the bundle: scripts/gpu-bundle.sh DIR)"
   exit 2

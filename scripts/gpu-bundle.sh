@@ -12,9 +12,12 @@
 #   ARCHS=...  CUDA architectures (default 90a: Hopper, an H100/H200; 80 for an A100)
 #   JOBS=...   parallel build jobs (default: all cores)
 #   BUILD=...  build directory (default build/gpu-bundle[-full] in the repository)
-#   MAX_MIB=.. the stripped binary's size limit (default 40)
+#   MAX_MIB=.. the size limit of what is carried (default 40)
 #
-# DIR gets bin/kvattn_gpu_bundle (stripped), run.sh and bundle.info (commit, archs, kernels).
+# DIR gets bin/kvattn_gpu_bundle (stripped), run.sh and bundle.info (commit, archs, kernels). A
+# binary over MAX_MIB (the --full one: 62.6 MiB for 90a, which with the repository would pass the
+# 64 MiB a device call carries) is shipped as bin/kvattn_gpu_bundle.xz instead (5.8 MiB), which
+# run.sh unpacks there (xz, or python3's lzma).
 set -euo pipefail
 
 if [[ $# -lt 1 || $# -gt 2 || ( $# -eq 2 && "${2:-}" != "--full" ) ]]; then
@@ -43,7 +46,7 @@ cmake --build "$BUILD" -j "$JOBS" --target kvattn_gpu_bundle
 log "built in $((SECONDS - START)) s"
 
 mkdir -p "$DIR/bin"
-rm -f "$DIR/bin/kvattn_gpu_bundle"
+rm -f "$DIR/bin/kvattn_gpu_bundle" "$DIR/bin/kvattn_gpu_bundle.xz"
 cp "$BUILD/tests/cuda/kvattn_gpu_bundle" "$DIR/bin/kvattn_gpu_bundle"
 strip "$DIR/bin/kvattn_gpu_bundle"
 cp "$ROOT/scripts/gpu-bundle-run.sh" "$DIR/run.sh"
@@ -61,9 +64,15 @@ mib=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')
   echo "binary: bin/kvattn_gpu_bundle, $mib MiB stripped"
   "$DIR/bin/kvattn_gpu_bundle" device 2>/dev/null | grep -E '^ *(fa2|fa3)' || true
 } >"$DIR/bundle.info"
+if (( bytes > MAX_MIB * 1048576 )); then
+  xz -T0 -6 "$DIR/bin/kvattn_gpu_bundle"
+  bytes=$(stat -c %s "$DIR/bin/kvattn_gpu_bundle.xz")
+  mib=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')
+  echo "shipped: bin/kvattn_gpu_bundle.xz, $mib MiB (run.sh unpacks it)" >>"$DIR/bundle.info"
+fi
 cat "$DIR/bundle.info"
 if (( bytes > MAX_MIB * 1048576 )); then
-  log "FAILED: the binary is $mib MiB, over the $MAX_MIB MiB limit"
+  log "FAILED: the bundle's binary is $mib MiB, over the $MAX_MIB MiB limit"
   exit 1
 fi
 log "bundle ready in $((SECONDS - START)) s: $DIR ($mib MiB); on the GPU machine: $DIR/run.sh OUT"
