@@ -75,6 +75,12 @@ testing::RunBackend run_fa2(const Device& device, int64_t kv_chunk_size) {
   return run_backend("fa2", device, kv_chunk_size);
 }
 
+void log_case_time(const std::string& what, std::chrono::steady_clock::time_point t0) {
+  std::fprintf(stderr, "[ case     ] %s: %.0f ms with the reference\n", what.c_str(),
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count());
+}
+
 KeyShard key_shard_from_env() {
   const char* v = std::getenv("KVATTN_GPU_KEY_SHARD");
   if (v == nullptr || *v == '\0') return {};

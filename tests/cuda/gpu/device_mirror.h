@@ -3,6 +3,7 @@
 // the host-side comparison with the reference (testing/tolerance.h) works unchanged.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,6 +54,10 @@ testing::RunBackend run_fa2_graph(const Device& device, int64_t kv_chunk_size = 
 // The same for any backend by name (fa3's tests).
 testing::RunBackend run_backend(std::string backend, const Device& device,
                                 int64_t kv_chunk_size = 0);
+
+// "[ case     ] WHAT: N ms with the reference" on stderr for a GPU test's case begun at t0 (the
+// case's time, the fp64 reference's included: most of a GPU step's time is that reference).
+void log_case_time(const std::string& what, std::chrono::steady_clock::time_point t0);
 
 // The share of a kernel-key list a GPU test process runs: all of it, or with
 // KVATTN_GPU_KEY_SHARD=i/n (0 <= i < n) the keys at positions i, i + n, ... so that a --full

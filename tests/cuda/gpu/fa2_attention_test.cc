@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -45,9 +44,7 @@ class Fa2Gpu : public ::testing::Test {
     testing::Case c = testing::Case::make(spec);
     testing::CheckResult r = testing::check_against_reference(c, run_fa2(device_, kv_chunk_size));
     EXPECT_TRUE(r.ok) << what << " [" << spec.problem.to_string() << "]: " << r.message;
-    std::fprintf(stderr, "[ case     ] %s: %.0f ms with the reference\n", what.c_str(),
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    log_case_time(what, t0);
   }
 
   Device device_;

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -27,6 +26,7 @@ namespace {
 using fa2::test::DeviceMirror;
 using fa2::test::gpu_or_reason;
 using fa2::test::key_shard;
+using fa2::test::log_case_time;
 using fa2::test::mirror_args;
 using fa2::test::run_backend;
 
@@ -53,9 +53,7 @@ class Fa3Gpu : public ::testing::Test {
     testing::Case c = testing::Case::make(spec);
     testing::CheckResult r = testing::check_against_reference(c, run_backend("fa3", device_, kv_chunk_size));
     EXPECT_TRUE(r.ok) << what << " [" << spec.problem.to_string() << "]: " << r.message;
-    std::fprintf(stderr, "[ case     ] %s: %.0f ms with the reference\n", what.c_str(),
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    log_case_time(what, t0);
   }
 
   Device device_;
