@@ -518,12 +518,15 @@ TEST(CpuDecodePrefetch, EveryLineOfTheNextTileIsAskedForOnce) {
       for (const int calls : {0, 1, 7, 64}) {
         TilePrefetcher prefetch(hint);
         prefetch.reset();
-        prefetch.add(buffer, 640);             // 10 lines
-        prefetch.add(buffer + 640, 100);       // continues the first stream: 12 lines in all
-        prefetch.add(buffer + 1000 + 5, 200);  // unaligned: lines 15..18
-        prefetch.add(buffer + 4000, 60);       // line 62 and 63
+        // Unmerged (the L1 hint's token rows): the same lines, walked as two streams.
+        const bool merge = calls % 2 == 0;
+        prefetch.add(buffer, 640);               // 10 lines
+        prefetch.add(buffer + 640, 100, merge);  // continues the first stream: 12 lines in all
+        prefetch.add(buffer + 1000 + 5, 200);    // unaligned: lines 15..18
+        prefetch.add(buffer + 4000, 60);         // line 62 and 63
         prefetch.seal();
         ASSERT_EQ(prefetch.total_lines(), 12 + 4 + 2);
+        ASSERT_EQ(prefetch.stream_count(), merge ? 3 : 4);
         for (int step = 0; step < steps; ++step) {
           prefetch.begin_step(step, steps, calls);
           for (int c = 0; c < calls; ++c) prefetch.tick();

@@ -35,10 +35,11 @@ class TilePrefetcher {
     line_ = 0;
     stream_ = 0;
   }
-  // Adds [p, p + bytes), merged with the previous stream when it continues it.
-  void add(const std::byte* p, int64_t bytes) {
+  // Adds [p, p + bytes), merged with the previous stream when it continues it (unless `merge` is
+  // false: then the round-robin walk takes line j of it and of its neighbours in turn).
+  void add(const std::byte* p, int64_t bytes, bool merge = true) {
     if (bytes <= 0) return;
-    if (count_ > 0 && end_[count_ - 1] == p) {
+    if (merge && count_ > 0 && end_[count_ - 1] == p) {
       end_[count_ - 1] = p + bytes;
       return;
     }
@@ -69,8 +70,9 @@ class TilePrefetcher {
   // Whatever the step's share still holds.
   void finish_step() { issue(budget_ - issued_); }
 
-  // Lines of the sealed plan, and how many of them have been asked for (tests).
+  // Lines and streams of the sealed plan, and how many lines have been asked for (tests).
   int64_t total_lines() const { return total_; }
+  int stream_count() const { return count_; }
   int64_t issued_lines() const { return issued_; }
 
  private:
