@@ -8,9 +8,10 @@
 
 namespace kvattn::cpu::decode_detail {
 
-// Prefetch of the next tile, paced. The next tile's K and V bytes, as a few contiguous streams
-// (NHD with every head of the token in the task: one per page and K/V; HND: one per page, head
-// and K/V), are issued a few lines at a time from inside the QK and PV loops of the current
+// Prefetch of the next tile, paced. The next tile's K and V bytes, as contiguous streams (NHD
+// with every head of the token in the task: one per page and K/V, or with the L1 hint one per
+// token row and K/V, so that the walk below goes head by head; HND: one per page, head and K/V),
+// are issued a few lines at a time from inside the QK and PV loops of the current
 // tile, line j of each stream in turn, spread evenly over the head steps. Issuing the same lines
 // in one burst per head step ran no faster than no prefetch at all (issue 14): once the core's
 // miss buffers are full the burst stalls the arithmetic queued behind it, where a steady trickle
