@@ -22,9 +22,10 @@
 # 4, at most 4; a --full bundle: nproc / 2, at most 12) for each GPU step. A --full bundle's GPU
 # steps split by kernel key (each process tests every key i, i + n, ...: KVATTN_GPU_KEY_SHARD=i/n),
 # the CI bundle's by test. FA2_TESTS / FA3_TESTS narrow the GPU steps (GoogleTest filters; default
-# every test); HOST_TESTS=0 leaves the host replays out (CI runs them; "not run" in the summary). Most of a GPU step's time is the fp64 reference on the CPU:
-# on the first run (H200, 16 cores, 2026-12-04) fa3's tests took 165 s in one process (100 s,
-# the old limit, cut them off) and the host replays more than 240 s.
+# every test); HOST_TESTS=0 leaves the host replays out (CI runs them; "not run" in the summary).
+# Most of a GPU step's time is the fp64 reference on the CPU: on the first run (H200, 16 cores,
+# 2026-12-04) fa3's tests took 165 s in one process (100 s, the old limit, cut them off) and the
+# host replays more than 240 s.
 set -uo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -143,14 +144,15 @@ gtest_shards() {
   local dir
   dir=$(mktemp -d)
   local pids=()
+  local share
   for ((i = 0; i < shards; ++i)); do
     if [[ $split == keys ]]; then
-      KVATTN_GPU_KEY_SHARD=$i/$shards timeout -k 10 "$limit" "$BIN" tests \
-        "--gtest_filter=$filter" "--gtest_output=xml:$dir/$i.xml" >"$dir/$i.log" 2>&1 &
+      share=("KVATTN_GPU_KEY_SHARD=$i/$shards")
     else
-      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout -k 10 "$limit" "$BIN" tests \
-        "--gtest_filter=$filter" "--gtest_output=xml:$dir/$i.xml" >"$dir/$i.log" 2>&1 &
+      share=("GTEST_TOTAL_SHARDS=$shards" "GTEST_SHARD_INDEX=$i")
     fi
+    env "${share[@]}" timeout -k 10 "$limit" "$BIN" tests "--gtest_filter=$filter" \
+      "--gtest_output=xml:$dir/$i.xml" >"$dir/$i.log" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do

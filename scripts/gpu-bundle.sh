@@ -53,8 +53,9 @@ cp "$ROOT/scripts/gpu-bundle-run.sh" "$DIR/run.sh"
 chmod +x "$DIR/run.sh"
 "$ROOT/tests/cuda/check_bundle_deps.sh" "$DIR/bin/kvattn_gpu_bundle"
 
+mib_of() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 bytes=$(stat -c %s "$DIR/bin/kvattn_gpu_bundle")
-mib=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')
+mib=$(mib_of "$bytes")
 {
   echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(
     git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
@@ -67,7 +68,7 @@ mib=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')
 if (( bytes > MAX_MIB * 1048576 )); then
   xz -T0 -6 "$DIR/bin/kvattn_gpu_bundle"
   bytes=$(stat -c %s "$DIR/bin/kvattn_gpu_bundle.xz")
-  mib=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')
+  mib=$(mib_of "$bytes")
   echo "shipped: bin/kvattn_gpu_bundle.xz, $mib MiB (run.sh unpacks it)" >>"$DIR/bundle.info"
 fi
 cat "$DIR/bundle.info"

@@ -75,10 +75,14 @@ testing::RunBackend run_fa2(const Device& device, int64_t kv_chunk_size) {
   return run_backend("fa2", device, kv_chunk_size);
 }
 
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
 void log_case_time(const std::string& what, std::chrono::steady_clock::time_point t0) {
-  std::fprintf(stderr, "[ case     ] %s: %.0f ms with the reference\n", what.c_str(),
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                   .count());
+  std::fprintf(stderr, "[ case     ] %s: %.0f ms with the reference\n", what.c_str(), ms_since(t0));
 }
 
 KeyShard key_shard_from_env() {
@@ -88,8 +92,8 @@ KeyShard key_shard_from_env() {
   char tail = 0;
   if (std::sscanf(v, "%d/%d%c", &s.index, &s.count, &tail) != 2 || s.count < 1 || s.index < 0 ||
       s.index >= s.count) {
-    std::fprintf(stderr,
-                 "KVATTN_GPU_KEY_SHARD=\"%s\": expected i/n with 0 <= i < n (e.g. 0/4)\n", v);
+    std::fprintf(stderr, "KVATTN_GPU_KEY_SHARD=\"%s\": expected i/n with 0 <= i < n (e.g. 0/4)\n",
+                 v);
     std::exit(2);
   }
   return s;
@@ -119,9 +123,7 @@ testing::RunBackend run_backend(std::string backend, const Device& device, int64
     }
     mirror.to_host(args.out, host.out);
     mirror.to_host(args.lse, host.lse);
-    std::fprintf(stderr, "[ gpu done ] %.1f ms (copies, plan, run, synchronize)\n",
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    std::fprintf(stderr, "[ gpu done ] %.1f ms (copies, plan, run, synchronize)\n", ms_since(t0));
     return Status::Ok();
   };
 }
