@@ -14,10 +14,10 @@
 #   BUILD=...  build directory (default build/gpu-bundle[-full] in the repository)
 #   MAX_MIB=.. the size limit of what is carried (default 40)
 #
-# DIR gets bin/kvattn_gpu_bundle (stripped), run.sh and bundle.info (commit, archs, kernels). A
-# binary over MAX_MIB (the --full one: 62.6 MiB for 90a, which with the repository would pass the
-# 64 MiB a device call carries) is shipped as bin/kvattn_gpu_bundle.xz instead (5.8 MiB), which
-# run.sh unpacks there (xz, or python3's lzma).
+# DIR gets bin/kvattn_gpu_bundle (stripped), run.sh, profile.sh (ncu over the benchmarks) and
+# bundle.info (commit, archs, kernels). A binary over MAX_MIB (the --full one: 62.6 MiB for 90a,
+# which with the repository would pass the 64 MiB a device call carries) is shipped as
+# bin/kvattn_gpu_bundle.xz instead (5.8 MiB), which run.sh unpacks there (xz, or python3's lzma).
 set -euo pipefail
 
 if [[ $# -lt 1 || $# -gt 2 || ( $# -eq 2 && "${2:-}" != "--full" ) ]]; then
@@ -38,6 +38,7 @@ BUILD=${BUILD:-$ROOT/build/gpu-bundle$suffix}
 log() { echo "[gpu-bundle $(date -u +%H:%M:%S)] $*"; }
 START=$SECONDS
 log "archs $ARCHS, full kernels $FULL, $JOBS jobs, build $BUILD, bundle $DIR"
+mkdir -p "$(dirname "$BUILD")"  # a fresh clone has no build/ for the configure log
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA=ON \
   "-DKVATTN_CUDA_ARCHS=$ARCHS" -DKVATTN_CUDA_FULL_KERNELS=$FULL -DKVATTN_BUILD_TESTS=ON \
   -DKVATTN_BUILD_TOOLS=OFF -DKVATTN_BUILD_BENCH=OFF -DKVATTN_BUILD_PYTHON=OFF \
@@ -50,7 +51,8 @@ rm -f "$DIR/bin/kvattn_gpu_bundle" "$DIR/bin/kvattn_gpu_bundle.xz"
 cp "$BUILD/tests/cuda/kvattn_gpu_bundle" "$DIR/bin/kvattn_gpu_bundle"
 strip "$DIR/bin/kvattn_gpu_bundle"
 cp "$ROOT/scripts/gpu-bundle-run.sh" "$DIR/run.sh"
-chmod +x "$DIR/run.sh"
+cp "$ROOT/scripts/gpu-bundle-profile.sh" "$DIR/profile.sh"
+chmod +x "$DIR/run.sh" "$DIR/profile.sh"
 "$ROOT/tests/cuda/check_bundle_deps.sh" "$DIR/bin/kvattn_gpu_bundle"
 
 mib_of() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
