@@ -19,6 +19,7 @@
 #include "core/status_macros.h"
 #include "cuda/emulator/cta_emulator.h"
 #include "cuda/common/case_spec.h"
+#include "cuda/common/masked_values.h"
 #include "cuda/fa2/capability.h"
 #include "cuda/fa2/kernel_key.h"
 #include "cuda/fa2/kernel_params.h"
@@ -228,6 +229,29 @@ TEST(Fa2CtaReplay, SplitKVMatchesTheReference) {
       s.problem.use_sinks = true;
       expect_matches(s, "chunk " + std::to_string(chunk), chunk);
     }
+  }
+}
+
+// The numerics policy's masked values (docs/cuda.md), as fa3's replay checks them: a key's V
+// poisoned with inf / NaN reaches only the rows that see the key. A block with a masked key
+// learns whether its V is finite from the V pass (FP8 and converted 16-bit caches: fix_tile, which
+// checks only where asked) or from the scan (a 16-bit cache used as it is), then takes
+// guarded_pv. Causal prefill, a window, paged (page size 16) and ragged, and the key of the next
+// request (rows past a request's end); the CI keys and an e5m2 cache (inf, not NaN).
+TEST(Fa2CtaReplay, MaskedNonFiniteVNeverMeetsAZeroWeight) {
+  for (const KernelKey& key : {kReplayKeys[0], kReplayKeys[1], kReplayKeys[3]}) {
+    const std::string k = " " + kernel_key_string(key);
+    for (Op op : {Op::kBatchPrefillRagged, Op::kBatchPrefillPaged}) {
+      testing::CaseSpec s = spec_for(key, op, {100}, {100}, 2, 1);
+      s.problem.mask_mode = MaskMode::kCausal;
+      cuda::test::expect_masked_v_harmless(s, 0, 40, std::string(op_name(op)) + " causal" + k,
+                                           run_replay(-1));
+      s.problem.window_left = 20;
+      cuda::test::expect_masked_v_harmless(
+          s, 0, 40, std::string(op_name(op)) + " causal window" + k, run_replay(-1));
+    }
+    testing::CaseSpec s = spec_for(key, Op::kBatchPrefillPaged, {5, 5}, {40, 100}, 2, 1);
+    cuda::test::expect_masked_v_harmless(s, 1, 0, "next request's key" + k, run_replay(-1));
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include "core/numeric.h"
 #include "cuda/common/case_spec.h"
+#include "cuda/common/masked_values.h"
 #include "cuda/common/problem_layout.h"
 #include "cuda/fa3/kernel_key.h"
 #include "cuda/fa3/fa3_replay.h"
@@ -29,6 +30,9 @@
 
 namespace kvattn::fa3 {
 namespace {
+
+using cuda::test::expect_masked_v_harmless;
+using cuda::test::kv_element;
 
 // The GPU tests' case (cuda::kernel_case_spec: bf16 out for an FP8 query) with unit scales, which
 // would only rescale what these tests probe, and the LSE returned.
@@ -41,23 +45,6 @@ testing::CaseSpec spec_for(const KernelKey& key, Op op, std::vector<int64_t> qo,
   return s;
 }
 
-// Where element (request b, key, head, dim) of K or V lives in a case's buffers.
-std::byte* kv_element(const Problem& p, const AttentionArgs& a, bool v, int b, int64_t key,
-                      int head, int dim) {
-  const bool paged = is_paged(p.op);
-  const TensorView& t = paged ? (v ? a.paged_v_cache : a.paged_k_cache) : (v ? a.v : a.k);
-  const paged::CacheStrides s = paged::kv_strides(p, t);
-  const cuda::RequestStarts starts = cuda::request_starts(p, a);
-  int64_t off;
-  if (paged) {
-    const int32_t* pages = static_cast<const int32_t*>(a.kv_indices.data);
-    const int64_t page = pages[(starts.kv_first[b] + key / p.page_size) * a.kv_indices.strides[0]];
-    off = s.offset(page, key % p.page_size, head, dim);
-  } else {
-    off = s.offset(0, starts.kv_first[b] + key, head, dim);
-  }
-  return static_cast<std::byte*>(t.data) + off * int64_t(dtype_size(t.dtype));
-}
 std::byte* q_element(const Problem& p, const AttentionArgs& a, int b, int64_t token, int head,
                      int dim) {
   const cuda::RequestStarts starts = cuda::request_starts(p, a);
@@ -68,27 +55,6 @@ std::byte* q_element(const Problem& p, const AttentionArgs& a, int b, int64_t to
   return static_cast<std::byte*>(a.q.data) + off * int64_t(dtype_size(a.q.dtype));
 }
 
-// The non-finite value of a type: inf where it has one (16-bit, e5m2), else NaN (e4m3).
-void put_non_finite(std::byte* at, DType t) {
-  switch (t) {
-    case DType::kBF16: {
-      const uint16_t x = num::f32_to_bf16(INFINITY);
-      std::memcpy(at, &x, 2);
-      break;
-    }
-    case DType::kF16: {
-      const uint16_t x = num::f32_to_f16(INFINITY);
-      std::memcpy(at, &x, 2);
-      break;
-    }
-    case DType::kE5M2:
-      *reinterpret_cast<uint8_t*>(at) = 0x7c;  // +inf
-      break;
-    default:
-      *reinterpret_cast<uint8_t*>(at) = 0x7f;  // e4m3 NaN
-      break;
-  }
-}
 void put_nan(std::byte* at, DType t) {
   if (dtype_size(t) == 2) {
     const uint16_t x = t == DType::kBF16 ? num::f32_to_bf16(NAN) : num::f32_to_f16(NAN);
@@ -149,58 +115,6 @@ TEST(Fa3ReplayNumerics, NanScoreRowGivesNanOutputAndLse) {
   }
 }
 
-// Which keys a row sees (the reference's masks): causal bottom-right, window, kv_len.
-bool sees(const Problem& p, int64_t qo_len, int64_t kv_len, int64_t token, int64_t key) {
-  const int64_t diag = token + kv_len - qo_len;
-  if (key >= kv_len) return false;
-  if (p.mask_mode == MaskMode::kCausal && key > diag) return false;
-  if (p.window_left >= 0 && key < diag - p.window_left) return false;
-  return true;
-}
-
-// Poisons V of (request b, key, kv head 0, dim 7) and checks every row of the batch against the
-// clean run (itself checked against the reference): rows that do not see the key finite and
-// within twice the clean run's bound of it (both lie within the bound of the reference; the
-// poisoned block's O += P V is guarded_pv's, not wgmma's, so not the same bits), rows that see it
-// non-finite in dim 7, the other dims likewise within the bound.
-void expect_masked_v_harmless(const testing::CaseSpec& spec, int b, int64_t key,
-                              const std::string& what) {
-  testing::Case clean = testing::Case::make(spec), bad = testing::Case::make(spec);
-  const testing::CheckResult r = testing::check_against_reference(clean, run_replay({}));
-  ASSERT_TRUE(r.ok) << what << " (clean): " << r.message;
-  const Outputs want{clean.out_f32(), clean.lse_f32()};
-  const double tol = 2.0 * r.out.bound();
-  put_non_finite(kv_element(bad.problem(), bad.args(), true, b, key, 0, 7), spec.problem.kv_dtype);
-  const Outputs got = run(bad, {});
-  const Problem& p = spec.problem;
-  const int D = p.head_dim_vo, H = p.num_qo_heads, group = p.num_qo_heads / p.num_kv_heads;
-  int64_t row0 = 0;
-  int bad_rows = 0, seeing_rows = 0;
-  for (int r = 0; r < p.batch_size; ++r) {
-    const int64_t qo = bad.qo_lens()[size_t(r)], kv = bad.kv_lens()[size_t(r)];
-    for (int64_t t = 0; t < qo; ++t) {
-      for (int h = 0; h < H; ++h) {
-        const int64_t row = (row0 + t) * H + h;
-        const bool seeing = r == b && h / group == 0 && sees(p, qo, kv, t, key);
-        seeing_rows += seeing;
-        for (int d = 0; d < D; ++d) {
-          const float g = got.o[size_t(row * D + d)], w = want.o[size_t(row * D + d)];
-          const bool ok =
-              seeing && d == 7 ? !std::isfinite(g) : std::isfinite(g) && std::fabs(g - w) <= tol;
-          if (!ok && bad_rows++ < 5) {
-            ADD_FAILURE() << what << ": request " << r << " token " << t << " head " << h << " dim "
-                          << d << (seeing ? " (sees the key)" : " (does not see it)") << ": " << g
-                          << ", clean " << w;
-          }
-        }
-      }
-    }
-    row0 += qo;
-  }
-  EXPECT_EQ(bad_rows, 0) << what;
-  EXPECT_GT(seeing_rows, 0) << what << ": no row sees the poisoned key";
-}
-
 TEST(Fa3ReplayNumerics, MaskedNonFiniteVNeverMeetsAZeroWeight) {
   for (const KernelKey& key : kKeys) {
     const std::string k = " " + kernel_key_string(key);
@@ -209,15 +123,16 @@ TEST(Fa3ReplayNumerics, MaskedNonFiniteVNeverMeetsAZeroWeight) {
     for (Op op : {Op::kBatchPrefillRagged, Op::kBatchPrefillPaged}) {
       testing::CaseSpec s = spec_for(key, op, {100}, {100}, 2, 1);
       s.problem.mask_mode = MaskMode::kCausal;
-      expect_masked_v_harmless(s, 0, 40, std::string(op_name(op)) + " causal" + k);
+      expect_masked_v_harmless(s, 0, 40, std::string(op_name(op)) + " causal" + k, run_replay({}));
       // A window: rows past key + window + 1 no longer see it.
       s.problem.window_left = 20;
-      expect_masked_v_harmless(s, 0, 40, std::string(op_name(op)) + " causal window" + k);
+      expect_masked_v_harmless(s, 0, 40, std::string(op_name(op)) + " causal window" + k,
+                               run_replay({}));
     }
     // The next request's first key, which the box of a short ragged request brings in (16-bit:
     // TMA reads 128 keys from the request's start).
     testing::CaseSpec s = spec_for(key, Op::kBatchPrefillRagged, {5, 5}, {40, 100}, 2, 1);
-    expect_masked_v_harmless(s, 1, 0, "next request's key" + k);
+    expect_masked_v_harmless(s, 1, 0, "next request's key" + k, run_replay({}));
   }
 }
 

@@ -101,14 +101,67 @@ KVATTN_HD int stage_chunk_offset(int n, int c) {
 // Issues the copies of keys [block_begin, block_begin + kKeys) of one of K or V into a stage:
 // cp.async when the rows allow 16-byte copies, zero-filled past kv_hi; else plain loads (rows
 // not 16-byte aligned or not dense in the dim). Consecutive threads copy consecutive chunks of
-// a row (coalesced); each thread finds a row's page once per block and row.
+// a row (coalesced).
+//
+// The copies' addresses were most of the prefill kernel's instructions (the first GPU profile,
+// 2026-12-04, H200, ncu's SASS counts: ~1,480 of ~2,400 instructions a warp executed per K/V
+// block, against 128 MMAs): each chunk located its row from scratch in 64-bit arithmetic, with a
+// branch per row for keys past 2^32 - 1. Now what is the same for every row is worked out once a
+// block (the head's base, the rows in range, the page table of the request), a row's key index
+// is 32 bits (a paged block with keys past 2^32 - 1, which no cache in memory reaches, takes the
+// general path), and a thread looks up the pages of 4 of its rows before it issues their copies,
+// so that the page-table loads are in flight together. The prefill tile only: the decode tile
+// has no registers to spare (4 rows at once spill it at sm80), and with this path it ran 3-14 %
+// slower on the H200 (B=64 x 4k and B=8 x 32k, bf16 and e4m3), so it keeps the row-by-row loop.
 template <class C, int D, class Ops>
 KVATTN_HD void issue_rows(const Ops& ops, const AttentionParams& p, const void* cache,
                           const paged::CacheStrides& s, const RequestInfo& r, int kv_head,
                           int64_t block_begin, int64_t kv_hi, unsigned char* stage) {
   using Raw = typename C::Raw;
   const Raw* src = static_cast<const Raw*>(cache);
-  if (p.kv_vector_loads) {
+  const bool keys_32_bit = !p.paged || block_begin + C::kKeys <= int64_t(UINT32_MAX);
+  if (p.kv_vector_loads && keys_32_bit && !C::kDecode) {
+    constexpr int kPerChunk = 16 / int(sizeof(Raw));
+    constexpr int kChunks = D / kPerChunk;
+    constexpr int kTotal = C::kKeys * kChunks;
+    constexpr int kIters = (kTotal + C::kThreads - 1) / C::kThreads;
+    constexpr int kBatch = kIters < 4 ? kIters : 4;
+    const int rows_in = kv_hi - block_begin < C::kKeys ? int(kv_hi - block_begin) : C::kKeys;
+    const Raw* head_base = src + int64_t(kv_head) * s.head;
+    // Paged: key j0 + n is slot (j0 + n) % page_size of page table entry (j0 + n) / page_size.
+    const uint32_t j0 = uint32_t(block_begin);
+    const int32_t* page_table = p.paged ? p.kv_indices + r.kv_first : nullptr;
+    const uint32_t page_size = uint32_t(p.page_size);
+    // Ragged: row n is row r.kv_first + block_begin + n of the cache.
+    const Raw* ragged_rows = p.paged ? head_base : head_base + (r.kv_first + block_begin) * s.slot;
+    KVATTN_NO_UNROLL
+    for (int i0 = 0; i0 < kIters; i0 += kBatch) {
+      int32_t pages[kBatch];
+      KVATTN_UNROLL
+      for (int i = 0; i < kBatch; ++i) {
+        const int idx = ops.thread() + (i0 + i) * C::kThreads, n = idx / kChunks;
+        const bool in = i0 + i < kIters && idx < kTotal && n < rows_in;
+        pages[i] = p.paged && in ? ops.ldg(page_table + p.page_div.div(j0 + uint32_t(n))) : 0;
+      }
+      KVATTN_UNROLL
+      for (int i = 0; i < kBatch; ++i) {
+        const int idx = ops.thread() + (i0 + i) * C::kThreads;
+        if (i0 + i >= kIters || idx >= kTotal) break;
+        const int n = idx / kChunks, c = idx % kChunks;
+        const Raw* row;
+        if (p.paged) {
+          const uint32_t j = j0 + uint32_t(n);
+          const uint32_t slot = j - p.page_div.div(j) * page_size;
+          row = head_base + int64_t(pages[i]) * s.page + int64_t(slot) * s.slot;
+        } else {
+          row = ragged_rows + int64_t(n) * s.slot;
+        }
+        const bool in = n < rows_in;
+        ops.cp_async_16(stage + stage_chunk_offset<C, D>(n, c), in ? row + c * kPerChunk : src,
+                        in);
+      }
+    }
+  } else if (p.kv_vector_loads) {  // the decode tile, or keys past 2^32 - 1
     constexpr int kPerChunk = 16 / int(sizeof(Raw));
     constexpr int kChunks = D / kPerChunk;
     KVATTN_NO_UNROLL
@@ -156,11 +209,13 @@ struct TileFix {
 // pairs are half a row apart; interleaved pairs sit inside a chunk), decodes 8 elements each
 // (FP8: from the raw stage; 16-bit: in place), applies the granular scale and RoPE (angles from
 // the CTA's inverse-frequency table), and stores 16 bytes per chunk to the tile. Returns whether
-// this thread stored a non-finite element (the V pass flags blocks that need guarded_pv).
+// this thread stored a non-finite element, when asked to check (the V pass of a block with a
+// masked key flags a block that needs guarded_pv; no other pass pays for the test).
 template <class C, int D, class Ops>
 KVATTN_HD bool fix_tile(const Ops& ops, const AttentionParams& p, const RequestInfo& r, int kv_head,
                         int64_t block_begin, int64_t kv_hi, const TileFix& fix,
-                        const unsigned char* stage, uint16_t* tile, const float* inv_freq) {
+                        const unsigned char* stage, uint16_t* tile, const float* inv_freq,
+                        bool check_nonfinite) {
   using QFmt = typename C::QFmt;
   using KV = typename C::KV;
   constexpr int kRow = smem_row(D);
@@ -232,7 +287,7 @@ KVATTN_HD bool fix_tile(const Ops& ops, const AttentionParams& p, const RequestI
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         out.e[e] = QFmt::from_float(x[h][e]);
-        nonfinite |= QFmt::nonfinite(out.e[e]);
+        if (check_nonfinite) nonfinite |= QFmt::nonfinite(out.e[e]);
       }
       store_chunk(tile + frag::swizzled(n, 8 * (c + h * kHalf), kRow), out);
     }
