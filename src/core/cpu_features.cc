@@ -50,6 +50,8 @@ CpuFeatures detect() {
                      c == 0x444d4163u;  // "AuthenticAMD"
     f.fast_bf16_dot = f.avx512_bf16 && amd;
     f.amd = amd;
+    if (__get_cpuid(1, &a, &b, &c, &d)) f.family = x86_family(a);
+    f.decode_prefetch_l1 = decode_prefetch_l1_for(amd, f.family);
   }
 #if defined(__x86_64__) && defined(__linux__)
   {
@@ -75,6 +77,13 @@ std::atomic<int> g_isa_limit{kNoLimit};
 
 }  // namespace
 
+int x86_family(unsigned leaf1_eax) {
+  const unsigned base = (leaf1_eax >> 8) & 0xf, extended = (leaf1_eax >> 20) & 0xff;
+  return int(base == 0xf ? base + extended : base);
+}
+
+bool decode_prefetch_l1_for(bool amd, int family) { return amd && family < 0x1a; }
+
 std::string CpuFeatures::to_string() const {
   std::string s;
   auto add = [&](bool on, const char* name) {
@@ -94,6 +103,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512_vbmi, "avx512_vbmi");
   add(fast_bf16_dot, "fast_bf16_dot");
   add(amd, "amd");
+  add(decode_prefetch_l1, "decode_prefetch_l1");
   add(amx_bf16, "amx_bf16");
   return s.empty() ? "none" : s;
 }

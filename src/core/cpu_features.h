@@ -16,9 +16,17 @@ struct CpuFeatures {
   // at a quarter of the FMA rate, and the fp32-FMA kernels are faster there (issue 14 note):
   // set from the vendor (AMD), the kernels' choice between the two.
   bool fast_bf16_dot = false;
-  // AMD (Zen): software prefetches of decode's next tile run faster into L1 (prefetcht0) than
-  // into L2 (prefetcht1, the Intel Xeons' best): issue 23's Zen 4 note.
+  // AMD (Zen): the prefill kernels prefetch the next KV tile into L1 (prefetcht0), the Intel
+  // Xeons into L2 (on Zen 5 the two ran level, issue 23's Zen 5 note).
   bool amd = false;
+  // The x86 family (CPUID leaf 1, base + extended): 0x19 for AMD Zen 3 and Zen 4, 0x1A for Zen 5,
+  // 6 for the Intel Xeons.
+  int family = 0;
+  // Decode's paced prefetch of its next tile into L1 (prefetcht0) rather than L2 (prefetcht1):
+  // AMD before Zen 5 (family < 0x1A), where the L2 hint ran every decode case slower (Zen 4: the
+  // bf16 llama3 case 1.27x, issue 23's Zen 4 note). On Zen 5 the L1 hint was the slower one (bf16
+  // llama3 1.77x, d256 1.9x: issue 23's Zen 5 note), and on the Intel Xeons L2 is the best.
+  bool decode_prefetch_l1 = false;
   // AMX-BF16 and AMX-TILE (CPUID), with the tile state granted by the OS (Linux hands it out
   // only on request: arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
   bool amx_bf16 = false;
@@ -26,6 +34,11 @@ struct CpuFeatures {
   std::string to_string() const;
 };
 const CpuFeatures& cpu_features();
+
+// The x86 family from CPUID leaf 1's EAX (the base family, plus the extended one when the base is
+// 0xF), and decode's prefetch choice for a CPU (CpuFeatures::decode_prefetch_l1).
+int x86_family(unsigned leaf1_eax);
+bool decode_prefetch_l1_for(bool amd, int family);
 
 // The ISA level kernels use: the hardware's best, lowered by set_cpu_isa_limit (tests). Which
 // kernel runs is the cpu backend's kernel table's choice (src/cpu/kernel_table.h; its one

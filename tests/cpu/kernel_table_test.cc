@@ -147,6 +147,20 @@ TEST(CpuKernelTable, DecodeChoicePerCpuClass) {
   EXPECT_EQ(choice(fp8, CpuIsa::kAvx512, no_vbmi), "decode-avx512-fma-k32");
 }
 
+// Decode's prefetch hint per CPU class (CpuFeatures::decode_prefetch_l1), from CPUID leaf 1
+// signatures: L1 on AMD Zen 3 and Zen 4 (family 0x19), L2 on Zen 5 (0x1A) and the Intel Xeons.
+TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
+  EXPECT_EQ(detail::x86_family(0x00A00F11u), 0x19);  // Zen 3 (EPYC Milan)
+  EXPECT_EQ(detail::x86_family(0x00A10F11u), 0x19);  // Zen 4 (EPYC Genoa)
+  EXPECT_EQ(detail::x86_family(0x00B00F21u), 0x1a);  // Zen 5 (EPYC Turin)
+  EXPECT_EQ(detail::x86_family(0x000806F8u), 6);     // Sapphire Rapids
+  EXPECT_TRUE(detail::decode_prefetch_l1_for(true, 0x19));
+  EXPECT_FALSE(detail::decode_prefetch_l1_for(true, 0x1a));
+  EXPECT_FALSE(detail::decode_prefetch_l1_for(false, 6));
+  const detail::CpuFeatures& here = detail::cpu_features();
+  EXPECT_EQ(here.decode_prefetch_l1, detail::decode_prefetch_l1_for(here.amd, here.family));
+}
+
 TEST(CpuKernelTable, PrefillChoicePerCpuClass) {
   Problem p = decode_problem(DType::kBF16, DType::kBF16);
   p.op = Op::kBatchPrefillPaged;

@@ -18,9 +18,11 @@ namespace kvattn::cpu::decode_detail {
 // keeps loads in flight while the FMAs run.
 //
 // Where the lines go is the CPU class's (DecodeParams::prefetch_hint, chosen when the params are
-// built): into L2 (prefetcht1) on the Intel Xeons (issue 14: the tile of all heads does not fit
-// L1), into L1 (prefetcht0) on AMD: on Zen 4 the L2 hint ran every decode case slower, the bf16
-// llama3 case 1.27x (issue 23's Zen 4 note; prefetchnta was between the two).
+// built, CpuFeatures::decode_prefetch_l1): into L2 (prefetcht1) on the Intel Xeons (issue 14:
+// the tile of all heads does not fit L1) and on AMD Zen 5 (there the L1 hint ran the bf16 llama3
+// case 1.77x slower: issue 23's Zen 5 note), into L1 (prefetcht0) on AMD Zen 3 and Zen 4: on Zen 4
+// the L2 hint ran every decode case slower, the bf16 llama3 case 1.27x (issue 23's Zen 4 note;
+// prefetchnta was between the two).
 enum class PrefetchHint : uint8_t { kL2, kL1 };
 
 class TilePrefetcher {
