@@ -14,14 +14,10 @@
 # file and exits 1).
 set -uo pipefail
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 OUT" >&2
-  exit 2
-fi
-HERE=$(cd "$(dirname "$0")" && pwd)
-BIN=$HERE/bin/kvattn_gpu_bundle
-mkdir -p "$1" || exit 2
-OUT=$(cd "$1" && pwd)
+[[ $# -eq 1 ]] || { echo "usage: $0 OUT" >&2; exit 2; }
+BIN=$(dirname "$0")/bin/kvattn_gpu_bundle
+OUT=$1
+mkdir -p "$OUT" || exit 2
 if [[ ! -x $BIN && -f $BIN.xz ]]; then
   echo "profile.sh: unpack the bundle first (run.sh does)" >&2
   exit 2
