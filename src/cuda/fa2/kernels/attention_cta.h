@@ -152,7 +152,7 @@ KVATTN_HD void scores_block(const Ops& ops, const AttentionParams& p, const Requ
   const int64_t first_key = block_begin + key0;
   if (!C::kDecode && fully_visible && p.soft_cap <= 0.0f && !p.alibi) {
     // The common prefill block: no mask, no soft cap, no ALiBi: one multiply a score (the decode
-    // tile keeps the general form: with this branch it ran 10 % slower on an H200).
+    // tile keeps the general form, as it keeps its V check: see below).
     const float scale = p.score_scale * kLog2e;
     KVATTN_UNROLL
     for (int nt = 0; nt < C::kNTiles; ++nt) {
@@ -325,8 +325,9 @@ KVATTN_HD void attention_cta(const Ops& ops, const AttentionParams& p, unsigned 
     // Keys some row does not see (masked, or past the keys: those are zeros) must add nothing
     // even with an inf/NaN V: blocks holding such keys learn whether their V is finite. The V
     // pass checks only those blocks in prefill; the decode tile keeps its check on every block
-    // (its FP8 kernel ran 4-14 % slower on an H200 with this pass's prefill changes applied to
-    // it as well; which one was not isolated, so decode keeps its code).
+    // and its code as it was: with this pass's prefill changes applied to it too, decode ran
+    // 3-14 % slower on an H200, still ~10 % with only this conditional check left different
+    // (docs/cuda.md, "The second GPU run"; the cause was not found).
     bool nonfinite_v = false;
     if (v_fix.needed) {
       nonfinite_v = ops.sync_or(fix_tile<C, C::kDvo>(ops, p, r, w.kv_head, block_begin, kv_hi, v_fix,
