@@ -21,7 +21,7 @@ namespace kvattn::cuda::test {
 
 // Where element (request b, key, head, dim) of K or V lives in a case's buffers.
 inline std::byte* kv_element(const Problem& p, const AttentionArgs& a, bool v, int b, int64_t key,
-                      int head, int dim) {
+                             int head, int dim) {
   const bool paged = is_paged(p.op);
   const TensorView& t = paged ? (v ? a.paged_v_cache : a.paged_k_cache) : (v ? a.v : a.k);
   const paged::CacheStrides s = paged::kv_strides(p, t);
@@ -69,8 +69,8 @@ inline bool sees(const Problem& p, int64_t qo_len, int64_t kv_len, int64_t token
 // Poisons V of (request b, key, kv head 0, dim 7) and checks every row of the batch against the
 // clean run (itself checked against the reference): rows that do not see the key finite and
 // within twice the clean run's bound of it (both lie within the bound of the reference; the
-// poisoned block's O += P V is guarded_pv's, not the tensor cores', so not the same bits), rows that see it
-// non-finite in dim 7, the other dims likewise within the bound.
+// poisoned block's O += P V is guarded_pv's, not the tensor cores', so not the same bits), rows
+// that see it non-finite in dim 7, the other dims likewise within the bound.
 inline void expect_masked_v_harmless(const testing::CaseSpec& spec, int b, int64_t key,
                                      const std::string& what, const testing::RunBackend& run) {
   testing::Case clean = testing::Case::make(spec), bad = testing::Case::make(spec);

@@ -330,8 +330,8 @@ KVATTN_HD void attention_cta(const Ops& ops, const AttentionParams& p, unsigned 
     // (docs/cuda.md, "The second GPU run"; the cause was not found).
     bool nonfinite_v = false;
     if (v_fix.needed) {
-      nonfinite_v = ops.sync_or(fix_tile<C, C::kDvo>(ops, p, r, w.kv_head, block_begin, kv_hi, v_fix,
-                                                     v_stage(b), v_tile(b), inv_freq,
+      nonfinite_v = ops.sync_or(fix_tile<C, C::kDvo>(ops, p, r, w.kv_head, block_begin, kv_hi,
+                                                     v_fix, v_stage(b), v_tile(b), inv_freq,
                                                      C::kDecode || !fully_visible) &&
                                 !fully_visible);
     } else if (!fully_visible) {

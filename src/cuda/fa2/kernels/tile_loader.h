@@ -157,8 +157,7 @@ KVATTN_HD void issue_rows(const Ops& ops, const AttentionParams& p, const void* 
           row = ragged_rows + int64_t(n) * s.slot;
         }
         const bool in = n < rows_in;
-        ops.cp_async_16(stage + stage_chunk_offset<C, D>(n, c), in ? row + c * kPerChunk : src,
-                        in);
+        ops.cp_async_16(stage + stage_chunk_offset<C, D>(n, c), in ? row + c * kPerChunk : src, in);
       }
     }
   } else if (p.kv_vector_loads) {  // the decode tile, or keys past 2^32 - 1
