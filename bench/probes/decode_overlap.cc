@@ -14,7 +14,8 @@
 // Not part of the build (a one-off measurement, every CPU class with AVX2 + FMA):
 //   g++ -O2 -mavx2 -mfma -std=c++20 -pthread bench/probes/decode_overlap.cc -o /tmp/decode_overlap
 //   /tmp/decode_overlap [rounds=5] [threads=2]
-// -DTILE_KEYS=16|64 walks tiles of 16 or 64 tokens instead (2 or 8 pages a tile, as many
+// -DPF_HINT=_MM_HINT_T1 (or _MM_HINT_NTA) asks for the next tile's lines with that hint instead of
+// prefetcht0. -DTILE_KEYS=16|64 walks tiles of 16 or 64 tokens instead (2 or 8 pages a tile, as many
 // prefetch streams). -DROW_BYTES=128|512 sets a head's row (d 64 / d 256 bf16, or d 128 e4m3 at
 // 128; the pages keep 16 tokens of 8 heads), -DVISIT_HEADS=2|4 reads that many adjacent heads'
 // rows at each visit of the kernel-order walk ("dram", "compute"; at most 512 bytes a visit).
@@ -71,6 +72,13 @@
 // same bytes ~20 % slower than one of 256, and two heads a visit win back about half of it.
 // Tiles of 64 keys at 128-byte rows did not help (17.3-20.2 / 17.7-19.0 / 17.9-20.9). This is
 // what the decode kernel's steps of several heads (decode_dot_tiles.h, kStepHeads) act on.
+//
+// AMD Zen 5 VM (2 vCPUs, 2026-12-04 from 20:00 UTC, `decode_overlap 3 2`, one run built with each
+// hint, GB/s, T1 / T0): W=0 compute 91.1 / 118.7, dram 32.8 / 33.9, contiguous 46.2 / 45.6;
+// W=8 compute 84.9 / 86.3, dram 33.9 / 33.6, token-major 37.5 / 36.5; W=16 compute 48.1 / 48.6,
+// dram 36.7 / 39.6, token-major 40.1 / 38.0, contiguous 17.6 / 17.5. Zen 5 overlaps as Zen 4
+// does (at W=16 the walk from DRAM keeps ~0.8 of the compute rate, the sum model would give
+// 0.4), and the walk's hint does not matter in this model.
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -138,6 +146,9 @@ static_assert(kHeads % VISIT_HEADS == 0 && VISIT_HEADS * kRow <= 512);
 #ifndef SUB_KEYS
 #define SUB_KEYS 4
 #endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
 #ifndef SUB_AHEAD
 #define SUB_AHEAD 1
 #endif
@@ -197,7 +208,7 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
         const char* line = order != Prefetch::kReadOrder
                                ? next[issued % kP] + (issued / kP) * 64
                                : next[kReadOrder.page[issued]] + kReadOrder.offset[issued];
-        _mm_prefetch(line, _MM_HINT_T0);
+        _mm_prefetch(line, PF_HINT);
       }
     };
     if (order == Prefetch::kContiguous) {
@@ -222,7 +233,7 @@ float walk(const char* buf, const uint32_t* pages, std::size_t tiles, Prefetch o
           for (; n > 0 && done < kSubLines; --n, ++done) {
             const std::size_t kv = done % 2, j = done / 2;
             const std::size_t tok = s2 * G + j / kTokLines;
-            _mm_prefetch(token(pg, kv, tok) + (j % kTokLines) * 64, _MM_HINT_T0);
+            _mm_prefetch(token(pg, kv, tok) + (j % kTokLines) * 64, PF_HINT);
           }
         };
         for (std::size_t h = 0; h < kHeads; ++h) {

@@ -52,6 +52,7 @@ CpuFeatures detect() {
     f.amd = amd;
     if (__get_cpuid(1, &a, &b, &c, &d)) f.family = x86_family(a);
     f.decode_prefetch_l1 = decode_prefetch_l1_for(amd, f.family);
+    f.decode_prefetch_nta = decode_prefetch_nta_for(amd, f.family);
   }
 #if defined(__x86_64__) && defined(__linux__)
   {
@@ -83,6 +84,7 @@ int x86_family(unsigned leaf1_eax) {
 }
 
 bool decode_prefetch_l1_for(bool amd, int family) { return amd && family < 0x1a; }
+bool decode_prefetch_nta_for(bool amd, int family) { return amd && family >= 0x1a; }
 
 std::string CpuFeatures::to_string() const {
   std::string s;
@@ -104,6 +106,7 @@ std::string CpuFeatures::to_string() const {
   add(fast_bf16_dot, "fast_bf16_dot");
   add(amd, "amd");
   add(decode_prefetch_l1, "decode_prefetch_l1");
+  add(decode_prefetch_nta, "decode_prefetch_nta");
   add(amx_bf16, "amx_bf16");
   return s.empty() ? "none" : s;
 }

@@ -27,6 +27,10 @@ struct CpuFeatures {
   // bf16 llama3 case 1.27x, issue 23's Zen 4 note). On Zen 5 the L1 hint was the slower one (bf16
   // llama3 1.77x, d256 1.9x: issue 23's Zen 5 note), and on the Intel Xeons L2 is the best.
   bool decode_prefetch_l1 = false;
+  // Decode's paced prefetch non-temporal (prefetchnta) rather than into L2: AMD Zen 5 (family
+  // 0x1A and later), where it ran 1.02-1.35x faster than the L2 hint (issue 23's second Zen 5
+  // note). At most one of decode_prefetch_l1 and decode_prefetch_nta is set.
+  bool decode_prefetch_nta = false;
   // AMX-BF16 and AMX-TILE (CPUID), with the tile state granted by the OS (Linux hands it out
   // only on request: arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
   bool amx_bf16 = false;
@@ -36,9 +40,11 @@ struct CpuFeatures {
 const CpuFeatures& cpu_features();
 
 // The x86 family from CPUID leaf 1's EAX (the base family, plus the extended one when the base is
-// 0xF), and decode's prefetch choice for a CPU (CpuFeatures::decode_prefetch_l1).
+// 0xF), and decode's prefetch choice for a CPU (CpuFeatures::decode_prefetch_l1 and
+// decode_prefetch_nta).
 int x86_family(unsigned leaf1_eax);
 bool decode_prefetch_l1_for(bool amd, int family);
+bool decode_prefetch_nta_for(bool amd, int family);
 
 // The ISA level kernels use: the hardware's best, lowered by set_cpu_isa_limit (tests). Which
 // kernel runs is the cpu backend's kernel table's choice (src/cpu/kernel_table.h; its one

@@ -513,7 +513,7 @@ TEST(CpuDecodePrefetch, EveryLineOfTheNextTileIsAskedForOnce) {
   using kvattn::cpu::decode_detail::PrefetchHint;
   using kvattn::cpu::decode_detail::TilePrefetcher;
   alignas(64) static std::byte buffer[64 * 64];
-  for (const PrefetchHint hint : {PrefetchHint::kL2, PrefetchHint::kL1}) {
+  for (const PrefetchHint hint : {PrefetchHint::kL2, PrefetchHint::kL1, PrefetchHint::kNta}) {
     for (const int steps : {1, 3, 8}) {
       for (const int calls : {0, 1, 7, 64}) {
         TilePrefetcher prefetch(hint);

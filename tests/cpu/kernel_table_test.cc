@@ -147,8 +147,9 @@ TEST(CpuKernelTable, DecodeChoicePerCpuClass) {
   EXPECT_EQ(choice(fp8, CpuIsa::kAvx512, no_vbmi), "decode-avx512-fma-k32");
 }
 
-// Decode's prefetch hint per CPU class (CpuFeatures::decode_prefetch_l1), from CPUID leaf 1
-// signatures: L1 on AMD Zen 3 and Zen 4 (family 0x19), L2 on Zen 5 (0x1A) and the Intel Xeons.
+// Decode's prefetch hint per CPU class (CpuFeatures::decode_prefetch_l1 / decode_prefetch_nta),
+// from CPUID leaf 1 signatures: L1 on AMD Zen 3 and Zen 4 (family 0x19), non-temporal on Zen 5
+// (0x1A), L2 on the Intel Xeons.
 TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
   EXPECT_EQ(detail::x86_family(0x00A00F11u), 0x19);  // Zen 3 (EPYC Milan)
   EXPECT_EQ(detail::x86_family(0x00A10F11u), 0x19);  // Zen 4 (EPYC Genoa)
@@ -157,8 +158,13 @@ TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
   EXPECT_TRUE(detail::decode_prefetch_l1_for(true, 0x19));
   EXPECT_FALSE(detail::decode_prefetch_l1_for(true, 0x1a));
   EXPECT_FALSE(detail::decode_prefetch_l1_for(false, 6));
+  EXPECT_FALSE(detail::decode_prefetch_nta_for(true, 0x19));
+  EXPECT_TRUE(detail::decode_prefetch_nta_for(true, 0x1a));
+  EXPECT_FALSE(detail::decode_prefetch_nta_for(false, 6));
   const detail::CpuFeatures& here = detail::cpu_features();
   EXPECT_EQ(here.decode_prefetch_l1, detail::decode_prefetch_l1_for(here.amd, here.family));
+  EXPECT_EQ(here.decode_prefetch_nta, detail::decode_prefetch_nta_for(here.amd, here.family));
+  EXPECT_FALSE(here.decode_prefetch_l1 && here.decode_prefetch_nta);
 }
 
 TEST(CpuKernelTable, PrefillChoicePerCpuClass) {

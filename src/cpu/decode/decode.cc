@@ -195,6 +195,9 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   }
   p.kv_len = plan.kv_len.data();
   if (detail::cpu_features().decode_prefetch_l1) p.prefetch_hint = decode_detail::PrefetchHint::kL1;
+  if (detail::cpu_features().decode_prefetch_nta) {
+    p.prefetch_hint = decode_detail::PrefetchHint::kNta;
+  }
 
   const RunScalars& scalars = args.scalars;
   p.q_scale = pb.use_fp16_qk_reduction ? scalars.q_scale : 1.0f;

@@ -243,7 +243,8 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
           // kvattn_bench decode, 7 rounds, host at half rate: d64 0.29 -> 0.36 of the paired DRAM
           // read, e4m3 0.28 -> 0.31, long_b1 0.30 -> 0.33, bf16 / d256 level; cache-resident
           // (B1 x 128 keys) 10-26 % less time, the AVX2 kernel's 6-11 %. Intel's L2 hint keeps the
-          // merged streams (its decode was measured with them; not measured otherwise).
+          // merged streams (its decode was measured with them; not measured otherwise), as Zen 5's
+          // non-temporal one does: a stream per token row took 1.8-2.4x the time there (issue 23).
           const bool merge = p.prefetch_hint != PrefetchHint::kL1;
           for (int kk = 0; kk < count; ++kk) prefetch.add(rows[kk], num_heads * row_bytes, merge);
         } else {

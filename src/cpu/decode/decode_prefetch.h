@@ -18,12 +18,13 @@ namespace kvattn::cpu::decode_detail {
 // keeps loads in flight while the FMAs run.
 //
 // Where the lines go is the CPU class's (DecodeParams::prefetch_hint, chosen when the params are
-// built, CpuFeatures::decode_prefetch_l1): into L2 (prefetcht1) on the Intel Xeons (issue 14:
-// the tile of all heads does not fit L1) and on AMD Zen 5 (there the L1 hint ran the bf16 llama3
-// case 1.77x slower: issue 23's Zen 5 note), into L1 (prefetcht0) on AMD Zen 3 and Zen 4: on Zen 4
-// the L2 hint ran every decode case slower, the bf16 llama3 case 1.27x (issue 23's Zen 4 note;
-// prefetchnta was between the two).
-enum class PrefetchHint : uint8_t { kL2, kL1 };
+// built, CpuFeatures::decode_prefetch_l1 / decode_prefetch_nta): into L2 (prefetcht1) on the
+// Intel Xeons (issue 14: the tile of all heads does not fit L1), into L1 (prefetcht0) on AMD
+// Zen 3 and Zen 4 (on Zen 4 the L2 hint ran every decode case slower, the bf16 llama3 case 1.27x,
+// prefetchnta was between the two: issue 23's Zen 4 note), non-temporal (prefetchnta) on AMD
+// Zen 5: there the L1 hint ran the bf16 llama3 case 1.77x slower than L2 (issue 23's first Zen 5
+// note) and prefetchnta 1.02-1.35x faster than L2 (its second), the same merged streams.
+enum class PrefetchHint : uint8_t { kL2, kL1, kNta };
 
 class TilePrefetcher {
  public:
@@ -85,10 +86,15 @@ class TilePrefetcher {
     n = std::min(n, budget_ - issued_);
     if (n <= 0) return;
     // Inline: GCC drops a call to a function whose body is only __builtin_prefetch.
-    if (hint_ == PrefetchHint::kL1) {
-      issue_lines<3>(n);
-    } else {
-      issue_lines<2>(n);
+    switch (hint_) {
+      case PrefetchHint::kL1:
+        issue_lines<3>(n);
+        break;
+      case PrefetchHint::kNta:
+        issue_lines<0>(n);
+        break;
+      default:
+        issue_lines<2>(n);
     }
   }
   template <int kLocality>
