@@ -28,6 +28,12 @@ void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const
   const int dim = kD > 0 ? kD : d_runtime;
   const int full = dim / W, tail = dim % W;
   const int64_t step = int64_t{W} * kElemBytes<kKV> * elem_stride;
+  // Two accumulator chains a query row (even and odd chunks), summed per key, for 16-bit K rows
+  // at blocks of up to 4 rows: one chain is 16 dependent FMAs a key at d 128 on AVX2. Zen 5 with
+  // the AVX2 kernel forced (its class, Zen 3, not measured): cache-resident 1.08x (bf16 / f16
+  // d128), from DRAM 1.02-1.07x (issue 23); the AVX-512 FMA kernel level. FP8 rows keep one chain
+  // (their widening needs the registers: AVX2 e4m3 d64 ran 10 % slower with two).
+  constexpr bool kTwoChains = kNG <= 4 && kElemBytes<kKV> == 2;
   for (int g0 = 0; g0 < group_padded; g0 += kNG) {
     const float* qg = q + g0 * q_row;
     for (int kb = 0; kb < n; kb += W) {
@@ -36,11 +42,25 @@ void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const
       for (int kk = 0; kk < count; ++kk) {
         const std::byte* row = rows[kb + kk];
         prefetch->tick();
-        Vec acc[kNG];
-        for (int g = 0; g < kNG; ++g) acc[g] = S::zero();
-        for (int c = 0; c < full; ++c) {
+        Vec acc[kNG], acc2[kNG];
+        for (int g = 0; g < kNG; ++g) acc[g] = acc2[g] = S::zero();
+        int c = 0;
+        if constexpr (kTwoChains) {
+          for (; c + 2 <= full; c += 2) {
+            const Vec k0 = S::template load_raw<kKV>(row + c * step);
+            const Vec k1 = S::template load_raw<kKV>(row + (c + 1) * step);
+            for (int g = 0; g < kNG; ++g) {
+              acc[g] = S::fma(S::load(qg + g * q_row + c * W), k0, acc[g]);
+              acc2[g] = S::fma(S::load(qg + g * q_row + (c + 1) * W), k1, acc2[g]);
+            }
+          }
+        }
+        for (; c < full; ++c) {
           const Vec k = S::template load_raw<kKV>(row + c * step);
           for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::load(qg + g * q_row + c * W), k, acc[g]);
+        }
+        if constexpr (kTwoChains) {
+          for (int g = 0; g < kNG; ++g) acc[g] = S::add(acc[g], acc2[g]);
         }
         if (tail) {
           const Vec k = S::template load_raw_tail<kKV>(row + full * step, tail);
