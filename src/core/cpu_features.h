@@ -28,7 +28,7 @@ struct CpuFeatures {
   // llama3 1.77x, d256 1.9x: issue 23's Zen 5 note), and on the Intel Xeons L2 is the best.
   bool decode_prefetch_l1 = false;
   // Decode's paced prefetch non-temporal (prefetchnta) rather than into L2: AMD Zen 5 (family
-  // 0x1A and later), where it ran 1.02-1.35x faster than the L2 hint (issue 23's second Zen 5
+  // 0x1A and later), where it ran 1.02-1.20x faster than the L2 hint (issue 23's second Zen 5
   // note). At most one of decode_prefetch_l1 and decode_prefetch_nta is set.
   bool decode_prefetch_nta = false;
   // AMX-BF16 and AMX-TILE (CPUID), with the tile state granted by the OS (Linux hands it out

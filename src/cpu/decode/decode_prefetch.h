@@ -23,7 +23,7 @@ namespace kvattn::cpu::decode_detail {
 // Zen 3 and Zen 4 (on Zen 4 the L2 hint ran every decode case slower, the bf16 llama3 case 1.27x,
 // prefetchnta was between the two: issue 23's Zen 4 note), non-temporal (prefetchnta) on AMD
 // Zen 5: there the L1 hint ran the bf16 llama3 case 1.77x slower than L2 (issue 23's first Zen 5
-// note) and prefetchnta 1.02-1.35x faster than L2 (its second), the same merged streams.
+// note) and prefetchnta 1.02-1.20x faster than L2 (its second), the same merged streams.
 enum class PrefetchHint : uint8_t { kL2, kL1, kNta };
 
 class TilePrefetcher {
