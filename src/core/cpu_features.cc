@@ -51,8 +51,7 @@ CpuFeatures detect() {
     f.fast_bf16_dot = f.avx512_bf16 && amd;
     f.amd = amd;
     if (__get_cpuid(1, &a, &b, &c, &d)) f.family = x86_family(a);
-    f.decode_prefetch_l1 = decode_prefetch_l1_for(amd, f.family);
-    f.decode_prefetch_nta = decode_prefetch_nta_for(amd, f.family);
+    f.decode_prefetch = decode_prefetch_for(amd, f.family);
   }
 #if defined(__x86_64__) && defined(__linux__)
   {
@@ -83,8 +82,10 @@ int x86_family(unsigned leaf1_eax) {
   return int(base == 0xf ? base + extended : base);
 }
 
-bool decode_prefetch_l1_for(bool amd, int family) { return amd && family < 0x1a; }
-bool decode_prefetch_nta_for(bool amd, int family) { return amd && family >= 0x1a; }
+PrefetchHint decode_prefetch_for(bool amd, int family) {
+  if (!amd) return PrefetchHint::kL2;
+  return family < 0x1a ? PrefetchHint::kL1 : PrefetchHint::kNta;
+}
 
 std::string CpuFeatures::to_string() const {
   std::string s;
@@ -105,8 +106,8 @@ std::string CpuFeatures::to_string() const {
   add(avx512_vbmi, "avx512_vbmi");
   add(fast_bf16_dot, "fast_bf16_dot");
   add(amd, "amd");
-  add(decode_prefetch_l1, "decode_prefetch_l1");
-  add(decode_prefetch_nta, "decode_prefetch_nta");
+  add(decode_prefetch == PrefetchHint::kL1, "decode_prefetch_l1");
+  add(decode_prefetch == PrefetchHint::kNta, "decode_prefetch_nta");
   add(amx_bf16, "amx_bf16");
   return s.empty() ? "none" : s;
 }

@@ -1,11 +1,15 @@
 // CPU feature detection, once per process.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "kvattn/device.h"
 
 namespace kvattn::detail {
+
+// A software prefetch's target: L2 (prefetcht1), L1 (prefetcht0) or non-temporal (prefetchnta).
+enum class PrefetchHint : uint8_t { kL2, kL1, kNta };
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
@@ -22,15 +26,12 @@ struct CpuFeatures {
   // The x86 family (CPUID leaf 1, base + extended): 0x19 for AMD Zen 3 and Zen 4, 0x1A for Zen 5,
   // 6 for the Intel Xeons.
   int family = 0;
-  // Decode's paced prefetch of its next tile into L1 (prefetcht0) rather than L2 (prefetcht1):
-  // AMD before Zen 5 (family < 0x1A), where the L2 hint ran every decode case slower (Zen 4: the
-  // bf16 llama3 case 1.27x, issue 23's Zen 4 note). On Zen 5 the L1 hint was the slower one (bf16
-  // llama3 1.77x, d256 1.9x: issue 23's Zen 5 note), and on the Intel Xeons L2 is the best.
-  bool decode_prefetch_l1 = false;
-  // Decode's paced prefetch non-temporal (prefetchnta) rather than into L2: AMD Zen 5 (family
-  // 0x1A and later), where it ran 1.02-1.20x faster than the L2 hint (issue 23's second Zen 5
-  // note). At most one of decode_prefetch_l1 and decode_prefetch_nta is set.
-  bool decode_prefetch_nta = false;
+  // Where decode's paced prefetch of its next tile puts the lines (decode_prefetch_for):
+  // kL1 (prefetcht0) on AMD before Zen 5 (family < 0x1A), where the L2 hint ran every decode case
+  // slower (Zen 4: the bf16 llama3 case 1.27x, issue 23's Zen 4 note); kNta (prefetchnta) on Zen 5
+  // and later, where L1 ran the bf16 llama3 case 1.77x slower than L2 and prefetchnta 1.02-1.20x
+  // faster (issue 23's Zen 5 notes); kL2 (prefetcht1) on the Intel Xeons, their best.
+  PrefetchHint decode_prefetch = PrefetchHint::kL2;
   // AMX-BF16 and AMX-TILE (CPUID), with the tile state granted by the OS (Linux hands it out
   // only on request: arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
   bool amx_bf16 = false;
@@ -40,11 +41,9 @@ struct CpuFeatures {
 const CpuFeatures& cpu_features();
 
 // The x86 family from CPUID leaf 1's EAX (the base family, plus the extended one when the base is
-// 0xF), and decode's prefetch choice for a CPU (CpuFeatures::decode_prefetch_l1 and
-// decode_prefetch_nta).
+// 0xF), and decode's prefetch choice for a CPU (CpuFeatures::decode_prefetch).
 int x86_family(unsigned leaf1_eax);
-bool decode_prefetch_l1_for(bool amd, int family);
-bool decode_prefetch_nta_for(bool amd, int family);
+PrefetchHint decode_prefetch_for(bool amd, int family);
 
 // The ISA level kernels use: the hardware's best, lowered by set_cpu_isa_limit (tests). Which
 // kernel runs is the cpu backend's kernel table's choice (src/cpu/kernel_table.h; its one

@@ -147,7 +147,7 @@ TEST(CpuKernelTable, DecodeChoicePerCpuClass) {
   EXPECT_EQ(choice(fp8, CpuIsa::kAvx512, no_vbmi), "decode-avx512-fma-k32");
 }
 
-// Decode's prefetch hint per CPU class (CpuFeatures::decode_prefetch_l1 / decode_prefetch_nta),
+// Decode's prefetch hint per CPU class (CpuFeatures::decode_prefetch),
 // from CPUID leaf 1 signatures: L1 on AMD Zen 3 and Zen 4 (family 0x19), non-temporal on Zen 5
 // (0x1A), L2 on the Intel Xeons.
 TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
@@ -155,16 +155,17 @@ TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
   EXPECT_EQ(detail::x86_family(0x00A10F11u), 0x19);  // Zen 4 (EPYC Genoa)
   EXPECT_EQ(detail::x86_family(0x00B00F21u), 0x1a);  // Zen 5 (EPYC Turin)
   EXPECT_EQ(detail::x86_family(0x000806F8u), 6);     // Sapphire Rapids
-  EXPECT_TRUE(detail::decode_prefetch_l1_for(true, 0x19));
-  EXPECT_FALSE(detail::decode_prefetch_l1_for(true, 0x1a));
-  EXPECT_FALSE(detail::decode_prefetch_l1_for(false, 6));
-  EXPECT_FALSE(detail::decode_prefetch_nta_for(true, 0x19));
-  EXPECT_TRUE(detail::decode_prefetch_nta_for(true, 0x1a));
-  EXPECT_FALSE(detail::decode_prefetch_nta_for(false, 6));
+  using detail::PrefetchHint;
+  EXPECT_EQ(detail::decode_prefetch_for(true, 0x19), PrefetchHint::kL1);
+  EXPECT_EQ(detail::decode_prefetch_for(true, 0x1a), PrefetchHint::kNta);
+  EXPECT_EQ(detail::decode_prefetch_for(false, 6), PrefetchHint::kL2);
   const detail::CpuFeatures& here = detail::cpu_features();
-  EXPECT_EQ(here.decode_prefetch_l1, detail::decode_prefetch_l1_for(here.amd, here.family));
-  EXPECT_EQ(here.decode_prefetch_nta, detail::decode_prefetch_nta_for(here.amd, here.family));
-  EXPECT_FALSE(here.decode_prefetch_l1 && here.decode_prefetch_nta);
+  EXPECT_EQ(here.decode_prefetch, detail::decode_prefetch_for(here.amd, here.family));
+  // `kvattn devices` names the hint where it is not L2.
+  EXPECT_EQ(here.to_string().find("decode_prefetch_l1") != std::string::npos,
+            here.decode_prefetch == PrefetchHint::kL1);
+  EXPECT_EQ(here.to_string().find("decode_prefetch_nta") != std::string::npos,
+            here.decode_prefetch == PrefetchHint::kNta);
 }
 
 TEST(CpuKernelTable, PrefillChoicePerCpuClass) {

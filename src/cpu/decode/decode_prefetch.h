@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/cpu_features.h"
+
 namespace kvattn::cpu::decode_detail {
 
 // Prefetch of the next tile, paced. The next tile's K and V bytes, as contiguous streams (NHD
@@ -18,13 +20,13 @@ namespace kvattn::cpu::decode_detail {
 // keeps loads in flight while the FMAs run.
 //
 // Where the lines go is the CPU class's (DecodeParams::prefetch_hint, chosen when the params are
-// built, CpuFeatures::decode_prefetch_l1 / decode_prefetch_nta): into L2 (prefetcht1) on the
+// built, CpuFeatures::decode_prefetch): into L2 (prefetcht1) on the
 // Intel Xeons (issue 14: the tile of all heads does not fit L1), into L1 (prefetcht0) on AMD
 // Zen 3 and Zen 4 (on Zen 4 the L2 hint ran every decode case slower, the bf16 llama3 case 1.27x,
 // prefetchnta was between the two: issue 23's Zen 4 note), non-temporal (prefetchnta) on AMD
 // Zen 5: there the L1 hint ran the bf16 llama3 case 1.77x slower than L2 (issue 23's first Zen 5
 // note) and prefetchnta 1.02-1.20x faster than L2 (its second), the same merged streams.
-enum class PrefetchHint : uint8_t { kL2, kL1, kNta };
+using PrefetchHint = ::kvattn::detail::PrefetchHint;
 
 class TilePrefetcher {
  public:
