@@ -79,6 +79,14 @@
 // dram 36.7 / 39.6, token-major 40.1 / 38.0, contiguous 17.6 / 17.5. Zen 5 overlaps as Zen 4
 // does (at W=16 the walk from DRAM keeps ~0.8 of the compute rate, the sum model would give
 // 0.4), and the walk's hint does not matter in this model.
+// The same VM, 2026-12-04 from 22:20 UTC (`decode_overlap 5 1` and `5 2`, one run each, GB/s at
+// W = 0 / 8 / 16): one thread, dram 19.4 / 19.9 / 21.5, token-major 27.3 / 29.5 / 23.4, sub-tiles
+// 28.0 / 31.9 / 22.6, contiguous 34.8 / 15.9 / 9.0; two threads, dram 32.9 / 34.5 / 38.5,
+// token-major 37.0 / 36.0 / 38.3, sub-tiles 33.9 / 36.2 / 39.1, contiguous 44.4 / 31.3 / 17.8.
+// One core reads the head-major walk 1.4-1.6x slower than an address-order walk; with both
+// reading, the orders come within ~10 %. The decode kernel, same session, one thread from DRAM:
+// 16.5-17.5 GB/s, and 15.4-16.1 with its products taken out (README, issue 23's third Zen 5
+// pass): like this walk at W = 0, it is bound by the walk, not by its arithmetic.
 #include <immintrin.h>
 #include <sys/mman.h>
 
