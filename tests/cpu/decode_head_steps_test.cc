@@ -19,9 +19,10 @@ using testing::CaseSpec;
 
 // Steps of several heads (decode_kernel.h, DotTiles::kStepHeads): on NHD caches whose rows are
 // at most 128 bytes (bf16 d64, FP8 d64 and d128) the dot-product kernels compute QK for 2 or 4
-// adjacent KV heads a visit; a task whose head count is not a multiple takes its last heads one
-// at a time. Checked over head counts around the step (1-9), GQA groups 3, 4, 8 and 16, lengths
-// around the tile, the variants those kernels take, and split into chunks (tasks of fewer heads).
+// adjacent KV heads a visit, and PV for all of them (pv_step) where each saw a visible key; a
+// task whose head count is not a multiple takes its last heads one at a time. Checked over head
+// counts around the step (1-9), GQA groups 3, 4, 8 and 16, lengths around the tile, the variants
+// those kernels take, and split into chunks (tasks of fewer heads).
 TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
   struct Kernel {
     std::string_view name;
@@ -79,6 +80,69 @@ TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
           if (i % 4 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
           ++ran;
         }
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no AVX512_BF16 dot-product kernel runs here";
+}
+
+// Steps of 8 heads (DotTiles::kStepHeads at 256-byte and longer rows: bf16 d128 and d256, FP8
+// d256): QK over every head of the step per key, PV over every head per sub-tile of 8 keys
+// (pv_step) where each head saw a visible key, else head by head; a task's heads past a multiple
+// of 8 one at a time. Checked over head counts 1-9, 12 and 16, GQA groups 3, 4, 8 and 16
+// (padded rows, blocks of 4), lengths around the sub-tile and the tile, the variants those
+// kernels take, and split into chunks.
+TEST(CpuDecodeHeadSteps, EightHeadStepsMatchTheReference) {
+  struct Kernel {
+    std::string_view name;
+    DType kv;
+    int d;
+  };
+  const Kernel kernels[] = {{kBf16Dot, DType::kBF16, 128},
+                            {kBf16Dot, DType::kBF16, 256},
+                            {kFp8TableDot, DType::kE4M3, 256}};
+  const int64_t lengths[] = {1, 7, 8, 9, kTile - 1, kTile, kTile + 1, 2 * kTile + 3, 100};
+  const int groups[] = {4, 3, 8, 16};
+  int i = 0, ran = 0;
+  for (const Kernel& kernel : kernels) {
+    std::string why;
+    if (runnable(kernel.name, &why) == nullptr) continue;
+    KernelOverride named(kernel.name);
+    for (int heads : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
+      if (kernel.d == 256 && heads != 3 && heads != 8 && heads != 12) continue;  // fewer at d 256
+      for (int variant = 0; variant < 2; ++variant, ++i) {
+        CaseSpec spec;
+        Problem& p = spec.problem;
+        p.op = Op::kBatchDecode;
+        p.batch_size = 2;
+        p.num_kv_heads = heads;
+        p.num_qo_heads = heads * groups[i % 4];
+        p.head_dim_qk = p.head_dim_vo = kernel.d;
+        p.page_size = i % 3 ? 16 : 5;
+        p.kv_layout = KVLayout::kNHD;
+        p.kv_dtype = kernel.kv;
+        p.o_dtype = i % 2 ? DType::kF32 : DType::kBF16;
+        spec.return_lse = true;
+        spec.scalars.k_scale = 0.75f;
+        spec.scalars.v_scale = 1.5f;
+        switch ((i + variant) % 4) {
+          case 1:
+            p.logits_soft_cap = 8.0f;
+            break;
+          case 2:
+            p.use_sinks = true;
+            break;
+          case 3:
+            p.window_left = 40;
+            break;
+          default:
+            break;
+        }
+        spec.kv_lens = {lengths[i % 9], lengths[(i + 4) % 9]};
+        spec.seed = 1900 + i;
+        expect_matches_reference(spec, CpuIsa::kAvx512);
+        if (i % 4 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
+        ++ran;
       }
     }
   }

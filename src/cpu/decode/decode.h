@@ -90,9 +90,9 @@ struct DecodeParams {
 // group 4, d 128) stay in L1/L2 while the tile's rows of all of them stream in.
 inline constexpr int kDecodeMaxTaskHeads = 16;
 
-// KV heads one head step of a task takes together at most (decode_kernel.h: adjacent NHD rows of
-// at most 128 bytes, read 2-4 heads a visit); the scores scratch holds this many heads' rows.
-inline constexpr int kDecodeMaxStepHeads = 4;
+// KV heads one head step of a task takes together at most (decode_kernel.h, DotTiles::kStepHeads:
+// adjacent NHD rows, 2-8 heads a visit); the scores scratch holds this many heads' rows.
+inline constexpr int kDecodeMaxStepHeads = 8;
 
 // Byte offsets of each thread's scratch. One function for the size and the layout.
 struct DecodeScratchLayout {

@@ -174,30 +174,34 @@ struct DotTiles {
     }
   }
 
-  // Heads a step of the decode task may take together (decode_task, NHD caches): where a row is
-  // at most 128 bytes (bf16 d64, FP8 d64 and d128), the heads whose query vectors fill the 32
-  // registers (8 a 64-dim chunk): 4 at d64, 2 at d128, so that each visit of a token reads the
-  // rows of 2-4 adjacent heads, 256-512 bytes. Measured on Zen 4 against one head a step, in one
-  // process from DRAM (`kvattn_bench_ab CASE CASE 21-41 2`): bf16 d64 0.85-0.95x the time with 4
-  // heads (0.94-0.98x with 2), e4m3 d128 0.91x with 2 (1.03-1.06x with 4); bf16 d128 (256-byte
-  // rows) gained nothing from 2. The decode_overlap probe (bench/probes, ROW_BYTES=128) walked
-  // 128-byte rows from DRAM ~20 % slower than 256-byte rows with the same bytes and arithmetic.
+  // Heads a step of the decode task may take together (decode_task, NHD caches). A step reads
+  // each token's rows of its heads side by side: QK per key over every head of the step (the
+  // queries loaded from L1 past the registers), PV per sub-tile of keys over every head
+  // (pv_step). On AMD Zen 5 (issue 23's third pass there) this read order is what a core's walk
+  // from DRAM needed: one head a step read each head's rows 2 KiB apart, and the prefetched
+  // lines it missed came in at full latency; with 8 heads a step (all of the llama3 8B task's)
+  // bf16 d128 decode read 1.31-1.34x the GB/s of one head a step on one thread from DRAM and ran
+  // 1.12-1.18x faster on two (`kvattn bench`: bf16, e4m3, d64, long_b1), level in cache and on HND
+  // caches. 128-byte rows (bf16 d64, FP8 d128) keep the steps measured on Zen 4 for QK alone
+  // (their query vectors fill the 32 registers: 4 heads at d64, 2 at d128; 8 there ran 0.84x /
+  // 0.97x on Zen 5, inside the noise); d256 (512-byte rows) takes 8 (1.12x against 1 on Zen 5).
+  // A task's heads past a multiple of kStepHeads go one at a time (a step of fewer, chosen at run
+  // time, made GCC build the full step's loops 1.2x slower cache-resident).
   static constexpr int kRowBytes = kChunks * Loader::kChunkBytes;
-  static constexpr int kStepHeads = kQueryLanes && kRowBytes <= 128 ? 4 / kChunks : 1;
-  // QK of a step of kStepHeads heads: head j's queries at q + j * q_head (floats), its K rows
-  // at rows[kk] + j * head_step (bytes), its scores at scores + j * group_padded * kTile; PV
-  // then runs head by head (pv). Taking the V rows two heads a pass too ran slower, from DRAM
-  // and in cache alike (Zen 4: 1.04-1.06x with 2 rows of each head a pass, 1.08-1.12x with half
-  // of each head's dims a pass).
+  static constexpr int kStepHeads = !kQueryLanes ? 1 : kRowBytes <= 128 ? 4 / kChunks : 8;
+  // QK of a step of kStepHeads heads: head j's queries at q + j * q_head (floats), its K rows at
+  // rows[kk] + j * head_step (bytes), its scores at scores + j * group_padded * kTile.
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
                       const std::byte* const* rows, int64_t head_step, int n, float* scores,
                       TilePrefetcher* prefetch) {
     qk_query_lanes<kStepHeads>(q, q_row, q_head, group_padded, rows, head_step, n, scores,
                                prefetch);
   }
-  // tick() calls of a step: one per key in each QK pass over a block of 4 rows (one pass for
-  // all its heads) and, per head, two per pair of keys in each PV pass (pv).
-  static int step_ticks(int group_padded) { return kTile * (group_padded / 4) * (1 + kStepHeads); }
+  // tick() calls of a step: one per key and head in each QK pass over a block of 4 rows (so that
+  // the next tile's lines stay spread over the whole step: ticked once a key, a step of 8 heads
+  // left most of them to PV and read DRAM 0.88-0.90x as fast) and two per pair of keys and head
+  // in each PV pass (pv, pv_step).
+  static int step_ticks(int group_padded) { return 2 * kTile * (group_padded / 4) * kStepHeads; }
 
   // QK of 4 query rows at once, of kHeads heads (head j's queries at q + j * q_head, its K rows
   // at rows[kk] + j * head_step, its scores j * group_padded rows on). Each 64-value chunk of a
@@ -221,8 +225,8 @@ struct DotTiles {
         __m512 parts[kHeads][16];
         const int count = std::min(16, n - kb);
         for (int kk = 0; kk < count; ++kk) {
-          prefetch->tick();
           for (int j = 0; j < kHeads; ++j) {
+            prefetch->tick();
             const auto* qv = reinterpret_cast<const uint8_t*>(q + j * q_head + g0 * q_row);
             const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]) + j * head_step;
             __m512 acc[4];
@@ -313,6 +317,69 @@ struct DotTiles {
         }
         for (int g = 0; g < kNG; ++g) {
           for (int r = 0; r < 4; ++r) _mm512_storeu_ps(og + g * o_row + c * 64 + 16 * r, acc[g][r]);
+        }
+      }
+    }
+  }
+
+  // PV of a step of kStepHeads heads (head j's weights at p + j * group_padded * kTile, its V rows
+  // at rows[kk] + j * head_step, its output at o + j * o_head), sub-tile by sub-tile of kSubPairs
+  // pairs of keys: per sub-tile, each head's accumulators loaded, its pairs taken, stored. The V
+  // rows are read 8 tokens at a time, every head's (16 KiB of all 8 heads at d 128 bf16), where
+  // pv reads one head's rows of the whole tile 2 KiB apart.
+  static void pv_step(const float* p, int group_padded, const std::byte* const* rows,
+                      int64_t head_step, int n, float* o, int o_row, int o_head,
+                      TilePrefetcher* prefetch) {
+    static_assert(kTile == 32);
+    constexpr int kSubPairs = 4;
+    alignas(64) static constexpr uint8_t kZeroRow[kChunks * Loader::kChunkBytes] = {};
+    const Loader load;
+    const int pairs = (n + 1) / 2;
+    for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+      // Probabilities of two keys as one bf16 pair per 32 bits, per head (as pv).
+      alignas(64) uint32_t pp[kStepHeads][kNG][kTile / 2];
+      for (int j = 0; j < kStepHeads; ++j) {
+        for (int g = 0; g < kNG; ++g) {
+          const float* pg = p + (j * group_padded + g0 + g) * kTile;
+          const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(pg + 16), _mm512_loadu_ps(pg));
+          _mm512_store_si512(pp[j][g], (__m512i)b);
+        }
+      }
+      for (int t0 = 0; t0 < pairs; t0 += kSubPairs) {
+        const int t1 = std::min(pairs, t0 + kSubPairs);
+        for (int j = 0; j < kStepHeads; ++j) {
+          float* og = o + j * o_head + g0 * o_row;
+          for (int c = 0; c < kChunks; ++c) {
+            __m512 acc[kNG][4];
+            for (int g = 0; g < kNG; ++g) {
+              for (int r = 0; r < 4; ++r) {
+                acc[g][r] = _mm512_loadu_ps(og + g * o_row + c * 64 + 16 * r);
+              }
+            }
+            for (int t = t0; t < t1; ++t) {
+              if (c == 0) {
+                prefetch->tick();
+                prefetch->tick();
+              }
+              const auto* r0 = reinterpret_cast<const uint8_t*>(rows[2 * t]) + j * head_step;
+              const auto* r1 =
+                  2 * t + 1 < n ? reinterpret_cast<const uint8_t*>(rows[2 * t + 1]) + j * head_step
+                                : kZeroRow;
+              __m512i v[4];
+              load.pairs(r0 + c * Loader::kChunkBytes, r1 + c * Loader::kChunkBytes, v);
+              for (int g = 0; g < kNG; ++g) {
+                const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[j][g][t]));
+                for (int r = 0; r < 4; ++r) {
+                  acc[g][r] = _mm512_dpbf16_ps(acc[g][r], (__m512bh)v[r], w);
+                }
+              }
+            }
+            for (int g = 0; g < kNG; ++g) {
+              for (int r = 0; r < 4; ++r) {
+                _mm512_storeu_ps(og + g * o_row + c * 64 + 16 * r, acc[g][r]);
+              }
+            }
+          }
         }
       }
     }

@@ -92,8 +92,8 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
   }
 }
 
-// Heads a policy's step may take together: Tiles::kStepHeads where it has one (with qk_step and
-// step_ticks), else 1.
+// Heads a policy's step may take together: Tiles::kStepHeads where it has one (with qk_step,
+// pv_step and step_ticks), else 1.
 template <class Tiles>
 constexpr int step_heads() {
   if constexpr (requires { Tiles::kStepHeads; }) {
@@ -203,9 +203,9 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   // tick() calls per head step: one per key in each QK and PV pass over a block of kNG rows.
   const int ticks_per_head = 2 * kTile * ((gp + kNG - 1) / kNG);
   // Heads a step takes together (Tiles::kStepHeads, 1 where the policy has no step of more):
-  // where each token's K rows of the task's heads lie side by side (NHD; PV runs head by head,
-  // so V's layout does not matter) and neither fused RoPE nor a custom mask is on (both take the
-  // one-head path).
+  // where each token's K rows of the task's heads lie side by side (NHD; PV takes V's rows
+  // through the head stride, whatever their layout) and neither fused RoPE nor a custom mask is on
+  // (both take the one-head path).
   constexpr int kStepHeads = step_heads<Tiles>();
   static_assert(kStepHeads >= 1 && kStepHeads <= kDecodeMaxStepHeads);
   const bool multi_head_steps =
@@ -432,9 +432,19 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         }
       }
 
-      // PV head by head (a head that saw no visible key is skipped: its weights are zero, but a
-      // zero weight times an inf or NaN V row would not be).
-      for (int j = 0; j < hs; ++j) {
+      // PV of a step's heads together where every one of them saw a visible key (the padded
+      // rows' weights are zero: set above, or none with one_softmax); else head by head (a head
+      // that saw no visible key is skipped: its weights are zero, but a zero weight times an inf
+      // or NaN V row would not be).
+      bool step_pv = false;
+      if constexpr (kStepHeads > 1) {
+        step_pv = hs > 1 && num_shown == n &&
+                  std::all_of(any_head, any_head + hs, [](bool seen) { return seen; });
+        if (step_pv) {
+          Tiles::pv_step(scores, gp, hv, v_head_step, n, o, o_row, o_head, &prefetch);
+        }
+      }
+      for (int j = 0; j < (step_pv ? 0 : hs); ++j) {
         if (!any_head[j]) continue;
         if (j > 0) {
           for (int kk = 0; kk < n; ++kk) hv[kk] = vr[kk] + (hi + j) * v_head_step;
