@@ -179,14 +179,14 @@ struct DotTiles {
   // queries loaded from L1 past the registers), PV per sub-tile of keys over every head
   // (pv_step). On AMD Zen 5 (issue 23's third pass there) this read order is what a core's walk
   // from DRAM needed: one head a step read each head's rows 2 KiB apart, and the prefetched
-  // lines it missed came in at full latency; with 8 heads a step (all of the llama3 8B task's)
-  // bf16 d128 decode read 1.31-1.34x the GB/s of one head a step on one thread from DRAM and ran
-  // 1.12-1.18x faster on two (`kvattn bench`: bf16, e4m3, d64, long_b1), level in cache and on HND
-  // caches. 128-byte rows (bf16 d64, FP8 d128) keep the steps measured on Zen 4 for QK alone
-  // (their query vectors fill the 32 registers: 4 heads at d64, 2 at d128; 8 there ran 0.84x /
-  // 0.97x on Zen 5, inside the noise); d256 (512-byte rows) takes 8 (1.12x against 1 on Zen 5).
-  // A task's heads past a multiple of kStepHeads go one at a time (a step of fewer, chosen at run
-  // time, made GCC build the full step's loops 1.2x slower cache-resident).
+  // lines it missed came in at full latency. With 8 heads a step (all of the llama3 8B task's)
+  // bf16 d128 decode read 1.29-1.34x the GB/s of one head a step on one thread from DRAM and ran
+  // 1.05-1.16x faster on two (`kvattn bench`; long_b1, d64, d256 1.08-1.15x), level in cache.
+  // 128-byte rows (bf16 d64, FP8 d128) keep the steps measured on Zen 4 for QK alone (their
+  // query vectors fill the 32 registers: 4 heads at d64, 2 at d128; 8 there ran 0.84x / 0.97x on
+  // Zen 5, inside the noise); d256 (512-byte rows) takes 8 (1.12x against 1 on Zen 5). A task's
+  // heads past a multiple of kStepHeads go one at a time (a step of fewer, chosen at run time,
+  // made GCC build the full step's loops 1.2x slower cache-resident).
   static constexpr int kRowBytes = kChunks * Loader::kChunkBytes;
   static constexpr int kStepHeads = !kQueryLanes ? 1 : kRowBytes <= 128 ? 4 / kChunks : 8;
   // QK of a step of kStepHeads heads: head j's queries at q + j * q_head (floats), its K rows at
