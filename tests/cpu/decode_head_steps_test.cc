@@ -17,6 +17,50 @@ namespace {
 using testing::Case;
 using testing::CaseSpec;
 
+// A batch decode of two requests over an NHD cache for the step tests: `heads` KV heads of GQA
+// group `group`, dims `d`, page size and output type varied by the case index `i`, and the
+// variant `kind`: 0 plain, 1 soft cap, 2 sinks, 3 sliding window, 4 per-token-head scales (FP8
+// caches; plain otherwise).
+CaseSpec step_case(DType kv, int d, int heads, int group, int i, int kind, int64_t len0,
+                   int64_t len1, uint64_t seed) {
+  CaseSpec spec;
+  Problem& p = spec.problem;
+  p.op = Op::kBatchDecode;
+  p.batch_size = 2;
+  p.num_kv_heads = heads;
+  p.num_qo_heads = heads * group;
+  p.head_dim_qk = p.head_dim_vo = d;
+  p.page_size = i % 3 ? 16 : 5;
+  p.kv_layout = KVLayout::kNHD;
+  p.kv_dtype = kv;
+  p.o_dtype = i % 2 ? DType::kF32 : DType::kBF16;
+  spec.return_lse = true;
+  spec.scalars.k_scale = 0.75f;
+  spec.scalars.v_scale = 1.5f;
+  switch (kind) {
+    case 1:
+      p.logits_soft_cap = 8.0f;
+      break;
+    case 2:
+      p.use_sinks = true;
+      break;
+    case 3:
+      p.window_left = 40;
+      break;
+    case 4:
+      if (is_fp8(kv)) {
+        p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+        spec.scalars.k_scale = spec.scalars.v_scale = 1.0f;
+      }
+      break;
+    default:
+      break;
+  }
+  spec.kv_lens = {len0, len1};
+  spec.seed = seed;
+  return spec;
+}
+
 // Steps of several heads (decode_kernel.h, DotTiles::kStepHeads): on NHD caches whose rows are
 // at most 128 bytes (bf16 d64, FP8 d64 and d128) the dot-product kernels compute QK for 2 or 4
 // adjacent KV heads a visit, and PV for all of them (pv_step) where each saw a visible key; a
@@ -38,44 +82,11 @@ TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
     if (runnable(kernel.name, &why) == nullptr) continue;
     KernelOverride named(kernel.name);
     for (int d : {64, 128}) {
-      if (kernel.kv == DType::kBF16 && d == 128) continue;  // 256-byte rows: one head a step
+      if (kernel.kv == DType::kBF16 && d == 128) continue;  // 256-byte rows: EightHeadSteps
       for (int heads : {1, 2, 3, 4, 5, 8, 9}) {
         for (int variant = 0; variant < 2; ++variant, ++i) {
-          CaseSpec spec;
-          Problem& p = spec.problem;
-          p.op = Op::kBatchDecode;
-          p.batch_size = 2;
-          p.num_kv_heads = heads;
-          p.num_qo_heads = heads * groups[i % 4];
-          p.head_dim_qk = p.head_dim_vo = d;
-          p.page_size = i % 3 ? 16 : 5;
-          p.kv_layout = KVLayout::kNHD;
-          p.kv_dtype = kernel.kv;
-          p.o_dtype = i % 2 ? DType::kF32 : DType::kBF16;
-          spec.return_lse = true;
-          spec.scalars.k_scale = 0.75f;
-          spec.scalars.v_scale = 1.5f;
-          switch ((i + variant) % 5) {
-            case 1:
-              p.logits_soft_cap = 8.0f;
-              break;
-            case 2:
-              p.use_sinks = true;
-              break;
-            case 3:
-              p.window_left = 40;
-              break;
-            case 4:
-              if (is_fp8(kernel.kv)) {
-                p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
-                spec.scalars.k_scale = spec.scalars.v_scale = 1.0f;
-              }
-              break;
-            default:
-              break;
-          }
-          spec.kv_lens = {lengths[i % 6], lengths[(i + 3) % 6]};
-          spec.seed = 900 + i;
+          const CaseSpec spec = step_case(kernel.kv, d, heads, groups[i % 4], i, (i + variant) % 5,
+                                          lengths[i % 6], lengths[(i + 3) % 6], 900 + i);
           expect_matches_reference(spec, CpuIsa::kAvx512);
           if (i % 4 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
           ++ran;
@@ -111,35 +122,9 @@ TEST(CpuDecodeHeadSteps, EightHeadStepsMatchTheReference) {
     for (int heads : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
       if (kernel.d == 256 && heads != 3 && heads != 8 && heads != 12) continue;  // fewer at d 256
       for (int variant = 0; variant < 2; ++variant, ++i) {
-        CaseSpec spec;
-        Problem& p = spec.problem;
-        p.op = Op::kBatchDecode;
-        p.batch_size = 2;
-        p.num_kv_heads = heads;
-        p.num_qo_heads = heads * groups[i % 4];
-        p.head_dim_qk = p.head_dim_vo = kernel.d;
-        p.page_size = i % 3 ? 16 : 5;
-        p.kv_layout = KVLayout::kNHD;
-        p.kv_dtype = kernel.kv;
-        p.o_dtype = i % 2 ? DType::kF32 : DType::kBF16;
-        spec.return_lse = true;
-        spec.scalars.k_scale = 0.75f;
-        spec.scalars.v_scale = 1.5f;
-        switch ((i + variant) % 4) {
-          case 1:
-            p.logits_soft_cap = 8.0f;
-            break;
-          case 2:
-            p.use_sinks = true;
-            break;
-          case 3:
-            p.window_left = 40;
-            break;
-          default:
-            break;
-        }
-        spec.kv_lens = {lengths[i % 9], lengths[(i + 4) % 9]};
-        spec.seed = 1900 + i;
+        const CaseSpec spec =
+            step_case(kernel.kv, kernel.d, heads, groups[i % 4], i, (i + variant) % 4,
+                      lengths[i % 9], lengths[(i + 4) % 9], 1900 + i);
         expect_matches_reference(spec, CpuIsa::kAvx512);
         if (i % 4 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
         ++ran;
