@@ -19,8 +19,8 @@ using testing::CaseSpec;
 
 // A batch decode of two requests over an NHD cache for the step tests: `heads` KV heads of GQA
 // group `group`, dims `d`, page size and output type varied by the case index `i`, and the
-// variant `kind`: 0 plain, 1 soft cap, 2 sinks, 3 sliding window, 4 per-token-head scales (FP8
-// caches; plain otherwise).
+// variant `kind`: 0 plain, 1 soft cap, 2 sinks, 3 sliding window, 4 per-head scales (FP8 caches;
+// plain otherwise: per-token scales are the f32 table kernel's, kernel_table.cc).
 CaseSpec step_case(DType kv, int d, int heads, int group, int i, int kind, int64_t len0,
                    int64_t len1, uint64_t seed) {
   CaseSpec spec;
@@ -49,7 +49,7 @@ CaseSpec step_case(DType kv, int d, int heads, int group, int i, int kind, int64
       break;
     case 4:
       if (is_fp8(kv)) {
-        p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+        p.kv_scale_granularity = KVScaleGranularity::kPerHead;
         spec.scalars.k_scale = spec.scalars.v_scale = 1.0f;
       }
       break;

@@ -217,6 +217,13 @@ void check_table_grid(const cpu::CpuKernel& kernel, std::span<const DType> kv_ty
           spec.kv_lens.push_back(len);
         }
         spec.seed = 500 + i;
+        if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead &&
+            !kernel.applies(p).ok()) {
+          // The bf16-dot FP8 kernels (and AMX, built on them) leave per-token scales to the f32
+          // table kernel (kernel_table.cc: the scale would be rounded into the weights).
+          EXPECT_NE(kernel.applies(p).message().find("per-head scales"), std::string::npos);
+          continue;
+        }
         ASSERT_TRUE(kernel.applies(p).ok()) << p.to_string();
         const cpu::CpuKernel* chosen = nullptr;
         ASSERT_TRUE(cpu::choose_cpu_kernel(p, detail::effective_cpu_isa(), &chosen).ok());
