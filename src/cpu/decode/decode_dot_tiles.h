@@ -282,65 +282,33 @@ struct DotTiles {
 
   static void pv(const float* p, int group_padded, const std::byte* const* rows, int n, int,
                  int64_t, float* o, int o_row, TilePrefetcher* prefetch) {
+    pv_heads<1, kTile / 2>(p, group_padded, rows, 0, n, o, o_row, 0, prefetch);
+  }
+  // PV of a step of kStepHeads heads, sub-tile by sub-tile of 4 pairs of keys: the V rows are read
+  // 8 tokens at a time, every head's (16 KiB of all 8 heads at d 128 bf16), where pv reads one
+  // head's rows of the whole tile 2 KiB apart. (On Zen 4 an earlier PV of 2 heads a pass, by rows
+  // or by half dims, ran 1.04-1.12x slower than head by head; this one, by sub-tiles, is not
+  // measured there.)
+  static void pv_step(const float* p, int group_padded, const std::byte* const* rows,
+                      int64_t head_step, int n, float* o, int o_row, int o_head,
+                      TilePrefetcher* prefetch) {
+    pv_heads<kStepHeads, 4>(p, group_padded, rows, head_step, n, o, o_row, o_head, prefetch);
+  }
+  // PV of kHeads heads (head j's weights at p + j * group_padded * kTile, its V rows at rows[kk] +
+  // j * head_step, its output at o + j * o_head), sub-tile by sub-tile of kSubPairs pairs of keys:
+  // per sub-tile, each head's accumulators loaded, its pairs taken, stored.
+  template <int kHeads, int kSubPairs>
+  static void pv_heads(const float* p, int group_padded, const std::byte* const* rows,
+                       int64_t head_step, int n, float* o, int o_row, int o_head,
+                       TilePrefetcher* prefetch) {
     static_assert(kTile == 32);
     alignas(64) static constexpr uint8_t kZeroRow[kChunks * Loader::kChunkBytes] = {};
     const Loader load;
     const int pairs = (n + 1) / 2;
     for (int g0 = 0; g0 < group_padded; g0 += kNG) {
       // Probabilities of two keys as one bf16 pair per 32 bits: pair t = keys 2t, 2t + 1.
-      alignas(64) uint32_t pp[kNG][kTile / 2];
-      for (int g = 0; g < kNG; ++g) {
-        const float* pg = p + (g0 + g) * kTile;
-        const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(pg + 16), _mm512_loadu_ps(pg));
-        _mm512_store_si512(pp[g], (__m512i)b);
-      }
-      float* og = o + g0 * o_row;
-      for (int c = 0; c < kChunks; ++c) {
-        __m512 acc[kNG][4];
-        for (int g = 0; g < kNG; ++g) {
-          for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_loadu_ps(og + g * o_row + c * 64 + 16 * r);
-        }
-        for (int t = 0; t < pairs; ++t) {
-          if (c == 0) {
-            prefetch->tick();
-            prefetch->tick();
-          }
-          const auto* r0 = reinterpret_cast<const uint8_t*>(rows[2 * t]);
-          const auto* r1 =
-              2 * t + 1 < n ? reinterpret_cast<const uint8_t*>(rows[2 * t + 1]) : kZeroRow;
-          __m512i v[4];
-          load.pairs(r0 + c * Loader::kChunkBytes, r1 + c * Loader::kChunkBytes, v);
-          for (int g = 0; g < kNG; ++g) {
-            const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[g][t]));
-            for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_dpbf16_ps(acc[g][r], (__m512bh)v[r], w);
-          }
-        }
-        for (int g = 0; g < kNG; ++g) {
-          for (int r = 0; r < 4; ++r) _mm512_storeu_ps(og + g * o_row + c * 64 + 16 * r, acc[g][r]);
-        }
-      }
-    }
-  }
-
-  // PV of a step of kStepHeads heads (head j's weights at p + j * group_padded * kTile, its V rows
-  // at rows[kk] + j * head_step, its output at o + j * o_head), sub-tile by sub-tile of kSubPairs
-  // pairs of keys: per sub-tile, each head's accumulators loaded, its pairs taken, stored. The V
-  // rows are read 8 tokens at a time, every head's (16 KiB of all 8 heads at d 128 bf16), where
-  // pv reads one head's rows of the whole tile 2 KiB apart. (On Zen 4 an earlier PV of 2 heads a
-  // pass, by rows or by half dims, ran 1.04-1.12x slower than head by head; this one, by
-  // sub-tiles, is not measured there.)
-  static void pv_step(const float* p, int group_padded, const std::byte* const* rows,
-                      int64_t head_step, int n, float* o, int o_row, int o_head,
-                      TilePrefetcher* prefetch) {
-    static_assert(kTile == 32);
-    constexpr int kSubPairs = 4;
-    alignas(64) static constexpr uint8_t kZeroRow[kChunks * Loader::kChunkBytes] = {};
-    const Loader load;
-    const int pairs = (n + 1) / 2;
-    for (int g0 = 0; g0 < group_padded; g0 += kNG) {
-      // Probabilities of two keys as one bf16 pair per 32 bits, per head (as pv).
-      alignas(64) uint32_t pp[kStepHeads][kNG][kTile / 2];
-      for (int j = 0; j < kStepHeads; ++j) {
+      alignas(64) uint32_t pp[kHeads][kNG][kTile / 2];
+      for (int j = 0; j < kHeads; ++j) {
         for (int g = 0; g < kNG; ++g) {
           const float* pg = p + (j * group_padded + g0 + g) * kTile;
           const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(pg + 16), _mm512_loadu_ps(pg));
@@ -349,7 +317,7 @@ struct DotTiles {
       }
       for (int t0 = 0; t0 < pairs; t0 += kSubPairs) {
         const int t1 = std::min(pairs, t0 + kSubPairs);
-        for (int j = 0; j < kStepHeads; ++j) {
+        for (int j = 0; j < kHeads; ++j) {
           float* og = o + j * o_head + g0 * o_row;
           for (int c = 0; c < kChunks; ++c) {
             __m512 acc[kNG][4];
