@@ -455,6 +455,21 @@ TEST(ValidateAttention, SinkAndScaleMessagesNameArgumentValueAndRule) {
     expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidScale,
                  {"v_scale_cache[" + std::to_string(page) + ", 1, 1] = -2",
                   "finite and positive"});
+    // The edges of "finite and positive" (the pass over a page's bits, validate_variants.cc):
+    // zeros, inf and NaN refused, the smallest denormal and the largest float taken.
+    const std::size_t slot = static_cast<std::size_t>((page * ps + 2) * hk);
+    for (float bad : {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()}) {
+      f.v_scale_cache.assign(f.v_scale_cache.size(), 1.0f);
+      f.v_scale_cache[slot] = bad;
+      expect_error(validate_attention(f.problem, f.args), ErrorCode::kInvalidScale,
+                   {"v_scale_cache[" + std::to_string(page) + ", 2, 0]", "finite and positive"});
+    }
+    for (float good :
+         {std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max()}) {
+      f.v_scale_cache[slot] = good;
+      EXPECT_TRUE(validate_attention(f.problem, f.args).ok()) << good;
+    }
     f.v_scale_cache.assign(f.v_scale_cache.size(), 1.0f);
     // A slot no request reads may hold anything (unwritten cache slots).
     f.k_scale_cache.back() = std::numeric_limits<float>::quiet_NaN();
