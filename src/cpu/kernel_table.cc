@@ -68,21 +68,21 @@ Status decode_fp8_table_rule(const Problem& p) {
     return rule("needs an FP8 (e4m3/e5m2) cache, not ", dtype_name(p.kv_dtype));
   return decode_tiles_rule(p);
 }
-// Per-token V scales would be folded into the bf16 weights, rounding each token's scale to bf16:
-// the key of the largest score (weight exactly 1) then errs by up to 2^-9 of its value where
-// the plain baseline does not err at all (one key: `kvattn run --op batch_decode ... --kv-len 1
-// --kv-scale-granularity per_token_head --check` failed at 0.0036 against a bound of 3e-5). The
-// f32 table kernel takes those caches (1.16-1.28x the time of the dot kernel on Zen 5).
 Status decode_fp8_bf16_dot_rule(const Problem& p) {
   KVATTN_RETURN_IF_ERROR(decode_fp8_table_rule(p));
+  return bf16_dot_queries_rule(p);
+}
+// The AMX tiles: a padded group of at most 16 rows (one tile's rows or columns). Per-token V
+// scales would be folded into the bf16 weights, rounding each token's scale to bf16: the key of
+// the largest score (weight exactly 1) then errs by up to 2^-9 of its value where the plain
+// baseline does not err at all (one key: `kvattn run --op batch_decode ... --kv-len 1
+// --kv-scale-granularity per_token_head --check` failed at 0.0036 against a bound of 3e-5). The
+// dot-product kernel takes those caches with each weight split into two bf16 (DotTiles::pv).
+Status decode_fp8_amx_rule(const Problem& p) {
+  KVATTN_RETURN_IF_ERROR(decode_fp8_bf16_dot_rule(p));
   if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
     return rule("needs per-tensor or per-head scales");
   }
-  return bf16_dot_queries_rule(p);
-}
-// The AMX tiles: a padded group of at most 16 rows (one tile's rows or columns).
-Status decode_fp8_amx_rule(const Problem& p) {
-  KVATTN_RETURN_IF_ERROR(decode_fp8_bf16_dot_rule(p));
   if (p.group_size() > 16) return rule("needs a GQA group of at most 16, not ", p.group_size());
   return ok();
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cpu_test_util.h"
@@ -19,8 +20,9 @@ using testing::CaseSpec;
 
 // A batch decode of two requests over an NHD cache for the step tests: `heads` KV heads of GQA
 // group `group`, dims `d`, page size and output type varied by the case index `i`, and the
-// variant `kind`: 0 plain, 1 soft cap, 2 sinks, 3 sliding window, 4 per-head scales (FP8 caches;
-// plain otherwise: per-token scales are the f32 table kernel's, kernel_table.cc).
+// variant `kind`: 0 plain, 1 soft cap, 2 sinks, 3 sliding window, 4 per-head scales, 5
+// per-(token, head) scales (each weight two bf16: DotTiles::pv_heads; 4 and 5 FP8 caches only,
+// plain otherwise).
 CaseSpec step_case(DType kv, int d, int heads, int group, int i, int kind, int64_t len0,
                    int64_t len1, uint64_t seed) {
   CaseSpec spec;
@@ -50,6 +52,12 @@ CaseSpec step_case(DType kv, int d, int heads, int group, int i, int kind, int64
     case 4:
       if (is_fp8(kv)) {
         p.kv_scale_granularity = KVScaleGranularity::kPerHead;
+        spec.scalars.k_scale = spec.scalars.v_scale = 1.0f;
+      }
+      break;
+    case 5:
+      if (is_fp8(kv)) {
+        p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
         spec.scalars.k_scale = spec.scalars.v_scale = 1.0f;
       }
       break;
@@ -85,7 +93,7 @@ TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
       if (kernel.kv == DType::kBF16 && d == 128) continue;  // 256-byte rows: EightHeadSteps
       for (int heads : {1, 2, 3, 4, 5, 8, 9}) {
         for (int variant = 0; variant < 2; ++variant, ++i) {
-          const CaseSpec spec = step_case(kernel.kv, d, heads, groups[i % 4], i, (i + variant) % 5,
+          const CaseSpec spec = step_case(kernel.kv, d, heads, groups[i % 4], i, (i + variant) % 6,
                                           lengths[i % 6], lengths[(i + 3) % 6], 900 + i);
           expect_matches_reference(spec, CpuIsa::kAvx512);
           if (i % 4 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
@@ -123,7 +131,7 @@ TEST(CpuDecodeHeadSteps, EightHeadStepsMatchTheReference) {
       if (kernel.d == 256 && heads != 3 && heads != 8 && heads != 12) continue;  // fewer at d 256
       for (int variant = 0; variant < 2; ++variant, ++i) {
         const CaseSpec spec =
-            step_case(kernel.kv, kernel.d, heads, groups[i % 4], i, (i + variant) % 4,
+            step_case(kernel.kv, kernel.d, heads, groups[i % 4], i, (i + variant) % 6,
                       lengths[i % 9], lengths[(i + 4) % 9], 1900 + i);
         expect_matches_reference(spec, CpuIsa::kAvx512);
         if (i % 4 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
@@ -132,6 +140,30 @@ TEST(CpuDecodeHeadSteps, EightHeadStepsMatchTheReference) {
     }
   }
   if (ran == 0) GTEST_SKIP() << "no AVX512_BF16 dot-product kernel runs here";
+}
+
+// Per-(token, head) V scales ride in the weights of the FP8 dot-product kernel as two bf16 each
+// (DotTiles::pv_heads): where one key dominates (its weight exactly 1 at one key) the output is
+// that key's V times its scale, which the reference gives to f32 precision; one bf16 weight
+// would round the scale (2^-9 of the value, 100x the bound at one key). Every step size (d 64:
+// 4 heads, d 128: 2, d 256: 8) and single heads (3 KV heads), one and a few keys, f32 output.
+TEST(CpuDecodeHeadSteps, PerTokenScalesAreNotRoundedIntoTheWeights) {
+  std::string why;
+  if (runnable(kFp8TableDot, &why) == nullptr) GTEST_SKIP() << why;
+  KernelOverride named(kFp8TableDot);
+  int i = 1;
+  for (DType kv : {DType::kE4M3, DType::kE5M2}) {
+    for (int d : {64, 128, 256}) {
+      for (int heads : {8, 3}) {
+        for (const auto& [len0, len1] : {std::pair<int64_t, int64_t>{1, 2}, {3, kTile + 1}}) {
+          CaseSpec spec = step_case(kv, d, heads, 4, i, 5, len0, len1, 2900 + i);
+          spec.problem.o_dtype = DType::kF32;
+          expect_matches_reference(spec, CpuIsa::kAvx512);
+          i += 2;
+        }
+      }
+    }
+  }
 }
 
 // Inf and NaN in the K and V rows of heads inside a step give the reference's NaN pattern: a

@@ -219,8 +219,8 @@ void check_table_grid(const cpu::CpuKernel& kernel, std::span<const DType> kv_ty
         spec.seed = 500 + i;
         if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead &&
             !kernel.applies(p).ok()) {
-          // The bf16-dot FP8 kernels (and AMX, built on them) leave per-token scales to the f32
-          // table kernel (kernel_table.cc: the scale would be rounded into the weights).
+          // The AMX FP8 kernel leaves per-token scales to the others (kernel_table.cc: the scale
+          // would be rounded into its bf16 weights; the dot-product kernel splits them in two).
           EXPECT_NE(kernel.applies(p).message().find("per-head scales"), std::string::npos);
           continue;
         }

@@ -126,10 +126,15 @@ TEST(CpuKernelTable, DecodeChoicePerCpuClass) {
   EXPECT_EQ(choice(rope, CpuIsa::kAvx512, zen4_class()), "decode-avx512-fma-k32");
   EXPECT_EQ(choice(decode_problem(DType::kBF16, DType::kE4M3, 96), CpuIsa::kAvx512, zen4_class()),
             "decode-avx512-fma-k32");
-  // Per-token scales: the f32 table kernel (the bf16 weights would round each token's V scale).
+  // Per-token scales: the dot-product kernel still (each weight, V scale folded in, as two bf16);
+  // the AMX kernel, which would round the scale into one, refuses them.
   Problem per_token = fp8;
   per_token.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
-  EXPECT_EQ(choice(per_token, CpuIsa::kAvx512, zen4_class()), "decode-avx512vbmi-fp8table-fma-k32");
+  EXPECT_EQ(choice(per_token, CpuIsa::kAvx512, zen4_class()), "decode-avx512bf16-fp8table-dot-k32");
+  const cpu::CpuKernel* amx = cpu::find_cpu_kernel("decode-amx-bf16-fp8table-k32");
+  ASSERT_NE(amx, nullptr);
+  EXPECT_NE(amx->applies(per_token).message().find("per-head scales"), std::string::npos);
+  EXPECT_TRUE(amx->applies(fp8).ok());
   // bf16 caches: bf16 dot products where they are fast, fp32 FMAs where they are not or where the
   // queries are not bf16, a custom mask or fused RoPE is asked.
   const Problem bf16 = decode_problem(DType::kBF16, DType::kBF16);

@@ -280,9 +280,11 @@ struct DotTiles {
     _mm512_storeu_ps(out + 3 * kTile, _mm512_shuffle_f32x4(x1, y1, 0xDD));
   }
 
+  // PV of one head (kSplit, and pv_step's `split`: per-token V scales in the weights, below).
+  template <bool kSplit = false>
   static void pv(const float* p, int group_padded, const std::byte* const* rows, int n, int,
                  int64_t, float* o, int o_row, TilePrefetcher* prefetch) {
-    pv_heads<1, kTile / 2>(p, group_padded, rows, 0, n, o, o_row, 0, prefetch);
+    pv_heads<1, kTile / 2, kSplit>(p, group_padded, rows, 0, n, o, o_row, 0, prefetch);
   }
   // PV of a step of kStepHeads heads, sub-tile by sub-tile of 4 pairs of keys: the V rows are read
   // 8 tokens at a time, every head's (16 KiB of all 8 heads at d 128 bf16), where pv reads one
@@ -291,13 +293,25 @@ struct DotTiles {
   // measured there.)
   static void pv_step(const float* p, int group_padded, const std::byte* const* rows,
                       int64_t head_step, int n, float* o, int o_row, int o_head,
-                      TilePrefetcher* prefetch) {
-    pv_heads<kStepHeads, 4>(p, group_padded, rows, head_step, n, o, o_row, o_head, prefetch);
+                      TilePrefetcher* prefetch, bool split) {
+    if (split) {
+      pv_heads<kStepHeads, 4, true>(p, group_padded, rows, head_step, n, o, o_row, o_head,
+                                    prefetch);
+    } else {
+      pv_heads<kStepHeads, 4, false>(p, group_padded, rows, head_step, n, o, o_row, o_head,
+                                     prefetch);
+    }
   }
+  // With per-(token, head) V scales the weights are p * scale (softmax_rows), which one bf16
+  // would round, scale and all: the key of weight 1 would then err by up to 2^-9 of its value
+  // where the baseline (P rounded to bf16, V dequantized in f32) does not err at all. kSplit
+  // takes each weight as two bf16, hi = bf16(w) and lo = bf16(w - hi), both against the same V
+  // pair (twice PV's products): hi + lo is w to ~2^-17 of it, inside the bound.
+  static constexpr bool kSplitWeights = true;
   // PV of kHeads heads (head j's weights at p + j * group_padded * kTile, its V rows at rows[kk] +
   // j * head_step, its output at o + j * o_head), sub-tile by sub-tile of kSubPairs pairs of keys:
   // per sub-tile, each head's accumulators loaded, its pairs taken, stored.
-  template <int kHeads, int kSubPairs>
+  template <int kHeads, int kSubPairs, bool kSplit>
   static void pv_heads(const float* p, int group_padded, const std::byte* const* rows,
                        int64_t head_step, int n, float* o, int o_row, int o_head,
                        TilePrefetcher* prefetch) {
@@ -308,11 +322,26 @@ struct DotTiles {
     for (int g0 = 0; g0 < group_padded; g0 += kNG) {
       // Probabilities of two keys as one bf16 pair per 32 bits: pair t = keys 2t, 2t + 1.
       alignas(64) uint32_t pp[kHeads][kNG][kTile / 2];
+      alignas(64) uint32_t lo[kSplit ? kHeads : 1][kNG][kTile / 2];  // kSplit: w - hi
       for (int j = 0; j < kHeads; ++j) {
         for (int g = 0; g < kNG; ++g) {
           const float* pg = p + (j * group_padded + g0 + g) * kTile;
-          const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(pg + 16), _mm512_loadu_ps(pg));
+          const __m512 w0 = _mm512_loadu_ps(pg), w1 = _mm512_loadu_ps(pg + 16);
+          const __m512bh b = _mm512_cvtne2ps_pbh(w1, w0);
           _mm512_store_si512(pp[j][g], (__m512i)b);
+          if constexpr (kSplit) {
+            // w - hi, hi widened back from its bf16 words; 0 where hi is inf or NaN (w - hi
+            // would be NaN: hi alone carries those).
+            auto rest = [](__m512 w, __m256i hi) {
+              const __m512 h =
+                  _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+              return _mm512_maskz_sub_ps(~_mm512_fpclass_ps_mask(h, 0x99), w, h);
+            };
+            const __m512i words = (__m512i)b;
+            const __m512bh l = _mm512_cvtne2ps_pbh(rest(w1, _mm512_extracti64x4_epi64(words, 1)),
+                                                   rest(w0, _mm512_castsi512_si256(words)));
+            _mm512_store_si512(lo[j][g], (__m512i)l);
+          }
         }
       }
       for (int t0 = 0; t0 < pairs; t0 += kSubPairs) {
@@ -341,6 +370,13 @@ struct DotTiles {
                 const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[j][g][t]));
                 for (int r = 0; r < 4; ++r) {
                   acc[g][r] = _mm512_dpbf16_ps(acc[g][r], (__m512bh)v[r], w);
+                }
+                if constexpr (kSplit) {
+                  const __m512bh wl =
+                      (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(lo[j][g][t]));
+                  for (int r = 0; r < 4; ++r) {
+                    acc[g][r] = _mm512_dpbf16_ps(acc[g][r], (__m512bh)v[r], wl);
+                  }
                 }
               }
             }

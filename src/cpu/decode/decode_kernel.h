@@ -103,6 +103,17 @@ constexpr int step_heads() {
   }
 }
 
+// Whether a policy takes per-token V scales in its weights as two bf16 (Tiles::kSplitWeights:
+// pv<true>; pv_step's last argument).
+template <class Tiles>
+constexpr bool split_weights() {
+  if constexpr (requires { Tiles::kSplitWeights; }) {
+    return Tiles::kSplitWeights;
+  } else {
+    return false;
+  }
+}
+
 template <class S, DType kKV, int kDqk, int kDvo, int kNG,
           class Tiles = FmaTiles<S, kKV, kDqk, kDvo, kNG>>
 void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, std::byte* scratch) {
@@ -441,7 +452,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         step_pv = hs > 1 && num_shown == n &&
                   std::all_of(any_head, any_head + hs, [](bool seen) { return seen; });
         if (step_pv) {
-          Tiles::pv_step(scores, gp, hv, v_head_step, n, o, o_row, o_head, &prefetch);
+          Tiles::pv_step(scores, gp, hv, v_head_step, n, o, o_row, o_head, &prefetch, token_scales);
         }
       }
       for (int j = 0; j < (step_pv ? 0 : hs); ++j) {
@@ -459,6 +470,13 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
             for (int m = 0; m < num_shown; ++m) s[m] = s[shown[m]];
           }
           pv_rows = shown_rows;
+        }
+        if constexpr (split_weights<Tiles>()) {
+          if (token_scales) {
+            Tiles::template pv<true>(head_scores, gp, pv_rows, num_shown, dvo, p.v_strides.dim,
+                                     o + j * o_head, o_row, &prefetch);
+            continue;
+          }
         }
         Tiles::pv(head_scores, gp, pv_rows, num_shown, dvo, p.v_strides.dim, o + j * o_head, o_row,
                   &prefetch);

@@ -71,8 +71,11 @@ class TilePrefetcher {
     budget_ = total_ * (step + 1) / steps;
     per_call_ = calls > 0 ? (budget_ - issued_ + calls - 1) / calls : budget_ - issued_;
   }
-  // A few lines; call from inside the loops.
-  void tick() { issue(per_call_); }
+  // A few lines; call from inside the loops. Always inline (and issue, issue_lines): a call left
+  // in the AVX-512 loops spills every live vector register around it. GCC left one there once
+  // decode_task grew by the per-token PV (DotTiles::pv_heads' kSplit): e4m3 decode then ran at
+  // 0.76x on Zen 5.
+  [[gnu::always_inline]] void tick() { issue(per_call_); }
   // Whatever the step's share still holds.
   void finish_step() { issue(budget_ - issued_); }
 
@@ -84,7 +87,7 @@ class TilePrefetcher {
  private:
   // The lines are walked round-robin over the streams (line 0 of each, then line 1, ...) in
   // locals, the members written back once per call.
-  void issue(int64_t n) {
+  [[gnu::always_inline]] void issue(int64_t n) {
     n = std::min(n, budget_ - issued_);
     if (n <= 0) return;
     // Inline: GCC drops a call to a function whose body is only __builtin_prefetch.
@@ -100,7 +103,7 @@ class TilePrefetcher {
     }
   }
   template <int kLocality>
-  void issue_lines(int64_t n) {
+  [[gnu::always_inline]] void issue_lines(int64_t n) {
     int64_t line = line_, left = n;
     int stream = stream_;
     while (left > 0 && line < max_lines_) {
