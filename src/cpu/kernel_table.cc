@@ -101,14 +101,15 @@ Status prefill_bf16_dot_rule(const Problem& p) {
   if (p.pos_encoding_mode == PosEncoding::kRopeLlama) return rule("needs no fused RoPE");
   if (p.use_fp16_qk_reduction) return rule("needs no fp16 QK reduction");
   if (p.head_dim_qk % 2 != 0) return rule("needs an even head_dim_qk, not ", p.head_dim_qk);
+  return ok();
+}
+// The AMX tiles take 32 dims a step and 16 value columns a tile. Per-token V scales would be
+// rounded into its bf16 V pairs (the dot-product kernel splits them in two).
+Status prefill_amx_rule(const Problem& p) {
+  KVATTN_RETURN_IF_ERROR(prefill_bf16_dot_rule(p));
   if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {
     return rule("needs per-tensor or per-head scales");
   }
-  return ok();
-}
-// The AMX tiles take 32 dims a step and 16 value columns a tile.
-Status prefill_amx_rule(const Problem& p) {
-  KVATTN_RETURN_IF_ERROR(prefill_bf16_dot_rule(p));
   if (p.head_dim_qk % 32 != 0 || p.head_dim_vo % 32 != 0) {
     return rule("needs head dims that are multiples of 32, not ", p.head_dim_qk, "/",
                 p.head_dim_vo);

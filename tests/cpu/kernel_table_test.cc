@@ -199,10 +199,14 @@ TEST(CpuKernelTable, PrefillChoicePerCpuClass) {
   Problem rope = p;
   rope.pos_encoding_mode = PosEncoding::kRopeLlama;
   EXPECT_EQ(choice(rope, CpuIsa::kAvx512, zen4_class()), "prefill-avx512-fma-r128k64");
+  // Per-token scales: the bf16-dot kernel (V times its scale staged as two bf16); the AMX kernel
+  // would round the scale into one and refuses them, so Sapphire Rapids takes fp32 FMAs.
   Problem per_token = p;
   per_token.kv_dtype = DType::kE4M3;
   per_token.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
-  EXPECT_EQ(choice(per_token, CpuIsa::kAvx512, zen4_class()), "prefill-avx512-fma-r128k64");
+  EXPECT_EQ(choice(per_token, CpuIsa::kAvx512, zen4_class()), "prefill-avx512bf16-dot-r128k64");
+  EXPECT_EQ(choice(per_token, CpuIsa::kAvx512, sapphire_rapids_class()),
+            "prefill-avx512-fma-r128k64");
 }
 
 TEST(CpuKernelTable, MlaChoicePerCpuClass) {

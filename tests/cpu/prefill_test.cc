@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -102,6 +103,44 @@ TEST(CpuPrefillVariants, RaggedKVAndSingleAtEveryIsa) {
       testing::CaseSpec single = small_spec(Op::kSinglePrefill, {37}, {50});
       v.apply(single);
       expect_matches_reference(single, isa, "single " + v.name);
+    }
+  }
+}
+
+// Per-(token, head) FP8 scales at every kernel this machine has (the bf16-dot kernel stages each
+// V row times its scale as two bf16, hi + lo, and multiplies the scores by the K scales:
+// prefill_avx512_bf16.cc): one key (its weight exactly 1, where one bf16 would round the scale
+// past the bound), lengths around the KV tile (64 keys at these dims, 32 at d 256), the op kinds,
+// both layouts, dims 64 / 128 / 256, (192, 128) and (40, 24) (a V row past whole vectors), sliding
+// window and soft cap; f32 output.
+TEST(CpuPrefillScales, PerTokenScalesAtEveryIsa) {
+  const int dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}, {40, 24}};
+  const Op ops[] = {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kSinglePrefill};
+  for (const KernelLevel& isa : available_levels()) {
+    int i = 0;
+    for (const auto& dim : dims) {
+      for (const DType kv : {DType::kE4M3, DType::kE5M2}) {
+        for (const auto& [qo, len] : {std::pair<int64_t, int64_t>{1, 1}, {5, 31}, {9, 65}}) {
+          const Op op = ops[i % 3];
+          testing::CaseSpec spec = op == Op::kSinglePrefill ? small_spec(op, {qo}, {len})
+                                                            : small_spec(op, {qo, 2}, {len, 33});
+          Problem& p = spec.problem;
+          p.head_dim_qk = dim[0];
+          p.head_dim_vo = dim[1];
+          p.kv_dtype = kv;
+          p.o_dtype = DType::kF32;
+          p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+          p.kv_layout = i % 2 ? KVLayout::kHND : KVLayout::kNHD;
+          p.mask_mode = MaskMode::kCausal;
+          if (i % 4 == 1) p.window_left = 12;
+          if (i % 4 == 2) p.logits_soft_cap = 8.0f;
+          spec.return_lse = true;
+          expect_matches_reference(spec, isa,
+                                   "per-token d " + std::to_string(dim[0]) + "/" +
+                                       std::to_string(dim[1]) + " kv " + std::to_string(len));
+          ++i;
+        }
+      }
     }
   }
 }
