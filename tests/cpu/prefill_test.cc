@@ -107,12 +107,13 @@ TEST(CpuPrefillVariants, RaggedKVAndSingleAtEveryIsa) {
   }
 }
 
-// Per-(token, head) FP8 scales at every kernel this machine has (the bf16-dot kernel stages each
-// V row times its scale as two bf16, hi + lo, and multiplies the scores by the K scales:
-// prefill_avx512_bf16.cc): one key (its weight exactly 1, where one bf16 would round the scale
-// past the bound), lengths around the KV tile (64 keys at these dims, 32 at d 256), the op kinds,
-// both layouts, dims 64 / 128 / 256, (192, 128) and (40, 24) (a V row past whole vectors), sliding
-// window and soft cap; f32 output.
+// Per-(token, head) FP8 scales at every kernel this machine has (the bf16-dot kernel folds each
+// key's V scale into P as two bf16, hi + lo, and multiplies the scores by the K scales:
+// bf16_pairs.h, prefill_avx512_bf16.cc): one key (its weight exactly 1, where one bf16 would
+// round the scale past the bound), lengths around the KV tile (64 keys at these dims, 32 at d
+// 256), the op kinds, both layouts, dims 64 / 128 / 256, (192, 128) and (40, 24), sliding window,
+// soft cap and ALiBi (few keys dominate: a rounded P errs there up to 2.5x the baseline's error,
+// uncorrelated with it); f32 output.
 TEST(CpuPrefillScales, PerTokenScalesAtEveryIsa) {
   const int dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}, {40, 24}};
   const Op ops[] = {Op::kBatchPrefillPaged, Op::kBatchPrefillRagged, Op::kSinglePrefill};
@@ -134,6 +135,7 @@ TEST(CpuPrefillScales, PerTokenScalesAtEveryIsa) {
           p.mask_mode = MaskMode::kCausal;
           if (i % 4 == 1) p.window_left = 12;
           if (i % 4 == 2) p.logits_soft_cap = 8.0f;
+          if (i % 4 == 3) p.pos_encoding_mode = PosEncoding::kAlibi;
           spec.return_lse = true;
           expect_matches_reference(spec, isa,
                                    "per-token d " + std::to_string(dim[0]) + "/" +

@@ -93,8 +93,17 @@ inline void stage_value_pairs(const PrefillParams& p, const RequestInfo& req, in
 // written in place: pair row p is stored after rows 2p and 2p + 1 of S were read, and no later
 // step reads them. The row sums add the unrounded P.
 
+//
+// kSplit (per-(token, head) V scales, `value_scale` each key's): the weights W = P x scale, each
+// as two bf16, hi = bf16(W) over S^T as P's pairs, lo = bf16(W - hi) at scratch + p_lo in the
+// same layout (0 where hi is inf or NaN, which hi carries alone); P V then runs over both (V as
+// stored). hi + lo is W to ~2^-17 of it: one bf16 would round each token's scale, up to 2^-9 of
+// the dominant key's value where the tolerance's baseline (P rounded, V dequantized in f32) does
+// not err; rounded P times V scaled and split would err as much as the baseline, uncorrelated
+// with it (twice its error or more where few keys dominate: ALiBi).
+template <bool kSplit = false>
 inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, float scale,
-                         float* scratch) {
+                         float* scratch, const float* value_scale = nullptr) {
   using R = Vec::Reg;
   float* st = scratch + p.scratch.st;
   float* ot = scratch + p.scratch.ot;
@@ -144,9 +153,24 @@ inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, fl
                                       Vec::fma(Vec::load(s + (jj + 1) * t.rows_pad), c, neg_base))
                                 : Vec::zero();
       sum = Vec::add(sum, Vec::add(a, b));
-      const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in the low half
-      _mm512_storeu_si512(s + (jj / 2) * t.rows_pad,
-                          _mm512_permutexvar_epi16(interleave, halves));
+      if constexpr (kSplit) {
+        const R wa = Vec::mul(a, Vec::set1(value_scale[jj]));
+        const R wb = jj + 1 < keys ? Vec::mul(b, Vec::set1(value_scale[jj + 1])) : Vec::zero();
+        const __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(wb, wa);
+        auto rest = [](R w, __m256i words) {
+          const R back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(words), 16));
+          return _mm512_maskz_sub_ps(~_mm512_fpclass_ps_mask(back, 0x99), w, back);
+        };
+        const __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(rest(wb, _mm512_extracti64x4_epi64(hi, 1)),
+                                                        rest(wa, _mm512_castsi512_si256(hi)));
+        _mm512_storeu_si512(s + (jj / 2) * t.rows_pad, _mm512_permutexvar_epi16(interleave, hi));
+        _mm512_storeu_si512(scratch + p.scratch.p_lo + (jj / 2) * t.rows_pad + rv * Vec::W,
+                            _mm512_permutexvar_epi16(interleave, lo));
+      } else {
+        const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in the low half
+        _mm512_storeu_si512(s + (jj / 2) * t.rows_pad,
+                            _mm512_permutexvar_epi16(interleave, halves));
+      }
     }
     Vec::store(row_sum + rv * Vec::W, sum);
     Vec::store(row_max + rv * Vec::W, new_max);
@@ -171,7 +195,9 @@ inline void scale_scores(const TileRows& t, int keys, float scale, float* st) {
 //   Products::prefetch_next(p, req, kv_head, j0, keys): the next tile's rows (keys may be 0),
 //     asked for during the products (NextTilePrefetch);
 //   Products::scores(p, t, keys, scratch): S^T [keys][rows_pad] at scratch + st;
-//   Products::values(p, t, keys, scratch): O^T += V^T P^T from the P pairs over S^T.
+//   Products::values(p, t, keys, scratch): O^T += V^T P^T from the P pairs over S^T;
+//   Products::value_scales(), where it has one: each key's V scale, which softmax_pack<true>
+//     folds into P (split in two: the P pairs and their low parts at p_lo).
 template <class Products>
 inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int kv_head,
                            const TileRows& t, float* scratch) {
@@ -205,7 +231,11 @@ inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int k
     }
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
     if (!full) mask_scores(p, req, t, j0, n, scratch);
-    softmax_pack(p, t, n, softmax_scale, scratch);
+    if constexpr (requires { products.value_scales(); }) {
+      softmax_pack<true>(p, t, n, softmax_scale, scratch, products.value_scales());
+    } else {
+      softmax_pack(p, t, n, softmax_scale, scratch);
+    }
     // The numerics policy (masked_values.h): only a tile that masks a key checks its V.
     auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
     if (!full && any_non_finite_pairs(vp, int64_t{(n + 1) / 2} * p.head_dim_vo)) {

@@ -3,14 +3,12 @@
 // and instruction, accumulated in f32 (twice the f32 FMA rate). The pair layout, the packed
 // softmax and the tile loop are bf16_pairs.h's (shared with the AMX kernel); here K rows are
 // broadcast straight from the cache (bf16) or from a bf16 copy of the tile (fp8, exact); with
-// per-(token, head) scales V is staged times its scale as two bf16 (SplitDotProducts).
+// per-(token, head) scales P carries V's scales, as two bf16 (SplitDotProducts).
 #include <immintrin.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include "core/numeric.h"
 #include "cpu/common/simd_avx512.h"
 #include "cpu/prefill/params.h"
 
@@ -149,72 +147,6 @@ template <int RV>
   }
 }
 
-// Per-(token, head) V scales: each V row times its token's scale in f32 (as the f32 kernel
-// stages it), taken as two bf16, hi = bf16(x) and lo = bf16(x - hi) (0 where hi is inf or NaN,
-// which hi carries alone), paired over keys like stage_value_pairs: the hi pairs at `hi`, the lo
-// pairs at `lo`. P V then runs once over each (twice the products): x to ~2^-17 of it, where one
-// bf16 would round the scale (up to 2^-9 of the dominant key's value; the tolerance's baseline,
-// P rounded and V dequantized in f32, does not err there).
-inline void stage_split_value_pairs(const PrefillParams& p, const RequestInfo& req, int kv_head,
-                                    int64_t j0, int keys, float* scratch, uint32_t* hi,
-                                    uint32_t* lo) {
-  float* row = scratch + p.scratch.row_tmp;
-  const int dvo = p.head_dim_vo;
-  auto* first = reinterpret_cast<uint16_t*>(scratch + p.scratch.pair_rows);  // [2][dvo]: hi, lo
-  // x as (hi, lo) bf16 words, for 16 values.
-  auto split = [](__m512 x, __m256i* h, __m256i* l) {
-    *h = (__m256i)_mm512_cvtneps_pbh(x);
-    const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(*h), 16));
-    *l = (__m256i)_mm512_cvtneps_pbh(
-        _mm512_maskz_sub_ps(~_mm512_fpclass_ps_mask(back, 0x99), x, back));
-  };
-  auto split_one = [](float x, uint16_t* h, uint16_t* l) {
-    *h = num::f32_to_bf16(x);
-    const float back = num::bf16_to_f32(*h);
-    *l = std::isfinite(back) ? num::f32_to_bf16(x - back) : 0;
-  };
-  for (int jj = 0; jj < keys; jj += 2) {
-    const float scale_a = token_scale(p, p.v_token_scale, req, j0 + jj, kv_head);
-    load_row_as_f32<Vec>(kv_row(p, p.v, req, j0 + jj, kv_head), p.kv_dtype, dvo, p.v.strides.dim,
-                         scale_a, row);
-    int d = 0;
-    for (; d + Vec::W <= dvo; d += Vec::W) {
-      __m256i h, l;
-      split(Vec::load(row + d), &h, &l);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(first + d), h);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(first + dvo + d), l);
-    }
-    for (; d < dvo; ++d) split_one(row[d], first + d, first + dvo + d);
-    if (jj + 1 < keys) {
-      const float scale_b = token_scale(p, p.v_token_scale, req, j0 + jj + 1, kv_head);
-      load_row_as_f32<Vec>(kv_row(p, p.v, req, j0 + jj + 1, kv_head), p.kv_dtype, dvo,
-                           p.v.strides.dim, scale_b, row);
-    } else {
-      std::memset(row, 0, sizeof(float) * dvo);
-    }
-    uint32_t* out_hi = hi + (jj / 2) * dvo;
-    uint32_t* out_lo = lo + (jj / 2) * dvo;
-    auto pair = [](const uint16_t* a, __m256i b) {
-      return _mm512_or_si512(
-          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-    };
-    d = 0;
-    for (; d + Vec::W <= dvo; d += Vec::W) {
-      __m256i h, l;
-      split(Vec::load(row + d), &h, &l);
-      _mm512_storeu_si512(out_hi + d, pair(first + d, h));
-      _mm512_storeu_si512(out_lo + d, pair(first + dvo + d, l));
-    }
-    for (; d < dvo; ++d) {
-      uint16_t h, l;
-      split_one(row[d], &h, &l);
-      out_hi[d] = uint32_t(first[d]) | (uint32_t(h) << 16);
-      out_lo[d] = uint32_t(first[dvo + d]) | (uint32_t(l) << 16);
-    }
-  }
-}
-
 // The vdpbf16ps products: K as row pointers (into the cache for bf16, else into the bf16 copy in
 // the K tile buffer).
 struct DotProducts {
@@ -256,26 +188,21 @@ struct DotProducts {
 };
 
 // The same products over per-(token, head) scales (a type of its own, so that DotProducts' code
-// stays as it was). K's scales multiply the tile's scores per key (the products see the stored
-// K); V's are staged into the V pairs split in two (stage_split_value_pairs: the hi pairs where
-// the V pairs go, the lo pairs in the rest of the V tile buffer, which holds kv_tile + 32 f32
-// rows where the pairs take kv_tile / 2), and P V runs over both.
+// stays as it was): K's scales multiply the tile's scores per key (the products see the stored
+// K); V's are folded into P, split in two by softmax_pack<true> (bf16_pairs.h), and P V runs over
+// both parts.
 struct SplitDotProducts : DotProducts {
+  float value_scale[kMaxKVTile];
   float key_scale[kMaxKVTile];
 
-  static uint32_t* lo_pairs(const PrefillParams& p, float* scratch) {
-    return reinterpret_cast<uint32_t*>(scratch + p.scratch.vf) +
-           int64_t{(p.tile.kv_tile + 1) / 2} * p.head_dim_vo;
-  }
+  const float* value_scales() const { return value_scale; }
   void stage(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys,
              float* scratch) {
-    stage_keys(p, req, kv_head, j0, keys, scratch);
+    DotProducts::stage(p, req, kv_head, j0, keys, scratch);
     for (int jj = 0; jj < keys; ++jj) {
       key_scale[jj] = token_scale(p, p.k_token_scale, req, j0 + jj, kv_head);
+      value_scale[jj] = token_scale(p, p.v_token_scale, req, j0 + jj, kv_head);
     }
-    stage_split_value_pairs(p, req, kv_head, j0, keys, scratch,
-                            reinterpret_cast<uint32_t*>(scratch + p.scratch.vf),
-                            lo_pairs(p, scratch));
   }
   void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
     DotProducts::scores(p, t, keys, scratch);
@@ -289,11 +216,11 @@ struct SplitDotProducts : DotProducts {
     }
   }
   void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
-    const auto* pp = reinterpret_cast<const uint32_t*>(scratch + p.scratch.st);
-    accumulate_values(reinterpret_cast<const uint32_t*>(scratch + p.scratch.vf), p.head_dim_vo, pp,
-                      t.rows_pad, t.row_vecs, (keys + 1) / 2, scratch + p.scratch.ot, pf);
-    accumulate_values(lo_pairs(p, scratch), p.head_dim_vo, pp, t.rows_pad, t.row_vecs,
-                      (keys + 1) / 2, scratch + p.scratch.ot, pf);
+    const auto* vp = reinterpret_cast<const uint32_t*>(scratch + p.scratch.vf);
+    for (const int64_t pairs_at : {p.scratch.st, p.scratch.p_lo}) {
+      accumulate_values(vp, p.head_dim_vo, reinterpret_cast<const uint32_t*>(scratch + pairs_at),
+                        t.rows_pad, t.row_vecs, (keys + 1) / 2, scratch + p.scratch.ot, pf);
+    }
     pf.finish();
   }
 };
