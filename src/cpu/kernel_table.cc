@@ -103,8 +103,9 @@ Status prefill_bf16_dot_rule(const Problem& p) {
   if (p.head_dim_qk % 2 != 0) return rule("needs an even head_dim_qk, not ", p.head_dim_qk);
   return ok();
 }
-// The AMX tiles take 32 dims a step and 16 value columns a tile. Per-token V scales would be
-// rounded into its bf16 V pairs (the dot-product kernel splits them in two).
+// The AMX tiles take 32 dims a step and 16 value columns a tile. Per-token V scales: its P tiles
+// are one bf16 each, which would round the scale folded in (the dot-product kernel keeps each
+// weight as two bf16: softmax_pack<true>, bf16_pairs.h).
 Status prefill_amx_rule(const Problem& p) {
   KVATTN_RETURN_IF_ERROR(prefill_bf16_dot_rule(p));
   if (p.kv_scale_granularity == KVScaleGranularity::kPerTokenHead) {

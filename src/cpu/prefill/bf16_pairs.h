@@ -92,7 +92,6 @@ inline void stage_value_pairs(const PrefillParams& p, const RequestInfo& req, in
 // score scale (c > 0, so the max of c * s is c times the max of s) and with the packing of P into bf16 pairs over keys,
 // written in place: pair row p is stored after rows 2p and 2p + 1 of S were read, and no later
 // step reads them. The row sums add the unrounded P.
-
 //
 // kSplit (per-(token, head) V scales, `value_scale` each key's): the weights W = P x scale, each
 // as two bf16, hi = bf16(W) over S^T as P's pairs, lo = bf16(W - hi) at scratch + p_lo in the

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/common/simd_avx512.h"
 #include "cpu/prefill/params.h"
+#include "cpu/common/simd_avx512.h"
 
 namespace kvattn::cpu::prefill::avx512_bf16 {
 namespace {
