@@ -264,6 +264,38 @@ TEST(CpuPrefillTiles, LengthsAroundEveryTileSize) {
   }
 }
 
+// ALiBi with a causal mask puts each row's max in its last KV tiles; the bf16 kernels then move
+// their running max on any rise (bf16_pairs.h), so their P rounds as a plain kernel's does and
+// their error stays at the baseline's (with the lazy slack it reached 1.08-1.74x of it, against
+// the 2x bound). Two and three KV tiles, six seeds, f32 output; checked at 1.25x.
+TEST(CpuPrefillSoftmax, AlibiErrorsStayAtTheBaselines) {
+  for (const KernelLevel& isa : available_levels()) {
+    for (int64_t kv : {77, 130}) {
+      for (uint64_t seed = 1; seed <= 6; ++seed) {
+        testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {7, 7}, {kv, kv});
+        Problem& p = spec.problem;
+        p.num_qo_heads = 16;
+        p.num_kv_heads = 4;
+        p.head_dim_qk = 40;
+        p.head_dim_vo = 24;
+        p.page_size = 5;
+        p.kv_dtype = DType::kE4M3;
+        p.o_dtype = DType::kF32;
+        p.mask_mode = MaskMode::kCausal;
+        p.pos_encoding_mode = PosEncoding::kAlibi;
+        spec.seed = seed;
+        testing::Case c = testing::Case::make(spec);
+        LevelGuard guard(isa);
+        const testing::CheckResult r = testing::check_against_reference(
+            c, [](const Problem& pr, const AttentionArgs& a) { return run_cpu_prefill(pr, a); });
+        EXPECT_LE(r.out.max_err, 1.25 * r.out.baseline_err + r.out.atol)
+            << isa.name() << " kv " << kv << " seed " << seed << "\n"
+            << r.message;
+      }
+    }
+  }
+}
+
 // Scores whose running max creeps up by less than the bf16 kernels' rescale slack over several KV
 // tiles, then jumps past it, at a different pace per row (the query of head h is h + 1 times
 // that of head 0): the lazily moved max (bf16_pairs.h) must give the reference's output and LSE.
