@@ -214,5 +214,45 @@ TEST(CpuDecodeHeadSteps, InfAndNanInStepRowsGiveTheReferences) {
   EXPECT_GT(nan_outputs, 0);
 }
 
+// Per-token scales over an e5m2 cache with inf and NaN in visible V rows: the weights' two bf16
+// parts (split_bf16) meet an inf as one weight would, so each output element is inf, -inf or NaN
+// exactly where the reference's is (a low part of 0 or of the other sign would make inf NaN).
+// Heads inside a step (d 64: 4 a step; d 256: 8) and after it.
+TEST(CpuDecodeHeadSteps, PerTokenWeightsMeetInfAsTheReferenceDoes) {
+  std::string why;
+  if (runnable(kFp8TableDot, &why) == nullptr) GTEST_SKIP() << why;
+  constexpr uint8_t kPlusInf = 0x7C, kMinusInf = 0xFC, kNan = 0x7E;
+  int inf_outputs = 0;
+  for (int d : {64, 256}) {
+    CaseSpec spec = step_case(DType::kE5M2, d, 9, 4, 1, 5, 70, 45, 3900 + d);
+    spec.problem.o_dtype = DType::kF32;
+    Case c = Case::make(spec);
+    AttentionArgs fresh = c.args_with_fresh_outputs(DType::kF32);
+    poke_paged(c, fresh.paged_v_cache, 0, 40, 1, 3, kPlusInf);   // in the first step
+    poke_paged(c, fresh.paged_v_cache, 0, 41, 2, 5, kMinusInf);  // in the first step
+    poke_paged(c, fresh.paged_v_cache, 1, 33, 8, 7, kPlusInf);   // the head after the steps
+    poke_paged(c, fresh.paged_v_cache, 1, 20, 3, 9, kPlusInf);   // +inf and -inf in one column:
+    poke_paged(c, fresh.paged_v_cache, 1, 21, 3, 9, kMinusInf);  // NaN
+    poke_paged(c, fresh.paged_v_cache, 0, 7, 6, 11, kNan);
+    PlanOptions reference;
+    reference.backend = "reference";
+    ASSERT_TRUE(kvattn::run(spec.problem, fresh, reference).ok());
+    const std::vector<float> ref_out = c.fresh_out_f32();
+    KernelOverride named(kFp8TableDot);
+    AttentionArgs args = c.args();
+    ASSERT_TRUE(kvattn::run(spec.problem, args, {.backend = "cpu"}).ok());
+    const std::vector<float> out = c.out_f32();
+    for (std::size_t e = 0; e < out.size(); ++e) {
+      ASSERT_EQ(std::isnan(out[e]), std::isnan(ref_out[e])) << "d " << d << " element " << e;
+      ASSERT_EQ(std::isinf(out[e]), std::isinf(ref_out[e])) << "d " << d << " element " << e;
+      if (std::isinf(out[e])) {
+        EXPECT_EQ(out[e], ref_out[e]) << "d " << d << " element " << e;
+        ++inf_outputs;
+      }
+    }
+  }
+  EXPECT_GT(inf_outputs, 0);
+}
+
 }  // namespace
 }  // namespace kvattn::cputest

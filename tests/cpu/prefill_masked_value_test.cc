@@ -266,6 +266,11 @@ TEST(PrefillMaskedValues, EveryKernelLevelKeepsAMaskedKeysNonFiniteValueOut) {
           // A second request without planted keys; lengths off the tiles (64 tokens x 64 keys).
           testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {100, 21}, {160, 45});
           spec.problem.kv_dtype = kv;
+          // FP8: per-(token, head) scales on the custom masks (the bf16-dot kernel's weights as
+          // two bf16 then: hi and lo both meet the planted value).
+          if (is_fp8(kv) && m.name.starts_with("custom")) {
+            spec.problem.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+          }
           m.apply(spec);
           testing::Case c = testing::Case::make(spec);
           const std::string what = level.name() + " kv " + std::string(dtype_name(kv)) + " " +
@@ -278,6 +283,44 @@ TEST(PrefillMaskedValues, EveryKernelLevelKeepsAMaskedKeysNonFiniteValueOut) {
         }
       }
     }
+  }
+}
+
+// Per-(token, head) scales over an e5m2 cache with +inf in every dim of a key's V (request 0) and
+// +inf and -inf in two keys' (request 1), keys every row sees in KV tiles no row masks (so the
+// tile's products meet them, not the masked-value guard): every prefill kernel level gives inf
+// and NaN exactly where the reference does (the bf16-dot kernel's weights are two bf16 each,
+// split_bf16: a low part of 0 or of the other sign would make an inf NaN).
+TEST(PrefillMaskedValues, PerTokenWeightsMeetInfAsTheReferenceDoes) {
+  for (const KernelLevel& level : available_levels()) {
+    LevelGuard guard_level(level);
+    testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {21, 21}, {160, 150});
+    Problem& p = spec.problem;
+    p.kv_dtype = DType::kE5M2;
+    p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+    p.mask_mode = MaskMode::kCausal;
+    p.o_dtype = DType::kF32;
+    testing::Case c = testing::Case::make(spec);
+    AttentionArgs fresh = c.args_with_fresh_outputs(DType::kF32);
+    plant(c, fresh, 0, 30, Bad::kPosInf);  // queries at positions 139..159 (129..149): keys
+    plant(c, fresh, 1, 30, Bad::kPosInf);  // 0..127 are in tiles no row masks
+    plant(c, fresh, 1, 90, Bad::kNegInf);
+    PlanOptions reference;
+    reference.backend = "reference";
+    ASSERT_TRUE(kvattn::run(p, fresh, reference).ok());
+    const std::vector<float> want = c.fresh_out_f32();
+    ASSERT_TRUE(run_cpu_prefill(p, c.args()).ok());
+    const std::vector<float> got = c.out_f32();
+    int inf = 0, nan = 0;
+    for (std::size_t e = 0; e < got.size(); ++e) {
+      ASSERT_EQ(std::isnan(got[e]), std::isnan(want[e])) << level.name() << " element " << e;
+      ASSERT_EQ(std::isinf(got[e]), std::isinf(want[e])) << level.name() << " element " << e;
+      if (std::isinf(got[e])) EXPECT_EQ(got[e], want[e]) << level.name() << " element " << e;
+      inf += std::isinf(got[e]);
+      nan += std::isnan(got[e]);
+    }
+    EXPECT_GT(inf, 0) << level.name();
+    EXPECT_GT(nan, 0) << level.name();
   }
 }
 

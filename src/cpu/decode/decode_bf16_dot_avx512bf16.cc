@@ -18,6 +18,7 @@ namespace {
 // (h = r / 2, L the 128-bit lane, m = 0..3).
 struct Bf16Loader {
   static constexpr int kChunkBytes = 128;
+  static constexpr bool kMayHoldInf = true;
   void operator()(const uint8_t* chunk, __m512i* w0, __m512i* w1) const {
     *w0 = _mm512_loadu_si512(chunk);
     *w1 = _mm512_loadu_si512(chunk + 64);

@@ -17,6 +17,7 @@
 //   Loader()                               once per tile (e.g. the table registers)
 //   kChunkBytes                            bytes of a 64-value chunk of a row
 //   operator()(chunk, &w0, &w1)            the chunk as 64 bf16 words, w0 first
+//   kMayHoldInf                            whether its words can be +-inf (bf16, e5m2)
 //   pairs(chunk_a, chunk_b, v[4])          the chunks of two keys as bf16 pairs (a, b) of the
 //                                          same value: 16-bit unpacks of their words, or what
 //                                          gives the same order for less
@@ -32,6 +33,7 @@
 #include <cstring>
 
 #include "core/numeric.h"
+#include "cpu/common/bf16_split.h"
 #include "cpu/common/simd_avx512.h"
 #include "cpu/decode/decode_kernel.h"
 
@@ -305,8 +307,9 @@ struct DotTiles {
   // With per-(token, head) V scales the weights are p * scale (softmax_rows), which one bf16
   // would round, scale and all: the key of weight 1 would then err by up to 2^-9 of its value
   // where the baseline (P rounded to bf16, V dequantized in f32) does not err at all. kSplit
-  // takes each weight as two bf16, hi = bf16(w) and lo = bf16(w - hi), both against the same V
-  // pair (twice PV's products): hi + lo is w to ~2^-17 of it, inside the bound.
+  // takes each weight as two bf16, hi + lo (split_bf16, cpu/common/bf16_split.h), both against
+  // the same V pair (twice PV's products): w to 2^-16 of it at worst, inside the bound; the
+  // low parts meet V with its infinities zeroed (e5m2), so an inf in V gives w's infinity.
   static constexpr bool kSplitWeights = true;
   // PV of kHeads heads (head j's weights at p + j * group_padded * kTile, its V rows at rows[kk] +
   // j * head_step, its output at o + j * o_head), sub-tile by sub-tile of kSubPairs pairs of keys:
@@ -327,20 +330,15 @@ struct DotTiles {
         for (int g = 0; g < kNG; ++g) {
           const float* pg = p + (j * group_padded + g0 + g) * kTile;
           const __m512 w0 = _mm512_loadu_ps(pg), w1 = _mm512_loadu_ps(pg + 16);
-          const __m512bh b = _mm512_cvtne2ps_pbh(w1, w0);
-          _mm512_store_si512(pp[j][g], (__m512i)b);
           if constexpr (kSplit) {
-            // w - hi, hi widened back from its bf16 words; 0 where hi is inf or NaN (w - hi
-            // would be NaN: hi alone carries those).
-            auto rest = [](__m512 w, __m256i hi) {
-              const __m512 h =
-                  _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
-              return _mm512_maskz_sub_ps(~_mm512_fpclass_ps_mask(h, 0x99), w, h);
-            };
-            const __m512i words = (__m512i)b;
-            const __m512bh l = _mm512_cvtne2ps_pbh(rest(w1, _mm512_extracti64x4_epi64(words, 1)),
-                                                   rest(w0, _mm512_castsi512_si256(words)));
-            _mm512_store_si512(lo[j][g], (__m512i)l);
+            __m256i h0, l0, h1, l1;
+            split_bf16(w0, &h0, &l0);
+            split_bf16(w1, &h1, &l1);
+            _mm512_store_si512(pp[j][g], _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
+            _mm512_store_si512(lo[j][g], _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1));
+          } else {
+            const __m512bh b = _mm512_cvtne2ps_pbh(w1, w0);
+            _mm512_store_si512(pp[j][g], (__m512i)b);
           }
         }
       }
@@ -366,6 +364,11 @@ struct DotTiles {
                                 : kZeroRow;
               __m512i v[4];
               load.pairs(r0 + c * Loader::kChunkBytes, r1 + c * Loader::kChunkBytes, v);
+              // The low weights' V (split_bf16): infinities zeroed where the cache holds any.
+              __m512i v_lo[4];
+              for (int r = 0; r < 4; ++r) {
+                v_lo[r] = kSplit && Loader::kMayHoldInf ? without_infinities(v[r]) : v[r];
+              }
               for (int g = 0; g < kNG; ++g) {
                 const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[j][g][t]));
                 for (int r = 0; r < 4; ++r) {
@@ -375,7 +378,7 @@ struct DotTiles {
                   const __m512bh wl =
                       (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(lo[j][g][t]));
                   for (int r = 0; r < 4; ++r) {
-                    acc[g][r] = _mm512_dpbf16_ps(acc[g][r], (__m512bh)v[r], wl);
+                    acc[g][r] = _mm512_dpbf16_ps(acc[g][r], (__m512bh)v_lo[r], wl);
                   }
                 }
               }

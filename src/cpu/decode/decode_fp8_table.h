@@ -91,6 +91,7 @@ constexpr int widened_word(int v) {
 template <DType kKV>
 struct Fp8TableLoader {
   static constexpr int kChunkBytes = 64;
+  static constexpr bool kMayHoldInf = kKV == DType::kE5M2;  // e4m3 has no inf
   Widen widen{bf16_table<kKV>()};
   void operator()(const uint8_t* chunk, __m512i* w0, __m512i* w1) const {
     widen(_mm512_loadu_si512(chunk), w0, w1);

@@ -12,7 +12,7 @@
 // masked_values.h).
 //
 // Included inside the namespace of each kernel file after avx512_vec.h and kernel.h (AVX-512 and
-// AVX512_BF16 flags); needs <immintrin.h>, <cstdint>, <cstring>.
+// AVX512_BF16 flags); needs <immintrin.h>, <cstdint>, <cstring> and cpu/common/bf16_split.h.
 
 inline uint32_t load_u32(const unsigned char* p) {
   uint32_t x;
@@ -89,17 +89,17 @@ inline void stage_value_pairs(const PrefillParams& p, const RequestInfo& req, in
 }
 
 // The online softmax of kernel.h's softmax_update (its lazy rescale per lane here) fused with the
-// score scale (c > 0, so the max of c * s is c times the max of s) and with the packing of P into bf16 pairs over keys,
-// written in place: pair row p is stored after rows 2p and 2p + 1 of S were read, and no later
-// step reads them. The row sums add the unrounded P.
+// score scale (c > 0, so the max of c * s is c times the max of s) and with the packing of P into
+// bf16 pairs over keys, written in place: pair row p is stored after rows 2p and 2p + 1 of S were
+// read, and no later step reads them. The row sums add the unrounded P.
 //
 // kSplit (per-(token, head) V scales, `value_scale` each key's): the weights W = P x scale, each
-// as two bf16, hi = bf16(W) over S^T as P's pairs, lo = bf16(W - hi) at scratch + p_lo in the
-// same layout (0 where hi is inf or NaN, which hi carries alone); P V then runs over both (V as
-// stored). hi + lo is W to ~2^-17 of it: one bf16 would round each token's scale, up to 2^-9 of
-// the dominant key's value where the tolerance's baseline (P rounded, V dequantized in f32) does
-// not err; rounded P times V scaled and split would err as much as the baseline, uncorrelated
-// with it (twice its error or more where few keys dominate: ALiBi).
+// as two bf16 (split_bf16, cpu/common/bf16_split.h), hi over S^T as P's pairs, lo at scratch +
+// p_lo in the same layout; P V then runs over both (the low parts over V with its infinities
+// zeroed). hi + lo is W to 2^-16 of it at worst: one bf16 would round each token's scale, up to
+// 2^-9 of the dominant key's value where the tolerance's baseline (P rounded, V dequantized in
+// f32) does not err; rounded P times V scaled and split would err as much as the baseline,
+// uncorrelated with it (twice its error or more where few keys dominate: ALiBi).
 template <bool kSplit = false>
 inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, float scale,
                          float* scratch, const float* value_scale = nullptr) {
@@ -160,16 +160,16 @@ inline void softmax_pack(const PrefillParams& p, const TileRows& t, int keys, fl
       if constexpr (kSplit) {
         const R wa = Vec::mul(a, Vec::set1(value_scale[jj]));
         const R wb = jj + 1 < keys ? Vec::mul(b, Vec::set1(value_scale[jj + 1])) : Vec::zero();
-        const __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(wb, wa);
-        auto rest = [](R w, __m256i words) {
-          const R back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(words), 16));
-          return _mm512_maskz_sub_ps(~_mm512_fpclass_ps_mask(back, 0x99), w, back);
+        __m256i ha, la, hb, lb;
+        split_bf16(wa, &ha, &la);
+        split_bf16(wb, &hb, &lb);
+        auto join = [](__m256i a, __m256i b) {  // as _mm512_cvtne2ps_pbh(b, a) lays them out
+          return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
         };
-        const __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(rest(wb, _mm512_extracti64x4_epi64(hi, 1)),
-                                                        rest(wa, _mm512_castsi512_si256(hi)));
-        _mm512_storeu_si512(s + (jj / 2) * t.rows_pad, _mm512_permutexvar_epi16(interleave, hi));
+        _mm512_storeu_si512(s + (jj / 2) * t.rows_pad,
+                            _mm512_permutexvar_epi16(interleave, join(ha, hb)));
         _mm512_storeu_si512(scratch + p.scratch.p_lo + (jj / 2) * t.rows_pad + rv * Vec::W,
-                            _mm512_permutexvar_epi16(interleave, lo));
+                            _mm512_permutexvar_epi16(interleave, join(la, lb)));
       } else {
         const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in the low half
         _mm512_storeu_si512(s + (jj / 2) * t.rows_pad,

@@ -14,9 +14,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/prefill/params.h"
 #include "cpu/common/amx.h"
+#include "cpu/common/bf16_split.h"
 #include "cpu/common/simd_avx512.h"
+#include "cpu/prefill/params.h"
 
 namespace kvattn::cpu::prefill::amx {
 namespace {

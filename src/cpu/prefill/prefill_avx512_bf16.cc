@@ -9,8 +9,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/prefill/params.h"
+#include "cpu/common/bf16_split.h"
 #include "cpu/common/simd_avx512.h"
+#include "cpu/prefill/params.h"
 
 namespace kvattn::cpu::prefill::avx512_bf16 {
 namespace {
@@ -216,11 +217,30 @@ struct SplitDotProducts : DotProducts {
     }
   }
   void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
-    const auto* vp = reinterpret_cast<const uint32_t*>(scratch + p.scratch.vf);
-    for (const int64_t pairs_at : {p.scratch.st, p.scratch.p_lo}) {
+    auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
+    const int pairs = (keys + 1) / 2;
+    auto pass = [&](int64_t pairs_at) {
       accumulate_values(vp, p.head_dim_vo, reinterpret_cast<const uint32_t*>(scratch + pairs_at),
-                        t.rows_pad, t.row_vecs, (keys + 1) / 2, scratch + p.scratch.ot, pf);
+                        t.rows_pad, t.row_vecs, pairs, scratch + p.scratch.ot, pf);
+    };
+    pass(p.scratch.st);
+    // The low parts meet V with its infinities zeroed (split_bf16; the tile's V is not read
+    // after this), where the cache can hold any (e5m2; e4m3 has none).
+    if (p.kv_dtype == DType::kE5M2) {
+      const int64_t words = int64_t{pairs} * p.head_dim_vo;  // u32: two bf16 each
+      int64_t i = 0;
+      for (; i + 16 <= words; i += 16) {
+        _mm512_storeu_si512(vp + i, without_infinities(_mm512_loadu_si512(vp + i)));
+      }
+      for (; i < words; ++i) {
+        uint32_t x = vp[i];
+        for (int half = 0; half < 32; half += 16) {
+          if (((x >> half) & 0x7FFFu) == 0x7F80u) x &= ~(0xFFFFu << half);
+        }
+        vp[i] = x;
+      }
     }
+    pass(p.scratch.p_lo);
     pf.finish();
   }
 };
