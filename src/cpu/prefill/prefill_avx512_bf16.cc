@@ -159,8 +159,8 @@ struct DotProducts {
     pf.plan(p, req, kv_head, j0, keys);
   }
 
-  void stage_keys(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys,
-                  float* scratch) {
+  void stage(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys,
+             float* scratch) {
     auto* k_copy = reinterpret_cast<uint16_t*>(scratch + p.scratch.kf);
     float* tmp = scratch + p.scratch.row_tmp;
     const int dqk = p.head_dim_qk;
@@ -168,10 +168,6 @@ struct DotProducts {
       k_rows[jj] = reinterpret_cast<const unsigned char*>(
           bf16_row(p, kv_row(p, p.k, req, j0 + jj, kv_head), dqk, tmp, k_copy + jj * dqk));
     }
-  }
-  void stage(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys,
-             float* scratch) {
-    stage_keys(p, req, kv_head, j0, keys, scratch);
     stage_value_pairs(p, req, kv_head, j0, keys, scratch);
   }
   void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
