@@ -69,6 +69,13 @@ CaseSpec step_case(DType kv, int d, int heads, int group, int i, int kind, int64
   return spec;
 }
 
+// A step case against the reference, and every fourth one split into chunks of a tile (tasks of
+// fewer heads).
+void expect_step_case_matches(const CaseSpec& spec, int i) {
+  expect_matches_reference(spec, CpuIsa::kAvx512);
+  if (i % 4 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
+}
+
 // Steps of several heads (decode_kernel.h, DotTiles::kStepHeads): on NHD caches whose rows are
 // at most 128 bytes (bf16 d64, FP8 d64 and d128) the dot-product kernels compute QK for 2 or 4
 // adjacent KV heads a visit, and PV for all of them (pv_step) where each saw a visible key; a
@@ -93,10 +100,10 @@ TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
       if (kernel.kv == DType::kBF16 && d == 128) continue;  // 256-byte rows: EightHeadSteps
       for (int heads : {1, 2, 3, 4, 5, 8, 9}) {
         for (int variant = 0; variant < 2; ++variant, ++i) {
-          const CaseSpec spec = step_case(kernel.kv, d, heads, groups[i % 4], i, (i + variant) % 6,
-                                          lengths[i % 6], lengths[(i + 3) % 6], 900 + i);
-          expect_matches_reference(spec, CpuIsa::kAvx512);
-          if (i % 4 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
+          expect_step_case_matches(
+              step_case(kernel.kv, d, heads, groups[i % 4], i, (i + variant) % 6, lengths[i % 6],
+                        lengths[(i + 3) % 6], 900 + i),
+              i);
           ++ran;
         }
       }
@@ -130,11 +137,10 @@ TEST(CpuDecodeHeadSteps, EightHeadStepsMatchTheReference) {
     for (int heads : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
       if (kernel.d == 256 && heads != 3 && heads != 8 && heads != 12) continue;  // fewer at d 256
       for (int variant = 0; variant < 2; ++variant, ++i) {
-        const CaseSpec spec =
+        expect_step_case_matches(
             step_case(kernel.kv, kernel.d, heads, groups[i % 4], i, (i + variant) % 6,
-                      lengths[i % 9], lengths[(i + 4) % 9], 1900 + i);
-        expect_matches_reference(spec, CpuIsa::kAvx512);
-        if (i % 4 == 0) expect_matches_reference(spec, CpuIsa::kAvx512, {.kv_chunk_size = kTile});
+                      lengths[i % 9], lengths[(i + 4) % 9], 1900 + i),
+            i);
         ++ran;
       }
     }

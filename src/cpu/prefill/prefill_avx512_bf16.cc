@@ -224,16 +224,10 @@ struct SplitDotProducts : DotProducts {
     // after this), where the cache can hold any (e5m2; e4m3 has none).
     if (p.kv_dtype == DType::kE5M2) {
       const int64_t words = int64_t{pairs} * p.head_dim_vo;  // u32: two bf16 each
-      int64_t i = 0;
-      for (; i + 16 <= words; i += 16) {
-        _mm512_storeu_si512(vp + i, without_infinities(_mm512_loadu_si512(vp + i)));
-      }
-      for (; i < words; ++i) {
-        uint32_t x = vp[i];
-        for (int half = 0; half < 32; half += 16) {
-          if (((x >> half) & 0x7FFFu) == 0x7F80u) x &= ~(0xFFFFu << half);
-        }
-        vp[i] = x;
+      for (int64_t i = 0; i < words; i += 16) {
+        const __mmask16 m = words - i >= 16 ? 0xFFFF : (1u << (words - i)) - 1;
+        _mm512_mask_storeu_epi32(vp + i, m,
+                                 without_infinities(_mm512_maskz_loadu_epi32(m, vp + i)));
       }
     }
     pass(p.scratch.p_lo);
