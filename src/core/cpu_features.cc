@@ -82,9 +82,9 @@ int x86_family(unsigned leaf1_eax) {
   return int(base == 0xf ? base + extended : base);
 }
 
-PrefetchHint decode_prefetch_for(bool amd, int family) {
-  if (!amd) return PrefetchHint::kL2;
-  return family < 0x1a ? PrefetchHint::kL1 : PrefetchHint::kNta;
+DecodePrefetch decode_prefetch_for(bool amd, int family) {
+  if (!amd) return {PrefetchHint::kL2, false};
+  return {PrefetchHint::kL1, family < 0x1a};
 }
 
 std::string CpuFeatures::to_string() const {
@@ -106,8 +106,8 @@ std::string CpuFeatures::to_string() const {
   add(avx512_vbmi, "avx512_vbmi");
   add(fast_bf16_dot, "fast_bf16_dot");
   add(amd, "amd");
-  add(decode_prefetch == PrefetchHint::kL1, "decode_prefetch_l1");
-  add(decode_prefetch == PrefetchHint::kNta, "decode_prefetch_nta");
+  add(decode_prefetch.hint == PrefetchHint::kL1, "decode_prefetch_l1");
+  add(decode_prefetch.token_rows, "decode_prefetch_token_rows");
   add(amx_bf16, "amx_bf16");
   return s.empty() ? "none" : s;
 }

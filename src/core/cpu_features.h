@@ -8,8 +8,18 @@
 
 namespace kvattn::detail {
 
-// A software prefetch's target: L2 (prefetcht1), L1 (prefetcht0) or non-temporal (prefetchnta).
-enum class PrefetchHint : uint8_t { kL2, kL1, kNta };
+// A software prefetch's target: L2 (prefetcht1) or L1 (prefetcht0).
+enum class PrefetchHint : uint8_t { kL2, kL1 };
+
+// How decode's paced prefetch of its next tile asks for the lines (src/cpu/decode/
+// decode_prefetch.h): where they go, and, for NHD caches, whether each token's row of the task's
+// heads is a stream of its own (the walk then asks for head 0's lines of every token first) or
+// each page's rows merge into one stream (the walk goes token by token).
+struct DecodePrefetch {
+  PrefetchHint hint = PrefetchHint::kL2;
+  bool token_rows = false;
+  friend bool operator==(const DecodePrefetch&, const DecodePrefetch&) = default;
+};
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
@@ -26,12 +36,14 @@ struct CpuFeatures {
   // The x86 family (CPUID leaf 1, base + extended): 0x19 for AMD Zen 3 and Zen 4, 0x1A for Zen 5,
   // 6 for the Intel Xeons.
   int family = 0;
-  // Where decode's paced prefetch of its next tile puts the lines (decode_prefetch_for):
-  // kL1 (prefetcht0) on AMD before Zen 5 (family < 0x1A), where the L2 hint ran every decode case
-  // slower (Zen 4: the bf16 llama3 case 1.27x, issue 23's Zen 4 note); kNta (prefetchnta) on Zen 5
-  // and later, where L1 ran the bf16 llama3 case 1.77x slower than L2 and prefetchnta 1.02-1.20x
-  // faster (issue 23's Zen 5 notes); kL2 (prefetcht1) on the Intel Xeons, their best.
-  PrefetchHint decode_prefetch = PrefetchHint::kL2;
+  // How decode's paced prefetch of its next tile asks for the lines (decode_prefetch_for): into
+  // L1 by token rows on AMD before Zen 5 (family < 0x1A), where the L2 hint ran every decode case
+  // slower (Zen 4: the bf16 llama3 case 1.27x, issue 23's Zen 4 note); into L1 by merged page
+  // streams on Zen 5 and later, where token rows ran the bf16 llama3 case 1.8-2.4x slower, and the
+  // merged streams into L1 1.05-1.14x faster than prefetchnta and 1.1x faster than L2 once the
+  // task's heads were read 8 a step (issue 23's Zen 5 notes); into L2 by merged streams on the
+  // Intel Xeons, their best.
+  DecodePrefetch decode_prefetch;
   // AMX-BF16 and AMX-TILE (CPUID), with the tile state granted by the OS (Linux hands it out
   // only on request: arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
   bool amx_bf16 = false;
@@ -43,7 +55,7 @@ const CpuFeatures& cpu_features();
 // The x86 family from CPUID leaf 1's EAX (the base family, plus the extended one when the base is
 // 0xF), and decode's prefetch choice for a CPU (CpuFeatures::decode_prefetch).
 int x86_family(unsigned leaf1_eax);
-PrefetchHint decode_prefetch_for(bool amd, int family);
+DecodePrefetch decode_prefetch_for(bool amd, int family);
 
 // The ISA level kernels use: the hardware's best, lowered by set_cpu_isa_limit (tests). Which
 // kernel runs is the cpu backend's kernel table's choice (src/cpu/kernel_table.h; its one

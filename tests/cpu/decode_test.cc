@@ -520,12 +520,12 @@ TEST(CpuDecodePrefetch, EveryLineOfTheNextTileIsAskedForOnce) {
   using kvattn::cpu::decode_detail::PrefetchHint;
   using kvattn::cpu::decode_detail::TilePrefetcher;
   alignas(64) static std::byte buffer[64 * 64];
-  for (const PrefetchHint hint : {PrefetchHint::kL2, PrefetchHint::kL1, PrefetchHint::kNta}) {
+  for (const PrefetchHint hint : {PrefetchHint::kL2, PrefetchHint::kL1}) {
     for (const int steps : {1, 3, 8}) {
       for (const int calls : {0, 1, 7, 64}) {
         TilePrefetcher prefetch(hint);
         prefetch.reset();
-        // Unmerged (the L1 hint's token rows): the same lines, walked as two streams.
+        // Unmerged (token rows, DecodePrefetch): the same lines, walked as two streams.
         const bool merge = calls % 2 == 0;
         prefetch.add(buffer, 640);               // 10 lines
         prefetch.add(buffer + 640, 100, merge);  // continues the first stream: 12 lines in all

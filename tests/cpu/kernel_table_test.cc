@@ -156,25 +156,26 @@ TEST(CpuKernelTable, DecodeChoicePerCpuClass) {
   EXPECT_EQ(choice(fp8, CpuIsa::kAvx512, no_vbmi), "decode-avx512-fma-k32");
 }
 
-// Decode's prefetch hint per CPU class (CpuFeatures::decode_prefetch),
-// from CPUID leaf 1 signatures: L1 on AMD Zen 3 and Zen 4 (family 0x19), non-temporal on Zen 5
-// (0x1A), L2 on the Intel Xeons.
+// Decode's prefetch per CPU class (CpuFeatures::decode_prefetch), from CPUID leaf 1 signatures:
+// L1 by token rows on AMD Zen 3 and Zen 4 (family 0x19), L1 by merged page streams on Zen 5
+// (0x1A), L2 by merged streams on the Intel Xeons.
 TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
   EXPECT_EQ(detail::x86_family(0x00A00F11u), 0x19);  // Zen 3 (EPYC Milan)
   EXPECT_EQ(detail::x86_family(0x00A10F11u), 0x19);  // Zen 4 (EPYC Genoa)
   EXPECT_EQ(detail::x86_family(0x00B00F21u), 0x1a);  // Zen 5 (EPYC Turin)
   EXPECT_EQ(detail::x86_family(0x000806F8u), 6);     // Sapphire Rapids
+  using detail::DecodePrefetch;
   using detail::PrefetchHint;
-  EXPECT_EQ(detail::decode_prefetch_for(true, 0x19), PrefetchHint::kL1);
-  EXPECT_EQ(detail::decode_prefetch_for(true, 0x1a), PrefetchHint::kNta);
-  EXPECT_EQ(detail::decode_prefetch_for(false, 6), PrefetchHint::kL2);
+  EXPECT_EQ(detail::decode_prefetch_for(true, 0x19), (DecodePrefetch{PrefetchHint::kL1, true}));
+  EXPECT_EQ(detail::decode_prefetch_for(true, 0x1a), (DecodePrefetch{PrefetchHint::kL1, false}));
+  EXPECT_EQ(detail::decode_prefetch_for(false, 6), (DecodePrefetch{PrefetchHint::kL2, false}));
   const detail::CpuFeatures& here = detail::cpu_features();
   EXPECT_EQ(here.decode_prefetch, detail::decode_prefetch_for(here.amd, here.family));
-  // `kvattn devices` names the hint where it is not L2.
+  // `kvattn devices` names the hint where it is not L2, and the token rows where they are used.
   EXPECT_EQ(here.to_string().find("decode_prefetch_l1") != std::string::npos,
-            here.decode_prefetch == PrefetchHint::kL1);
-  EXPECT_EQ(here.to_string().find("decode_prefetch_nta") != std::string::npos,
-            here.decode_prefetch == PrefetchHint::kNta);
+            here.decode_prefetch.hint == PrefetchHint::kL1);
+  EXPECT_EQ(here.to_string().find("decode_prefetch_token_rows") != std::string::npos,
+            here.decode_prefetch.token_rows);
 }
 
 TEST(CpuKernelTable, PrefillChoicePerCpuClass) {

@@ -194,7 +194,7 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
     p.indices_stride = args.kv_indices.rank > 0 ? args.kv_indices.strides[0] : 1;
   }
   p.kv_len = plan.kv_len.data();
-  p.prefetch_hint = detail::cpu_features().decode_prefetch;
+  p.prefetch = detail::cpu_features().decode_prefetch;
 
   const RunScalars& scalars = args.scalars;
   p.q_scale = pb.use_fp16_qk_reduction ? scalars.q_scale : 1.0f;

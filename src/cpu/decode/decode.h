@@ -72,8 +72,8 @@ struct DecodeParams {
   bool mask_packed = false;
   const int64_t* mask_begin = nullptr;
 
-  // Where the next tile's prefetches put its lines (decode_prefetch.h): the CPU class's.
-  decode_detail::PrefetchHint prefetch_hint = decode_detail::PrefetchHint::kL2;
+  // How the next tile's prefetches ask for its lines (decode_prefetch.h): the CPU class's.
+  decode_detail::DecodePrefetch prefetch;
 
   // Final rows: token b (one query per request), head qo_head. Split requests: partial state s
   // (= WorkItem::partial) of query g is partial.row(s, g) (rows = group).

@@ -210,7 +210,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   const int64_t k_head_step = p.k_strides.head * int64_t{kv_bytes};
   const int64_t v_head_step = p.v_strides.head * int64_t{kv_bytes};
   const float k_raw = p.rope ? 1.0f : Tiles::kKRaw;
-  TilePrefetcher prefetch(p.prefetch_hint);
+  TilePrefetcher prefetch(p.prefetch.hint);
   // tick() calls per head step: one per key in each QK and PV pass over a block of kNG rows.
   const int ticks_per_head = 2 * kTile * ((gp + kNG - 1) / kNG);
   // Heads a step takes together (Tiles::kStepHeads, 1 where the policy has no step of more):
@@ -246,17 +246,17 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         const int64_t row_bytes = side_by_side ? pair_bytes : is_v ? v_row_bytes : k_row_bytes;
         const int64_t head_step = is_v ? v_head_step : k_head_step;
         if (token_major) {
-          // With the L1 hint (AMD), each token's row is a stream of its own (at most 64: 32 keys,
-          // K and V), so that the round-robin walk asks for head 0's lines of every token first,
-          // then head 1's: the order of the next tile's head steps, each line a whole tile ahead
-          // of its use. Merged into one stream a page, the walk went token by token, and the
+          // By token rows (Zen 3 / Zen 4), each token's row is a stream of its own (at most 64: 32
+          // keys, K and V), so that the round-robin walk asks for head 0's lines of every token
+          // first, then head 1's: the order of the next tile's head steps, each line a whole tile
+          // ahead of its use. Merged into one stream a page, the walk went token by token, and the
           // next tile's first head step needed the last token's lines, asked for last. Zen 4,
           // kvattn_bench decode, 7 rounds, host at half rate: d64 0.29 -> 0.36 of the paired DRAM
           // read, e4m3 0.28 -> 0.31, long_b1 0.30 -> 0.33, bf16 / d256 level; cache-resident
           // (B1 x 128 keys) 10-26 % less time, the AVX2 kernel's 6-11 %. Intel's L2 hint keeps the
-          // merged streams (its decode was measured with them; not measured otherwise), as Zen 5's
-          // non-temporal one does: a stream per token row took 1.8-2.4x the time there (issue 23).
-          const bool merge = p.prefetch_hint != PrefetchHint::kL1;
+          // merged streams (its decode was measured with them; not measured otherwise), as Zen 5
+          // does: a stream per token row took 1.8-2.4x the time there (issue 23).
+          const bool merge = !p.prefetch.token_rows;
           for (int kk = 0; kk < count; ++kk) prefetch.add(rows[kk], num_heads * row_bytes, merge);
         } else {
           // HND: per run of keys in one page, each head's rows are contiguous, and a full page

@@ -11,22 +11,25 @@
 namespace kvattn::cpu::decode_detail {
 
 // Prefetch of the next tile, paced. The next tile's K and V bytes, as contiguous streams (NHD
-// with every head of the token in the task: one per page and K/V, or with the L1 hint one per
-// token row and K/V, so that the walk below goes head by head; HND: one per page, head and K/V),
+// with every head of the token in the task: one per page and K/V, or by token rows
+// (DecodePrefetch::token_rows) one per token row and K/V, so that the walk below goes head by
+// head; HND: one per page, head and K/V),
 // are issued a few lines at a time from inside the QK and PV loops of the current
 // tile, line j of each stream in turn, spread evenly over the head steps. Issuing the same lines
 // in one burst per head step ran no faster than no prefetch at all (issue 14): once the core's
 // miss buffers are full the burst stalls the arithmetic queued behind it, where a steady trickle
 // keeps loads in flight while the FMAs run.
 //
-// Where the lines go is the CPU class's (DecodeParams::prefetch_hint, chosen when the params are
-// built, CpuFeatures::decode_prefetch): into L2 (prefetcht1) on the
-// Intel Xeons (issue 14: the tile of all heads does not fit L1), into L1 (prefetcht0) on AMD
-// Zen 3 and Zen 4 (on Zen 4 the L2 hint ran every decode case slower, the bf16 llama3 case 1.27x,
-// prefetchnta was between the two: issue 23's Zen 4 note), non-temporal (prefetchnta) on AMD
-// Zen 5: there the L1 hint ran the bf16 llama3 case 1.77x slower than L2 (issue 23's first Zen 5
-// note) and prefetchnta 1.02-1.20x faster than L2 (its second), the same merged streams.
+// Where the lines go and how the streams are cut is the CPU class's (DecodeParams::prefetch,
+// chosen when the params are built, CpuFeatures::decode_prefetch): into L2 (prefetcht1), merged,
+// on the Intel Xeons (issue 14: the tile of all heads does not fit L1); into L1 (prefetcht0) on
+// AMD: by token rows on Zen 3 and Zen 4 (on Zen 4 the L2 hint ran every decode case slower, the
+// bf16 llama3 case 1.27x, prefetchnta was between the two: issue 23's Zen 4 note), merged on
+// Zen 5 (token rows ran 1.8-2.4x slower there; once NHD tasks read 8 heads a step, the merged
+// streams into L1 ran 1.05-1.14x faster than prefetchnta, which had been 1.02-1.20x faster than
+// L2 when they read one head a step: issue 23's Zen 5 notes).
 using PrefetchHint = ::kvattn::detail::PrefetchHint;
+using DecodePrefetch = ::kvattn::detail::DecodePrefetch;
 
 class TilePrefetcher {
  public:
@@ -91,15 +94,10 @@ class TilePrefetcher {
     n = std::min(n, budget_ - issued_);
     if (n <= 0) return;
     // Inline: GCC drops a call to a function whose body is only __builtin_prefetch.
-    switch (hint_) {
-      case PrefetchHint::kL1:
-        issue_lines<3>(n);
-        break;
-      case PrefetchHint::kNta:
-        issue_lines<0>(n);
-        break;
-      default:
-        issue_lines<2>(n);
+    if (hint_ == PrefetchHint::kL1) {
+      issue_lines<3>(n);
+    } else {
+      issue_lines<2>(n);
     }
   }
   template <int kLocality>
