@@ -97,13 +97,15 @@ void print_json(const CaseResult& r, const Rooflines& m) {
       "\"dram_paired_gbps\":%.3f,\"dram_paired_fraction\":%.4f,"
       "\"dram_gbps\":%.3f,\"dram_gbps_min\":%.3f,\"dram_gbps_max\":%.3f,"
       "\"dram_spread\":%.4f,\"dram_passes\":%d,\"bytes_per_s_per_core\":%.4g,"
-      "\"fma_gflops\":%.3f,\"bf16_dot_gflops\":%.3f,\"amx_bf16_gflops\":%.3f,"
+      "\"fma_gflops\":%.3f,\"fma256_gflops\":%.3f,\"bf16_dot_gflops\":%.3f,"
+      "\"amx_bf16_gflops\":%.3f,"
       "\"bytes\":%.0f,\"flops\":%.0f,\"repeats\":%d,\"threads\":%d,\"cpu_isa\":%s}\n",
       json_string(r.name).c_str(), json_string(r.backend).c_str(), r.median_ms, r.min_ms, r.max_ms,
       r.median_cpu_ms, r.gbps, r.gflops, r.roofline_fraction, r.paged_read_gbps,
       r.paged_read_fraction, r.dram_paired_gbps, r.dram_paired_fraction, m.dram.gbps,
       m.dram.min_gbps, m.dram.max_gbps, m.dram.spread(), m.dram.passes, m.dram.bytes_per_s_per_core,
-      m.fma_gflops, m.bf16_dot_gflops, m.amx_bf16_gflops, r.bytes, r.flops, r.repeats, r.threads,
+      m.fma_gflops, m.fma256_gflops, m.bf16_dot_gflops, m.amx_bf16_gflops, r.bytes, r.flops,
+      r.repeats, r.threads,
       json_string(std::string(cpu_isa_name(detail::effective_cpu_isa()))).c_str());
   std::fflush(stdout);
 }
@@ -141,16 +143,19 @@ int bench_main(int argc, char** argv) {
   m.dram = dram.measure();
   m.dram_reader = &dram;
   m.fma_gflops = measure_fma_gflops(o.threads);
+  m.fma256_gflops = measure_fma256_gflops(o.threads);
   m.bf16_dot_gflops = measure_bf16_dot_gflops(o.threads);
   m.amx_bf16_gflops = measure_amx_bf16_gflops(o.threads);
   if (!o.json) {
     std::printf(
         "machine: %d threads, DRAM read %.1f GB/s (median of %d passes, %.1f-%.1f; one core "
-        "%.1f GB/s), fp32 FMA peak %.1f GFLOP/s, bf16 dot peak %.1f GFLOP/s, AMX bf16 peak "
+        "%.1f GB/s), fp32 FMA peak %.1f GFLOP/s (256-bit vectors %.1f), bf16 dot peak %.1f "
+        "GFLOP/s, AMX bf16 peak "
         "%.1f GFLOP/s, isa %s\n",
         cpu::resolve_num_threads(o.threads), m.dram.gbps, m.dram.passes, m.dram.min_gbps,
-        m.dram.max_gbps, m.dram.bytes_per_s_per_core / 1e9, m.fma_gflops, m.bf16_dot_gflops,
-        m.amx_bf16_gflops, std::string(cpu_isa_name(detail::effective_cpu_isa())).c_str());
+        m.dram.max_gbps, m.dram.bytes_per_s_per_core / 1e9, m.fma_gflops, m.fma256_gflops,
+        m.bf16_dot_gflops, m.amx_bf16_gflops,
+        std::string(cpu_isa_name(detail::effective_cpu_isa())).c_str());
     std::printf("%-36s %-9s %10s %9s %10s %9s %10s %11s %11s\n", "case", "backend", "median_ms",
                 "GB/s", "GFLOP/s", "roofline", "cpu_ms", "paged_read", "dram_paired");
   }

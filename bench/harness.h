@@ -13,6 +13,7 @@ namespace kvattn::bench {
 struct Rooflines {
   DramBandwidth dram;
   double fma_gflops = 0;
+  double fma256_gflops = 0;    // with 256-bit vectors (the AVX2 kernels' peak)
   double bf16_dot_gflops = 0;  // 0: the CPU has no bf16 dot products
   double amx_bf16_gflops = 0;  // 0: the MLA kernels do not run on AMX tiles here
   // Where set, memory-bound cases take one DRAM pass after each timed run (the paired fraction).

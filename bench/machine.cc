@@ -316,7 +316,9 @@ double measure_amx_bf16_gflops(int num_threads) {
 #endif
 }
 
-double measure_fma_gflops(int num_threads) {
+namespace {
+// The best of kFmaPasses all-thread passes of `fma` (e.g. run_fma).
+double measure_fma_with(float (*fma)(int64_t, int64_t*), int num_threads) {
   const int threads = cpu::resolve_num_threads(num_threads);
   double best = 0;
   std::atomic<float> sink{0};
@@ -324,7 +326,7 @@ double measure_fma_gflops(int num_threads) {
     std::vector<int64_t> flops(threads, 0);
     const auto t0 = Clock::now();
     cpu::ThreadPool::global().parallel_for(threads, threads, [&](int64_t t, int) {
-      const float r = run_fma(kFmaIterations, &flops[t]);
+      const float r = fma(kFmaIterations, &flops[t]);
       float seen = sink.load();
       while (!sink.compare_exchange_weak(seen, seen + r)) {
       }
@@ -335,6 +337,25 @@ double measure_fma_gflops(int num_threads) {
     best = std::max(best, total / s / 1e9);
   }
   return best;
+}
+
+float run_fma256(int64_t iterations, int64_t* flops) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return fma_avx2(iterations, flops);
+  }
+#endif
+  return fma_portable(iterations, flops);
+}
+}  // namespace
+
+double measure_fma_gflops(int num_threads) { return measure_fma_with(run_fma, num_threads); }
+
+double measure_fma256_gflops(int num_threads) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx512f")) return measure_fma_gflops(num_threads);
+#endif
+  return measure_fma_with(run_fma256, num_threads);
 }
 
 }  // namespace kvattn::bench

@@ -43,6 +43,10 @@ class DramReader {
 // fp32 FMA peak in GFLOP/s (an FMA = 2 FLOPs): every thread runs independent vector FMAs on
 // registers, with the widest ISA the CPU has; best of several passes.
 double measure_fma_gflops(int num_threads);
+// The same with 256-bit vectors (AVX2 + FMA): the peak of the AVX2 kernels on a CPU that also has
+// AVX-512 (e.g. Zen 3's kernels measured on a Zen 5, where 512-bit FMAs run at twice the rate).
+// The FMA peak itself where the CPU has no AVX-512; the portable loop's without AVX2.
+double measure_fma256_gflops(int num_threads);
 // bf16 dot-product peak in GFLOP/s (vdpbf16ps: 16 lanes x 2 products x 2 FLOPs), measured like
 // the FMA peak; 0 where the CPU lacks AVX512_BF16.
 double measure_bf16_dot_gflops(int num_threads);
