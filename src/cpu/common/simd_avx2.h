@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -190,6 +191,31 @@ struct Simd {
     bool found = _mm256_movemask_epi8(_mm256_cmpeq_epi8(top, _mm256_set1_epi8(-1))) != 0;
     for (; i < n; ++i) found |= (bytes[i] & 0x7F) == 0x7F;
     return found;
+  }
+  // The same over the first n bytes of each of `count` rows (those with visible[r] != 0, or all
+  // where visible is null): one maximum across the rows, one compare at the end.
+  static bool has_e4m3_nan_rows(const std::byte* const* rows, int count, const uint8_t* visible,
+                                int64_t n) {
+    const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
+    __m256i top = _mm256_setzero_si256(), top2 = top;
+    bool found = false;
+    const int64_t pairs = n / 64 * 64, full = n / 32 * 32;
+    auto codes = [](const uint8_t* p) {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    };
+    for (int r = 0; r < count; ++r) {
+      if (visible && !visible[r]) continue;
+      const auto* bytes = reinterpret_cast<const uint8_t*>(rows[r]);
+      // 64 bytes a step, two maxima (a step of 32 left the loop's overhead in the scan's time).
+      for (int64_t i = 0; i < pairs; i += 64) {
+        top = _mm256_max_epu8(top, _mm256_or_si256(codes(bytes + i), sign));
+        top2 = _mm256_max_epu8(top2, _mm256_or_si256(codes(bytes + i + 32), sign));
+      }
+      if (full > pairs) top = _mm256_max_epu8(top, _mm256_or_si256(codes(bytes + pairs), sign));
+      for (int64_t i = full; i < n; ++i) found |= (bytes[i] & 0x7F) == 0x7F;
+    }
+    top = _mm256_max_epu8(top, top2);
+    return found || _mm256_movemask_epi8(_mm256_cmpeq_epi8(top, _mm256_set1_epi8(-1))) != 0;
   }
 
   template <DType T>

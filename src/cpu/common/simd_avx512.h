@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -197,6 +198,24 @@ struct Simd {
     }
     for (; i < n; ++i) found |= (bytes[i] & 0x7F) == 0x7F;
     return found != 0;
+  }
+  // The same over the first n bytes of each of `count` rows (those with visible[r] != 0, or all
+  // where visible is null): one maximum across the rows, one compare at the end.
+  static bool has_e4m3_nan_rows(const std::byte* const* rows, int count, const uint8_t* visible,
+                                int64_t n) {
+    const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512i top = _mm512_setzero_si512();
+    bool found = false;
+    const int64_t full = n / 64 * 64;
+    for (int r = 0; r < count; ++r) {
+      if (visible && !visible[r]) continue;
+      const auto* bytes = reinterpret_cast<const uint8_t*>(rows[r]);
+      for (int64_t i = 0; i < full; i += 64) {
+        top = _mm512_max_epu8(top, _mm512_or_si512(_mm512_loadu_si512(bytes + i), sign));
+      }
+      for (int64_t i = full; i < n; ++i) found |= (bytes[i] & 0x7F) == 0x7F;
+    }
+    return found || _mm512_cmpeq_epi8_mask(top, _mm512_set1_epi8(-1)) != 0;
   }
 
   // Loads 16 values of f16/bf16/e4m3/e5m2/f32 at p as real f32 times `scale`.

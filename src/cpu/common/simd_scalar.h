@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -68,6 +69,9 @@ struct Simd {
   static void store_tail(float* p, Vec v, int) { *p = v; }
   // Scalar loads decode the NaN code exactly: nothing to look for.
   static bool has_e4m3_nan(const void*, int64_t) { return false; }
+  static bool has_e4m3_nan_rows(const std::byte* const*, int, const uint8_t*, int64_t) {
+    return false;
+  }
 
   template <DType T>
   static Vec load_scaled(const void* p, float scale) {

@@ -31,9 +31,12 @@ void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const
   // Two accumulator chains a query row (even and odd chunks), summed per key, for 16-bit K rows
   // at blocks of up to 4 rows: one chain is 16 dependent FMAs a key at d 128 on AVX2. Zen 5 with
   // the AVX2 kernel forced (its class, Zen 3, not measured): cache-resident 1.08x (bf16 / f16
-  // d128), from DRAM 1.02-1.07x (issue 23); the AVX-512 FMA kernel level. FP8 rows keep one chain
-  // (their widening needs the registers: AVX2 e4m3 d64 ran 10 % slower with two).
-  constexpr bool kTwoChains = kNG <= 4 && kElemBytes<kKV> == 2;
+  // d128), from DRAM 1.02-1.07x (issue 23); the AVX-512 FMA kernel level. FP8 rows take two from
+  // d 128 (the AVX2 kernel on Zen 5, cache-resident: e4m3 d128 1.02-1.04x, d256 1.04-1.07x, e5m2
+  // d128 1.06x) and keep one below (their widening needs the registers: AVX2 e4m3 d64 ran 10 %
+  // slower with two once, 1-2 % on Zen 5).
+  constexpr bool kTwoChains =
+      kNG <= 4 && (kElemBytes<kKV> == 2 || (kElemBytes<kKV> == 1 && kD >= 128));
   for (int g0 = 0; g0 < group_padded; g0 += kNG) {
     const float* qg = q + g0 * q_row;
     for (int kb = 0; kb < n; kb += W) {
