@@ -159,6 +159,23 @@ struct Simd {
       return _mm256_cvtph_ps(e5m2_as_f16(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
     }
   }
+  // 16 FP8 values at p (two vectors' worth) as raw f32, widened together: one sign extension,
+  // shift and mask for both halves where load_raw takes one each (the AVX2 decode kernel on Zen
+  // 5, cache-resident: e4m3 d128 1.05x, e5m2 1.04x, e4m3 d64 level).
+  template <DType T>
+  requires(T == DType::kE4M3 || T == DType::kE5M2) static void load_raw_pair(const void* p, Vec* lo,
+                                                                             Vec* hi) {
+    const __m128i codes = _mm_loadu_si128(static_cast<const __m128i*>(p));
+    __m256i bits;
+    if constexpr (T == DType::kE4M3) {
+      bits = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7),
+                              _mm256_set1_epi16(int16_t(0xBF80u)));
+    } else {
+      bits = _mm256_slli_epi16(_mm256_cvtepu8_epi16(codes), 8);
+    }
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(bits));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(bits, 1));
+  }
   template <DType T>
   static Vec load_raw_tail(const void* p, int n) {
     alignas(32) unsigned char buffer[32] = {};

@@ -19,6 +19,18 @@ inline constexpr int kElemBytes = T == DType::kF32                          ? 4
                                   : (T == DType::kF16 || T == DType::kBF16) ? 2
                                                                             : 1;
 
+// Two consecutive chunks of a row (the one at p, the next `step` bytes on) as raw f32: together
+// where S widens two at once (load_raw_pair: FP8 on AVX2), else one by one.
+template <class S, DType kKV>
+inline void load_raw_two(const std::byte* p, int64_t step, typename S::Vec* a, typename S::Vec* b) {
+  if constexpr (requires { S::template load_raw_pair<kKV>(p, a, b); }) {
+    S::template load_raw_pair<kKV>(p, a, b);
+  } else {
+    *a = S::template load_raw<kKV>(p);
+    *b = S::template load_raw<kKV>(p + step);
+  }
+}
+
 // scores[g][kk] = q[g] . K row kk (raw), for n keys and every padded query row.
 template <class S, DType kKV, int kD, int kNG>
 void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
@@ -50,8 +62,8 @@ void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const
         int c = 0;
         if constexpr (kTwoChains) {
           for (; c + 2 <= full; c += 2) {
-            const Vec k0 = S::template load_raw<kKV>(row + c * step);
-            const Vec k1 = S::template load_raw<kKV>(row + (c + 1) * step);
+            Vec k0, k1;
+            load_raw_two<S, kKV>(row + c * step, step, &k0, &k1);
             for (int g = 0; g < kNG; ++g) {
               acc[g] = S::fma(S::load(qg + g * q_row + c * W), k0, acc[g]);
               acc2[g] = S::fma(S::load(qg + g * q_row + (c + 1) * W), k1, acc2[g]);
@@ -104,8 +116,8 @@ void pv_tile(const float* p, int group_padded, const std::byte* const* rows, int
       }
       for (int kk = 0; kk < n; ++kk) {
         if (c == 0) prefetch->tick();
-        const Vec v0 = S::template load_raw<kKV>(rows[kk] + c * step);
-        const Vec v1 = S::template load_raw<kKV>(rows[kk] + (c + 1) * step);
+        Vec v0, v1;
+        load_raw_two<S, kKV>(rows[kk] + c * step, step, &v0, &v1);
         for (int g = 0; g < kNG; ++g) {
           const Vec w = S::set1(pg[g * kTile + kk]);
           acc0[g] = S::fma(w, v0, acc0[g]);
