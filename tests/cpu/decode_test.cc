@@ -453,21 +453,30 @@ TEST(CpuDecodeDeterminism, FixedChunkGivesTheSameBitsWhateverTheThreadCount) {
   }
 }
 
-// The e4m3 NaN code (S.1111.111) in a visible K row makes the whole row of its query heads NaN,
-// in a V row the column it sits in, as in the reference; every other element stays finite.
-TEST(CpuDecodeNan, E4m3NanCodesGiveTheReferencesNans) {
+// The NaN-code tests' problem: 2 requests of kv_lens, 4 query heads over 2 KV heads, e4m3 pages
+// of 16, f32 output and LSE.
+CaseSpec e4m3_nan_spec(int dqk, int dvo, std::vector<int64_t> kv_lens) {
   CaseSpec spec;
   Problem& p = spec.problem;
   p.op = Op::kBatchDecode;
   p.batch_size = 2;
   p.num_qo_heads = 4;
   p.num_kv_heads = 2;
-  p.head_dim_qk = p.head_dim_vo = 64;
+  p.head_dim_qk = dqk;
+  p.head_dim_vo = dvo;
   p.page_size = 16;
   p.kv_dtype = DType::kE4M3;
   p.o_dtype = DType::kF32;
   spec.return_lse = true;
-  spec.kv_lens = {50, 40};
+  spec.kv_lens = std::move(kv_lens);
+  return spec;
+}
+
+// The e4m3 NaN code (S.1111.111) in a visible K row makes the whole row of its query heads NaN,
+// in a V row the column it sits in, as in the reference; every other element stays finite.
+TEST(CpuDecodeNan, E4m3NanCodesGiveTheReferencesNans) {
+  const CaseSpec spec = e4m3_nan_spec(64, 64, {50, 40});
+  const Problem& p = spec.problem;
   Case c = Case::make(spec);
   AttentionArgs fresh = c.args_with_fresh_outputs(DType::kF32);
   poke_paged<uint8_t>(c, fresh.paged_k_cache, 0, 7, 1, 5, 0x7F);
@@ -524,20 +533,9 @@ TEST(CpuDecodeNan, E4m3NanCodesAnywhereInTheRowsOfTheFmaKernels) {
         const int d = in_k ? dqk : dvo;
         for (const int at : {0, 64, d - 1}) {
           if (at >= d) continue;
-          CaseSpec spec;
+          CaseSpec spec = e4m3_nan_spec(dqk, dvo, {70, 45});
           Problem& p = spec.problem;
-          p.op = Op::kBatchDecode;
-          p.batch_size = 2;
-          p.num_qo_heads = 4;
-          p.num_kv_heads = 2;
-          p.head_dim_qk = dqk;
-          p.head_dim_vo = dvo;
-          p.page_size = 16;
-          p.kv_dtype = DType::kE4M3;
-          p.o_dtype = DType::kF32;
           p.window_left = 40;  // request 0 (70 keys) hides keys 0..28
-          spec.return_lse = true;
-          spec.kv_lens = {70, 45};
           Case c = Case::make(spec);
           AttentionArgs fresh = c.args_with_fresh_outputs(DType::kF32);
           const TensorView& cache = in_k ? fresh.paged_k_cache : fresh.paged_v_cache;
