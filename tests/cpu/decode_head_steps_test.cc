@@ -77,11 +77,12 @@ void expect_step_case_matches(const CaseSpec& spec, int i) {
 }
 
 // Steps of several heads (decode_kernel.h, DotTiles::kStepHeads): on NHD caches whose rows are
-// at most 128 bytes (bf16 d64, FP8 d64 and d128) the dot-product kernels compute QK for 2 or 4
-// adjacent KV heads a visit, and PV for all of them (pv_step) where each saw a visible key; a
-// task whose head count is not a multiple takes its last heads one at a time. Checked over head
-// counts around the step (1-9), GQA groups 3, 4, 8 and 16, lengths around the tile, the variants
-// those kernels take, and split into chunks (tasks of fewer heads).
+// one 64-value chunk (bf16 d64, FP8 d64) the dot-product kernels compute QK for 4 adjacent KV
+// heads a visit (FP8 d128, checked here too, takes 8: EightHeadSteps), and PV for all of them
+// (pv_step) where each saw a visible key; a task whose head count is not a multiple takes its last
+// heads one at a time. Checked over head counts around the step (1-9), GQA groups 3, 4, 8 and 16,
+// lengths around the tile, the variants those kernels take, and split into chunks (tasks of fewer
+// heads).
 TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
   struct Kernel {
     std::string_view name;
@@ -112,8 +113,8 @@ TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
   if (ran == 0) GTEST_SKIP() << "no AVX512_BF16 dot-product kernel runs here";
 }
 
-// Steps of 8 heads (DotTiles::kStepHeads at 256-byte and longer rows: bf16 d128 and d256, FP8
-// d256): QK over every head of the step per key, PV over every head per sub-tile of 8 keys
+// Steps of 8 heads (DotTiles::kStepHeads at rows of two chunks or more: bf16 d128 and d256, FP8
+// d128 and d256): QK over every head of the step per key, PV over every head per sub-tile of 8 keys
 // (pv_step) where each head saw a visible key, else head by head; a task's heads past a multiple
 // of 8 one at a time. Checked over head counts 1-9, 12 and 16, GQA groups 3, 4, 8 and 16
 // (padded rows, blocks of 4), lengths around the sub-tile and the tile, the variants those
@@ -126,6 +127,8 @@ TEST(CpuDecodeHeadSteps, EightHeadStepsMatchTheReference) {
   };
   const Kernel kernels[] = {{kBf16Dot, DType::kBF16, 128},
                             {kBf16Dot, DType::kBF16, 256},
+                            {kFp8TableDot, DType::kE4M3, 128},
+                            {kFp8TableDot, DType::kE5M2, 128},
                             {kFp8TableDot, DType::kE4M3, 256}};
   const int64_t lengths[] = {1, 7, 8, 9, kTile - 1, kTile, kTile + 1, 2 * kTile + 3, 100};
   const int groups[] = {4, 3, 8, 16};

@@ -184,13 +184,16 @@ struct DotTiles {
   // lines it missed came in at full latency. With 8 heads a step (all of the llama3 8B task's)
   // bf16 d128 decode read 1.29-1.34x the GB/s of one head a step on one thread from DRAM and ran
   // 1.05-1.16x faster on two (`kvattn bench`; long_b1, d64, d256 1.08-1.15x), level in cache.
-  // 128-byte rows (bf16 d64, FP8 d128) keep the steps measured on Zen 4 for QK alone (their
-  // query vectors fill the 32 registers: 4 heads at d64, 2 at d128; 8 there ran 0.84x / 0.97x on
-  // Zen 5, inside the noise); d256 (512-byte rows) takes 8 (1.12x against 1 on Zen 5). A task's
+  // Rows of one 64-value chunk (bf16 d64, FP8 d64) keep the 4-head steps measured on Zen 4 for
+  // QK alone (the step's query vectors stay in the 32 registers; 8 there ran 0.84x-1.06x on Zen 5
+  // from DRAM, set to set). FP8 d128 (two chunks, 128-byte rows) took 2 heads a step until
+  // issue 23's fifth Zen 5 pass (their query vectors alone filled the registers, so they were
+  // reloaded anyway) and takes 8 since: cache-resident 1.08-1.10x (e4m3 and e5m2), from DRAM e4m3
+  // 1.01-1.10x in three sets. d256 (512-byte rows) takes 8 (1.12x against 1 on Zen 5). A task's
   // heads past a multiple of kStepHeads go one at a time (a step of fewer, chosen at run time,
   // made GCC build the full step's loops 1.2x slower cache-resident).
   static constexpr int kRowBytes = kChunks * Loader::kChunkBytes;
-  static constexpr int kStepHeads = !kQueryLanes ? 1 : kRowBytes <= 128 ? 4 / kChunks : 8;
+  static constexpr int kStepHeads = !kQueryLanes ? 1 : kChunks == 1 ? 4 : 8;
   // QK of a step of kStepHeads heads: head j's queries at q + j * q_head (floats), its K rows at
   // rows[kk] + j * head_step (bytes), its scores at scores + j * group_padded * kTile.
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
