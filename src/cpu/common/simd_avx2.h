@@ -193,24 +193,10 @@ struct Simd {
     std::memcpy(p, buffer, static_cast<std::size_t>(n) * sizeof(float));
   }
 
-  // Whether any of the n bytes at p is an e4m3 NaN code: with the sign bit set, a NaN code is
-  // the byte 0xFF, so the bytewise maximum of the row is 0xFF exactly when one is there (one OR
-  // and one max per 32 bytes, one compare at the end: the scan runs once per visible key).
-  static bool has_e4m3_nan(const void* p, int64_t n) {
-    const auto* bytes = static_cast<const uint8_t*>(p);
-    const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
-    __m256i top = _mm256_setzero_si256();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes + i));
-      top = _mm256_max_epu8(top, _mm256_or_si256(x, sign));
-    }
-    bool found = _mm256_movemask_epi8(_mm256_cmpeq_epi8(top, _mm256_set1_epi8(-1))) != 0;
-    for (; i < n; ++i) found |= (bytes[i] & 0x7F) == 0x7F;
-    return found;
-  }
-  // The same over the first n bytes of each of `count` rows (those with visible[r] != 0, or all
-  // where visible is null): one maximum across the rows, one compare at the end.
+  // Whether any of the first n bytes of `count` rows (those with visible[r] != 0, or all where
+  // visible is null) is an e4m3 NaN code: with the sign bit set, a NaN code is the byte 0xFF, so
+  // the bytewise maximum of the rows is 0xFF exactly when one is there (one OR and one max per 32
+  // bytes, one compare at the end).
   static bool has_e4m3_nan_rows(const std::byte* const* rows, int count, const uint8_t* visible,
                                 int64_t n) {
     const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));

@@ -183,24 +183,11 @@ struct Simd {
   // placing the bits straight into an f32 (2^-120 below the value) made f32 denormals of the
   // small codes, and on Intel cores every FMA touching one takes a microcode assist (decode ran
   // 15x slower on e4m3 than on bf16). The NaN code (S.1111.111) is not distinguished here (it
-  // reads as 480): callers that must see it use has_e4m3_nan.
+  // reads as 480): callers that must see it use has_e4m3_nan_rows.
   static Vec load_e4m3(__m128i codes) { return _mm512_cvtph_ps(e4m3_as_f16(codes)); }
-  // Whether any of the n bytes at p is an e4m3 NaN code.
-  static bool has_e4m3_nan(const void* p, int64_t n) {
-    const auto* bytes = static_cast<const uint8_t*>(p);
-    const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
-    const __m512i ones = _mm512_set1_epi8(-1);
-    __mmask64 found = 0;
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-      const __m512i x = _mm512_or_si512(_mm512_loadu_si512(bytes + i), sign);
-      found |= _mm512_cmpeq_epi8_mask(x, ones);
-    }
-    for (; i < n; ++i) found |= (bytes[i] & 0x7F) == 0x7F;
-    return found != 0;
-  }
-  // The same over the first n bytes of each of `count` rows (those with visible[r] != 0, or all
-  // where visible is null): one maximum across the rows, one compare at the end.
+  // Whether any of the first n bytes of `count` rows (those with visible[r] != 0, or all where
+  // visible is null) is an e4m3 NaN code (as simd_avx2.h's: the bytewise maximum of the codes
+  // with their sign bit set is 0xFF exactly when one is there).
   static bool has_e4m3_nan_rows(const std::byte* const* rows, int count, const uint8_t* visible,
                                 int64_t n) {
     const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));

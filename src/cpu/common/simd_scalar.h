@@ -68,7 +68,6 @@ struct Simd {
   static Vec load_tail(const float* p, int) { return *p; }
   static void store_tail(float* p, Vec v, int) { *p = v; }
   // Scalar loads decode the NaN code exactly: nothing to look for.
-  static bool has_e4m3_nan(const void*, int64_t) { return false; }
   static bool has_e4m3_nan_rows(const std::byte* const*, int, const uint8_t*, int64_t) {
     return false;
   }

@@ -85,7 +85,7 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
   if (!S::has_e4m3_nan_rows(v_rows, n, visible, p.head_dim_vo)) return;
   for (int kk = 0; kk < n; ++kk) {
     if (visible && !visible[kk]) continue;
-    if (S::has_e4m3_nan(v_rows[kk], p.head_dim_vo)) {
+    if (S::has_e4m3_nan_rows(v_rows + kk, 1, nullptr, p.head_dim_vo)) {
       const auto* codes = reinterpret_cast<const uint8_t*>(v_rows[kk]);
       for (int d = 0; d < p.head_dim_vo; ++d) {
         if ((codes[d] & 0x7F) != 0x7F) continue;
