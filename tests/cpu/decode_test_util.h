@@ -1,5 +1,6 @@
-// Shared by the decode tests (decode_test.cc, decode_head_steps_test.cc): the decode kernels
-// the tests name through the kernel table, and whether this machine runs one.
+// Shared by the decode tests (decode_test.cc, decode_head_steps_test.cc, decode_nan_test.cc):
+// the decode kernels the tests name through the kernel table, and whether this machine runs
+// one.
 #pragma once
 
 #include <string>
