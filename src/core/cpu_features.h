@@ -44,6 +44,13 @@ struct CpuFeatures {
   // task's heads were read 8 a step (issue 23's Zen 5 notes); into L2 by merged streams on the
   // Intel Xeons, their best.
   DecodePrefetch decode_prefetch;
+  // Whether decode over the fp32-FMA kernels (f16 / f32 KV on AVX-512; every KV type on AVX2 and
+  // on the Intel Xeons' AVX-512) reads 8 KV heads a step on NHD caches, as the bf16-dot kernels
+  // do (decode_fma_head_steps_for): on AMD Zen 5 and later (family >= 0x1A), where one thread read
+  // bf16 from DRAM 1.3-1.4x as fast and f16 decode ran 1.2x faster (issue 23's sixth Zen 5 pass).
+  // Off on the classes not measured with it (Zen 3 and Zen 4, whose token-row prefetch asks for the
+  // next tile head by head, the order of one head a step; the Intel Xeons).
+  bool decode_fma_head_steps = false;
   // AMX-BF16 and AMX-TILE (CPUID), with the tile state granted by the OS (Linux hands it out
   // only on request: arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
   bool amx_bf16 = false;
@@ -53,9 +60,10 @@ struct CpuFeatures {
 const CpuFeatures& cpu_features();
 
 // The x86 family from CPUID leaf 1's EAX (the base family, plus the extended one when the base is
-// 0xF), and decode's prefetch choice for a CPU (CpuFeatures::decode_prefetch).
+// 0xF), and decode's prefetch and head-step choices for a CPU.
 int x86_family(unsigned leaf1_eax);
 DecodePrefetch decode_prefetch_for(bool amd, int family);
+bool decode_fma_head_steps_for(bool amd, int family);  // CpuFeatures::decode_fma_head_steps
 
 // The ISA level kernels use: the hardware's best, lowered by set_cpu_isa_limit (tests). Which
 // kernel runs is the cpu backend's kernel table's choice (src/cpu/kernel_table.h; its one

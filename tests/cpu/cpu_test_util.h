@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -46,6 +47,18 @@ class KernelOverride {
   ~KernelOverride() { cpu::clear_cpu_kernel_override(); }
   KernelOverride(const KernelOverride&) = delete;
   KernelOverride& operator=(const KernelOverride&) = delete;
+};
+
+// An environment variable set for a scope (the cpu backend reads KVATTN_CPU_* at every plan).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
 };
 
 // The kernels of `op` this machine runs, in table order.

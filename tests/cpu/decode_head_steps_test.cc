@@ -1,5 +1,5 @@
-// The decode kernels' steps of several KV heads (decode_kernel.h, DotTiles::kStepHeads) against
-// the reference.
+// The decode kernels' steps of several KV heads (decode_kernel.h: DotTiles::kStepHeads,
+// FmaTiles::kStepHeads) against the reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -149,6 +149,79 @@ TEST(CpuDecodeHeadSteps, EightHeadStepsMatchTheReference) {
     }
   }
   if (ran == 0) GTEST_SKIP() << "no AVX512_BF16 dot-product kernel runs here";
+}
+
+// The fp32-FMA kernels' steps (FmaTiles::kStepHeads: 8 heads, 4 at blocks of 8 query rows;
+// qk_heads, 4 keys at a time, and pv_heads, sub-tiles of 8 keys), forced on whatever the CPU class
+// takes (KVATTN_CPU_FMA_HEAD_STEPS=1): the AVX2 and AVX-512 kernels, every KV type they take
+// (e4m3's NaN codes restored head by head after the step), head dims with a tail chunk (40, 96,
+// (192, 128)) and the unrolled 64 / 128 / 256, GQA groups 1, 2, 3, 4, 8 and 16 (blocks of 1, 2, 4
+// and 8 rows; 8 and 16 take 4 heads a step), head counts around the step, lengths around the
+// 4-key group, the sub-tile and the tile, the variants, split into chunks.
+TEST(CpuDecodeHeadSteps, FmaHeadStepsMatchTheReference) {
+  const ScopedEnv steps("KVATTN_CPU_FMA_HEAD_STEPS", "1");
+  const DType kvs[] = {DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2, DType::kF32};
+  const std::pair<int, int> dims[] = {{64, 64}, {128, 128}, {256, 256},
+                                      {40, 40}, {96, 96},   {192, 128}};
+  const int64_t lengths[] = {1, 3, 4, 5, 8, 9, kTile - 1, kTile, kTile + 1, 2 * kTile + 3, 100};
+  const int groups[] = {4, 1, 2, 3, 8, 16};
+  const int heads[] = {8, 9, 3, 12, 16, 4, 5};
+  int i = 0, ran = 0;
+  for (const std::string_view kernel : {kFmaAvx2, kFma512}) {
+    std::string why;
+    if (runnable(kernel, &why) == nullptr) continue;
+    const KernelOverride named(kernel);
+    for (const DType kv : kvs) {
+      for (const auto& [dqk, dvo] : dims) {
+        if (kv == DType::kF32 && dqk != 128 && dqk != 40) continue;  // f32: fewer
+        for (int variant = 0; variant < 2; ++variant, ++i) {
+          CaseSpec spec = step_case(kv, dqk, heads[i % 7], groups[i % 6], i, (i + variant) % 6,
+                                    lengths[i % 11], lengths[(i + 5) % 11], 4900 + i);
+          spec.problem.head_dim_vo = dvo;
+          expect_step_case_matches(spec, i);
+          ++ran;
+        }
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no AVX2 or AVX-512 kernel runs here";
+}
+
+// The e4m3 NaN code in K and V rows of heads inside an fp32-FMA step and after it: each head's
+// rows are scanned after the step's PV (poison_e4m3_nans per head), so the reference's NaN
+// pattern comes back head by head (K: the key's query rows NaN; V: the column), and no other.
+TEST(CpuDecodeHeadSteps, FmaHeadStepsRestoreE4m3NanCodesPerHead) {
+  const ScopedEnv steps("KVATTN_CPU_FMA_HEAD_STEPS", "1");
+  int ran = 0;
+  for (const std::string_view kernel : {kFmaAvx2, kFma512}) {
+    std::string why;
+    if (runnable(kernel, &why) == nullptr) continue;
+    CaseSpec spec = step_case(DType::kE4M3, 128, 9, 4, 1, 0, 70, 45, 5900);
+    spec.problem.o_dtype = DType::kF32;
+    Case c = Case::make(spec);
+    AttentionArgs fresh = c.args_with_fresh_outputs(DType::kF32);
+    poke_paged<uint8_t>(c, fresh.paged_k_cache, 0, 40, 2, 5, 0x7F);    // in the step
+    poke_paged<uint8_t>(c, fresh.paged_v_cache, 0, 41, 5, 100, 0xFF);  // in the step
+    poke_paged<uint8_t>(c, fresh.paged_v_cache, 1, 44, 8, 7, 0x7F);    // the head after it
+    PlanOptions reference;
+    reference.backend = "reference";
+    ASSERT_TRUE(kvattn::run(spec.problem, fresh, reference).ok());
+    const std::vector<float> ref_out = c.fresh_out_f32();
+    const KernelOverride named(kernel);
+    AttentionArgs args = c.args();
+    ASSERT_TRUE(kvattn::run(spec.problem, args, {.backend = "cpu"}).ok());
+    const std::vector<float> out = c.out_f32();
+    int nans = 0;
+    for (std::size_t e = 0; e < out.size(); ++e) {
+      ASSERT_EQ(std::isnan(out[e]), std::isnan(ref_out[e])) << kernel << " element " << e;
+      nans += std::isnan(out[e]);
+    }
+    // K: head 2's 4 query rows of request 0; V: one column of head 5's (request 0) and head 8's
+    // (request 1) 4 rows.
+    EXPECT_EQ(nans, 4 * 128 + 4 + 4) << kernel;
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << "no AVX2 or AVX-512 kernel runs here";
 }
 
 // Per-(token, head) V scales ride in the weights of the FP8 dot-product kernel as two bf16 each

@@ -91,7 +91,7 @@ TEST(CpuDecodeNan, E4m3NanCodesGiveTheReferencesNans) {
 // its last byte), in K or V, at head dims that end in each of those parts, gives the reference's
 // NaNs; a NaN code in a key the window hides gives none.
 TEST(CpuDecodeNan, E4m3NanCodesAnywhereInTheRowsOfTheFmaKernels) {
-  for (const std::string_view kernel : {std::string_view("decode-avx2-fma-k32"), kFma512}) {
+  for (const std::string_view kernel : {kFmaAvx2, kFma512}) {
     std::string why;
     if (runnable(kernel, &why) == nullptr) continue;
     KernelOverride named(kernel);

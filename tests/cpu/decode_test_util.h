@@ -27,6 +27,7 @@ inline constexpr std::string_view kFp8TableFma = "decode-avx512vbmi-fp8table-fma
 inline constexpr std::string_view kFp8TableDot = "decode-avx512bf16-fp8table-dot-k32";
 inline constexpr std::string_view kBf16Dot = "decode-avx512bf16-dot-k32";
 inline constexpr std::string_view kFma512 = "decode-avx512-fma-k32";
+inline constexpr std::string_view kFmaAvx2 = "decode-avx2-fma-k32";
 // The same table widening onto AMX-BF16 tiles (decode_fp8_amx.cc), and that kernel body on
 // emulated tiles (common/amx.h: any CPU with AVX512_BF16 and VBMI).
 inline constexpr std::string_view kFp8Amx = "decode-amx-bf16-fp8table-k32";

@@ -62,17 +62,6 @@ std::string choice(const Problem& p, CpuIsa isa, const detail::CpuFeatures& f) {
   return s.ok() ? std::string(k->name) : "error: " + s.message();
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
-
 TEST(CpuKernelTable, EntriesAreWellFormed) {
   std::set<std::string_view> names;
   for (const CpuKernel& k : cpu::cpu_kernels()) {
@@ -176,6 +165,19 @@ TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
             here.decode_prefetch.hint == PrefetchHint::kL1);
   EXPECT_EQ(here.to_string().find("decode_prefetch_token_rows") != std::string::npos,
             here.decode_prefetch.token_rows);
+}
+
+// The fp32-FMA decode kernels' steps of several heads per CPU class
+// (CpuFeatures::decode_fma_head_steps): on AMD Zen 5, the class measured with them, not on Zen 3
+// / Zen 4 or the Intel Xeons; `kvattn devices` names them where taken.
+TEST(CpuKernelTable, DecodeFmaHeadStepsPerCpuClass) {
+  EXPECT_FALSE(detail::decode_fma_head_steps_for(true, 0x19));
+  EXPECT_TRUE(detail::decode_fma_head_steps_for(true, 0x1a));
+  EXPECT_FALSE(detail::decode_fma_head_steps_for(false, 6));
+  const detail::CpuFeatures& here = detail::cpu_features();
+  EXPECT_EQ(here.decode_fma_head_steps, detail::decode_fma_head_steps_for(here.amd, here.family));
+  EXPECT_EQ(here.to_string().find("decode_fma_head_steps") != std::string::npos,
+            here.decode_fma_head_steps);
 }
 
 TEST(CpuKernelTable, PrefillChoicePerCpuClass) {

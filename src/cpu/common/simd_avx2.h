@@ -45,16 +45,21 @@ struct Simd {
     return _mm_cvtss_f32(x);
   }
 
-  // parts[i] holds partial sums of dot product i; returns lane i = sum of parts[i]'s lanes.
+  // parts[i] holds partial sums of dot product i; returns lane i = sum of parts[i]'s lanes. In
+  // two stages as in simd_avx512.h: reduce_four of parts and of parts + 4, then reduce_fours.
   static Vec reduce_rows(const Vec* parts) {
-    const Vec h01 = _mm256_hadd_ps(parts[0], parts[1]);
-    const Vec h23 = _mm256_hadd_ps(parts[2], parts[3]);
-    const Vec h45 = _mm256_hadd_ps(parts[4], parts[5]);
-    const Vec h67 = _mm256_hadd_ps(parts[6], parts[7]);
-    const Vec q0 = _mm256_hadd_ps(h01, h23);  // lanes 0-3: rows 0-3 over the low half
-    const Vec q1 = _mm256_hadd_ps(h45, h67);
-    return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20),
-                         _mm256_permute2f128_ps(q0, q1, 0x31));
+    const Vec fours[2] = {reduce_four(parts), reduce_four(parts + 4)};
+    return reduce_fours(fours);
+  }
+  // Four dot products' partial sums to one vector: lanes i and 4 + i hold partial sums of
+  // parts[i].
+  static Vec reduce_four(const Vec* parts) {
+    return _mm256_hadd_ps(_mm256_hadd_ps(parts[0], parts[1]), _mm256_hadd_ps(parts[2], parts[3]));
+  }
+  // Two reduce_four results (dot products 4m .. 4m + 3 in fours[m]) to lane i = dot product i.
+  static Vec reduce_fours(const Vec* fours) {
+    return _mm256_add_ps(_mm256_permute2f128_ps(fours[0], fours[1], 0x20),
+                         _mm256_permute2f128_ps(fours[0], fours[1], 0x31));
   }
 
   // 2^x as in simd_avx512.h (exactly 0 below -125, no denormals, NaN -> NaN); the power of two

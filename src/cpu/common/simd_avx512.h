@@ -42,21 +42,29 @@ struct Simd {
   static float reduce_max(Vec v) { return _mm512_reduce_max_ps(v); }
 
   // parts[i] holds partial sums of dot product i; returns lane i = sum of parts[i]'s lanes.
+  // In two stages, so that a caller may reduce its dot products four at a time as they come
+  // (decode's head steps, decode_fma_tiles.h): reduce_four(parts + 4m) for m = 0..3, then
+  // reduce_fours of the four results.
   static Vec reduce_rows(const Vec* parts) {
-    Vec pair[8];
-    for (int i = 0; i < 8; ++i) {
-      pair[i] = _mm512_add_ps(_mm512_unpacklo_ps(parts[2 * i], parts[2 * i + 1]),
-                              _mm512_unpackhi_ps(parts[2 * i], parts[2 * i + 1]));
-    }
-    Vec quad[4];
-    for (int i = 0; i < 4; ++i) {
-      quad[i] = _mm512_add_ps(_mm512_shuffle_ps(pair[2 * i], pair[2 * i + 1], 0x44),
-                              _mm512_shuffle_ps(pair[2 * i], pair[2 * i + 1], 0xEE));
-    }
+    const Vec fours[4] = {reduce_four(parts), reduce_four(parts + 4), reduce_four(parts + 8),
+                          reduce_four(parts + 12)};
+    return reduce_fours(fours);
+  }
+  // Four dot products' partial sums to one vector: lane 4L + i holds a partial sum of parts[i].
+  static Vec reduce_four(const Vec* parts) {
+    const Vec pair0 = _mm512_add_ps(_mm512_unpacklo_ps(parts[0], parts[1]),
+                                    _mm512_unpackhi_ps(parts[0], parts[1]));
+    const Vec pair1 = _mm512_add_ps(_mm512_unpacklo_ps(parts[2], parts[3]),
+                                    _mm512_unpackhi_ps(parts[2], parts[3]));
+    return _mm512_add_ps(_mm512_shuffle_ps(pair0, pair1, 0x44),
+                         _mm512_shuffle_ps(pair0, pair1, 0xEE));
+  }
+  // Four reduce_four results (dot products 4m .. 4m + 3 in fours[m]) to lane i = dot product i.
+  static Vec reduce_fours(const Vec* fours) {
     Vec half[2];
     for (int i = 0; i < 2; ++i) {
-      half[i] = _mm512_add_ps(_mm512_shuffle_f32x4(quad[2 * i], quad[2 * i + 1], 0x88),
-                              _mm512_shuffle_f32x4(quad[2 * i], quad[2 * i + 1], 0xDD));
+      half[i] = _mm512_add_ps(_mm512_shuffle_f32x4(fours[2 * i], fours[2 * i + 1], 0x88),
+                              _mm512_shuffle_f32x4(fours[2 * i], fours[2 * i + 1], 0xDD));
     }
     return _mm512_add_ps(_mm512_shuffle_f32x4(half[0], half[1], 0x88),
                          _mm512_shuffle_f32x4(half[0], half[1], 0xDD));

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,15 @@ namespace {
 constexpr int64_t kMinAutoChunk = 256;
 
 int pad_to(int n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// Whether the fp32-FMA decode tasks take several heads a step: KVATTN_CPU_FMA_HEAD_STEPS=1 or 0
+// where set (read at every plan, as KVATTN_CPU_KERNEL: tests, and A/B runs on the classes whose
+// choice is not measured), else the CPU class's (CpuFeatures::decode_fma_head_steps).
+bool fma_head_steps() {
+  const char* env = std::getenv("KVATTN_CPU_FMA_HEAD_STEPS");
+  if (env != nullptr && *env != '\0') return std::string_view(env) != "0";
+  return detail::cpu_features().decode_fma_head_steps;
+}
 
 // The keys query position kv_len - 1 can see at all: [lo, kv_len).
 int64_t first_visible_key(const Problem& problem, int64_t kv_len) {
@@ -195,6 +206,7 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   }
   p.kv_len = plan.kv_len.data();
   p.prefetch = detail::cpu_features().decode_prefetch;
+  p.fma_head_steps = fma_head_steps();
 
   const RunScalars& scalars = args.scalars;
   p.q_scale = pb.use_fp16_qk_reduction ? scalars.q_scale : 1.0f;

@@ -74,6 +74,10 @@ struct DecodeParams {
 
   // How the next tile's prefetches ask for its lines (decode_prefetch.h): the CPU class's.
   decode_detail::DecodePrefetch prefetch;
+  // Whether tasks over the fp32-FMA tiles take several KV heads a step on NHD caches
+  // (FmaTiles::kStepHeads): the CPU class's choice (CpuFeatures::decode_fma_head_steps) or
+  // KVATTN_CPU_FMA_HEAD_STEPS (decode.cc).
+  bool fma_head_steps = false;
 
   // Final rows: token b (one query per request), head qo_head. Split requests: partial state s
   // (= WorkItem::partial) of query g is partial.row(s, g) (rows = group).

@@ -197,7 +197,7 @@ struct DotTiles {
   // QK of a step of kStepHeads heads: head j's queries at q + j * q_head (floats), its K rows at
   // rows[kk] + j * head_step (bytes), its scores at scores + j * group_padded * kTile.
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
-                      const std::byte* const* rows, int64_t head_step, int n, float* scores,
+                      const std::byte* const* rows, int64_t head_step, int n, int, float* scores,
                       TilePrefetcher* prefetch) {
     qk_query_lanes<kStepHeads>(q, q_row, q_head, group_padded, rows, head_step, n, scores,
                                prefetch);
@@ -297,7 +297,7 @@ struct DotTiles {
   // or by half dims, ran 1.04-1.12x slower than head by head; this one, by sub-tiles, is not
   // measured there.)
   static void pv_step(const float* p, int group_padded, const std::byte* const* rows,
-                      int64_t head_step, int n, float* o, int o_row, int o_head,
+                      int64_t head_step, int n, int, int64_t, float* o, int o_row, int o_head,
                       TilePrefetcher* prefetch, bool split) {
     if (split) {
       pv_heads<kStepHeads, 4, true>(p, group_padded, rows, head_step, n, o, o_row, o_head,

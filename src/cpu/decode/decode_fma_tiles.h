@@ -31,6 +31,49 @@ inline void load_raw_two(const std::byte* p, int64_t step, typename S::Vec* a, t
   }
 }
 
+// Two accumulator chains a query row (even and odd chunks), summed per key, for 16-bit K rows
+// at blocks of up to 4 rows: one chain is 16 dependent FMAs a key at d 128 on AVX2. Zen 5 with
+// the AVX2 kernel forced (its class, Zen 3, not measured): cache-resident 1.08x (bf16 / f16
+// d128), from DRAM 1.02-1.07x (issue 23); the AVX-512 FMA kernel level. FP8 rows take two from
+// d 128 (the AVX2 kernel on Zen 5, cache-resident: e4m3 d128 1.02-1.04x, d256 1.04-1.07x, e5m2
+// d128 1.06x) and keep one below (their widening needs the registers: AVX2 e4m3 d64 ran 10 %
+// slower with two once, 1-2 % on Zen 5).
+template <DType kKV, int kD, int kNG>
+inline constexpr bool kTwoChains = kNG <= 4 &&
+                                   (kElemBytes<kKV> == 2 || (kElemBytes<kKV> == 1 && kD >= 128));
+
+// acc[g] = the lanes' partial sums of q[g] . K row (raw) for the kNG query rows from qg.
+template <class S, DType kKV, int kD, int kNG>
+[[gnu::always_inline]] inline void key_dot(const float* qg, int q_row, const std::byte* row,
+                                           int full, int tail, int64_t step, typename S::Vec* acc) {
+  using Vec = typename S::Vec;
+  constexpr int W = S::kWidth;
+  Vec acc2[kNG];
+  for (int g = 0; g < kNG; ++g) acc[g] = acc2[g] = S::zero();
+  int c = 0;
+  if constexpr (kTwoChains<kKV, kD, kNG>) {
+    for (; c + 2 <= full; c += 2) {
+      Vec k0, k1;
+      load_raw_two<S, kKV>(row + c * step, step, &k0, &k1);
+      for (int g = 0; g < kNG; ++g) {
+        acc[g] = S::fma(S::load(qg + g * q_row + c * W), k0, acc[g]);
+        acc2[g] = S::fma(S::load(qg + g * q_row + (c + 1) * W), k1, acc2[g]);
+      }
+    }
+  }
+  for (; c < full; ++c) {
+    const Vec k = S::template load_raw<kKV>(row + c * step);
+    for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::load(qg + g * q_row + c * W), k, acc[g]);
+  }
+  if constexpr (kTwoChains<kKV, kD, kNG>) {
+    for (int g = 0; g < kNG; ++g) acc[g] = S::add(acc[g], acc2[g]);
+  }
+  if (tail) {
+    const Vec k = S::template load_raw_tail<kKV>(row + full * step, tail);
+    for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::load(qg + g * q_row + full * W), k, acc[g]);
+  }
+}
+
 // scores[g][kk] = q[g] . K row kk (raw), for n keys and every padded query row.
 template <class S, DType kKV, int kD, int kNG>
 void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
@@ -40,49 +83,15 @@ void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const
   const int dim = kD > 0 ? kD : d_runtime;
   const int full = dim / W, tail = dim % W;
   const int64_t step = int64_t{W} * kElemBytes<kKV> * elem_stride;
-  // Two accumulator chains a query row (even and odd chunks), summed per key, for 16-bit K rows
-  // at blocks of up to 4 rows: one chain is 16 dependent FMAs a key at d 128 on AVX2. Zen 5 with
-  // the AVX2 kernel forced (its class, Zen 3, not measured): cache-resident 1.08x (bf16 / f16
-  // d128), from DRAM 1.02-1.07x (issue 23); the AVX-512 FMA kernel level. FP8 rows take two from
-  // d 128 (the AVX2 kernel on Zen 5, cache-resident: e4m3 d128 1.02-1.04x, d256 1.04-1.07x, e5m2
-  // d128 1.06x) and keep one below (their widening needs the registers: AVX2 e4m3 d64 ran 10 %
-  // slower with two once, 1-2 % on Zen 5).
-  constexpr bool kTwoChains =
-      kNG <= 4 && (kElemBytes<kKV> == 2 || (kElemBytes<kKV> == 1 && kD >= 128));
   for (int g0 = 0; g0 < group_padded; g0 += kNG) {
     const float* qg = q + g0 * q_row;
     for (int kb = 0; kb < n; kb += W) {
       Vec parts[kNG][W];
       const int count = std::min(W, n - kb);
       for (int kk = 0; kk < count; ++kk) {
-        const std::byte* row = rows[kb + kk];
         prefetch->tick();
-        Vec acc[kNG], acc2[kNG];
-        for (int g = 0; g < kNG; ++g) acc[g] = acc2[g] = S::zero();
-        int c = 0;
-        if constexpr (kTwoChains) {
-          for (; c + 2 <= full; c += 2) {
-            Vec k0, k1;
-            load_raw_two<S, kKV>(row + c * step, step, &k0, &k1);
-            for (int g = 0; g < kNG; ++g) {
-              acc[g] = S::fma(S::load(qg + g * q_row + c * W), k0, acc[g]);
-              acc2[g] = S::fma(S::load(qg + g * q_row + (c + 1) * W), k1, acc2[g]);
-            }
-          }
-        }
-        for (; c < full; ++c) {
-          const Vec k = S::template load_raw<kKV>(row + c * step);
-          for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::load(qg + g * q_row + c * W), k, acc[g]);
-        }
-        if constexpr (kTwoChains) {
-          for (int g = 0; g < kNG; ++g) acc[g] = S::add(acc[g], acc2[g]);
-        }
-        if (tail) {
-          const Vec k = S::template load_raw_tail<kKV>(row + full * step, tail);
-          for (int g = 0; g < kNG; ++g) {
-            acc[g] = S::fma(S::load(qg + g * q_row + full * W), k, acc[g]);
-          }
-        }
+        Vec acc[kNG];
+        key_dot<S, kKV, kD, kNG>(qg, q_row, rows[kb + kk], full, tail, step, acc);
         for (int g = 0; g < kNG; ++g) parts[g][kk] = acc[g];
       }
       for (int kk = count; kk < W; ++kk) {
@@ -94,50 +103,166 @@ void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const
   }
 }
 
-// o[g] += sum_kk p[g][kk] * V row kk (raw), two column chunks at a time so that 2*kNG FMA chains
-// run side by side.
-template <class S, DType kKV, int kD, int kNG>
-void pv_tile(const float* p, int group_padded, const std::byte* const* rows, int n, int d_runtime,
-             int64_t elem_stride, float* o, int o_row, TilePrefetcher* prefetch) {
+// QK of kHeads heads (head j's queries at q + j * q_head, its K rows at rows[kk] + j * head_step
+// bytes, contiguous in dim; its scores j * group_padded rows on), 4 keys at a time over every
+// head: the rows of 4 tokens are read head after head (2 KiB a token at 8 heads, d 128, 16-bit),
+// where one head a step reads its rows 2 KiB apart across the tile. Per head, blocks of up to 4
+// query rows x kKeys keys: chunk by chunk, each query vector loaded once for kKeys keys (kKeys *
+// rows independent chains; qk_tile loads it once a key). Each key's partial sums are reduced 4
+// keys at a time (S::reduce_four, then reduce_fours a vector of keys).
+template <class S, DType kKV, int kD, int kNG, int kHeads>
+[[gnu::noinline]] void qk_heads(const float* q, int q_row, int q_head, int group_padded,
+                                const std::byte* const* rows, int64_t head_step, int n,
+                                int d_runtime, float* scores, TilePrefetcher* prefetch) {
   using Vec = typename S::Vec;
   constexpr int W = S::kWidth;
+  static_assert(W % 4 == 0);
+  constexpr int kRows = std::min(kNG, 4);
+  // Accumulators, queries and a K vector within the registers (32 on AVX-512, 16 on AVX2).
+  constexpr int kKeys = W >= 16 ? 4 : 2;
+  const int dim = kD > 0 ? kD : d_runtime;
+  const int full = dim / W, tail = dim % W;
+  const int64_t step = int64_t{W} * kElemBytes<kKV>;
+  for (int g0 = 0; g0 < group_padded; g0 += kRows) {
+    for (int kb = 0; kb < n; kb += W) {
+      Vec fours[kHeads][kRows][W / 4];
+      for (int k4 = 0; k4 < W; k4 += 4) {
+        const int count = std::clamp(n - kb - k4, 0, 4);
+        if (count == 0) {
+          for (int j = 0; j < kHeads; ++j) {
+            for (int g = 0; g < kRows; ++g) fours[j][g][k4 / 4] = S::zero();
+          }
+          continue;
+        }
+        for (int j = 0; j < kHeads; ++j) {
+          const float* qg = q + j * q_head + g0 * q_row;
+          Vec parts[kRows][4];
+          for (int k0 = 0; k0 < 4; k0 += kKeys) {
+            // Keys past `count` read the first key's row again; their sums are dropped below.
+            const std::byte* key_rows[kKeys];
+            for (int kk = 0; kk < kKeys; ++kk) {
+              const int key = k0 + kk < count ? k0 + kk : 0;
+              key_rows[kk] = rows[kb + k4 + key] + j * head_step;
+              if (k0 + kk < count) prefetch->tick();
+            }
+            Vec acc[kKeys][kRows];
+            for (int kk = 0; kk < kKeys; ++kk) {
+              for (int g = 0; g < kRows; ++g) acc[kk][g] = S::zero();
+            }
+            for (int c = 0; c < full + (tail ? 1 : 0); ++c) {
+              Vec qc[kRows];
+              for (int g = 0; g < kRows; ++g) qc[g] = S::load(qg + g * q_row + c * W);
+              for (int kk = 0; kk < kKeys; ++kk) {
+                const std::byte* k = key_rows[kk] + c * step;
+                const Vec kv = c < full ? S::template load_raw<kKV>(k)
+                                        : S::template load_raw_tail<kKV>(k, tail);
+                for (int g = 0; g < kRows; ++g) acc[kk][g] = S::fma(qc[g], kv, acc[kk][g]);
+              }
+            }
+            for (int kk = 0; kk < kKeys; ++kk) {
+              for (int g = 0; g < kRows; ++g) {
+                parts[g][k0 + kk] = k0 + kk < count ? acc[kk][g] : S::zero();
+              }
+            }
+          }
+          for (int g = 0; g < kRows; ++g) fours[j][g][k4 / 4] = S::reduce_four(parts[g]);
+        }
+      }
+      for (int j = 0; j < kHeads; ++j) {
+        for (int g = 0; g < kRows; ++g) {
+          S::store(scores + (j * group_padded + g0 + g) * kTile + kb, S::reduce_fours(fours[j][g]));
+        }
+      }
+    }
+  }
+}
+
+// og[g][chunks c .. c + kCols) += sum_kk pg[g][kk] * those chunks of V row kk (raw), keys [k0,
+// k1) (rows[kk] + offset bytes); kTail: the one chunk c is the dim's last, `tail` values.
+template <class S, DType kKV, int kNG, int kCols, bool kTail>
+[[gnu::always_inline]] inline void pv_block(const float* pg, const std::byte* const* rows,
+                                            int64_t offset, int k0, int k1, int c, int tail,
+                                            int64_t step, float* og, int o_row,
+                                            TilePrefetcher* prefetch) {
+  using Vec = typename S::Vec;
+  constexpr int W = S::kWidth;
+  static_assert(!kTail || kCols == 1);
+  Vec acc[kNG][kCols];
+  for (int g = 0; g < kNG; ++g) {
+    for (int i = 0; i < kCols; ++i) acc[g][i] = S::load(og + g * o_row + (c + i) * W);
+  }
+  for (int kk = k0; kk < k1; ++kk) {
+    if (c == 0) prefetch->tick();
+    const std::byte* v = rows[kk] + offset + c * step;
+    Vec x[kCols];
+    if constexpr (kTail) {
+      x[0] = S::template load_raw_tail<kKV>(v, tail);
+    } else {
+      for (int i = 0; i + 2 <= kCols; i += 2)
+        load_raw_two<S, kKV>(v + i * step, step, &x[i], &x[i + 1]);
+      if constexpr (kCols % 2) x[kCols - 1] = S::template load_raw<kKV>(v + (kCols - 1) * step);
+    }
+    for (int g = 0; g < kNG; ++g) {
+      const Vec w = S::set1(pg[g * kTile + kk]);
+      for (int i = 0; i < kCols; ++i) acc[g][i] = S::fma(w, x[i], acc[g][i]);
+    }
+  }
+  for (int g = 0; g < kNG; ++g) {
+    for (int i = 0; i < kCols; ++i) S::store(og + g * o_row + (c + i) * W, acc[g][i]);
+  }
+}
+
+// og[g] += sum_kk pg[g][kk] * V row kk (raw) for keys [k0, k1) (rows[kk] + offset bytes), kCols
+// column chunks at a time (kNG * kCols FMA chains side by side, each weight broadcast once per
+// kCols chunks): 4 on AVX-512 up to 4 rows, else 2; then the rest one by one. One tick() per key.
+template <class S, DType kKV, int kD, int kNG>
+[[gnu::always_inline]] inline void pv_keys(const float* pg, const std::byte* const* rows,
+                                           int64_t offset, int k0, int k1, int d_runtime,
+                                           int64_t elem_stride, float* og, int o_row,
+                                           TilePrefetcher* prefetch) {
+  constexpr int W = S::kWidth;
+  constexpr int kCols = W >= 16 && kNG <= 4 ? 4 : 2;
   const int dim = kD > 0 ? kD : d_runtime;
   const int full = dim / W, tail = dim % W;
   const int64_t step = int64_t{W} * kElemBytes<kKV> * elem_stride;
+  int c = 0;
+  for (; c + kCols <= full; c += kCols) {
+    pv_block<S, kKV, kNG, kCols, false>(pg, rows, offset, k0, k1, c, 0, step, og, o_row, prefetch);
+  }
+  for (; c < full; ++c) {
+    pv_block<S, kKV, kNG, 1, false>(pg, rows, offset, k0, k1, c, 0, step, og, o_row, prefetch);
+  }
+  if (tail) {
+    pv_block<S, kKV, kNG, 1, true>(pg, rows, offset, k0, k1, c, tail, step, og, o_row, prefetch);
+  }
+}
+
+// o[g] += sum_kk p[g][kk] * V row kk (raw), for n keys and every padded query row.
+template <class S, DType kKV, int kD, int kNG>
+void pv_tile(const float* p, int group_padded, const std::byte* const* rows, int n, int d_runtime,
+             int64_t elem_stride, float* o, int o_row, TilePrefetcher* prefetch) {
   for (int g0 = 0; g0 < group_padded; g0 += kNG) {
-    const float* pg = p + g0 * kTile;
-    float* og = o + g0 * o_row;
-    int c = 0;
-    for (; c + 2 <= full; c += 2) {
-      Vec acc0[kNG], acc1[kNG];
-      for (int g = 0; g < kNG; ++g) {
-        acc0[g] = S::load(og + g * o_row + c * W);
-        acc1[g] = S::load(og + g * o_row + (c + 1) * W);
+    pv_keys<S, kKV, kD, kNG>(p + g0 * kTile, rows, 0, 0, n, d_runtime, elem_stride, o + g0 * o_row,
+                             o_row, prefetch);
+  }
+}
+
+// PV of kHeads heads (head j's weights at p + j * group_padded * kTile, its V rows at rows[kk] +
+// j * head_step, its output at o + j * o_head), sub-tile by sub-tile of kSubKeys keys: the V rows
+// of those keys are read head after head (as qk_heads reads K), each head's accumulators loaded
+// and stored once a sub-tile.
+template <class S, DType kKV, int kD, int kNG, int kHeads, int kSubKeys>
+[[gnu::noinline]] void pv_heads(const float* p, int group_padded, const std::byte* const* rows,
+                                int64_t head_step, int n, int d_runtime, int64_t elem_stride,
+                                float* o, int o_row, int o_head, TilePrefetcher* prefetch) {
+  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+    for (int k0 = 0; k0 < n; k0 += kSubKeys) {
+      const int k1 = std::min(n, k0 + kSubKeys);
+      for (int j = 0; j < kHeads; ++j) {
+        pv_keys<S, kKV, kD, kNG>(p + (j * group_padded + g0) * kTile, rows, j * head_step, k0, k1,
+                                 d_runtime, elem_stride, o + j * o_head + g0 * o_row, o_row,
+                                 prefetch);
       }
-      for (int kk = 0; kk < n; ++kk) {
-        if (c == 0) prefetch->tick();
-        Vec v0, v1;
-        load_raw_two<S, kKV>(rows[kk] + c * step, step, &v0, &v1);
-        for (int g = 0; g < kNG; ++g) {
-          const Vec w = S::set1(pg[g * kTile + kk]);
-          acc0[g] = S::fma(w, v0, acc0[g]);
-          acc1[g] = S::fma(w, v1, acc1[g]);
-        }
-      }
-      for (int g = 0; g < kNG; ++g) {
-        S::store(og + g * o_row + c * W, acc0[g]);
-        S::store(og + g * o_row + (c + 1) * W, acc1[g]);
-      }
-    }
-    for (; c < full + (tail ? 1 : 0); ++c) {
-      Vec acc[kNG];
-      for (int g = 0; g < kNG; ++g) acc[g] = S::load(og + g * o_row + c * W);
-      for (int kk = 0; kk < n; ++kk) {
-        const Vec v = c < full ? S::template load_raw<kKV>(rows[kk] + c * step)
-                               : S::template load_raw_tail<kKV>(rows[kk] + c * step, tail);
-        for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::set1(pg[g * kTile + kk]), v, acc[g]);
-      }
-      for (int g = 0; g < kNG; ++g) S::store(og + g * o_row + c * W, acc[g]);
     }
   }
 }
@@ -167,6 +292,32 @@ struct FmaTiles {
                                prefetch);
   }
   static void finish_o(float*, int, int, int) {}
+
+  // Heads a step of the decode task may take together (decode_task, NHD caches; see
+  // DotTiles::kStepHeads): 8, or 4 at blocks of 8 query rows (the heads' reduced sums,
+  // qk_heads's `fours`, then take as many vectors as at 8 heads x 4 rows). The vector ISAs only.
+  static constexpr int kStepHeads = S::kWidth > 1 ? std::min(8, 32 / kNG) : 1;
+  static void qk_step(const float* q, int q_row, int q_head, int group_padded,
+                      const std::byte* const* rows, int64_t head_step, int n, int d_runtime,
+                      float* scores, TilePrefetcher* prefetch) {
+    if constexpr (kStepHeads > 1) {
+      qk_heads<S, kKV, kDqk, kNG, kStepHeads>(q, q_row, q_head, group_padded, rows, head_step, n,
+                                              d_runtime, scores, prefetch);
+    }
+  }
+  // (The weights are f32: per-token V scales need no split, `split` is not used.)
+  static void pv_step(const float* p, int group_padded, const std::byte* const* rows,
+                      int64_t head_step, int n, int d_runtime, int64_t elem_stride, float* o,
+                      int o_row, int o_head, TilePrefetcher* prefetch, bool /*split*/) {
+    pv_heads<S, kKV, kDvo, kNG, kStepHeads, 8>(p, group_padded, rows, head_step, n, d_runtime,
+                                               elem_stride, o, o_row, o_head, prefetch);
+  }
+  // tick() calls of a step: one per key and head in each QK pass over a block of up to 4 rows
+  // (qk_heads) and in each PV pass over a block of kNG rows.
+  static int step_ticks(int group_padded) {
+    const int qk_rows = std::min(kNG, 4);
+    return kTile * kStepHeads * (group_padded / qk_rows + group_padded / kNG);
+  }
 };
 
 }  // namespace kvattn::cpu::decode_detail

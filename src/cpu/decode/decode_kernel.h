@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "core/element_io.h"
 #include "core/math_constants.h"
@@ -220,11 +221,13 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
   // Heads a step takes together (Tiles::kStepHeads, 1 where the policy has no step of more):
   // where each token's K rows of the task's heads lie side by side (NHD; PV takes V's rows
   // through the head stride, whatever their layout) and neither fused RoPE nor a custom mask is on
-  // (both take the one-head path).
+  // (both take the one-head path); the fp32-FMA tiles' steps where the CPU class takes them
+  // (p.fma_head_steps).
   constexpr int kStepHeads = step_heads<Tiles>();
   static_assert(kStepHeads >= 1 && kStepHeads <= kDecodeMaxStepHeads);
-  const bool multi_head_steps =
-      kStepHeads > 1 && !p.rope && !p.mask && k_row_bytes > 0 && k_head_step == k_row_bytes;
+  constexpr bool kFmaTiles = std::is_same_v<Tiles, FmaTiles<S, kKV, kDqk, kDvo, kNG>>;
+  const bool multi_head_steps = kStepHeads > 1 && (!kFmaTiles || p.fma_head_steps) && !p.rope &&
+                                !p.mask && k_row_bytes > 0 && k_head_step == k_row_bytes;
   const int steps = multi_head_steps ? num_heads / kStepHeads + num_heads % kStepHeads : num_heads;
   int step_ticks = ticks_per_head;
   if constexpr (kStepHeads > 1) step_ticks = Tiles::step_ticks(gp);
@@ -384,7 +387,7 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         qk_tile<S, DType::kF32, kDqk, kNG>(q, q_row, gp, hk, n, dqk, 1, scores, &prefetch);
       } else if (hs > 1) {
         if constexpr (kStepHeads > 1) {
-          Tiles::qk_step(q, q_row, q_head, gp, hk, k_head_step, n, scores, &prefetch);
+          Tiles::qk_step(q, q_row, q_head, gp, hk, k_head_step, n, dqk, scores, &prefetch);
         }
       } else {
         Tiles::qk(q, q_row, gp, hk, n, dqk, p.k_strides.dim, scores, &prefetch);
@@ -456,7 +459,8 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
         step_pv = hs > 1 && num_shown == n &&
                   std::all_of(any_head, any_head + hs, [](bool seen) { return seen; });
         if (step_pv) {
-          Tiles::pv_step(scores, gp, hv, v_head_step, n, o, o_row, o_head, &prefetch, token_scales);
+          Tiles::pv_step(scores, gp, hv, v_head_step, n, dvo, p.v_strides.dim, o, o_row, o_head,
+                         &prefetch, token_scales);
         }
       }
       for (int j = 0; j < (step_pv ? 0 : hs); ++j) {
@@ -487,8 +491,17 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
       }
       prefetch.finish_step();
       if constexpr (Tiles::kPoisonE4m3Nans) {
-        static_assert(kStepHeads == 1);
-        if (any_head[0]) poison_e4m3_nans<S>(p, hk, hv, n, tile_visible, o, o_row, &nan_key[hi]);
+        // Each head of the step after all of their PV (hk, hv: its rows again).
+        for (int j = 0; j < hs; ++j) {
+          if (!any_head[j]) continue;
+          if (hs > 1) {
+            for (int kk = 0; kk < n; ++kk) {
+              hk[kk] = kr[kk] + (hi + j) * k_head_step;
+              hv[kk] = vr[kk] + (hi + j) * v_head_step;
+            }
+          }
+          poison_e4m3_nans<S>(p, hk, hv, n, tile_visible, o + j * o_head, o_row, &nan_key[hi + j]);
+        }
       }
       hi += hs;
     }
