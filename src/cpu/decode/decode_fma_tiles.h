@@ -31,49 +31,6 @@ inline void load_raw_two(const std::byte* p, int64_t step, typename S::Vec* a, t
   }
 }
 
-// Two accumulator chains a query row (even and odd chunks), summed per key, for 16-bit K rows
-// at blocks of up to 4 rows: one chain is 16 dependent FMAs a key at d 128 on AVX2. Zen 5 with
-// the AVX2 kernel forced (its class, Zen 3, not measured): cache-resident 1.08x (bf16 / f16
-// d128), from DRAM 1.02-1.07x (issue 23); the AVX-512 FMA kernel level. FP8 rows take two from
-// d 128 (the AVX2 kernel on Zen 5, cache-resident: e4m3 d128 1.02-1.04x, d256 1.04-1.07x, e5m2
-// d128 1.06x) and keep one below (their widening needs the registers: AVX2 e4m3 d64 ran 10 %
-// slower with two once, 1-2 % on Zen 5).
-template <DType kKV, int kD, int kNG>
-inline constexpr bool kTwoChains = kNG <= 4 &&
-                                   (kElemBytes<kKV> == 2 || (kElemBytes<kKV> == 1 && kD >= 128));
-
-// acc[g] = the lanes' partial sums of q[g] . K row (raw) for the kNG query rows from qg.
-template <class S, DType kKV, int kD, int kNG>
-[[gnu::always_inline]] inline void key_dot(const float* qg, int q_row, const std::byte* row,
-                                           int full, int tail, int64_t step, typename S::Vec* acc) {
-  using Vec = typename S::Vec;
-  constexpr int W = S::kWidth;
-  Vec acc2[kNG];
-  for (int g = 0; g < kNG; ++g) acc[g] = acc2[g] = S::zero();
-  int c = 0;
-  if constexpr (kTwoChains<kKV, kD, kNG>) {
-    for (; c + 2 <= full; c += 2) {
-      Vec k0, k1;
-      load_raw_two<S, kKV>(row + c * step, step, &k0, &k1);
-      for (int g = 0; g < kNG; ++g) {
-        acc[g] = S::fma(S::load(qg + g * q_row + c * W), k0, acc[g]);
-        acc2[g] = S::fma(S::load(qg + g * q_row + (c + 1) * W), k1, acc2[g]);
-      }
-    }
-  }
-  for (; c < full; ++c) {
-    const Vec k = S::template load_raw<kKV>(row + c * step);
-    for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::load(qg + g * q_row + c * W), k, acc[g]);
-  }
-  if constexpr (kTwoChains<kKV, kD, kNG>) {
-    for (int g = 0; g < kNG; ++g) acc[g] = S::add(acc[g], acc2[g]);
-  }
-  if (tail) {
-    const Vec k = S::template load_raw_tail<kKV>(row + full * step, tail);
-    for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::load(qg + g * q_row + full * W), k, acc[g]);
-  }
-}
-
 // scores[g][kk] = q[g] . K row kk (raw), for n keys and every padded query row.
 template <class S, DType kKV, int kD, int kNG>
 void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
@@ -83,15 +40,49 @@ void qk_tile(const float* q, int q_row, int group_padded, const std::byte* const
   const int dim = kD > 0 ? kD : d_runtime;
   const int full = dim / W, tail = dim % W;
   const int64_t step = int64_t{W} * kElemBytes<kKV> * elem_stride;
+  // Two accumulator chains a query row (even and odd chunks), summed per key, for 16-bit K rows
+  // at blocks of up to 4 rows: one chain is 16 dependent FMAs a key at d 128 on AVX2. Zen 5 with
+  // the AVX2 kernel forced (its class, Zen 3, not measured): cache-resident 1.08x (bf16 / f16
+  // d128), from DRAM 1.02-1.07x (issue 23); the AVX-512 FMA kernel level. FP8 rows take two from
+  // d 128 (the AVX2 kernel on Zen 5, cache-resident: e4m3 d128 1.02-1.04x, d256 1.04-1.07x, e5m2
+  // d128 1.06x) and keep one below (their widening needs the registers: AVX2 e4m3 d64 ran 10 %
+  // slower with two once, 1-2 % on Zen 5).
+  constexpr bool kTwoChains =
+      kNG <= 4 && (kElemBytes<kKV> == 2 || (kElemBytes<kKV> == 1 && kD >= 128));
   for (int g0 = 0; g0 < group_padded; g0 += kNG) {
     const float* qg = q + g0 * q_row;
     for (int kb = 0; kb < n; kb += W) {
       Vec parts[kNG][W];
       const int count = std::min(W, n - kb);
       for (int kk = 0; kk < count; ++kk) {
+        const std::byte* row = rows[kb + kk];
         prefetch->tick();
-        Vec acc[kNG];
-        key_dot<S, kKV, kD, kNG>(qg, q_row, rows[kb + kk], full, tail, step, acc);
+        Vec acc[kNG], acc2[kNG];
+        for (int g = 0; g < kNG; ++g) acc[g] = acc2[g] = S::zero();
+        int c = 0;
+        if constexpr (kTwoChains) {
+          for (; c + 2 <= full; c += 2) {
+            Vec k0, k1;
+            load_raw_two<S, kKV>(row + c * step, step, &k0, &k1);
+            for (int g = 0; g < kNG; ++g) {
+              acc[g] = S::fma(S::load(qg + g * q_row + c * W), k0, acc[g]);
+              acc2[g] = S::fma(S::load(qg + g * q_row + (c + 1) * W), k1, acc2[g]);
+            }
+          }
+        }
+        for (; c < full; ++c) {
+          const Vec k = S::template load_raw<kKV>(row + c * step);
+          for (int g = 0; g < kNG; ++g) acc[g] = S::fma(S::load(qg + g * q_row + c * W), k, acc[g]);
+        }
+        if constexpr (kTwoChains) {
+          for (int g = 0; g < kNG; ++g) acc[g] = S::add(acc[g], acc2[g]);
+        }
+        if (tail) {
+          const Vec k = S::template load_raw_tail<kKV>(row + full * step, tail);
+          for (int g = 0; g < kNG; ++g) {
+            acc[g] = S::fma(S::load(qg + g * q_row + full * W), k, acc[g]);
+          }
+        }
         for (int g = 0; g < kNG; ++g) parts[g][kk] = acc[g];
       }
       for (int kk = count; kk < W; ++kk) {
@@ -293,9 +284,11 @@ struct FmaTiles {
   }
   static void finish_o(float*, int, int, int) {}
 
-  // Heads a step of the decode task may take together (decode_task, NHD caches; see
-  // DotTiles::kStepHeads): 8, or 4 at blocks of 8 query rows (the heads' reduced sums,
-  // qk_heads's `fours`, then take as many vectors as at 8 heads x 4 rows). The vector ISAs only.
+  // Heads a step of the decode task may take together (decode_task, NHD caches, where the CPU
+  // class takes them: DecodeParams::fma_head_steps; see DotTiles::kStepHeads), on the vector ISAs:
+  // 8, and 4 at blocks of 8 query rows (a step covers twice the query rows there). Zen 5, f16, 64
+  // query heads over 8 (one thread, B 16 x 4k from DRAM): 4 heads a step 15.4-15.8 GB/s, 8
+  // 14.8-14.9, one 13.9-14.0.
   static constexpr int kStepHeads = S::kWidth > 1 ? std::min(8, 32 / kNG) : 1;
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
                       const std::byte* const* rows, int64_t head_step, int n, int d_runtime,
