@@ -66,10 +66,8 @@ void transform_scores(const DecodeParams& p, float* s, int n, int64_t j0, int64_
 // and the accumulated output rescaled. A row that saw no visible key gets zero weights; returns
 // whether any row saw one.
 template <class S, class Logits>
-[[gnu::always_inline]] inline bool softmax_rows(float* scores, int rows, int n,
-                                                const Logits& logits, const float* value_scale,
-                                                float* running_max, float* running_sum, float* o,
-                                                int o_row) {
+bool softmax_rows(float* scores, int rows, int n, const Logits& logits, const float* value_scale,
+                  float* running_max, float* running_sum, float* o, int o_row) {
   using Vec = typename S::Vec;
   constexpr int W = S::kWidth;
   bool any = false;
