@@ -190,8 +190,9 @@ struct DotTiles {
   // issue 23's fifth Zen 5 pass (their query vectors alone filled the registers, so they were
   // reloaded anyway) and takes 8 since: cache-resident 1.08-1.10x (e4m3 and e5m2), from DRAM e4m3
   // 1.01-1.10x in three sets. d256 (512-byte rows) takes 8 (1.12x against 1 on Zen 5). A task's
-  // heads past a multiple of kStepHeads go one at a time (a step of fewer, chosen at run time,
-  // made GCC build the full step's loops 1.2x slower cache-resident).
+  // heads past a multiple of kStepHeads go one at a time, in a second walk of its keys
+  // (decode_task; a step of fewer, chosen at run time, made GCC build the full step's loops 1.2x
+  // slower cache-resident).
   static constexpr int kRowBytes = kChunks * Loader::kChunkBytes;
   static constexpr int kStepHeads = !kQueryLanes ? 1 : kChunks == 1 ? 4 : 8;
   // QK of a step of kStepHeads heads: head j's queries at q + j * q_head (floats), its K rows at
