@@ -486,6 +486,12 @@ TEST(CpuDecodePrefetch, EveryLineOfTheNextTileIsAskedForOnce) {
         }
         EXPECT_EQ(prefetch.issued_lines(), prefetch.total_lines())
             << "steps " << steps << ", calls " << calls;
+        // A step past the last asks for nothing more (its share is capped at the plan's lines:
+        // the walk has no per-line bound, and would not stop).
+        prefetch.begin_step(steps, steps, 1);
+        prefetch.tick();
+        prefetch.finish_step();
+        EXPECT_EQ(prefetch.issued_lines(), prefetch.total_lines());
       }
     }
   }
