@@ -91,10 +91,10 @@ class TilePrefetcher {
   // The lines are walked round-robin over the streams (line 0 of each, then line 1, ...) in
   // locals, the members written back once per call. n <= total_ - issued_ (issue), and every line
   // not yet asked for lies at or after the walk's position, so the walk finds n lines before it
-  // passes the longest stream: no bound on `line` per line (nor a longest stream kept). (Without that check, one thread on
-  // Zen 5: cache-resident bf16 NHD 1.04-1.08x, f16 NHD 1.02-1.07x, HND 1.0-1.06x, e4m3 level; from
-  // DRAM within the noise: bf16 NHD 0.96-1.07x in five pairs, e4m3 / f16 1.01-1.06x, HND level;
-  // two threads level.)
+  // passes the longest stream: no bound on `line` per line (nor a longest stream kept). (Without
+  // that check, one thread on Zen 5: cache-resident bf16 NHD 1.04-1.08x, f16 NHD 1.02-1.07x,
+  // HND 1.0-1.06x, e4m3 level; from DRAM within the noise: bf16 NHD 0.96-1.07x in five pairs,
+  // e4m3 and f16 1.01-1.06x, HND level; two threads level.)
   [[gnu::always_inline]] void issue(int64_t n) {
     n = std::min(n, budget_ - issued_);
     if (n <= 0) return;
