@@ -1,6 +1,6 @@
 // Decode kernels for the scalar level, compiled with only its flags (src/cpu/CMakeLists.txt).
-#include "cpu/decode/decode_kernel.h"
 #include "cpu/common/simd_scalar.h"
+#include "cpu/decode/decode_instances.h"
 
 namespace kvattn::cpu {
 
