@@ -36,6 +36,12 @@ testing::CaseSpec with_layout(testing::CaseSpec spec, KVLayout layout) {
   return spec;
 }
 
+testing::CaseSpec with_heads(testing::CaseSpec spec, int qo_heads, int kv_heads) {
+  spec.problem.num_qo_heads = qo_heads;
+  spec.problem.num_kv_heads = kv_heads;
+  return spec;
+}
+
 testing::CaseSpec with_granularity(testing::CaseSpec spec, KVScaleGranularity g) {
   spec.problem.kv_scale_granularity = g;
   return spec;
@@ -74,6 +80,11 @@ std::vector<BenchCase> standard_cases() {
       {"decode_long_b1", llama3_decode(DType::kBF16, 128, 1, 32768), true},
       {"decode_d64_bf16", llama3_decode(DType::kBF16, 64, 16, 4096), true},
       {"decode_d256_bf16", llama3_decode(DType::kBF16, 256, 16, 4096), true},
+      // Other models' heads over the same 268 MB: MHA (Llama-2-7B, Phi-3-mini: 32 KV heads of one
+      // query each; token rows of 8 KiB) and GQA 7 (Qwen2.5-7B: 28 query heads over 4 KV heads,
+      // padded to blocks of 8 rows).
+      {"decode_mha_bf16", with_heads(llama3_decode(DType::kBF16, 128, 16, 1024), 32, 32), true},
+      {"decode_gqa7_bf16", with_heads(llama3_decode(DType::kBF16, 128, 16, 8192), 28, 4), true},
       // Many short contexts (64 x 256 tokens, 67 MB): what each request costs besides its keys
       // (its queries in, its outputs out) weighs here, where the long cases hide it.
       {"decode_short_b64_bf16", llama3_decode(DType::kBF16, 128, 64, 256), true},

@@ -151,6 +151,44 @@ TEST(CpuDecodeHeadSteps, EightHeadStepsMatchTheReference) {
   if (ran == 0) GTEST_SKIP() << "no AVX512_BF16 dot-product kernel runs here";
 }
 
+// GQA groups 1 and 2 (MHA and pairs of query heads) on NHD caches: the dot-product kernels' steps
+// of 8 / group heads (DotTiles::kStepHeads without query lanes: qk_chunks over the step's heads
+// per key, pv_step per sub-tile), and tasks wider than 16 heads where a token's heads are side by
+// side (decode_max_task_heads: 64 heads at group 1, 32 at group 2), in the dot-product and the
+// fp32-FMA kernels (steps forced). Head counts around the step and the task width (a task of 64
+// and one of the rest: 65, 72), lengths around the sub-tile and the tile, the variants, split
+// into chunks (tasks of fewer keys).
+TEST(CpuDecodeHeadSteps, GroupsOfOneAndTwoTakeWholeTokenRows) {
+  const ScopedEnv steps("KVATTN_CPU_FMA_HEAD_STEPS", "1");
+  struct Kernel {
+    std::string_view name;
+    DType kv;
+    int d;
+  };
+  const Kernel kernels[] = {{kBf16Dot, DType::kBF16, 128},     {kBf16Dot, DType::kBF16, 64},
+                            {kFp8TableDot, DType::kE4M3, 128}, {kFp8TableDot, DType::kE5M2, 64},
+                            {kFma512, DType::kF16, 128},       {kFmaAvx2, DType::kBF16, 64}};
+  const int64_t lengths[] = {1, 7, 8, 9, kTile - 1, kTile, kTile + 1, 2 * kTile + 3, 100};
+  const int heads[] = {1, 4, 7, 8, 9, 17, 33, 40, 64, 65, 72};
+  int i = 0, ran = 0;
+  for (const Kernel& kernel : kernels) {
+    std::string why;
+    if (runnable(kernel.name, &why) == nullptr) continue;
+    KernelOverride named(kernel.name);
+    for (const int group : {1, 2}) {
+      for (const int h : heads) {
+        if (group == 2 && h > 40) continue;  // 32 heads a task: 33 and 40 cross it
+        expect_step_case_matches(step_case(kernel.kv, kernel.d, h, group, i, i % 6, lengths[i % 9],
+                                           lengths[(i + 4) % 9], 6900 + i),
+                                 i);
+        ++i;
+        ++ran;
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no AVX2, AVX-512 or AVX512_BF16 kernel runs here";
+}
+
 // The fp32-FMA kernels' steps (FmaTiles::kStepHeads: 8 heads, 4 at blocks of 8 query rows;
 // qk_heads, 4 keys at a time, and pv_heads, sub-tiles of 8 keys), forced on whatever the CPU class
 // takes (KVATTN_CPU_FMA_HEAD_STEPS=1): the AVX2 and AVX-512 kernels, every KV type they take

@@ -86,7 +86,7 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
                                               bool token_scales) {
   DecodeScratchLayout l;
   WorkspaceLayout at;
-  const int heads = kDecodeMaxTaskHeads;
+  const int heads = decode_max_task_heads(group_padded, /*token_major=*/true);  // the larger
   l.q = at.take(sizeof(float) * heads * group_padded * head_dim_qk_padded);
   l.o = at.take(sizeof(float) * heads * group_padded * head_dim_vo_padded);
   l.scores = at.take(sizeof(float) * kDecodeMaxStepHeads * group_padded * kDecodeTileKeys);
@@ -96,7 +96,7 @@ DecodeScratchLayout DecodeScratchLayout::make(int group_padded, int head_dim_qk_
   l.v_rows = at.take(sizeof(void*) * 2 * kDecodeTileKeys);
   l.head_rows = at.take(sizeof(void*) * 2 * kDecodeTileKeys);
   l.mask = at.take(kDecodeTileKeys);
-  l.nan_key = at.take(kDecodeMaxTaskHeads);
+  l.nan_key = at.take(heads);
   if (token_scales) {
     l.scale_offsets = at.take(sizeof(int64_t) * 2 * 2 * kDecodeTileKeys);  // [K, V][2][tile]
     l.token_scales = at.take(sizeof(float) * 2 * kDecodeTileKeys);         // [K, V][tile]
@@ -125,7 +125,9 @@ Status plan_decode(const Problem& problem, const AttentionArgs& args, const Plan
     for (int b = 0; b < batch; ++b) {
       max_len = std::max(max_len, plan->kv_len[b] - first_visible_key(problem, plan->kv_len[b]));
     }
-    const int64_t tasks = int64_t{batch} * ceil_div(heads, kDecodeMaxTaskHeads);
+    const int task_heads = decode_max_task_heads(decode_padded_group(problem.group_size()),
+                                                 problem.kv_layout == KVLayout::kNHD);
+    const int64_t tasks = int64_t{batch} * ceil_div(heads, task_heads);
     chunk = auto_kv_chunk(tasks, max_len, threads, kDecodeTileKeys, kMinAutoChunk);
   }
   plan->kv_chunk_size = chunk;
@@ -282,7 +284,8 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   }
   // Tasks: runs of consecutive items of one request and KV range on consecutive heads (one head
   // each under fused RoPE, whose per-tile tables are per head).
-  const int max_task_heads = p.rope ? 1 : kDecodeMaxTaskHeads;
+  const bool token_major = p.k_strides.dim == 1 && p.k_strides.head == p.head_dim_qk;
+  const int max_task_heads = p.rope ? 1 : decode_max_task_heads(p.group_padded, token_major);
   std::vector<std::pair<int64_t, int>> tasks;  // first item, heads
   const int64_t num_items = static_cast<int64_t>(plan.work.size());
   for (int64_t i = 0; i < num_items;) {

@@ -93,6 +93,18 @@ struct DecodeParams {
 // KV heads one task takes at most: their queries and accumulators (16 KiB each for 8 heads of
 // group 4, d 128) stay in L1/L2 while the tile's rows of all of them stream in.
 inline constexpr int kDecodeMaxTaskHeads = 16;
+// Where a token's heads lie side by side (NHD), a task takes up to kDecodeMaxTaskRows query rows
+// (heads x padded group) instead: 64 heads of MHA (group 1), 32 of group 2, so that it reads whole
+// token rows. Cut at 16 heads, MHA over 32 NHD heads read each token's row in two halves 4 KiB
+// apart, two tasks at different times, and one Zen 5 thread read 7.0 GB/s from DRAM (bf16, B16 x
+// 1k) where HND read 26 (issue 23). Over HND the wider tasks ran 0.89-0.93x (their next tile's
+// prefetch is 4x as large), so HND keeps 16.
+inline constexpr int kDecodeMaxTaskRows = 64;
+inline constexpr int decode_max_task_heads(int group_padded, bool token_major) {
+  return !token_major || group_padded * kDecodeMaxTaskHeads >= kDecodeMaxTaskRows
+             ? kDecodeMaxTaskHeads
+             : kDecodeMaxTaskRows / group_padded;
+}
 
 // KV heads one head step of a task takes together at most (decode_kernel.h, DotTiles::kStepHeads:
 // adjacent NHD rows, 2-8 heads a visit); the scores scratch holds this many heads' rows.

@@ -43,35 +43,41 @@ namespace {
 
 // QK of one tile: per key, each 64-value chunk of the K row is loaded as bf16 words (Loader),
 // turned into the policy's Chunk once and accumulated into every query row of the block
-// (Tiles::accumulate, two partial sums per row); 16 keys' sums are reduced together.
-template <class Loader, int kChunks, int kNG, class Tiles>
+// (Tiles::accumulate, two partial sums per row); 16 keys' sums are reduced together. Of kHeads
+// heads per key (a head step, DotTiles::qk_step): head j's queries at q + j * q_head (floats), its
+// K rows at rows[kk] + j * head_step (bytes), its scores j * group_padded rows on.
+template <class Loader, int kChunks, int kNG, class Tiles, int kHeads = 1>
 void qk_chunks(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
-               float* scores, TilePrefetcher* prefetch) {
+               float* scores, TilePrefetcher* prefetch, int q_head = 0, int64_t head_step = 0) {
   const Loader load;
   for (int g0 = 0; g0 < group_padded; g0 += kNG) {
     for (int kb = 0; kb < n; kb += 16) {
-      __m512 parts[kNG][16];
+      __m512 parts[kHeads][kNG][16];
       const int count = std::min(16, n - kb);
       for (int kk = 0; kk < count; ++kk) {
-        prefetch->tick();
-        const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]);
-        __m512 acc0[kNG], acc1[kNG];
-        for (int g = 0; g < kNG; ++g) acc0[g] = acc1[g] = _mm512_setzero_ps();
-        for (int c = 0; c < kChunks; ++c) {
-          __m512i w0, w1;
-          load(row + c * Loader::kChunkBytes, &w0, &w1);
-          const typename Tiles::Chunk k = Tiles::chunk(w0, w1);
-          for (int g = 0; g < kNG; ++g) {
-            Tiles::accumulate(k, q + (g0 + g) * q_row, c, &acc0[g], &acc1[g]);
+        for (int j = 0; j < kHeads; ++j) {
+          prefetch->tick();
+          const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]) + j * head_step;
+          const float* qj = q + j * q_head;
+          __m512 acc0[kNG], acc1[kNG];
+          for (int g = 0; g < kNG; ++g) acc0[g] = acc1[g] = _mm512_setzero_ps();
+          for (int c = 0; c < kChunks; ++c) {
+            __m512i w0, w1;
+            load(row + c * Loader::kChunkBytes, &w0, &w1);
+            const typename Tiles::Chunk k = Tiles::chunk(w0, w1);
+            for (int g = 0; g < kNG; ++g) {
+              Tiles::accumulate(k, qj + (g0 + g) * q_row, c, &acc0[g], &acc1[g]);
+            }
           }
+          for (int g = 0; g < kNG; ++g) parts[j][g][kk] = _mm512_add_ps(acc0[g], acc1[g]);
         }
-        for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_add_ps(acc0[g], acc1[g]);
       }
-      for (int kk = count; kk < 16; ++kk) {
-        for (int g = 0; g < kNG; ++g) parts[g][kk] = _mm512_setzero_ps();
-      }
-      for (int g = 0; g < kNG; ++g) {
-        _mm512_storeu_ps(scores + (g0 + g) * kTile + kb, avx512::Simd::reduce_rows(parts[g]));
+      for (int j = 0; j < kHeads; ++j) {
+        for (int g = 0; g < kNG; ++g) {
+          for (int kk = count; kk < 16; ++kk) parts[j][g][kk] = _mm512_setzero_ps();
+          _mm512_storeu_ps(scores + (j * group_padded + g0 + g) * kTile + kb,
+                           avx512::Simd::reduce_rows(parts[j][g]));
+        }
       }
     }
   }
@@ -192,22 +198,31 @@ struct DotTiles {
   // 1.01-1.10x in three sets. d256 (512-byte rows) takes 8 (1.12x against 1 on Zen 5). A task's
   // heads past a multiple of kStepHeads go one at a time, in a second walk of its keys
   // (decode_task; a step of fewer, chosen at run time, made GCC build the full step's loops 1.2x
-  // slower cache-resident).
+  // slower cache-resident). Groups of 1 and 2 rows (no query lanes) take 8 and 4 heads a step
+  // through qk_chunks (issue 23, Zen 5, bf16 d128, one thread, B16 from DRAM, with the tasks of
+  // whole NHD token rows (decode_max_task_heads): MHA 32 heads 14.5 -> 19.6-21.3 GB/s, group 2
+  // 17.8 -> 25.0; cache-resident MHA 29 -> 40.5; 8 heads at group 2 read 0.94x from DRAM and
+  // left the 4-head tasks of 8 / 4 heads one a step, 0.68x).
   static constexpr int kRowBytes = kChunks * Loader::kChunkBytes;
-  static constexpr int kStepHeads = !kQueryLanes ? 1 : kChunks == 1 ? 4 : 8;
+  static constexpr int kStepHeads = !kQueryLanes ? 8 / kNG : kChunks == 1 ? 4 : 8;
   // QK of a step of kStepHeads heads: head j's queries at q + j * q_head (floats), its K rows at
   // rows[kk] + j * head_step (bytes), its scores at scores + j * group_padded * kTile.
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
                       const std::byte* const* rows, int64_t head_step, int n, int, float* scores,
                       TilePrefetcher* prefetch) {
-    qk_query_lanes<kStepHeads>(q, q_row, q_head, group_padded, rows, head_step, n, scores,
-                               prefetch);
+    if constexpr (kQueryLanes) {
+      qk_query_lanes<kStepHeads>(q, q_row, q_head, group_padded, rows, head_step, n, scores,
+                                 prefetch);
+    } else {
+      qk_chunks<Loader, kChunks, kNG, DotTiles, kStepHeads>(q, q_row, group_padded, rows, n, scores,
+                                                            prefetch, q_head, head_step);
+    }
   }
-  // tick() calls of a step: one per key and head in each QK pass over a block of 4 rows (so that
+  // tick() calls of a step: one per key and head in each QK pass over a block of kNG rows (so that
   // the next tile's lines stay spread over the whole step: ticked once a key, a step of 8 heads
   // left most of them to PV and read DRAM 0.88-0.90x as fast) and two per pair of keys and head
   // in each PV pass (pv, pv_step).
-  static int step_ticks(int group_padded) { return 2 * kTile * (group_padded / 4) * kStepHeads; }
+  static int step_ticks(int group_padded) { return 2 * kTile * (group_padded / kNG) * kStepHeads; }
 
   // QK of 4 query rows at once, of kHeads heads (head j's queries at q + j * q_head, its K rows
   // at rows[kk] + j * head_step, its scores j * group_padded rows on). Each 64-value chunk of a
