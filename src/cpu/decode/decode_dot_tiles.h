@@ -196,11 +196,11 @@ struct DotTiles {
   // issue 23's fifth Zen 5 pass (their query vectors alone filled the registers, so they were
   // reloaded anyway) and takes 8 since: cache-resident 1.08-1.10x (e4m3 and e5m2), from DRAM e4m3
   // 1.01-1.10x in three sets. d256 (512-byte rows) takes 8 (1.12x against 1 on Zen 5). A task's
-  // heads past a multiple of kStepHeads go one at a time, in a second walk of its keys
-  // (decode_task; a step of fewer, chosen at run time, made GCC build the full step's loops 1.2x
-  // slower cache-resident). Groups of 1 and 2 rows (no query lanes) take 8 and 4 heads a step
-  // through qk_chunks (issue 23, Zen 5, bf16 d128, one thread, B16 from DRAM, with the tasks of
-  // whole NHD token rows (decode_max_task_heads): MHA 32 heads 14.5 -> 19.6-21.3 GB/s, group 2
+  // heads past a multiple of kStepHeads go one a step after the full steps, in the same walk of
+  // its keys (decode_task; a step of fewer, chosen at run time, made GCC build the full step's
+  // loops 1.2x slower cache-resident). Groups of 1 and 2 rows (no query lanes) take 8 and 4 heads a
+  // step through qk_chunks (issue 23, Zen 5, bf16 d128, one thread, B16 from DRAM, with the tasks
+  // of whole NHD token rows (decode_max_task_heads): MHA 32 heads 14.5 -> 19.6-21.3 GB/s, group 2
   // 17.8 -> 25.0; cache-resident MHA 29 -> 40.5; 8 heads at group 2 read 0.94x from DRAM and
   // left the 4-head tasks of 8 / 4 heads one a step, 0.68x).
   static constexpr int kRowBytes = kChunks * Loader::kChunkBytes;
