@@ -78,7 +78,7 @@ void expect_step_case_matches(const CaseSpec& spec, int i) {
 
 // Steps of several heads (decode_kernel.h, DotTiles::kStepHeads): on NHD caches whose rows are
 // one 64-value chunk (bf16 d64, FP8 d64) the dot-product kernels compute QK for 4 adjacent KV
-// heads a visit (FP8 d128, checked here too, takes 8: EightHeadSteps), and PV for all of them
+// heads a visit (FP8 d128, checked here too, as well: WideRowSteps), and PV for all of them
 // (pv_step) where each saw a visible key; a task whose head count is not a multiple takes its last
 // heads one at a time. Checked over head counts around the step (1-9), GQA groups 3, 4, 8 and 16,
 // lengths around the tile, the variants those kernels take, and split into chunks (tasks of fewer
@@ -98,7 +98,7 @@ TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
     if (runnable(kernel.name, &why) == nullptr) continue;
     KernelOverride named(kernel.name);
     for (int d : {64, 128}) {
-      if (kernel.kv == DType::kBF16 && d == 128) continue;  // 256-byte rows: EightHeadSteps
+      if (kernel.kv == DType::kBF16 && d == 128) continue;  // 256-byte rows: WideRowSteps
       for (int heads : {1, 2, 3, 4, 5, 8, 9}) {
         for (int variant = 0; variant < 2; ++variant, ++i) {
           expect_step_case_matches(
@@ -113,13 +113,13 @@ TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
   if (ran == 0) GTEST_SKIP() << "no AVX512_BF16 dot-product kernel runs here";
 }
 
-// Steps of 8 heads (DotTiles::kStepHeads at rows of two chunks or more: bf16 d128 and d256, FP8
+// Steps over rows of two chunks or more (DotTiles::kStepHeads, 4 heads: bf16 d128 and d256, FP8
 // d128 and d256): QK over every head of the step per key, PV over every head per sub-tile of 8 keys
 // (pv_step) where each head saw a visible key, else head by head; a task's heads past a multiple
-// of 8 one at a time. Checked over head counts 1-9, 12 and 16, GQA groups 3, 4, 8 and 16
+// of the step one at a time. Checked over head counts 1-9, 12 and 16, GQA groups 3, 4, 8 and 16
 // (padded rows, blocks of 4), lengths around the sub-tile and the tile, the variants those
 // kernels take, and split into chunks.
-TEST(CpuDecodeHeadSteps, EightHeadStepsMatchTheReference) {
+TEST(CpuDecodeHeadSteps, WideRowStepsMatchTheReference) {
   struct Kernel {
     std::string_view name;
     DType kv;

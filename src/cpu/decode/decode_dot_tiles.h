@@ -195,7 +195,12 @@ struct DotTiles {
   // from DRAM, set to set). FP8 d128 (two chunks, 128-byte rows) took 2 heads a step until
   // issue 23's fifth Zen 5 pass (their query vectors alone filled the registers, so they were
   // reloaded anyway) and takes 8 since: cache-resident 1.08-1.10x (e4m3 and e5m2), from DRAM e4m3
-  // 1.01-1.10x in three sets. d256 (512-byte rows) takes 8 (1.12x against 1 on Zen 5). A task's
+  // 1.01-1.10x in three sets. d256 (512-byte rows) took 8 (1.12x against 1 on Zen 5). Since
+  // issue 23's eighth Zen 5 pass every query-lane step takes 4 heads: a task of 4-7 heads (Qwen2.5
+  // 7B's 4 KV heads, group 7) then steps where 8 left it one head a step (two threads,
+  // decode_gqa7_bf16 1.23x; one thread from DRAM 16.0 -> 19.0 GB/s), padded groups of 8 read
+  // 1.04-1.07x, d256 1.10-1.15x from DRAM on one thread (1.02x on two), bf16 / e4m3 d128 level on
+  // two threads (one thread bf16 1.00-1.07x, e4m3 0.98x; cache-resident 0.97-0.98x). A task's
   // heads past a multiple of kStepHeads go one a step after the full steps, in the same walk of
   // its keys (decode_task; a step of fewer, chosen at run time, made GCC build the full step's
   // loops 1.2x slower cache-resident). Groups of 1 and 2 rows (no query lanes) take 8 and 4 heads a
@@ -204,7 +209,7 @@ struct DotTiles {
   // 17.8 -> 25.0; cache-resident MHA 29 -> 40.5; 8 heads at group 2 read 0.94x from DRAM and
   // left the 4-head tasks of 8 / 4 heads one a step, 0.68x).
   static constexpr int kRowBytes = kChunks * Loader::kChunkBytes;
-  static constexpr int kStepHeads = !kQueryLanes ? 8 / kNG : kChunks == 1 ? 4 : 8;
+  static constexpr int kStepHeads = !kQueryLanes ? 8 / kNG : 4;
   // QK of a step of kStepHeads heads: head j's queries at q + j * q_head (floats), its K rows at
   // rows[kk] + j * head_step (bytes), its scores at scores + j * group_padded * kTile.
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
