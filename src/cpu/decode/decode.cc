@@ -284,8 +284,8 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   }
   // Tasks: runs of consecutive items of one request and KV range on consecutive heads (one head
   // each under fused RoPE, whose per-tile tables are per head).
-  const bool token_major = p.k_strides.dim == 1 && p.k_strides.head == p.head_dim_qk;
-  const int max_task_heads = p.rope ? 1 : decode_max_task_heads(p.group_padded, token_major);
+  const int max_task_heads =
+      p.rope ? 1 : decode_max_task_heads(p.group_padded, p.k_heads_adjacent());
   std::vector<std::pair<int64_t, int>> tasks;  // first item, heads
   const int64_t num_items = static_cast<int64_t>(plan.work.size());
   for (int64_t i = 0; i < num_items;) {

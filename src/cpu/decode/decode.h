@@ -84,6 +84,13 @@ struct DecodeParams {
   OutputRows output;
   PartialStates partial;
 
+  // True where each token's K rows of consecutive heads lie side by side (NHD, unit-stride rows):
+  // the head steps (decode_kernel.h: takes_head_steps) and the wider NHD tasks
+  // (decode_max_task_heads) read a token's heads as one run.
+  bool k_heads_adjacent() const {
+    return k_strides.dim == 1 && head_dim_qk > 0 && k_strides.head == head_dim_qk;
+  }
+
   // True when the general score path (soft cap, ALiBi, custom mask) is needed.
   bool general_scores() const {
     return logits_soft_cap > 0 || alibi_slopes != nullptr || mask != nullptr || fp16_qk_reduction;

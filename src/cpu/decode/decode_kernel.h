@@ -129,8 +129,7 @@ bool takes_head_steps(const DecodeParams& p) {
     return false;
   } else {
     constexpr bool kFmaTiles = std::is_same_v<Tiles, FmaTiles<S, kKV, kDqk, kDvo, kNG>>;
-    return (!kFmaTiles || p.fma_head_steps) && !p.rope && !p.mask && p.k_strides.dim == 1 &&
-           p.head_dim_qk > 0 && p.k_strides.head == p.head_dim_qk;
+    return (!kFmaTiles || p.fma_head_steps) && !p.rope && !p.mask && p.k_heads_adjacent();
   }
 }
 

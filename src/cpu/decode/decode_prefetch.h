@@ -67,8 +67,8 @@ class TilePrefetcher {
       total_ += lines_[s];
     }
   }
-  // Head step `step` of `steps` of this tile may issue up to its share of all the lines, spread
-  // over `calls` calls of tick().
+  // A step may issue up to (step + 1) / steps of all the lines, spread over `calls` calls of
+  // tick(). decode_task counts by heads: step = the step's last head, steps = the task's heads.
   void begin_step(int step, int steps, int calls) {
     // Never past the plan's lines (issue_lines walks until it has issued what it was asked).
     budget_ = std::min(total_, total_ * (step + 1) / std::max(steps, 1));
