@@ -108,6 +108,16 @@ constexpr int step_heads() {
   }
 }
 
+// Tiles, as a type that depends on a step's width hs: the step body (a generic lambda in hs, in
+// decode_task_by_steps) calls qk_step and pv_step through it, so that those calls wait for hs.
+// Clang checks a generic lambda's calls that do not depend on its own parameters when the
+// enclosing template is instantiated, in a discarded `if constexpr (hs > 1)` branch too, and
+// Tiles without steps has neither (GCC waits).
+template <int hs, class Tiles>
+struct StepTiles {
+  using type = Tiles;
+};
+
 // Whether a policy takes per-token V scales in its weights as two bf16 (Tiles::kSplitWeights:
 // pv<true>; pv_step's last argument).
 template <class Tiles>
@@ -373,8 +383,9 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
         hv[kk] = vr[kk] + hi * v_head_step;
       }
       prefetch.begin_step(hi + hs - 1, num_heads, hs > 1 ? step_ticks : ticks_per_head);
+      using Step = typename StepTiles<hs, Tiles>::type;
       if constexpr (hs > 1) {
-        Tiles::qk_step(q, q_row, q_head, gp, hk, k_head_step, n, dqk, scores, &prefetch);
+        Step::qk_step(q, q_row, q_head, gp, hk, k_head_step, n, dqk, scores, &prefetch);
       } else if (p.rope) {
         for (int kk = 0; kk < n; ++kk) {
           float* dst = rope_k + kk * q_row;
@@ -467,8 +478,8 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
         step_pv =
             num_shown == n && std::all_of(any_head, any_head + hs, [](bool seen) { return seen; });
         if (step_pv) {
-          Tiles::pv_step(scores, gp, hv, v_head_step, n, dvo, p.v_strides.dim, o, o_row, o_head,
-                         &prefetch, token_scales);
+          Step::pv_step(scores, gp, hv, v_head_step, n, dvo, p.v_strides.dim, o, o_row, o_head,
+                        &prefetch, token_scales);
         }
       }
       for (int j = 0; j < (step_pv ? 0 : hs); ++j) {
