@@ -113,10 +113,11 @@ TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
   if (ran == 0) GTEST_SKIP() << "no AVX512_BF16 dot-product kernel runs here";
 }
 
-// Steps over rows of two chunks or more (DotTiles::kStepHeads, 4 heads: bf16 d128 and d256, FP8
-// d128 and d256): QK over every head of the step per key, PV over every head per sub-tile of 8 keys
-// (pv_step) where each head saw a visible key, else head by head; a task's heads past a multiple
-// of the step one at a time. Checked over head counts 1-9, 12 and 16, GQA groups 3, 4, 8 and 16
+// Steps over rows of two chunks or more (DotTiles::kStepHeads: 8 heads at two chunks, bf16 and FP8
+// d128, then a step of 4 (kTailStepHeads); 4 heads at d256): QK over every head of the step per
+// key, PV over every head per sub-tile of 8 keys (pv_step) where each head saw a visible key, else
+// head by head; a task's heads past the steps one at a time. Checked over head counts 1-9, 12, 13,
+// 15 and 16 (8 + 4 + 1 + 1 + 1 at 15), GQA groups 3, 4, 8 and 16
 // (padded rows, blocks of 4), lengths around the sub-tile and the tile, the variants those
 // kernels take, and split into chunks.
 TEST(CpuDecodeHeadSteps, WideRowStepsMatchTheReference) {
@@ -137,7 +138,7 @@ TEST(CpuDecodeHeadSteps, WideRowStepsMatchTheReference) {
     std::string why;
     if (runnable(kernel.name, &why) == nullptr) continue;
     KernelOverride named(kernel.name);
-    for (int heads : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
+    for (int heads : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16}) {
       if (kernel.d == 256 && heads != 3 && heads != 8 && heads != 12) continue;  // fewer at d 256
       for (int variant = 0; variant < 2; ++variant, ++i) {
         expect_step_case_matches(

@@ -200,34 +200,45 @@ struct DotTiles {
   // 7B's 4 KV heads, group 7) then steps where 8 left it one head a step (two threads,
   // decode_gqa7_bf16 1.23x; one thread from DRAM 16.0 -> 19.0 GB/s), padded groups of 8 read
   // 1.04-1.07x, d256 1.10-1.15x from DRAM on one thread (1.02x on two), bf16 / e4m3 d128 level on
-  // two threads (one thread bf16 1.00-1.07x, e4m3 0.98x; cache-resident 0.97-0.98x). A task's
-  // heads past a multiple of kStepHeads go one a step after the full steps, in the same walk of
-  // its keys (decode_task; a step of fewer, chosen at run time, made GCC build the full step's
-  // loops 1.2x slower cache-resident). Groups of 1 and 2 rows (no query lanes) take 8 and 4 heads a
-  // step through qk_chunks (issue 23, Zen 5, bf16 d128, one thread, B16 from DRAM, with the tasks
-  // of whole NHD token rows (decode_max_task_heads): MHA 32 heads 14.5 -> 19.6-21.3 GB/s, group 2
-  // 17.8 -> 25.0; cache-resident MHA 29 -> 40.5; 8 heads at group 2 read 0.94x from DRAM and
-  // left the 4-head tasks of 8 / 4 heads one a step, 0.68x).
+  // two threads (one thread bf16 1.00-1.07x, e4m3 0.98x; cache-resident 0.97-0.98x). On AMD Zen 4
+  // (issue 23, 2026-12-05) those 4-head steps cost d128 what 8 had gained there (two threads,
+  // `kvattn bench`, separate builds alternated: llama3 bf16 15.6-16.1 -> 18.2-19.3 ms, long_b1
+  // 8.2 -> 9.3-9.7, e4m3 8.8 -> 9.4-10.4; cache-resident bf16 0.93x), so rows of two chunks take 8
+  // again, with a last step of 4 (kTailStepHeads) where 4-7 heads remain: llama3 bf16 16.4-17.1,
+  // long_b1 8.3, e4m3 9.2-9.5 ms, cache-resident level with 8 alone, and decode_gqa7_bf16 (tasks of
+  // 4 heads) 19.8-20.0 ms one head a step -> 17.5-19.0. d256 keeps 4 (level on Zen 4). A task's
+  // heads past the steps go one a step, in the same walk of its keys (decode_task; a step of
+  // fewer, chosen at run time, made GCC build the full step's loops 1.2x slower cache-resident:
+  // the tail step is an instance of its own). Groups of 1 and 2 rows (no query lanes) take 8 and 4
+  // heads a step through qk_chunks (issue 23, Zen 5, bf16 d128, one thread, B16 from DRAM, with the
+  // tasks of whole NHD token rows (decode_max_task_heads): MHA 32 heads 14.5 -> 19.6-21.3 GB/s,
+  // group 2 17.8 -> 25.0; cache-resident MHA 29 -> 40.5; 8 heads at group 2 read 0.94x from DRAM
+  // and left the 4-head tasks of 8 / 4 heads one a step, 0.68x).
   static constexpr int kRowBytes = kChunks * Loader::kChunkBytes;
-  static constexpr int kStepHeads = !kQueryLanes ? 8 / kNG : 4;
-  // QK of a step of kStepHeads heads: head j's queries at q + j * q_head (floats), its K rows at
+  static constexpr int kStepHeads = !kQueryLanes ? 8 / kNG : kChunks == 2 ? 8 : 4;
+  // A step of fewer heads after the full steps, where its heads remain (decode_task_by_steps):
+  // the query-lane steps of 8 heads take a last step of 4, so that a task of 4-7 heads steps.
+  static constexpr int kTailStepHeads = kQueryLanes && kStepHeads == 8 ? 4 : 1;
+  // QK of a step of kHeads heads: head j's queries at q + j * q_head (floats), its K rows at
   // rows[kk] + j * head_step (bytes), its scores at scores + j * group_padded * kTile.
+  template <int kHeads = kStepHeads>
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
                       const std::byte* const* rows, int64_t head_step, int n, int, float* scores,
                       TilePrefetcher* prefetch) {
     if constexpr (kQueryLanes) {
-      qk_query_lanes<kStepHeads>(q, q_row, q_head, group_padded, rows, head_step, n, scores,
-                                 prefetch);
+      qk_query_lanes<kHeads>(q, q_row, q_head, group_padded, rows, head_step, n, scores, prefetch);
     } else {
-      qk_chunks<Loader, kChunks, kNG, DotTiles, kStepHeads>(q, q_row, group_padded, rows, n, scores,
-                                                            prefetch, q_head, head_step);
+      qk_chunks<Loader, kChunks, kNG, DotTiles, kHeads>(q, q_row, group_padded, rows, n, scores,
+                                                        prefetch, q_head, head_step);
     }
   }
   // tick() calls of a step: one per key and head in each QK pass over a block of kNG rows (so that
   // the next tile's lines stay spread over the whole step: ticked once a key, a step of 8 heads
   // left most of them to PV and read DRAM 0.88-0.90x as fast) and two per pair of keys and head
   // in each PV pass (pv, pv_step).
-  static int step_ticks(int group_padded) { return 2 * kTile * (group_padded / kNG) * kStepHeads; }
+  static int step_ticks(int group_padded, int heads) {
+    return 2 * kTile * (group_padded / kNG) * heads;
+  }
 
   // QK of 4 query rows at once, of kHeads heads (head j's queries at q + j * q_head, its K rows
   // at rows[kk] + j * head_step, its scores j * group_padded rows on). Each 64-value chunk of a
@@ -318,16 +329,15 @@ struct DotTiles {
   // or by half dims, ran 1.04-1.12x slower than head by head; this one, by sub-tiles, is not
   // measured there.) Out of line, as GCC left it while decode_task had one body: inlined into
   // decode_task_by_steps, bf16 d256 read 0.96x from DRAM (one Zen 5 thread).
+  template <int kHeads = kStepHeads>
   [[gnu::noinline]] static void pv_step(const float* p, int group_padded,
                                         const std::byte* const* rows, int64_t head_step, int n, int,
                                         int64_t, float* o, int o_row, int o_head,
                                         TilePrefetcher* prefetch, bool split) {
     if (split) {
-      pv_heads<kStepHeads, 4, true>(p, group_padded, rows, head_step, n, o, o_row, o_head,
-                                    prefetch);
+      pv_heads<kHeads, 4, true>(p, group_padded, rows, head_step, n, o, o_row, o_head, prefetch);
     } else {
-      pv_heads<kStepHeads, 4, false>(p, group_padded, rows, head_step, n, o, o_row, o_head,
-                                     prefetch);
+      pv_heads<kHeads, 4, false>(p, group_padded, rows, head_step, n, o, o_row, o_head, prefetch);
     }
   }
   // With per-(token, head) V scales the weights are p * scale (softmax_rows), which one bf16

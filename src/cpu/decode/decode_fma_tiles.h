@@ -296,26 +296,28 @@ struct FmaTiles {
   // query heads over 8 (one thread, B 16 x 4k from DRAM): 4 heads a step 15.4-15.8 GB/s, 8
   // 14.8-14.9, one 13.9-14.0.
   static constexpr int kStepHeads = S::kWidth > 1 ? std::min(8, 32 / kNG) : 1;
+  template <int kHeads = kStepHeads>
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
                       const std::byte* const* rows, int64_t head_step, int n, int d_runtime,
                       float* scores, TilePrefetcher* prefetch) {
-    if constexpr (kStepHeads > 1) {
-      qk_heads<S, kKV, kDqk, kNG, kStepHeads>(q, q_row, q_head, group_padded, rows, head_step, n,
-                                              d_runtime, scores, prefetch);
+    if constexpr (kHeads > 1) {
+      qk_heads<S, kKV, kDqk, kNG, kHeads>(q, q_row, q_head, group_padded, rows, head_step, n,
+                                          d_runtime, scores, prefetch);
     }
   }
   // (The weights are f32: per-token V scales need no split, `split` is not used.)
+  template <int kHeads = kStepHeads>
   static void pv_step(const float* p, int group_padded, const std::byte* const* rows,
                       int64_t head_step, int n, int d_runtime, int64_t elem_stride, float* o,
                       int o_row, int o_head, TilePrefetcher* prefetch, bool /*split*/) {
-    pv_heads<S, kKV, kDvo, kNG, kStepHeads, 8>(p, group_padded, rows, head_step, n, d_runtime,
-                                               elem_stride, o, o_row, o_head, prefetch);
+    pv_heads<S, kKV, kDvo, kNG, kHeads, 8>(p, group_padded, rows, head_step, n, d_runtime,
+                                           elem_stride, o, o_row, o_head, prefetch);
   }
-  // tick() calls of a step: one per key and head in each QK pass over a block of up to 4 rows
-  // (qk_heads) and in each PV pass over a block of kNG rows.
-  static int step_ticks(int group_padded) {
+  // tick() calls of a step of `heads` heads: one per key and head in each QK pass over a block of
+  // up to 4 rows (qk_heads) and in each PV pass over a block of kNG rows.
+  static int step_ticks(int group_padded, int heads) {
     const int qk_rows = std::min(kNG, 4);
-    return kTile * kStepHeads * (group_padded / qk_rows + group_padded / kNG);
+    return kTile * heads * (group_padded / qk_rows + group_padded / kNG);
   }
 };
 

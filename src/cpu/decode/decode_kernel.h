@@ -108,6 +108,17 @@ constexpr int step_heads() {
   }
 }
 
+// Heads of a policy's step after its full steps, where that many remain (Tiles::kTailStepHeads
+// where it has one, else 1: the rest one head a step).
+template <class Tiles>
+constexpr int tail_step_heads() {
+  if constexpr (requires { Tiles::kTailStepHeads; }) {
+    return Tiles::kTailStepHeads;
+  } else {
+    return 1;
+  }
+}
+
 // Tiles, as a type that depends on a step's width hs: the step body (a generic lambda in hs, in
 // decode_task_by_steps) calls qk_step and pv_step through it, so that those calls wait for hs.
 // Clang checks a generic lambda's calls that do not depend on its own parameters when the
@@ -245,11 +256,12 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
   // tick() calls per head step: one per key in each QK and PV pass over a block of kNG rows.
   const int ticks_per_head = 2 * kTile * ((gp + kNG - 1) / kNG);
   // Heads a step takes together: kStepHeads (Tiles::kStepHeads where takes_head_steps, else 1);
-  // the task's heads past a multiple of it one a step, in the same walk of the keys. The next
-  // tile's lines are shared out by heads (a step of 8 heads asks for 8 heads' share).
+  // the task's heads past a multiple of it in a step of kTailStepHeads where they are that many,
+  // the rest one a step, in the same walk of the keys. The next tile's lines are shared out by
+  // heads (a step of 8 heads asks for 8 heads' share).
   static_assert(kStepHeads >= 1 && kStepHeads <= kDecodeMaxStepHeads);
-  int step_ticks = ticks_per_head;
-  if constexpr (kStepHeads > 1) step_ticks = Tiles::step_ticks(gp);
+  constexpr int kTailStepHeads = kStepHeads > 1 ? tail_step_heads<Tiles>() : 1;
+  static_assert(kTailStepHeads >= 1 && kTailStepHeads < std::max(kStepHeads, 2));
   // The prefetch plan of a tile (`count` keys, rows of head h0): its K and V bytes of the task's
   // heads, as streams in address order: K before V, token-major where a token's heads are
   // adjacent (NHD), else head-major (HND).
@@ -382,10 +394,15 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
         hk[kk] = kr[kk] + hi * k_head_step;
         hv[kk] = vr[kk] + hi * v_head_step;
       }
-      prefetch.begin_step(hi + hs - 1, num_heads, hs > 1 ? step_ticks : ticks_per_head);
       using Step = typename StepTiles<hs, Tiles>::type;
       if constexpr (hs > 1) {
-        Step::qk_step(q, q_row, q_head, gp, hk, k_head_step, n, dqk, scores, &prefetch);
+        prefetch.begin_step(hi + hs - 1, num_heads, Step::step_ticks(gp, hs));
+      } else {
+        prefetch.begin_step(hi, num_heads, ticks_per_head);
+      }
+      if constexpr (hs > 1) {
+        Step::template qk_step<hs>(q, q_row, q_head, gp, hk, k_head_step, n, dqk, scores,
+                                   &prefetch);
       } else if (p.rope) {
         for (int kk = 0; kk < n; ++kk) {
           float* dst = rope_k + kk * q_row;
@@ -478,8 +495,8 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
         step_pv =
             num_shown == n && std::all_of(any_head, any_head + hs, [](bool seen) { return seen; });
         if (step_pv) {
-          Step::pv_step(scores, gp, hv, v_head_step, n, dvo, p.v_strides.dim, o, o_row, o_head,
-                        &prefetch, token_scales);
+          Step::template pv_step<hs>(scores, gp, hv, v_head_step, n, dvo, p.v_strides.dim, o, o_row,
+                                     o_head, &prefetch, token_scales);
         }
       }
       for (int j = 0; j < (step_pv ? 0 : hs); ++j) {
@@ -529,6 +546,12 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
         take_step.template operator()<kStepHeads>(hi);
       }
     }
+    if constexpr (kTailStepHeads > 1) {
+      if (hi + kTailStepHeads <= num_heads) {
+        take_step.template operator()<kTailStepHeads>(hi);
+        hi += kTailStepHeads;
+      }
+    }
     for (; hi < num_heads; ++hi) take_step.template operator()<1>(hi);
   }
 
@@ -573,7 +596,9 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
     // (In a second walk of their own, 12 KV heads of group 4 (a step of 8, then 4) read 12.6 GB/s
     // from DRAM on one Zen 5 thread, bf16 d128, where HND read 30: that walk's rows were 1 KiB of
     // each 3 KiB token row, and the first walk's prefetch had not asked for them.)
-    if (num_heads >= kStepHeads && takes_head_steps<S, kKV, kDqk, kDvo, kNG, Tiles>(p)) {
+    constexpr int kFewestStepHeads =
+        tail_step_heads<Tiles>() > 1 ? tail_step_heads<Tiles>() : kStepHeads;
+    if (num_heads >= kFewestStepHeads && takes_head_steps<S, kKV, kDqk, kDvo, kNG, Tiles>(p)) {
       decode_task_by_steps<S, kKV, kDqk, kDvo, kNG, Tiles, kStepHeads>(p, items, num_heads,
                                                                        scratch);
       return;
