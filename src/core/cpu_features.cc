@@ -83,9 +83,11 @@ int x86_family(unsigned leaf1_eax) {
   return int(base == 0xf ? base + extended : base);
 }
 
-DecodePrefetch decode_prefetch_for(bool amd, int family) {
+DecodePrefetch decode_prefetch_for(bool amd, int /*family*/) {
+  // Every AMD family by merged streams into L1 since issue 23's Zen 4 pass of 2026-12-05 (token
+  // rows before Zen 5 until then); the family stays an argument, as the choice has been by family.
   if (!amd) return {PrefetchHint::kL2, false};
-  return {PrefetchHint::kL1, family < 0x1a};
+  return {PrefetchHint::kL1, false};
 }
 
 bool decode_fma_head_steps_for(bool amd, int family) { return amd && family >= 0x1a; }

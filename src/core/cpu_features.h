@@ -37,11 +37,13 @@ struct CpuFeatures {
   // 6 for the Intel Xeons.
   int family = 0;
   // How decode's paced prefetch of its next tile asks for the lines (decode_prefetch_for): into
-  // L1 by token rows on AMD before Zen 5 (family < 0x1A), where the L2 hint ran every decode case
-  // slower (Zen 4: the bf16 llama3 case 1.27x, issue 23's Zen 4 note); into L1 by merged page
-  // streams on Zen 5 and later, where token rows ran the bf16 llama3 case 1.8-2.4x slower, and the
-  // merged streams into L1 1.05-1.14x faster than prefetchnta and 1.1x faster than L2 once the
-  // task's heads were read 8 a step (issue 23's Zen 5 notes); into L2 by merged streams on the
+  // L1 by merged page streams on AMD. On Zen 5 token rows ran the bf16 llama3 case 1.8-2.4x
+  // slower, and the merged streams into L1 1.05-1.14x faster than prefetchnta and 1.1x faster
+  // than L2 once the task's heads were read 8 a step (issue 23's Zen 5 notes). Zen 3 and Zen 4
+  // (family 0x19) took token rows until issue 23's Zen 4 pass of 2026-12-05: with the kernels of
+  // the Zen 5 passes, token rows ran every NHD decode case 1.31-1.89x slower on Zen 4 (f16, one
+  // head a step, 1.89x; bf16 llama3 1.41x); the L2 hint was level to 1.06x faster over NHD but
+  // 1.21x slower over HND, as it was slower on Zen 4 before. Into L2 by merged streams on the
   // Intel Xeons, their best.
   DecodePrefetch decode_prefetch;
   // Whether decode over the fp32-FMA kernels (f16 / f32 KV on AVX-512; every KV type on AVX2 and

@@ -146,8 +146,8 @@ TEST(CpuKernelTable, DecodeChoicePerCpuClass) {
 }
 
 // Decode's prefetch per CPU class (CpuFeatures::decode_prefetch), from CPUID leaf 1 signatures:
-// L1 by token rows on AMD Zen 3 and Zen 4 (family 0x19), L1 by merged page streams on Zen 5
-// (0x1A), L2 by merged streams on the Intel Xeons.
+// L1 by merged page streams on AMD Zen 3 / Zen 4 (family 0x19) and Zen 5 (0x1A), L2 by merged
+// streams on the Intel Xeons.
 TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
   EXPECT_EQ(detail::x86_family(0x00A00F11u), 0x19);  // Zen 3 (EPYC Milan)
   EXPECT_EQ(detail::x86_family(0x00A10F11u), 0x19);  // Zen 4 (EPYC Genoa)
@@ -155,7 +155,7 @@ TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
   EXPECT_EQ(detail::x86_family(0x000806F8u), 6);     // Sapphire Rapids
   using detail::DecodePrefetch;
   using detail::PrefetchHint;
-  EXPECT_EQ(detail::decode_prefetch_for(true, 0x19), (DecodePrefetch{PrefetchHint::kL1, true}));
+  EXPECT_EQ(detail::decode_prefetch_for(true, 0x19), (DecodePrefetch{PrefetchHint::kL1, false}));
   EXPECT_EQ(detail::decode_prefetch_for(true, 0x1a), (DecodePrefetch{PrefetchHint::kL1, false}));
   EXPECT_EQ(detail::decode_prefetch_for(false, 6), (DecodePrefetch{PrefetchHint::kL2, false}));
   const detail::CpuFeatures& here = detail::cpu_features();

@@ -23,11 +23,13 @@ namespace kvattn::cpu::decode_detail {
 // Where the lines go and how the streams are cut is the CPU class's (DecodeParams::prefetch,
 // chosen when the params are built, CpuFeatures::decode_prefetch): into L2 (prefetcht1), merged,
 // on the Intel Xeons (issue 14: the tile of all heads does not fit L1); into L1 (prefetcht0) on
-// AMD: by token rows on Zen 3 and Zen 4 (on Zen 4 the L2 hint ran every decode case slower, the
-// bf16 llama3 case 1.27x, prefetchnta was between the two: issue 23's Zen 4 note), merged on
-// Zen 5 (token rows ran 1.8-2.4x slower there; once NHD tasks read 8 heads a step, the merged
-// streams into L1 ran 1.05-1.14x faster than prefetchnta, which had been 1.02-1.20x faster than
-// L2 when they read one head a step: issue 23's Zen 5 notes).
+// AMD, merged (on Zen 4 the L2 hint ran every decode case slower, the bf16 llama3 case 1.27x,
+// prefetchnta was between the two: issue 23's Zen 4 note; on Zen 5 token rows ran 1.8-2.4x
+// slower, and once NHD tasks read 8 heads a step the merged streams into L1 ran 1.05-1.14x faster
+// than prefetchnta, which had been 1.02-1.20x faster than L2 when they read one head a step:
+// issue 23's Zen 5 notes). Zen 3 and Zen 4 took token rows until 2026-12-05, when on Zen 4 they
+// ran every NHD case 1.31-1.89x slower than merged streams (CpuFeatures::decode_prefetch); no
+// class takes them now.
 using PrefetchHint = ::kvattn::detail::PrefetchHint;
 using DecodePrefetch = ::kvattn::detail::DecodePrefetch;
 
