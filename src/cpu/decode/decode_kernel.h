@@ -31,6 +31,7 @@
 #include "cpu/decode/decode_fma_tiles.h"
 #include "cpu/decode/decode_prefetch.h"
 #include "cpu/decode/decode_softmax.h"
+#include "cpu/decode/decode_steps.h"
 
 namespace kvattn::cpu::decode_detail {
 
@@ -94,63 +95,6 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
           o[g * o_row + d] = std::numeric_limits<float>::quiet_NaN();
       }
     }
-  }
-}
-
-// Heads a policy's step may take together: Tiles::kStepHeads where it has one (with qk_step,
-// pv_step and step_ticks), else 1.
-template <class Tiles>
-constexpr int step_heads() {
-  if constexpr (requires { Tiles::kStepHeads; }) {
-    return Tiles::kStepHeads;
-  } else {
-    return 1;
-  }
-}
-
-// Heads of a policy's step after its full steps, where that many remain (Tiles::kTailStepHeads
-// where it has one, else 1: the rest one head a step).
-template <class Tiles>
-constexpr int tail_step_heads() {
-  if constexpr (requires { Tiles::kTailStepHeads; }) {
-    return Tiles::kTailStepHeads;
-  } else {
-    return 1;
-  }
-}
-
-// Tiles, as a type that depends on a step's width hs: the step body (a generic lambda in hs, in
-// decode_task_by_steps) calls qk_step and pv_step through it, so that those calls wait for hs.
-// Clang checks a generic lambda's calls that do not depend on its own parameters when the
-// enclosing template is instantiated, in a discarded `if constexpr (hs > 1)` branch too, and
-// Tiles without steps has neither (GCC waits).
-template <int hs, class Tiles>
-struct StepTiles {
-  using type = Tiles;
-};
-
-// Whether a policy takes per-token V scales in its weights as two bf16 (Tiles::kSplitWeights:
-// pv<true>; pv_step's last argument).
-template <class Tiles>
-constexpr bool split_weights() {
-  if constexpr (requires { Tiles::kSplitWeights; }) {
-    return Tiles::kSplitWeights;
-  } else {
-    return false;
-  }
-}
-
-// Whether a decode of these parameters takes Tiles' steps of kStepHeads heads: where each token's
-// K rows of the task's heads lie side by side (NHD; PV takes V's rows through the head stride,
-// whatever their layout) and neither fused RoPE nor a custom mask is on (both take the one-head
-// path); the fp32-FMA tiles' steps where the CPU class takes them (p.fma_head_steps).
-template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles>
-bool takes_head_steps(const DecodeParams& p) {
-  if constexpr (step_heads<Tiles>() == 1) {
-    return false;
-  } else {
-    constexpr bool kFmaTiles = std::is_same_v<Tiles, FmaTiles<S, kKV, kDqk, kDvo, kNG>>;
-    return (!kFmaTiles || p.fma_head_steps) && !p.rope && !p.mask && p.k_heads_adjacent();
   }
 }
 
@@ -261,7 +205,7 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
   // heads (a step of 8 heads asks for 8 heads' share).
   static_assert(kStepHeads >= 1 && kStepHeads <= kDecodeMaxStepHeads);
   constexpr int kTailStepHeads = kStepHeads > 1 ? tail_step_heads<Tiles>() : 1;
-  static_assert(kTailStepHeads >= 1 && kTailStepHeads < std::max(kStepHeads, 2));
+  static_assert(kTailStepHeads == 1 || kTailStepHeads < kStepHeads);
   // The prefetch plan of a tile (`count` keys, rows of head h0): its K and V bytes of the task's
   // heads, as streams in address order: K before V, token-major where a token's heads are
   // adjacent (NHD), else head-major (HND).
@@ -397,6 +341,7 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
         hv[kk] = vr[kk] + hi * v_head_step;
       }
       using Step = typename StepTiles<hs, Tiles>::type;
+      // (Two branches on hs: the one-head step's QK below hangs on `else if (p.rope)`.)
       if constexpr (hs > 1) {
         prefetch.begin_step(hi + hs - 1, num_heads, Step::step_ticks(gp, hs));
       } else {
