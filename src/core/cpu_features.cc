@@ -53,6 +53,7 @@ CpuFeatures detect() {
     if (__get_cpuid(1, &a, &b, &c, &d)) f.family = x86_family(a);
     f.decode_prefetch = decode_prefetch_for(amd, f.family);
     f.decode_fma_head_steps = decode_fma_head_steps_for(amd, f.family);
+    f.decode_lane_head_steps = decode_lane_head_steps_for(amd, f.family);
   }
 #if defined(__x86_64__) && defined(__linux__)
   {
@@ -92,6 +93,8 @@ DecodePrefetch decode_prefetch_for(bool amd, int /*family*/) {
 
 bool decode_fma_head_steps_for(bool amd, int family) { return amd && family >= 0x1a; }
 
+bool decode_lane_head_steps_for(bool amd, int family) { return !amd || family >= 0x1a; }
+
 std::string CpuFeatures::to_string() const {
   std::string s;
   auto add = [&](bool on, const char* name) {
@@ -114,6 +117,7 @@ std::string CpuFeatures::to_string() const {
   add(decode_prefetch.hint == PrefetchHint::kL1, "decode_prefetch_l1");
   add(decode_prefetch.token_rows, "decode_prefetch_token_rows");
   add(decode_fma_head_steps, "decode_fma_head_steps");
+  add(decode_lane_head_steps, "decode_lane_head_steps");
   add(amx_bf16, "amx_bf16");
   return s.empty() ? "none" : s;
 }

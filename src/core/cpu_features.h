@@ -53,6 +53,17 @@ struct CpuFeatures {
   // Off on the classes not measured with it (Zen 3 and Zen 4, whose token-row prefetch asks for the
   // next tile head by head, the order of one head a step; the Intel Xeons).
   bool decode_fma_head_steps = false;
+  // Whether decode over the bf16 dot-product kernels (bf16 and FP8 KV on AVX512_BF16) reads
+  // several KV heads a step on NHD caches where a task's query rows sit in the vector lanes (GQA
+  // groups of 3 or more: DotTiles::kQueryLanes; decode_lane_head_steps_for). Off on AMD Zen 3 /
+  // Zen 4 (family 0x19): there one head a step keeps the head's queries in registers, where a step
+  // of 8 reloads them from L1 per key, and ran the bf16 llama3 case 1.08x faster with the merged
+  // prefetch of 2026-12-05 (e4m3 1.08x, gqa7 1.08-1.19x, d64 1.08x, short_b64 1.06x, long_b1
+  // 1.01-1.10x; cache-resident bf16 1.05x, e4m3 1.03-1.07x: issue 23's Zen 4 note of 2026-12-05).
+  // On elsewhere: on Zen 5, where the steps were measured (1.29-1.34x from DRAM on one thread),
+  // and on the Intel Xeons, not measured either way (the dot-product kernels run there only when
+  // named: fast_bf16_dot).
+  bool decode_lane_head_steps = false;
   // AMX-BF16 and AMX-TILE (CPUID), with the tile state granted by the OS (Linux hands it out
   // only on request: arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
   bool amx_bf16 = false;
@@ -66,6 +77,7 @@ const CpuFeatures& cpu_features();
 int x86_family(unsigned leaf1_eax);
 DecodePrefetch decode_prefetch_for(bool amd, int family);
 bool decode_fma_head_steps_for(bool amd, int family);  // CpuFeatures::decode_fma_head_steps
+bool decode_lane_head_steps_for(bool amd, int family);  // CpuFeatures::decode_lane_head_steps
 
 // The ISA level kernels use: the hardware's best, lowered by set_cpu_isa_limit (tests). Which
 // kernel runs is the cpu backend's kernel table's choice (src/cpu/kernel_table.h; its one

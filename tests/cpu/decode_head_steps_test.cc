@@ -84,6 +84,8 @@ void expect_step_case_matches(const CaseSpec& spec, int i) {
 // lengths around the tile, the variants those kernels take, and split into chunks (tasks of fewer
 // heads).
 TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
+  // Forced on: the CPU class may take one head a step (CpuFeatures::decode_lane_head_steps).
+  const ScopedEnv steps("KVATTN_CPU_LANE_HEAD_STEPS", "1");
   struct Kernel {
     std::string_view name;
     DType kv;
@@ -121,6 +123,7 @@ TEST(CpuDecodeHeadSteps, MatchTheReferenceOnNhdCaches) {
 // (padded rows, blocks of 4), lengths around the sub-tile and the tile, the variants those
 // kernels take, and split into chunks.
 TEST(CpuDecodeHeadSteps, WideRowStepsMatchTheReference) {
+  const ScopedEnv steps("KVATTN_CPU_LANE_HEAD_STEPS", "1");  // whatever the CPU class takes
   struct Kernel {
     std::string_view name;
     DType kv;
@@ -147,6 +150,40 @@ TEST(CpuDecodeHeadSteps, WideRowStepsMatchTheReference) {
             i);
         ++ran;
       }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no AVX512_BF16 dot-product kernel runs here";
+}
+
+// The same kernels over NHD caches one head a step, as AMD Zen 3 / Zen 4 take them
+// (KVATTN_CPU_LANE_HEAD_STEPS=0, CpuFeatures::decode_lane_head_steps), whatever the CPU class
+// takes: head counts around the steps, GQA groups 3, 4, 8 and 16, head dims 64, 128 and 256,
+// lengths around the tile, the variants, split into chunks.
+TEST(CpuDecodeHeadSteps, LaneTasksOneHeadAStepMatchTheReference) {
+  const ScopedEnv steps("KVATTN_CPU_LANE_HEAD_STEPS", "0");
+  struct Kernel {
+    std::string_view name;
+    DType kv;
+    int d;
+  };
+  const Kernel kernels[] = {{kBf16Dot, DType::kBF16, 128},
+                            {kBf16Dot, DType::kBF16, 64},
+                            {kBf16Dot, DType::kBF16, 256},
+                            {kFp8TableDot, DType::kE4M3, 128},
+                            {kFp8TableDot, DType::kE5M2, 64}};
+  const int64_t lengths[] = {1, kTile - 1, kTile, kTile + 1, 2 * kTile + 3, 100};
+  const int groups[] = {4, 3, 8, 16};
+  int i = 0, ran = 0;
+  for (const Kernel& kernel : kernels) {
+    std::string why;
+    if (runnable(kernel.name, &why) == nullptr) continue;
+    KernelOverride named(kernel.name);
+    for (int heads : {1, 4, 5, 8, 13}) {
+      expect_step_case_matches(step_case(kernel.kv, kernel.d, heads, groups[i % 4], i, i % 6,
+                                         lengths[i % 6], lengths[(i + 3) % 6], 7900 + i),
+                               i);
+      ++i;
+      ++ran;
     }
   }
   if (ran == 0) GTEST_SKIP() << "no AVX512_BF16 dot-product kernel runs here";
@@ -269,6 +306,7 @@ TEST(CpuDecodeHeadSteps, FmaHeadStepsRestoreE4m3NanCodesPerHead) {
 // would round the scale (2^-9 of the value, 100x the bound at one key). Every step size (d 64:
 // 4 heads, d 128: 2, d 256: 8) and single heads (3 KV heads), one and a few keys, f32 output.
 TEST(CpuDecodeHeadSteps, PerTokenScalesAreNotRoundedIntoTheWeights) {
+  const ScopedEnv steps("KVATTN_CPU_LANE_HEAD_STEPS", "1");  // whatever the CPU class takes
   std::string why;
   if (runnable(kFp8TableDot, &why) == nullptr) GTEST_SKIP() << why;
   KernelOverride named(kFp8TableDot);
@@ -291,6 +329,7 @@ TEST(CpuDecodeHeadSteps, PerTokenScalesAreNotRoundedIntoTheWeights) {
 // NaN or inf K element makes that key's score of each query row NaN or +-inf, a NaN V element
 // its output column NaN.
 TEST(CpuDecodeHeadSteps, InfAndNanInStepRowsGiveTheReferences) {
+  const ScopedEnv steps("KVATTN_CPU_LANE_HEAD_STEPS", "1");  // whatever the CPU class takes
   std::string why;
   if (runnable(kBf16Dot, &why) == nullptr) GTEST_SKIP() << why;
   CaseSpec spec;
@@ -340,6 +379,7 @@ TEST(CpuDecodeHeadSteps, InfAndNanInStepRowsGiveTheReferences) {
 // exactly where the reference's is (a low part of 0 or of the other sign would make inf NaN).
 // Heads inside a step (d 64: 4 a step; d 256: 8) and after it.
 TEST(CpuDecodeHeadSteps, PerTokenWeightsMeetInfAsTheReferenceDoes) {
+  const ScopedEnv steps("KVATTN_CPU_LANE_HEAD_STEPS", "1");  // whatever the CPU class takes
   std::string why;
   if (runnable(kFp8TableDot, &why) == nullptr) GTEST_SKIP() << why;
   constexpr uint8_t kPlusInf = 0x7C, kMinusInf = 0xFC, kNan = 0x7E;

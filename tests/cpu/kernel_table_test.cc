@@ -180,6 +180,20 @@ TEST(CpuKernelTable, DecodeFmaHeadStepsPerCpuClass) {
             here.decode_fma_head_steps);
 }
 
+// The dot-product decode kernels' steps of several heads with the query rows in the lanes, per
+// CPU class (CpuFeatures::decode_lane_head_steps): not on AMD Zen 3 / Zen 4 (family 0x19), where
+// one head a step ran faster; on Zen 5 and the Intel Xeons; `kvattn devices` names them where
+// taken.
+TEST(CpuKernelTable, DecodeLaneHeadStepsPerCpuClass) {
+  EXPECT_FALSE(detail::decode_lane_head_steps_for(true, 0x19));
+  EXPECT_TRUE(detail::decode_lane_head_steps_for(true, 0x1a));
+  EXPECT_TRUE(detail::decode_lane_head_steps_for(false, 6));
+  const detail::CpuFeatures& here = detail::cpu_features();
+  EXPECT_EQ(here.decode_lane_head_steps, detail::decode_lane_head_steps_for(here.amd, here.family));
+  EXPECT_EQ(here.to_string().find("decode_lane_head_steps") != std::string::npos,
+            here.decode_lane_head_steps);
+}
+
 TEST(CpuKernelTable, PrefillChoicePerCpuClass) {
   Problem p = decode_problem(DType::kBF16, DType::kBF16);
   p.op = Op::kBatchPrefillPaged;

@@ -37,6 +37,14 @@ bool fma_head_steps() {
   return detail::cpu_features().decode_fma_head_steps;
 }
 
+// The same for the dot-product tasks with the query rows in the lanes: KVATTN_CPU_LANE_HEAD_STEPS
+// where set, else CpuFeatures::decode_lane_head_steps.
+bool lane_head_steps() {
+  const char* env = std::getenv("KVATTN_CPU_LANE_HEAD_STEPS");
+  if (env != nullptr && *env != '\0') return std::string_view(env) != "0";
+  return detail::cpu_features().decode_lane_head_steps;
+}
+
 // The keys query position kv_len - 1 can see at all: [lo, kv_len).
 int64_t first_visible_key(const Problem& problem, int64_t kv_len) {
   if (problem.window_left < 0) return 0;
@@ -209,6 +217,7 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   p.kv_len = plan.kv_len.data();
   p.prefetch = detail::cpu_features().decode_prefetch;
   p.fma_head_steps = fma_head_steps();
+  p.lane_head_steps = lane_head_steps();
 
   const RunScalars& scalars = args.scalars;
   p.q_scale = pb.use_fp16_qk_reduction ? scalars.q_scale : 1.0f;

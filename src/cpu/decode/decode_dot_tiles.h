@@ -206,7 +206,10 @@ struct DotTiles {
   // 8.2 -> 9.3-9.7, e4m3 8.8 -> 9.4-10.4; cache-resident bf16 0.93x), so rows of two chunks take 8
   // again, with a last step of 4 (kTailStepHeads) where 4-7 heads remain: llama3 bf16 16.4-17.1,
   // long_b1 8.3, e4m3 9.2-9.5 ms, cache-resident level with 8 alone, and decode_gqa7_bf16 (tasks of
-  // 4 heads) 19.8-20.0 ms one head a step -> 17.5-19.0. d256 keeps 4 (level on Zen 4). A task's
+  // 4 heads) 19.8-20.0 ms one head a step -> 17.5-19.0. d256 keeps 4 (level on Zen 4). Later the
+  // same day, once Zen 4's prefetch took merged streams, one head a step beat the query-lane steps
+  // there (the head's queries stay in registers): Zen 3 / Zen 4 take none
+  // (CpuFeatures::decode_lane_head_steps; the steps of groups 1 and 2 stay). A task's
   // heads past the steps go one a step, in the same walk of its keys (decode_task; a step of
   // fewer, chosen at run time, made GCC build the full step's loops 1.2x slower cache-resident:
   // the tail step is an instance of its own). Groups of 1 and 2 rows (no query lanes) take 8 and 4
