@@ -54,8 +54,9 @@ struct CpuFeatures {
   // next tile head by head, the order of one head a step; the Intel Xeons).
   bool decode_fma_head_steps = false;
   // Whether decode over the bf16 dot-product kernels (bf16 and FP8 KV on AVX512_BF16) reads
-  // several KV heads a step on NHD caches where a task's query rows sit in the vector lanes (GQA
-  // groups of 3 or more: DotTiles::kQueryLanes; decode_lane_head_steps_for). Off on AMD Zen 3 /
+  // several KV heads a step on NHD caches where a task's query rows sit in the vector lanes and one
+  // head a step would keep them in registers (GQA groups of 3 or more at head dims 64 and 128:
+  // DotTiles::kLaneQueriesInRegisters; decode_lane_head_steps_for). Off on AMD Zen 3 /
   // Zen 4 (family 0x19): there one head a step keeps the head's queries in registers, where a step
   // of 8 reloads them from L1 per key, and ran the bf16 llama3 case 1.08x faster with the merged
   // prefetch of 2026-12-05 (e4m3 1.08x, gqa7 1.08-1.19x, d64 1.08x, short_b64 1.06x, long_b1

@@ -106,6 +106,12 @@ struct DotTiles {
   // stay in registers); it still ran ~3 % faster than qk_chunks there on Zen 4 for bf16, where
   // the earlier broadcast form (bf16 rows only) ran ~3 % slower.
   static constexpr bool kQueryLanes = kNG == 4;
+  // Whether one head a step keeps a block's query vectors in registers (query lanes over rows of
+  // one or two chunks: 16 vectors at d 128): then the steps of several heads, which reload them
+  // from L1 per key and head, are the CPU class's choice (CpuFeatures::decode_lane_head_steps:
+  // not on Zen 3 / Zen 4). At d 256 they are reloaded either way, and the steps stay: one Zen 4
+  // thread from DRAM read 13.3-13.9 GB/s with them, 11.3-11.9 one head a step.
+  static constexpr bool kLaneQueriesInRegisters = kQueryLanes && kChunks <= 2;
 
   // The value of a chunk at word 8 * run (the first of a run of 8 words).
   static constexpr int first_value(int run) {
@@ -208,8 +214,8 @@ struct DotTiles {
   // long_b1 8.3, e4m3 9.2-9.5 ms, cache-resident level with 8 alone, and decode_gqa7_bf16 (tasks of
   // 4 heads) 19.8-20.0 ms one head a step -> 17.5-19.0. d256 keeps 4 (level on Zen 4). Later the
   // same day, once Zen 4's prefetch took merged streams, one head a step beat the query-lane steps
-  // there (the head's queries stay in registers): Zen 3 / Zen 4 take none
-  // (CpuFeatures::decode_lane_head_steps; the steps of groups 1 and 2 stay). A task's
+  // there at d 64 and d 128 (the head's queries stay in registers): Zen 3 / Zen 4 take none there
+  // (kLaneQueriesInRegisters; the steps of d 256 and of groups 1 and 2 stay). A task's
   // heads past the steps go one a step, in the same walk of its keys (decode_task; a step of
   // fewer, chosen at run time, made GCC build the full step's loops 1.2x slower cache-resident:
   // the tail step is an instance of its own). Groups of 1 and 2 rows (no query lanes) take 8 and 4

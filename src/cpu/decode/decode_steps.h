@@ -52,12 +52,13 @@ constexpr bool split_weights() {
   }
 }
 
-// Whether a policy holds a block's query rows in the vector lanes (Tiles::kQueryLanes where it
-// has one: the dot-product tiles at blocks of 4 rows).
+// Whether one head a step keeps a block's query vectors of a policy with the query rows in the
+// lanes in registers (Tiles::kLaneQueriesInRegisters where it has one): its steps are the CPU
+// class's choice (p.lane_head_steps).
 template <class Tiles>
-constexpr bool query_lanes() {
-  if constexpr (requires { Tiles::kQueryLanes; }) {
-    return Tiles::kQueryLanes;
+constexpr bool lane_queries_in_registers() {
+  if constexpr (requires { Tiles::kLaneQueriesInRegisters; }) {
+    return Tiles::kLaneQueriesInRegisters;
   } else {
     return false;
   }
@@ -66,17 +67,17 @@ constexpr bool query_lanes() {
 // Whether a decode of these parameters takes Tiles' steps of kStepHeads heads: where each token's
 // K rows of the task's heads lie side by side (NHD; PV takes V's rows through the head stride,
 // whatever their layout) and neither fused RoPE nor a custom mask is on (both take the one-head
-// path); the fp32-FMA tiles' steps, and those of tiles with the query rows in the lanes, where the
-// CPU class takes them (p.fma_head_steps, p.lane_head_steps).
+// path); the fp32-FMA tiles' steps, and those of query-lane tiles whose queries one head a step
+// keeps in registers, where the CPU class takes them (p.fma_head_steps, p.lane_head_steps).
 template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles>
 bool takes_head_steps(const DecodeParams& p) {
   if constexpr (step_heads<Tiles>() == 1) {
     return false;
   } else {
     constexpr bool kFmaTiles = std::is_same_v<Tiles, FmaTiles<S, kKV, kDqk, kDvo, kNG>>;
-    const bool class_takes = kFmaTiles              ? p.fma_head_steps
-                             : query_lanes<Tiles>() ? p.lane_head_steps
-                                                    : true;
+    const bool class_takes = kFmaTiles                            ? p.fma_head_steps
+                             : lane_queries_in_registers<Tiles>() ? p.lane_head_steps
+                                                                  : true;
     return class_takes && !p.rope && !p.mask && p.k_heads_adjacent();
   }
 }
