@@ -58,9 +58,10 @@ struct CpuFeatures {
   // head a step would keep them in registers (GQA groups of 3 or more at head dims 64 and 128:
   // DotTiles::kLaneQueriesInRegisters; decode_lane_head_steps_for). Off on AMD Zen 3 /
   // Zen 4 (family 0x19): there one head a step keeps the head's queries in registers, where a step
-  // of 8 reloads them from L1 per key, and ran the bf16 llama3 case 1.08x faster with the merged
-  // prefetch of 2026-12-05 (e4m3 1.08x, gqa7 1.08-1.19x, d64 1.08x, short_b64 1.06x, long_b1
-  // 1.01-1.10x; cache-resident bf16 1.05x, e4m3 1.03-1.07x: issue 23's Zen 4 note of 2026-12-05).
+  // of 8 reloads them from L1 per key, and ran the bf16 llama3 case 1.05-1.08x faster in three
+  // sets of four (0.96x in one) with the merged prefetch of 2026-12-05 (e4m3 1.07-1.12x, gqa7
+  // 1.02-1.19x, d64 1.05-1.09x, short_b64 1.06x, long_b1 1.0-1.10x; cache-resident bf16 1.05x,
+  // e4m3 1.03-1.07x: issue 23's Zen 4 note of 2026-12-05).
   // On elsewhere: on Zen 5, where the steps were measured (1.29-1.34x from DRAM on one thread),
   // and on the Intel Xeons, not measured either way (the dot-product kernels run there only when
   // named: fast_bf16_dot).

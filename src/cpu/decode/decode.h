@@ -78,9 +78,10 @@ struct DecodeParams {
   // (FmaTiles::kStepHeads): the CPU class's choice (CpuFeatures::decode_fma_head_steps) or
   // KVATTN_CPU_FMA_HEAD_STEPS (decode.cc).
   bool fma_head_steps = false;
-  // Whether tasks over the dot-product tiles with the query rows in the lanes
-  // (DotTiles::kQueryLanes) take several KV heads a step on NHD caches: the CPU class's choice
-  // (CpuFeatures::decode_lane_head_steps) or KVATTN_CPU_LANE_HEAD_STEPS (decode.cc).
+  // Whether tasks over the dot-product tiles with the query rows in the lanes, where one head a
+  // step keeps them in registers (DotTiles::kLaneQueriesInRegisters), take several KV heads a step
+  // on NHD caches: the CPU class's choice (CpuFeatures::decode_lane_head_steps) or
+  // KVATTN_CPU_LANE_HEAD_STEPS (decode.cc).
   bool lane_head_steps = true;
 
   // Final rows: token b (one query per request), head qo_head. Split requests: partial state s
