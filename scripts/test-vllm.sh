@@ -46,9 +46,7 @@ if [ -n "$unavailable" ]; then
   KVATTN_VLLM_UNAVAILABLE="$unavailable" "$py" -m pytest -q -p no:cacheprovider -rs "$@"
   exit $?
 fi
-# The compiler the C++ build takes (CMake's default c++, or $CXX): pip's build would otherwise
-# take Python's sysconfig g++, and ccache keys on the compiler's name, so the package's every
-# object compiled again after the release build's (~9 min of CI on 2 cores).
+# The C++ build's compiler name, so that ccache reuses its objects (as scripts/test-python.sh).
 export CXX=${CXX:-c++}
 # kvattn as a user installs it into that venv (`pip install .`), built with the venv's nanobind
 # and scikit-build-core; its build tree is kept in build/python-vllm so a rerun is incremental.

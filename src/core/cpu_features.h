@@ -50,8 +50,9 @@ struct CpuFeatures {
   // on the Intel Xeons' AVX-512) reads 8 KV heads a step on NHD caches, as the bf16-dot kernels
   // do (decode_fma_head_steps_for): on AMD Zen 5 and later (family >= 0x1A), where one thread read
   // bf16 from DRAM 1.3-1.4x as fast and f16 decode ran 1.2x faster (issue 23's sixth Zen 5 pass).
-  // Off on the classes not measured with it (Zen 3 and Zen 4, whose token-row prefetch asks for the
-  // next tile head by head, the order of one head a step; the Intel Xeons).
+  // Off on Zen 3 / Zen 4 (on Zen 4 with the merged prefetch, f16: two threads level, 1.03x
+  // within the noise; cache-resident 0.83x: issue 23's Zen 4 note of 2026-12-05) and on the Intel
+  // Xeons (not measured with it).
   bool decode_fma_head_steps = false;
   // Whether decode over the bf16 dot-product kernels (bf16 and FP8 KV on AVX512_BF16) reads
   // several KV heads a step on NHD caches where a task's query rows sit in the vector lanes and one

@@ -28,21 +28,15 @@ constexpr int64_t kMinAutoChunk = 256;
 
 int pad_to(int n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
 
-// Whether the fp32-FMA decode tasks take several heads a step: KVATTN_CPU_FMA_HEAD_STEPS=1 or 0
-// where set (read at every plan, as KVATTN_CPU_KERNEL: tests, and A/B runs on the classes whose
-// choice is not measured), else the CPU class's (CpuFeatures::decode_fma_head_steps).
-bool fma_head_steps() {
-  const char* env = std::getenv("KVATTN_CPU_FMA_HEAD_STEPS");
+// A CPU class's decode choice, or the environment switch `name` (1 or 0) where set: read at every
+// run, as KVATTN_CPU_KERNEL (tests, and A/B runs on the classes whose choice is not measured).
+// KVATTN_CPU_FMA_HEAD_STEPS: the fp32-FMA tasks' steps of several heads
+// (CpuFeatures::decode_fma_head_steps); KVATTN_CPU_LANE_HEAD_STEPS: those of the dot-product
+// tasks with the query rows in the lanes (CpuFeatures::decode_lane_head_steps).
+bool class_choice_or_env(const char* name, bool class_choice) {
+  const char* env = std::getenv(name);
   if (env != nullptr && *env != '\0') return std::string_view(env) != "0";
-  return detail::cpu_features().decode_fma_head_steps;
-}
-
-// The same for the dot-product tasks with the query rows in the lanes: KVATTN_CPU_LANE_HEAD_STEPS
-// where set, else CpuFeatures::decode_lane_head_steps.
-bool lane_head_steps() {
-  const char* env = std::getenv("KVATTN_CPU_LANE_HEAD_STEPS");
-  if (env != nullptr && *env != '\0') return std::string_view(env) != "0";
-  return detail::cpu_features().decode_lane_head_steps;
+  return class_choice;
 }
 
 // The keys query position kv_len - 1 can see at all: [lo, kv_len).
@@ -215,9 +209,10 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
     p.indices_stride = args.kv_indices.rank > 0 ? args.kv_indices.strides[0] : 1;
   }
   p.kv_len = plan.kv_len.data();
-  p.prefetch = detail::cpu_features().decode_prefetch;
-  p.fma_head_steps = fma_head_steps();
-  p.lane_head_steps = lane_head_steps();
+  const detail::CpuFeatures& cpu = detail::cpu_features();
+  p.prefetch = cpu.decode_prefetch;
+  p.fma_head_steps = class_choice_or_env("KVATTN_CPU_FMA_HEAD_STEPS", cpu.decode_fma_head_steps);
+  p.lane_head_steps = class_choice_or_env("KVATTN_CPU_LANE_HEAD_STEPS", cpu.decode_lane_head_steps);
 
   const RunScalars& scalars = args.scalars;
   p.q_scale = pb.use_fp16_qk_reduction ? scalars.q_scale : 1.0f;
