@@ -85,10 +85,10 @@ int x86_family(unsigned leaf1_eax) {
 }
 
 DecodePrefetch decode_prefetch_for(bool amd, int /*family*/) {
-  // Every AMD family by merged streams into L1 since issue 23's Zen 4 pass of 2026-12-05 (token
-  // rows before Zen 5 until then); the family stays an argument, as the choice has been by family.
-  if (!amd) return {PrefetchHint::kL2, false};
-  return {PrefetchHint::kL1, false};
+  // Every AMD family into L1 since issue 23's Zen 4 pass of 2026-12-05 (token rows before Zen 5
+  // until then); the family stays an argument, as the choice has been by family.
+  if (!amd) return {PrefetchHint::kL2};
+  return {PrefetchHint::kL1};
 }
 
 bool decode_fma_head_steps_for(bool amd, int family) { return amd && family >= 0x1a; }
@@ -115,7 +115,6 @@ std::string CpuFeatures::to_string() const {
   add(fast_bf16_dot, "fast_bf16_dot");
   add(amd, "amd");
   add(decode_prefetch.hint == PrefetchHint::kL1, "decode_prefetch_l1");
-  add(decode_prefetch.token_rows, "decode_prefetch_token_rows");
   add(decode_fma_head_steps, "decode_fma_head_steps");
   add(decode_lane_head_steps, "decode_lane_head_steps");
   add(amx_bf16, "amx_bf16");

@@ -12,12 +12,13 @@ namespace kvattn::detail {
 enum class PrefetchHint : uint8_t { kL2, kL1 };
 
 // How decode's paced prefetch of its next tile asks for the lines (src/cpu/decode/
-// decode_prefetch.h): where they go, and, for NHD caches, whether each token's row of the task's
-// heads is a stream of its own (the walk then asks for head 0's lines of every token first) or
-// each page's rows merge into one stream (the walk goes token by token).
+// decode_prefetch.h): where they go. (For NHD caches each page's rows of the task's heads are one
+// stream, which the walk reads token by token. A stream per token row, so that the walk asked for
+// head 0's lines of every token first, was Zen 3 / Zen 4's until 2026-12-05 and was removed on
+// 2026-12-05 (issue 23): with the kernels of then, one Zen 4 thread from DRAM read bf16 at 6.1-6.3
+// GB/s by token rows into L1, 13.0-13.6 by merged streams.)
 struct DecodePrefetch {
   PrefetchHint hint = PrefetchHint::kL2;
-  bool token_rows = false;
   friend bool operator==(const DecodePrefetch&, const DecodePrefetch&) = default;
 };
 
@@ -37,14 +38,17 @@ struct CpuFeatures {
   // 6 for the Intel Xeons.
   int family = 0;
   // How decode's paced prefetch of its next tile asks for the lines (decode_prefetch_for): into
-  // L1 by merged page streams on AMD. On Zen 5 token rows ran the bf16 llama3 case 1.8-2.4x
-  // slower, and the merged streams into L1 1.05-1.14x faster than prefetchnta and 1.1x faster
-  // than L2 once the task's heads were read 8 a step (issue 23's Zen 5 notes). Zen 3 and Zen 4
-  // (family 0x19) took token rows until issue 23's Zen 4 pass of 2026-12-05: with the kernels of
-  // the Zen 5 passes, token rows ran every NHD decode case 1.31-1.89x slower on Zen 4 (f16, one
-  // head a step, 1.89x; bf16 llama3 1.41x); the L2 hint was level to 1.06x faster over NHD but
-  // 1.21x slower over HND, as it was slower on Zen 4 before. Into L2 by merged streams on the
-  // Intel Xeons, their best.
+  // L1 on AMD. On Zen 5 token rows ran the bf16 llama3 case 1.8-2.4x slower, and the merged
+  // streams into L1 1.05-1.14x faster than prefetchnta and 1.1x faster than L2 once the task's
+  // heads were read 8 a step (issue 23's Zen 5 notes). Zen 3 and Zen 4 (family 0x19) took token
+  // rows until issue 23's Zen 4 pass of 2026-12-05: with the kernels of the Zen 5 passes, token
+  // rows ran every NHD decode case 1.31-1.89x slower on Zen 4 (f16, one head a step, 1.89x; bf16
+  // llama3 1.41x); the L2 hint was level to 1.06x faster over NHD but 1.21x slower over HND, as it
+  // was slower on Zen 4 before. Zen 4 again on 2026-12-05 late, query-lane tasks one head a step
+  // (two threads, `kvattn bench`, 3 rounds, L1 -> L2): llama3 bf16 10.6 -> 12.6 ms, f16 12.3 ->
+  // 14.5, HND 11.6 -> 13.3, long_b1 5.8 -> 6.8, d64 6.2 -> 6.9, d256 24.2 -> 22.0, MHA 10.5 ->
+  // 9.8, gqa7 13.8 -> 13.3 (one thread from DRAM bf16 13.0-13.6 -> 15.2-15.8 GB/s: the second
+  // core takes the gain back). Into L2 on the Intel Xeons, their best.
   DecodePrefetch decode_prefetch;
   // Whether decode over the fp32-FMA kernels (f16 / f32 KV on AVX-512; every KV type on AVX2 and
   // on the Intel Xeons' AVX-512) reads 8 KV heads a step on NHD caches, as the bf16-dot kernels

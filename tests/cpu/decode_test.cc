@@ -468,7 +468,7 @@ TEST(CpuDecodePrefetch, EveryLineOfTheNextTileIsAskedForOnce) {
       for (const int calls : {0, 1, 7, 64}) {
         TilePrefetcher prefetch(hint);
         prefetch.reset();
-        // Unmerged (token rows, DecodePrefetch): the same lines, walked as two streams.
+        // Unmerged (TilePrefetcher::add's `merge`): the same lines, walked as two streams.
         const bool merge = calls % 2 == 0;
         prefetch.add(buffer, 640);               // 10 lines
         prefetch.add(buffer + 640, 100, merge);  // continues the first stream: 12 lines in all

@@ -155,16 +155,14 @@ TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
   EXPECT_EQ(detail::x86_family(0x000806F8u), 6);     // Sapphire Rapids
   using detail::DecodePrefetch;
   using detail::PrefetchHint;
-  EXPECT_EQ(detail::decode_prefetch_for(true, 0x19), (DecodePrefetch{PrefetchHint::kL1, false}));
-  EXPECT_EQ(detail::decode_prefetch_for(true, 0x1a), (DecodePrefetch{PrefetchHint::kL1, false}));
-  EXPECT_EQ(detail::decode_prefetch_for(false, 6), (DecodePrefetch{PrefetchHint::kL2, false}));
+  EXPECT_EQ(detail::decode_prefetch_for(true, 0x19), (DecodePrefetch{PrefetchHint::kL1}));
+  EXPECT_EQ(detail::decode_prefetch_for(true, 0x1a), (DecodePrefetch{PrefetchHint::kL1}));
+  EXPECT_EQ(detail::decode_prefetch_for(false, 6), (DecodePrefetch{PrefetchHint::kL2}));
   const detail::CpuFeatures& here = detail::cpu_features();
   EXPECT_EQ(here.decode_prefetch, detail::decode_prefetch_for(here.amd, here.family));
-  // `kvattn devices` names the hint where it is not L2, and the token rows where they are used.
+  // `kvattn devices` names the hint where it is not L2.
   EXPECT_EQ(here.to_string().find("decode_prefetch_l1") != std::string::npos,
             here.decode_prefetch.hint == PrefetchHint::kL1);
-  EXPECT_EQ(here.to_string().find("decode_prefetch_token_rows") != std::string::npos,
-            here.decode_prefetch.token_rows);
 }
 
 // The fp32-FMA decode kernels' steps of several heads per CPU class

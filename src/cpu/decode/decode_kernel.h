@@ -228,20 +228,11 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
         const int64_t row_bytes = side_by_side ? pair_bytes : is_v ? v_row_bytes : k_row_bytes;
         const int64_t head_step = is_v ? v_head_step : k_head_step;
         if (token_major) {
-          // By token rows (DecodePrefetch::token_rows: Zen 3 / Zen 4 until 2026-12-05, no class
-          // since: merged streams ran 1.31-1.89x faster on Zen 4 with the head steps of issue
-          // 23's Zen 5 passes), each token's row is a stream of its own (at most 64: 32
-          // keys, K and V), so that the round-robin walk asks for head 0's lines of every token
-          // first, then head 1's: the order of the next tile's head steps, each line a whole tile
-          // ahead of its use. Merged into one stream a page, the walk went token by token, and the
-          // next tile's first head step needed the last token's lines, asked for last. Zen 4,
-          // kvattn_bench decode, 7 rounds, host at half rate: d64 0.29 -> 0.36 of the paired DRAM
-          // read, e4m3 0.28 -> 0.31, long_b1 0.30 -> 0.33, bf16 / d256 level; cache-resident
-          // (B1 x 128 keys) 10-26 % less time, the AVX2 kernel's 6-11 %. Intel's L2 hint keeps the
-          // merged streams (its decode was measured with them; not measured otherwise), as Zen 5
-          // does: a stream per token row took 1.8-2.4x the time there (issue 23).
-          const bool merge = !p.prefetch.token_rows;
-          for (int kk = 0; kk < count; ++kk) prefetch.add(rows[kk], num_heads * row_bytes, merge);
+          // NHD: a page's rows of the task's heads are contiguous and merge into one stream a
+          // page, which the walk reads token by token. (A stream per token row, the walk then
+          // asking for head 0's lines of every token first, was Zen 3 / Zen 4's until 2026-12-05
+          // and is gone: DecodePrefetch, core/cpu_features.h.)
+          for (int kk = 0; kk < count; ++kk) prefetch.add(rows[kk], num_heads * row_bytes);
         } else {
           // HND: per run of keys in one page, each head's rows are contiguous, and a full page
           // of all heads is one block: added page by page, head by head, they merge into one

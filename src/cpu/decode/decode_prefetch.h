@@ -11,10 +11,8 @@
 namespace kvattn::cpu::decode_detail {
 
 // Prefetch of the next tile, paced. The next tile's K and V bytes, as contiguous streams (NHD
-// with every head of the token in the task: one per page and K/V, or by token rows
-// (DecodePrefetch::token_rows) one per token row and K/V, so that the walk below goes head by
-// head; HND: one per page, head and K/V),
-// are issued a few lines at a time from inside the QK and PV loops of the current
+// with every head of the token in the task: one per page and K/V; HND: one per page, head and
+// K/V), are issued a few lines at a time from inside the QK and PV loops of the current
 // tile, line j of each stream in turn, spread evenly over the head steps. Issuing the same lines
 // in one burst per head step ran no faster than no prefetch at all (issue 14): once the core's
 // miss buffers are full the burst stalls the arithmetic queued behind it, where a steady trickle
@@ -27,9 +25,9 @@ namespace kvattn::cpu::decode_detail {
 // prefetchnta was between the two: issue 23's Zen 4 note; on Zen 5 token rows ran 1.8-2.4x
 // slower, and once NHD tasks read 8 heads a step the merged streams into L1 ran 1.05-1.14x faster
 // than prefetchnta, which had been 1.02-1.20x faster than L2 when they read one head a step:
-// issue 23's Zen 5 notes). Zen 3 and Zen 4 took token rows until 2026-12-05, when on Zen 4 they
-// ran every NHD case 1.31-1.89x slower than merged streams (CpuFeatures::decode_prefetch); no
-// class takes them now.
+// issue 23's Zen 5 notes). Zen 3 and Zen 4 took token rows (a stream per NHD token row) until
+// 2026-12-05, when on Zen 4 they ran every NHD case 1.31-1.89x slower than merged streams
+// (CpuFeatures::decode_prefetch); they are gone.
 using PrefetchHint = ::kvattn::detail::PrefetchHint;
 using DecodePrefetch = ::kvattn::detail::DecodePrefetch;
 
