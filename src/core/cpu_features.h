@@ -14,9 +14,9 @@ enum class PrefetchHint : uint8_t { kL2, kL1 };
 // How decode's paced prefetch of its next tile asks for the lines (src/cpu/decode/
 // decode_prefetch.h): where they go. (For NHD caches each page's rows of the task's heads are one
 // stream, which the walk reads token by token. A stream per token row, so that the walk asked for
-// head 0's lines of every token first, was Zen 3 / Zen 4's until 2026-12-05 and was removed on
-// 2026-12-05 (issue 23): with the kernels of then, one Zen 4 thread from DRAM read bf16 at 6.1-6.3
-// GB/s by token rows into L1, 13.0-13.6 by merged streams.)
+// head 0's lines of every token first, was Zen 3 / Zen 4's until the morning of 2026-12-05 and was
+// removed that night (issue 23): with the kernels of then, one Zen 4 thread from DRAM read bf16 at
+// 6.1-6.3 GB/s by token rows into L1, 13.0-13.6 by merged streams.)
 struct DecodePrefetch {
   PrefetchHint hint = PrefetchHint::kL2;
   friend bool operator==(const DecodePrefetch&, const DecodePrefetch&) = default;

@@ -404,7 +404,7 @@ struct DotTiles {
               // ~100 instructions a pair beside its 16 products, the second none: one Zen 4
               // thread (2026-12-05) then read 22.7-23.1 GB/s cache-resident where this reads
               // 23.7-24.2 (e4m3 11.7-12.1 -> 12.6-12.8, d256 20.0-20.3 -> 20.9-21.1), from DRAM
-              // bf16 level to 1.13x, e4m3 1.07-1.13x; two threads (`kvattn bench`, three sets)
+              // bf16 level to 1.13x, e4m3 1.07-1.13x; two threads (`kvattn bench`, four sets)
               // bf16 1.01-1.09x, e4m3 0.93-1.12x, d256 0.91-1.06x: the noise of the host.
               if (c == 0 || c == kChunks / 2) prefetch->tick();
               if constexpr (kChunks == 1) prefetch->tick();
