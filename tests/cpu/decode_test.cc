@@ -468,10 +468,10 @@ TEST(CpuDecodePrefetch, EveryLineOfTheNextTileIsAskedForOnce) {
       for (const int calls : {0, 1, 7, 64}) {
         TilePrefetcher prefetch(hint);
         prefetch.reset();
-        // Unmerged (TilePrefetcher::add's `merge`): the same lines, walked as two streams.
+        // Unmerged (a byte after the first stream's end): the same lines, walked as two streams.
         const bool merge = calls % 2 == 0;
-        prefetch.add(buffer, 640);               // 10 lines
-        prefetch.add(buffer + 640, 100, merge);  // continues the first stream: 12 lines in all
+        prefetch.add(buffer, 640);                        // 10 lines
+        prefetch.add(buffer + (merge ? 640 : 641), 100);  // lines 10 and 11: 12 lines in all
         prefetch.add(buffer + 1000 + 5, 200);    // unaligned: lines 15..18
         prefetch.add(buffer + 4000, 60);         // line 62 and 63
         prefetch.seal();

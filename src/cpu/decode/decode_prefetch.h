@@ -44,11 +44,10 @@ class TilePrefetcher {
     line_ = 0;
     stream_ = 0;
   }
-  // Adds [p, p + bytes), merged with the previous stream when it continues it (unless `merge` is
-  // false: then the round-robin walk takes line j of it and of its neighbours in turn).
-  void add(const std::byte* p, int64_t bytes, bool merge = true) {
+  // Adds [p, p + bytes), merged with the previous stream when it continues it.
+  void add(const std::byte* p, int64_t bytes) {
     if (bytes <= 0) return;
-    if (merge && count_ > 0 && end_[count_ - 1] == p) {
+    if (count_ > 0 && end_[count_ - 1] == p) {
       end_[count_ - 1] = p + bytes;
       return;
     }
