@@ -29,6 +29,41 @@ TEST(CpuThreadPool, RunsEveryItemExactlyOnce) {
   }
 }
 
+// Jobs back to back, as a serving engine's calls of one layer come: the workers take each while
+// they still spin on the job counter (spin_us > 0) or after they sleep (0), every item once.
+TEST(CpuThreadPool, SpinningAndSleepingWorkersRunEveryJob) {
+  for (int64_t spin_us : {int64_t{0}, int64_t{2000}}) {
+    ThreadPool pool(spin_us);
+    for (int job = 0; job < 300; ++job) {
+      const int64_t n = 1 + job % 7;
+      std::vector<std::atomic<int>> hits(n);
+      pool.parallel_for(2, n, [&](int64_t item, int thread_id) {
+        EXPECT_LT(thread_id, 2);
+        hits[item].fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(hits[i].load(), 1) << "spin " << spin_us << " us, job " << job << ", item " << i;
+      }
+    }
+  }  // each pool's destructor stops its workers, spinning or asleep
+}
+
+TEST(CpuThreadPool, SpinTimeFromTheEnvironment) {
+  std::string error;
+  EXPECT_EQ(spin_microseconds(nullptr, &error), 50);
+  EXPECT_EQ(spin_microseconds("0", &error), 0);
+  EXPECT_EQ(spin_microseconds("200", &error), 200);
+  EXPECT_EQ(spin_microseconds("1000000", &error), 1000000);
+  EXPECT_TRUE(error.empty()) << error;
+  for (const char* bad : {"", "-1", "1000001", "5us", "abc", " 7"}) {
+    error.clear();
+    EXPECT_EQ(spin_microseconds(bad, &error), 50) << bad;
+    EXPECT_NE(error.find(std::string("KVATTN_CPU_SPIN_US='") + bad + "'"), std::string::npos)
+        << error;
+    EXPECT_NE(error.find("from 0 (never spin) to 1000000"), std::string::npos) << error;
+  }
+}
+
 TEST(CpuThreadPool, NestedCallsRunInline) {
   std::atomic<int64_t> sum{0};
   ThreadPool::global().parallel_for(2, 4, [&](int64_t outer, int) {

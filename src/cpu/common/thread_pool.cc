@@ -1,7 +1,11 @@
 #include "cpu/common/thread_pool.h"
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -154,12 +158,54 @@ void host_team_body(void* data) {
   t_inside_job = was_inside;
 }
 
+// Spins until ready() holds or `ns` nanoseconds have passed.
+template <class Ready>
+void spin_until(Ready ready, int64_t ns) {
+  if (ns <= 0) return;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+  while (true) {
+    for (int i = 0; i < 32; ++i) {
+      if (ready()) return;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= end) return;
+  }
+}
+
 }  // namespace
+
+int64_t spin_microseconds(const char* value, std::string* error) {
+  constexpr int64_t kDefault = 50, kMax = 1000000;
+  if (value == nullptr) return kDefault;
+  const std::string_view text(value);
+  int64_t us = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), us);
+  if (ec != std::errc() || end != text.data() + text.size() || us < 0 || us > kMax) {
+    if (error != nullptr) {
+      *error = "KVATTN_CPU_SPIN_US='" + std::string(text) +
+               "': must be whole microseconds from 0 (never spin) to 1000000; using " +
+               std::to_string(kDefault);
+    }
+    return kDefault;
+  }
+  return us;
+}
 
 int resolve_num_threads(int requested) {
   static const int cores = available_cores();
   int n = requested > 0 ? requested : cores;
   return std::clamp(n, 1, kMaxThreads);
+}
+
+ThreadPool::ThreadPool(int64_t spin_us) {
+  if (spin_us < 0) {
+    std::string error;
+    spin_us = spin_microseconds(std::getenv("KVATTN_CPU_SPIN_US"), &error);
+    if (!error.empty()) std::fprintf(stderr, "kvattn: %s\n", error.c_str());
+  }
+  spin_ns_wanted_ = spin_us * 1000;
 }
 
 ThreadPool& ThreadPool::global() {
@@ -177,6 +223,12 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::ensure_workers(int count) {
+  if (static_cast<int>(workers_.size()) >= count) return;
+  // More threads than cores: a spinning worker would hold a core another one needs.
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    spin_ns_ = count + 1 <= resolve_num_threads(0) ? spin_ns_wanted_ : 0;
+  }
   while (static_cast<int>(workers_.size()) < count) {
     int index = static_cast<int>(workers_.size());
     workers_.emplace_back([this, index] { worker_main(index); });
@@ -187,13 +239,17 @@ void ThreadPool::worker_main(int worker_index) {
   t_inside_job = true;
   const int thread_id = worker_index + 1;  // the caller is thread 0
   uint64_t seen = 0;
+  int64_t spin_ns = 0;
   {
     // A worker created for a job already published must not wait for the next one.
     std::lock_guard<std::mutex> lock(mutex_);
     seen = generation_ - 1;
   }
   while (true) {
+    spin_until([&] { return published_generation_.load(std::memory_order_acquire) != seen; },
+               spin_ns);
     std::unique_lock<std::mutex> lock(mutex_);
+    spin_ns = spin_ns_;
     work_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
     if (stopping_) return;
     seen = generation_;
@@ -246,6 +302,7 @@ void ThreadPool::run_own(int threads, int64_t num_items, ItemFn fn, void* contex
     workers_running_ = 0;
     next_item_.store(0, std::memory_order_relaxed);
     ++generation_;
+    published_generation_.store(generation_, std::memory_order_release);
   }
   ensure_workers(threads - 1);
   work_cv_.notify_all();
