@@ -305,39 +305,47 @@ double PreparedCase::measure_paged_read_gbps(int repeats) {
       bytes += static_cast<double>(tokens * p.num_kv_heads * (k_row + v_row));
     }
   }
+  // Each task's tiles as streams, cut before the clock starts, so that the timed passes only read.
+  // (Cut inside them, d 64's 512 row merges a tile were timed with its reads: on the Zen 4 VM,
+  // three runs alternated, 2026-12-06, that ceiling read 20.8-23.4 GB/s at d 64 and 25.4-26.5 at
+  // bf16 d 128; cut before, 23.4-30.9 and 25.5-29.8.)
+  std::vector<std::vector<Streams>> task_tiles(tasks.size());
+  for (std::size_t ti = 0; ti < tasks.size(); ++ti) {
+    const Task& t = tasks[ti];
+    const int64_t pages = indptr[t.request + 1] - indptr[t.request];
+    for (int64_t i0 = t.first; i0 < t.end; i0 += kTilePages) {
+      Streams st;
+      for (const bool is_v : {false, true}) {
+        for (int64_t i = i0; i < std::min(t.end, i0 + kTilePages); ++i) {
+          const int64_t page = indices[indptr[t.request] + i];
+          const int64_t tokens = i + 1 == pages ? last[t.request] : p.page_size;
+          const std::byte* base = is_v ? vbase + page * vp : kbase + page * kp;
+          const int64_t ts = is_v ? vt : kt, hs = is_v ? vh : kh;
+          const int64_t row = is_v ? v_row : k_row;
+          // Token-major (NHD) rows continue each other; head-major (HND): one stream a head.
+          for (int h = 0; h < (nhd ? 1 : p.num_kv_heads); ++h) {
+            for (int64_t s = 0; s < tokens; ++s) {
+              for (int hh = nhd ? 0 : h; hh < (nhd ? p.num_kv_heads : h + 1); ++hh) {
+                if (!st.add(base + s * ts + hh * hs, row)) {
+                  task_tiles[ti].push_back(st);
+                  st = Streams{};
+                  st.add(base + s * ts + hh * hs, row);
+                }
+              }
+            }
+          }
+        }
+      }
+      task_tiles[ti].push_back(st);
+    }
+  }
   std::vector<double> gbps;
   for (int r = 0; r < repeats + 1; ++r) {  // the first pass warms up
     const auto t0 = std::chrono::steady_clock::now();
     cpu::ThreadPool::global().parallel_for(
         threads, static_cast<int64_t>(tasks.size()), [&](int64_t task, int) {
-          const Task& t = tasks[task];
-          const int64_t pages = indptr[t.request + 1] - indptr[t.request];
           uint64_t acc = 0;
-          for (int64_t i0 = t.first; i0 < t.end; i0 += kTilePages) {
-            Streams st;
-            for (const bool is_v : {false, true}) {
-              for (int64_t i = i0; i < std::min(t.end, i0 + kTilePages); ++i) {
-                const int64_t page = indices[indptr[t.request] + i];
-                const int64_t tokens = i + 1 == pages ? last[t.request] : p.page_size;
-                const std::byte* base = is_v ? vbase + page * vp : kbase + page * kp;
-                const int64_t ts = is_v ? vt : kt, hs = is_v ? vh : kh;
-                const int64_t row = is_v ? v_row : k_row;
-                // Token-major (NHD) rows continue each other; head-major (HND): one stream a head.
-                for (int h = 0; h < (nhd ? 1 : p.num_kv_heads); ++h) {
-                  for (int64_t s = 0; s < tokens; ++s) {
-                    for (int hh = nhd ? 0 : h; hh < (nhd ? p.num_kv_heads : h + 1); ++hh) {
-                      if (!st.add(base + s * ts + hh * hs, row)) {
-                        acc += sum_streams(st);
-                        st = Streams{};
-                        st.add(base + s * ts + hh * hs, row);
-                      }
-                    }
-                  }
-                }
-              }
-            }
-            acc += sum_streams(st);
-          }
+          for (const Streams& st : task_tiles[task]) acc += sum_streams(st);
           sink.fetch_add(acc, std::memory_order_relaxed);
         });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
