@@ -261,7 +261,7 @@ void ThreadPool::worker_main(int worker_index) {
     // the caller does not wait for workers that never joined (a late wake-up, e.g. while another
     // runtime's threads spin on the cores, must not stall the job).
     if (thread_id >= job_threads_ || !job_open_) continue;
-    ++workers_running_;
+    published_running_.store(++workers_running_, std::memory_order_relaxed);
     ItemFn fn = fn_;
     void* context = context_;
     int64_t n = num_items_;
@@ -270,7 +270,8 @@ void ThreadPool::worker_main(int worker_index) {
       fn(context, item, thread_id);
     }
     lock.lock();
-    if (--workers_running_ == 0) done_cv_.notify_one();
+    published_running_.store(--workers_running_, std::memory_order_release);
+    if (workers_running_ == 0) done_cv_.notify_one();
   }
 }
 
@@ -304,6 +305,7 @@ void ThreadPool::run_own(int threads, int64_t num_items, ItemFn fn, void* contex
     job_threads_ = threads;
     job_open_ = true;
     workers_running_ = 0;
+    published_running_.store(0, std::memory_order_relaxed);
     next_item_.store(0, std::memory_order_relaxed);
     ++generation_;
     published_generation_.store(generation_, std::memory_order_release);
@@ -315,9 +317,17 @@ void ThreadPool::run_own(int threads, int64_t num_items, ItemFn fn, void* contex
     fn(context, item, 0);
   }
   t_inside_job = false;
-  // Every item is taken; wait only for the workers that joined and may still run one.
+  // Every item is taken; wait only for the workers that joined and may still run one: spinning
+  // first, as they do between jobs, then asleep. (Asleep at once, the caller's own wake-up took
+  // ~25 us on the Zen 4 VM: two items of 30 us, back to back, 58 us a job; spinning, 31.)
+  int64_t spin_ns = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_open_ = false;
+    if (workers_running_ > 0) spin_ns = spin_ns_;
+  }
+  spin_until([&] { return published_running_.load(std::memory_order_acquire) == 0; }, spin_ns);
   std::unique_lock<std::mutex> lock(mutex_);
-  job_open_ = false;
   done_cv_.wait(lock, [&] { return workers_running_ == 0; });
 }
 

@@ -75,9 +75,13 @@ class ThreadPool {
   bool job_open_ = false;    // workers may still join the current job
   int workers_running_ = 0;  // workers that joined the current job and have not left it
   std::atomic<int64_t> next_item_{0};
-  // generation_ as spinning workers read it without mutex_ (stored under it, after it changes).
+  // generation_ and workers_running_ as spinning threads read them without mutex_ (stored under
+  // it, after each change).
   std::atomic<uint64_t> published_generation_{0};
-  int64_t spin_ns_ = 0;  // a worker's spin between jobs; 0 where the pool has more threads than cores
+  std::atomic<int> published_running_{0};
+  // A worker's spin between jobs, and the caller's for the workers to finish; 0 where the pool has
+  // more threads than cores.
+  int64_t spin_ns_ = 0;
   int64_t spin_ns_wanted_ = 0;
 };
 
