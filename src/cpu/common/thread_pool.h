@@ -1,9 +1,11 @@
 // A persistent pool of worker threads for the CPU backend. One job runs at a time; the calling
 // thread takes part as thread 0, so `thread_id` indexes per-thread scratch in [0, threads).
 // Between jobs a worker spins on the job counter for a while (KVATTN_CPU_SPIN_US, 50 us by
-// default), then sleeps on a condition variable: a serving engine's kvattn calls of one layer come
-// back to back (RoPE, append, decode, merge), and a sleeping worker's wake-up took ~45 us on a
-// Zen 4 VM (2026-12-06: two threads, B2 x 256 keys bf16 d128 decode 0.093 -> 0.045 ms a call).
+// default), and the caller as long on the workers' count at the end of a job, before either sleeps
+// on a condition variable: a serving engine's kvattn calls of one layer come back to back (RoPE,
+// append, decode, merge), and on a Zen 4 VM a sleeping worker woke too late to take its share and
+// a sleeping caller ~25 us late (2026-12-06: two threads, B2 x 256 keys bf16 d128 decode 0.094 ->
+// 0.046 ms a call; bench/probes/pool_latency.cc).
 // Where kvattn::set_cpu_threads asks for it (kvattn/cpu_threads.h), a job runs on the OpenMP
 // team of the host process instead (omp_get_thread_num() is then the thread id).
 #pragma once
