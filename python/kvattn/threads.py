@@ -17,8 +17,9 @@ __all__ = ["set_cpu_threads", "cpu_threads", "host_openmp_runtime"]
 def set_cpu_threads(mode: str) -> None:
     """Process-wide. ``"auto"`` (the default): the host's OpenMP team whenever one is loaded,
     else kvattn's own threads; ``"openmp"``: the host's OpenMP team (``UnavailableError`` when no
-    OpenMP runtime is loaded); ``"own"``: kvattn's own threads. ``num_threads`` keeps its meaning
-    either way (0: every core)."""
+    OpenMP runtime is loaded); ``"own"``: kvattn's own threads (after each job they spin for
+    ``KVATTN_CPU_SPIN_US`` microseconds of the environment, 50 by default, before they sleep).
+    ``num_threads`` keeps its meaning either way (0: every core)."""
     _kvattn.set_cpu_threads(mode)
 
 
