@@ -342,12 +342,13 @@ double PreparedCase::measure_paged_read_gbps(int repeats) {
   std::vector<double> gbps;
   for (int r = 0; r < repeats + 1; ++r) {  // the first pass warms up
     const auto t0 = std::chrono::steady_clock::now();
-    cpu::ThreadPool::global().parallel_for(
-        threads, static_cast<int64_t>(tasks.size()), [&](int64_t task, int) {
-          uint64_t acc = 0;
-          for (const Streams& st : task_tiles[task]) acc += sum_streams(st);
-          sink.fetch_add(acc, std::memory_order_relaxed);
-        });
+    cpu::ThreadPool::global().parallel_for(threads, static_cast<int64_t>(tasks.size()),
+                                           [&](int64_t task, int) {
+                                             uint64_t acc = 0;
+                                             for (const Streams& st : task_tiles[task])
+                                               acc += sum_streams(st);
+                                             sink.fetch_add(acc, std::memory_order_relaxed);
+                                           });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r > 0) gbps.push_back(bytes / s / 1e9);
   }
