@@ -24,9 +24,10 @@ namespace kvattn::cpu {
 // The threads a request for `requested` threads gets: 0 means every core this process may run on.
 int resolve_num_threads(int requested);
 
-// How long a worker spins for its next job before it sleeps, from KVATTN_CPU_SPIN_US (`value`,
-// null when unset): whole microseconds, 0 (never spin) to 1000000; unset, 50. Anything else is
-// reported (`error`: the variable, the value and the rule) and the default kept.
+// How long a worker spins for its next job, and a caller for its workers to finish, before it
+// sleeps, from KVATTN_CPU_SPIN_US (`value`, null when unset): whole microseconds, 0 (never spin)
+// to 1000000; unset, 50. Anything else is reported (`error`: the variable, the value and the
+// rule) and the default kept.
 int64_t spin_microseconds(const char* value, std::string* error);
 
 class ThreadPool {
