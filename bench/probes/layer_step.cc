@@ -8,7 +8,8 @@
 // Not part of the build (a one-off measurement; links the release libraries):
 //   g++ -O2 -std=c++20 -pthread -I src -I include -I . bench/probes/layer_step.cc \
 //       build/release/testing/libkvattn_testing.a build/release/libkvattn.a \
-//       /usr/local/cuda/lib/libcudart_static.a -ldl -lrt -o /tmp/layer_step   (cudart: a CUDA build)
+//       /usr/local/cuda/lib/libcudart_static.a -ldl -lrt -o /tmp/layer_step
+// (the CUDA runtime only where the release build has CUDA kernels, as this machine's does)
 //   /tmp/layer_step [batch=1] [context=1024] [layers=32] [gap_us=0] [steps=50] [threads=2] [thp=0]
 // thp=1 copies each layer's K and V caches onto transparent huge pages (madvise), as
 // `kvattn bench` does; 0 leaves them where the case put them (4 KiB pages under THP "madvise").
