@@ -1,0 +1,176 @@
+// How fast one reader per core takes shuffled KV pages from DRAM, by how many pages it reads at
+// once (issue 23, Zen 4 note of 2026-12-06): the question behind the decode goals' "of the DRAM
+// read" on a paged cache.
+//
+// 1 GiB on huge pages, cut into pages of PAGE bytes (32 KiB: 16 tokens x 8 KV heads x 256 bytes,
+// a K or V page of bf16 d 128; 16 KiB is d 64's) in a shuffled order. Each thread reads its share
+// of the order, N pages at a time, line l of each of the N pages in turn (one 512-bit load a
+// line), then the next N. Per line W FMAs on 16 accumulators (W = 8: ~55 GB/s on two Zen 4 cores
+// from L3, the decode kernel's cache-resident rate at d 128 is ~45). Modes: "contiguous" (the same
+// walk over the pages in address order: the DRAM read the bench pairs with), "nN" (N pages at a
+// time, demand loads only: whatever prefetching the hardware does), "n4 pf1" / "n4 pf2" (n4 plus
+// a prefetcht0 per line of the group after / two after, at the pace of the loads).
+//
+// Not part of the build (a one-off measurement; AVX-512):
+//   g++ -O2 -mavx512f -std=c++20 -pthread bench/probes/paged_interleave.cc -o /tmp/paged_interleave
+//   /tmp/paged_interleave [threads=2] [page_bytes=32768] [rounds=3] [W=0|4|8|12|16] [cached=0]
+// cached=1 folds the order onto the first 8 MiB (L3): the arithmetic's own rate.
+//
+// AMD Zen 4 VM (2 vCPUs, 1 MiB L2 each, 32 MiB L3; 2026-12-06, two threads, medians of 3-5
+// rounds, GB/s; the host's DRAM rate moves between runs, compare within a line):
+//   page  W  contiguous  n1    n2    n4    n8    n16   n4 pf1  n4 pf2
+//   32K   0  31.2-32.4   21.5-22.3  26.6-28.7  27.9-30.2  29.1-31.3  27.7-30.4  25.9-27.8  25.8-27.6
+//   32K   8  33.6        22.9  27.9  29.9  31.5  30.0  29.7    29.6
+//   32K  12  29.8        19.6  24.9  27.1  26.1  24.3  27.7    27.2
+//   16K   0  34.4        16.6  22.8  27.3  29.6  30.0  26.9    27.3
+//   16K   8  33.6        15.6  21.2  22.0  25.8  23.9  26.4    28.1
+//    4K   0  29.4        11.4  15.6  18.5  23.7  23.5  20.1    20.7
+//   cached (8 MiB), 32K: W=0 ~135-140, W=8 ~55, W=16 ~27-28 for every mode.
+// Read one page at a time, shuffled 32 KiB pages come at ~0.68 of the contiguous read and 16 KiB
+// at ~0.47, with or without arithmetic; four to eight pages at a time line by line, at 0.77-0.94,
+// arithmetic (W = 8) and all, from demand loads alone: the hardware prefetchers follow several
+// sequential streams at once and run ahead of a computing reader. The decode kernel the same day
+// (`kvattn bench`, two threads): decode_llama3_8b_bf16 0.63-0.66 of the paired DRAM read, d64
+// 0.54-0.61, with its paced software prefetch of the next tile; with that prefetch switched off
+// (a throwaway build) 0.22 / 0.29, with its 8-head steps (each token's K rows of all heads in
+// address order, KVATTN_CPU_LANE_HEAD_STEPS=1) and no prefetch 0.47 / 0.36, with the prefetch
+// asked for only the first 16 or 128 lines of each stream 0.35-0.39 / 0.28-0.35: the kernel's
+// head-by-head walk of one tile (2 K pages, then 2 V pages) does not give the hardware the
+// streams this probe does, and its software prefetch is what carries it.
+#include <immintrin.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t kTotal = std::size_t{1} << 30;
+constexpr int kMaxGroup = 16;
+char* g_base;
+std::size_t g_page;
+std::vector<uint32_t> g_order;
+
+// One line: added into accumulator 8P, then W FMAs into the other 7 of its half (P alternates by
+// line, so no accumulator sees two operations a line).
+template <int W, int P>
+[[gnu::always_inline]] inline void consume(__m512 x, __m512* a) {
+  a[8 * P] = _mm512_add_ps(a[8 * P], x);
+#pragma GCC unroll 32
+  for (int w = 0; w < W; ++w) a[8 * P + (w + 1) % 8] = _mm512_fmadd_ps(x, x, a[8 * P + (w + 1) % 8]);
+}
+
+// Pages [p0, p1) of the order, n at a time; pf > 0 prefetches the group pf groups on.
+template <int W>
+float walk(std::size_t p0, std::size_t p1, int n, int pf) {
+  __m512 acc[16];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  const std::size_t lines = g_page / 64;
+  for (std::size_t p = p0; p + n <= p1; p += n) {
+    const char* page[kMaxGroup];
+    const char* ahead[kMaxGroup];
+    for (int s = 0; s < n; ++s) {
+      page[s] = g_base + std::size_t{g_order[p + s]} * g_page;
+      const std::size_t q = p + s + std::size_t(n) * pf;
+      ahead[s] = pf > 0 && q < p1 ? g_base + std::size_t{g_order[q]} * g_page : nullptr;
+    }
+    for (std::size_t l = 0; l < lines; l += 2) {
+      for (int s = 0; s < n; ++s) {
+        if (ahead[s]) _mm_prefetch(ahead[s] + 64 * l, _MM_HINT_T0);
+        consume<W, 0>(_mm512_load_ps(reinterpret_cast<const float*>(page[s] + 64 * l)), acc);
+      }
+      for (int s = 0; s < n; ++s) {
+        if (ahead[s]) _mm_prefetch(ahead[s] + 64 * (l + 1), _MM_HINT_T0);
+        consume<W, 1>(_mm512_load_ps(reinterpret_cast<const float*>(page[s] + 64 * (l + 1))), acc);
+      }
+    }
+  }
+  __m512 sum = acc[0];
+  for (int k = 1; k < 16; ++k) sum = _mm512_add_ps(sum, acc[k]);
+  return _mm512_reduce_add_ps(sum);
+}
+
+float walk_w(int w, std::size_t p0, std::size_t p1, int n, int pf) {
+  switch (w) {
+    case 0:
+      return walk<0>(p0, p1, n, pf);
+    case 4:
+      return walk<4>(p0, p1, n, pf);
+    case 8:
+      return walk<8>(p0, p1, n, pf);
+    case 12:
+      return walk<12>(p0, p1, n, pf);
+    default:
+      return walk<16>(p0, p1, n, pf);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  g_page = argc > 2 ? std::atol(argv[2]) : 32768;
+  const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;
+  const int work = argc > 4 ? std::atoi(argv[4]) : 0;
+  const bool cached = argc > 5 && std::atoi(argv[5]) != 0;
+  if (g_page < 128 || g_page % 128 != 0 || kTotal % g_page != 0) {
+    std::fprintf(stderr, "page_bytes=%zu: must be a multiple of 128 that divides 1 GiB\n", g_page);
+    return 2;
+  }
+  const std::size_t pages = kTotal / g_page;
+  g_base = static_cast<char*>(std::aligned_alloc(std::size_t{2} << 20, kTotal));
+  madvise(g_base, kTotal, MADV_HUGEPAGE);
+  std::memset(g_base, 1, kTotal);
+  std::vector<uint32_t> address_order(pages), shuffled;
+  std::iota(address_order.begin(), address_order.end(), 0);
+  shuffled = address_order;
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(1));
+  struct Mode {
+    const char* name;
+    bool contiguous;
+    int n, pf;
+  };
+  const Mode modes[] = {{"contiguous", true, 1, 0}, {"n1", false, 1, 0},     {"n2", false, 2, 0},
+                        {"n4", false, 4, 0},        {"n8", false, 8, 0},     {"n16", false, 16, 0},
+                        {"n4 pf1", false, 4, 1},    {"n4 pf2", false, 4, 2}};
+  constexpr int kModes = sizeof(modes) / sizeof(modes[0]);
+  std::vector<double> gbps[kModes];
+  volatile float sink = 0;
+  for (int r = 0; r < rounds; ++r) {
+    for (int m = 0; m < kModes; ++m) {
+      g_order = modes[m].contiguous ? address_order : shuffled;
+      if (cached) {
+        for (auto& o : g_order) o %= (std::size_t{8} << 20) / g_page;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<std::thread> team;
+      std::vector<float> out(threads);
+      for (int t = 0; t < threads; ++t) {
+        team.emplace_back([&, t] {
+          out[t] = walk_w(work, pages * t / threads, pages * (t + 1) / threads, modes[m].n,
+                          modes[m].pf);
+        });
+      }
+      for (auto& t : team) t.join();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      for (float o : out) sink = sink + o;
+      gbps[m].push_back(kTotal / s / 1e9);
+    }
+  }
+  std::printf("%d threads, pages of %zu bytes, W = %d%s\n", threads, g_page, work,
+              cached ? ", cached (8 MiB)" : "");
+  for (int m = 0; m < kModes; ++m) {
+    std::sort(gbps[m].begin(), gbps[m].end());
+    std::printf("  %-10s %6.1f GB/s (%.1f-%.1f)\n", modes[m].name, gbps[m][gbps[m].size() / 2],
+                gbps[m].front(), gbps[m].back());
+  }
+  return 0;
+}
