@@ -36,7 +36,15 @@
 // address order, KVATTN_CPU_LANE_HEAD_STEPS=1) and no prefetch 0.47 / 0.36, with the prefetch
 // asked for only the first 16 or 128 lines of each stream 0.35-0.39 / 0.28-0.35: the kernel's
 // head-by-head walk of one tile (2 K pages, then 2 V pages) does not give the hardware the
-// streams this probe does, and its software prefetch is what carries it.
+// streams this probe does, and its software prefetch is what carries it. Two throwaway builds
+// after the probe's lead, neither kept: the tile's keys taken two pages interleaved (keys 0, 16,
+// 1, 17, ...: the demand walk of n2; the plain scores only) ran level (one thread from DRAM,
+// `taskset -c 1 kvattn run --op batch_decode --threads 1 --batch-size 16 --num-qo-heads 32
+// --num-kv-heads 8 --page-size 16 --kv-len 4096`, four alternations: d 128 13.6-13.8 GB/s either
+// way, d 64 14.4-14.8 against 13.7-15.2; two threads, `kvattn bench`, 3 and 4 rounds: 1.10-1.18x
+// in the first set, 0.93-1.07x by case in the second); tiles of 64 keys (4 pages of K and of V
+// prefetched a tile, `kDecodeTileKeys` 64) ran level (3 rounds: bf16 12.5 / 12.9 ms, d64 6.7 /
+// 6.7, long_b1 6.0 / 6.1, d256 27.6 / 27.0, e4m3 8.2 / 8.4).
 #include <immintrin.h>
 #include <sys/mman.h>
 
