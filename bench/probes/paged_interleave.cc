@@ -19,7 +19,8 @@
 // AMD Zen 4 VM (2 vCPUs, 1 MiB L2 each, 32 MiB L3; 2026-12-06, two threads, medians of 3-5
 // rounds, GB/s; the host's DRAM rate moves between runs, compare within a line):
 //   page  W  contiguous  n1    n2    n4    n8    n16   n4 pf1  n4 pf2
-//   32K   0  31.2-32.4   21.5-22.3  26.6-28.7  27.9-30.2  29.1-31.3  27.7-30.4  25.9-27.8  25.8-27.6
+//   32K   0  32.4        22.3  28.7  30.2  31.3  30.4  25.9    27.6   (another run: 31.2 / 22.0 /
+//                        25.9 / 27.9 / 29.1 / 27.7 / 26.0 / 25.8)
 //   32K   8  33.6        22.9  27.9  29.9  31.5  30.0  29.7    29.6
 //   32K  12  29.8        19.6  24.9  27.1  26.1  24.3  27.7    27.2
 //   16K   0  34.4        16.6  22.8  27.3  29.6  30.0  26.9    27.3
@@ -73,7 +74,8 @@ template <int W, int P>
 [[gnu::always_inline]] inline void consume(__m512 x, __m512* a) {
   a[8 * P] = _mm512_add_ps(a[8 * P], x);
 #pragma GCC unroll 32
-  for (int w = 0; w < W; ++w) a[8 * P + (w + 1) % 8] = _mm512_fmadd_ps(x, x, a[8 * P + (w + 1) % 8]);
+  for (int w = 0; w < W; ++w)
+    a[8 * P + (w + 1) % 8] = _mm512_fmadd_ps(x, x, a[8 * P + (w + 1) % 8]);
 }
 
 // Pages [p0, p1) of the order, n at a time; pf > 0 prefetches the group pf groups on.
@@ -146,8 +148,8 @@ int main(int argc, char** argv) {
     bool contiguous;
     int n, pf;
   };
-  const Mode modes[] = {{"contiguous", true, 1, 0}, {"n1", false, 1, 0},     {"n2", false, 2, 0},
-                        {"n4", false, 4, 0},        {"n8", false, 8, 0},     {"n16", false, 16, 0},
+  const Mode modes[] = {{"contiguous", true, 1, 0}, {"n1", false, 1, 0},    {"n2", false, 2, 0},
+                        {"n4", false, 4, 0},        {"n8", false, 8, 0},    {"n16", false, 16, 0},
                         {"n4 pf1", false, 4, 1},    {"n4 pf2", false, 4, 2}};
   constexpr int kModes = sizeof(modes) / sizeof(modes[0]);
   std::vector<double> gbps[kModes];
@@ -163,8 +165,8 @@ int main(int argc, char** argv) {
       std::vector<float> out(threads);
       for (int t = 0; t < threads; ++t) {
         team.emplace_back([&, t] {
-          out[t] = walk_w(work, pages * t / threads, pages * (t + 1) / threads, modes[m].n,
-                          modes[m].pf);
+          out[t] =
+              walk_w(work, pages * t / threads, pages * (t + 1) / threads, modes[m].n, modes[m].pf);
         });
       }
       for (auto& t : team) t.join();
