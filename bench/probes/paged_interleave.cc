@@ -108,18 +108,103 @@ float walk(std::size_t p0, std::size_t p1, int n, int pf) {
   return _mm512_reduce_add_ps(sum);
 }
 
-float walk_w(int w, std::size_t p0, std::size_t p1, int n, int pf) {
+// The decode kernel's ways of reading a tile, on pages of 16 tokens x 8 heads x 256 bytes (a
+// token row of 2 KiB, a head row of 4 lines, two chunks of 2 lines; page_bytes 32768): groups of
+// n pages, the first half K, the second V (the tile orders) or all K (the QK orders).
+enum class Order {
+  kHeadRows,   // per token, per head, each page's head row in turn (QK over key pairs)
+  kTokenRows,  // per token, each page's token row in turn (QK by keys, a step of 8 heads)
+  kOneHead,    // per head, per page, per token: the head's row (one head a step)
+  kTileNow,    // K pages one after the other by token rows, then V: 8-head steps today
+  kTilePv4,    // K by head rows; V in PV's order: per 4 tokens, head, chunk, token, page
+  kTilePvRows  // K and V both by head rows
+};
+
+template <int W>
+float walk_order(std::size_t p0, std::size_t p1, int n, Order order) {
+  __m512 acc[16];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  // Two lines from q: a 512-bit load each, into the two halves of the accumulators.
+  auto two = [&acc](const char* q) __attribute__((always_inline)) {
+    consume<W, 0>(_mm512_load_ps(reinterpret_cast<const float*>(q)), acc);
+    consume<W, 1>(_mm512_load_ps(reinterpret_cast<const float*>(q + 64)), acc);
+  };
+  constexpr int kTokens = 16, kHeads = 8, kToken = 2048, kHead = 256;
+  auto head_rows = [&](const char* const* page, int count) __attribute__((always_inline)) {
+    for (int t = 0; t < kTokens; ++t) {
+      for (int j = 0; j < kHeads; ++j) {
+        for (int s = 0; s < count; ++s) {
+          two(page[s] + t * kToken + j * kHead);
+          two(page[s] + t * kToken + j * kHead + 128);
+        }
+      }
+    }
+  };
+  for (std::size_t p = p0; p + n <= p1; p += n) {
+    const char* page[kMaxGroup];
+    for (int s = 0; s < n; ++s) page[s] = g_base + std::size_t{g_order[p + s]} * g_page;
+    const int half = n / 2;
+    switch (order) {
+      case Order::kHeadRows:
+        head_rows(page, n);
+        break;
+      case Order::kTokenRows:
+        for (int t = 0; t < kTokens; ++t) {
+          for (int s = 0; s < n; ++s) {
+            for (int l = 0; l < kToken; l += 128) two(page[s] + t * kToken + l);
+          }
+        }
+        break;
+      case Order::kOneHead:
+        for (int j = 0; j < kHeads; ++j) {
+          for (int s = 0; s < n; ++s) {
+            for (int t = 0; t < kTokens; ++t) {
+              two(page[s] + t * kToken + j * kHead);
+              two(page[s] + t * kToken + j * kHead + 128);
+            }
+          }
+        }
+        break;
+      case Order::kTileNow:
+        for (int s = 0; s < n; ++s) {
+          for (std::size_t l = 0; l < g_page; l += 128) two(page[s] + l);
+        }
+        break;
+      case Order::kTilePv4:
+        head_rows(page, half);
+        for (int t0 = 0; t0 < kTokens; t0 += 4) {
+          for (int j = 0; j < kHeads; ++j) {
+            for (int c = 0; c < 2; ++c) {
+              for (int t = t0; t < t0 + 4; ++t) {
+                for (int s = half; s < n; ++s) two(page[s] + t * kToken + j * kHead + 128 * c);
+              }
+            }
+          }
+        }
+        break;
+      case Order::kTilePvRows:
+        head_rows(page, half);
+        head_rows(page + half, n - half);
+        break;
+    }
+  }
+  __m512 sum = acc[0];
+  for (int k = 1; k < 16; ++k) sum = _mm512_add_ps(sum, acc[k]);
+  return _mm512_reduce_add_ps(sum);
+}
+
+float walk_w(int w, std::size_t p0, std::size_t p1, int n, int pf, const Order* order) {
   switch (w) {
     case 0:
-      return walk<0>(p0, p1, n, pf);
+      return order ? walk_order<0>(p0, p1, n, *order) : walk<0>(p0, p1, n, pf);
     case 4:
-      return walk<4>(p0, p1, n, pf);
+      return order ? walk_order<4>(p0, p1, n, *order) : walk<4>(p0, p1, n, pf);
     case 8:
-      return walk<8>(p0, p1, n, pf);
+      return order ? walk_order<8>(p0, p1, n, *order) : walk<8>(p0, p1, n, pf);
     case 12:
-      return walk<12>(p0, p1, n, pf);
+      return order ? walk_order<12>(p0, p1, n, *order) : walk<12>(p0, p1, n, pf);
     default:
-      return walk<16>(p0, p1, n, pf);
+      return order ? walk_order<16>(p0, p1, n, *order) : walk<16>(p0, p1, n, pf);
   }
 }
 
@@ -147,15 +232,29 @@ int main(int argc, char** argv) {
     const char* name;
     bool contiguous;
     int n, pf;
+    bool ordered = false;  // a decode-kernel order (walk_order), pages of 32 KiB only
+    Order order = Order::kHeadRows;
   };
-  const Mode modes[] = {{"contiguous", true, 1, 0}, {"n1", false, 1, 0},    {"n2", false, 2, 0},
-                        {"n4", false, 4, 0},        {"n8", false, 8, 0},    {"n16", false, 16, 0},
-                        {"n4 pf1", false, 4, 1},    {"n4 pf2", false, 4, 2}};
+  const Mode modes[] = {{"contiguous", true, 1, 0},
+                        {"n1", false, 1, 0},
+                        {"n2", false, 2, 0},
+                        {"n4", false, 4, 0},
+                        {"n8", false, 8, 0},
+                        {"n16", false, 16, 0},
+                        {"n4 pf1", false, 4, 1},
+                        {"n4 pf2", false, 4, 2},
+                        {"n2 headrows", false, 2, 0, true, Order::kHeadRows},
+                        {"n2 tokrows", false, 2, 0, true, Order::kTokenRows},
+                        {"n2 onehead", false, 2, 0, true, Order::kOneHead},
+                        {"tile now", false, 4, 0, true, Order::kTileNow},
+                        {"tile pv4", false, 4, 0, true, Order::kTilePv4},
+                        {"tile pvrows", false, 4, 0, true, Order::kTilePvRows}};
   constexpr int kModes = sizeof(modes) / sizeof(modes[0]);
   std::vector<double> gbps[kModes];
   volatile float sink = 0;
   for (int r = 0; r < rounds; ++r) {
     for (int m = 0; m < kModes; ++m) {
+      if (modes[m].ordered && g_page != 32768) continue;
       g_order = modes[m].contiguous ? address_order : shuffled;
       if (cached) {
         for (auto& o : g_order) o %= (std::size_t{8} << 20) / g_page;
@@ -165,8 +264,8 @@ int main(int argc, char** argv) {
       std::vector<float> out(threads);
       for (int t = 0; t < threads; ++t) {
         team.emplace_back([&, t] {
-          out[t] =
-              walk_w(work, pages * t / threads, pages * (t + 1) / threads, modes[m].n, modes[m].pf);
+          out[t] = walk_w(work, pages * t / threads, pages * (t + 1) / threads, modes[m].n,
+                          modes[m].pf, modes[m].ordered ? &modes[m].order : nullptr);
         });
       }
       for (auto& t : team) t.join();
@@ -178,6 +277,7 @@ int main(int argc, char** argv) {
   std::printf("%d threads, pages of %zu bytes, W = %d%s\n", threads, g_page, work,
               cached ? ", cached (8 MiB)" : "");
   for (int m = 0; m < kModes; ++m) {
+    if (gbps[m].empty()) continue;
     std::sort(gbps[m].begin(), gbps[m].end());
     std::printf("  %-10s %6.1f GB/s (%.1f-%.1f)\n", modes[m].name, gbps[m][gbps[m].size() / 2],
                 gbps[m].front(), gbps[m].back());
