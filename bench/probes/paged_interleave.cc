@@ -27,6 +27,24 @@
 //   16K   8  33.6        15.6  21.2  22.0  25.8  23.9  26.4    28.1
 //    4K   0  29.4        11.4  15.6  18.5  23.7  23.5  20.1    20.7
 //   cached (8 MiB), 32K: W=0 ~135-140, W=8 ~55, W=16 ~27-28 for every mode.
+// The decode kernel's orders of a tile (walk_order; 32 KiB pages as 16 tokens x 8 heads x 256
+// bytes; later the same day, 15 rounds, two threads, the fraction of that run's contiguous
+// read; W = 12 from L3 reads ~36 GB/s, the kernel's bf16 d 128 ~45):
+//   W  contiguous  n4    n2 headrows  n2 tokrows  n2 onehead  tile now  tile pv4  tile pvrows
+//   0  37.1 GB/s   0.95  0.83         0.71        0.46        0.75      0.64      0.83
+//   8  32.6        0.89  0.76         0.68        0.39        0.64      0.58      0.79
+//  12  30.2        0.83  0.75         0.67        0.40        0.66      0.64      0.77
+// Pages read a head row (4 lines) at a time in turn (headrows: QK over key pairs of two pages)
+// keep 0.75-0.83; a token row (32 lines) at a time 0.67-0.71; one head's rows down a page (the
+// kernel's one-head step without its software prefetch) ~0.4. The kernel's 8-head steps with no
+// prefetch (tile now: K pages one after the other by token rows, then V) and PV's order (tile
+// pv4: per 4 tokens, head, 2-line chunk, token) read 0.58-0.66 from demand loads with the
+// arithmetic (W = 8, 12), about where the kernel stands with its prefetch; V by head rows as well
+// (tile pvrows) 0.77-0.83, but PV's register blocking cannot take that order: a head's accumulators
+// of 4 rows x 128 dims are 32 vectors, so PV runs chunk by chunk over a sub-tile of tokens. In the
+// kernel (throwaway builds, `kvattn bench`, 3-4 rounds, 2026-12-06 from 06:10 UTC) QK by key pairs
+// of two interleaved pages with the 8-head steps ran slower than today's walk, with the prefetch,
+// without it, and with the prefetch asked for V's lines only (bf16 15.6-19.0 ms against 14.0-15.1).
 // Read one page at a time, shuffled 32 KiB pages come at ~0.68 of the contiguous read and 16 KiB
 // at ~0.47, with or without arithmetic; four to eight pages at a time line by line, at 0.77-0.94,
 // arithmetic (W = 8) and all, from demand loads alone: the hardware prefetchers follow several
