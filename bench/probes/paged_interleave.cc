@@ -44,7 +44,7 @@
 // of 4 rows x 128 dims are 32 vectors, so PV runs chunk by chunk over a sub-tile of tokens. In the
 // kernel (throwaway builds, `kvattn bench`, 3-4 rounds, 2026-12-06 from 06:10 UTC) QK by key pairs
 // of two interleaved pages with the 8-head steps ran slower than today's walk, with the prefetch,
-// without it, and with the prefetch asked for V's lines only (bf16 15.6-19.0 ms against 14.0-15.1).
+// without it, and with the prefetch asked for V's lines only (bf16 15.6-19.9 ms against 14.0-15.1).
 // Read one page at a time, shuffled 32 KiB pages come at ~0.68 of the contiguous read and 16 KiB
 // at ~0.47, with or without arithmetic; four to eight pages at a time line by line, at 0.77-0.94,
 // arithmetic (W = 8) and all, from demand loads alone: the hardware prefetchers follow several
