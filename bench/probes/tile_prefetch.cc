@@ -54,8 +54,9 @@
 // One core (`mlp`, three runs): a dependent chase 187-228 ns a line; random lines, prefetcht0
 // back to back 7.5-8.7 GB/s (~25-30 lines in flight), demand loads 4.6-7.1 GB/s: a walk the
 // L2's stream prefetcher does not follow is held near that by the core's miss buffers.
-// The probe is a model: it put the one-head walk 0.72-0.78 where the kernel's walk alone reads
-// 0.66-0.67 (below), and the L2 hint ahead of L1 where the kernel runs slower with it.
+// The probe is a model: as ratios it put the one-head walk 0.72-0.78 where the kernel's walk alone
+// reads 0.66-0.67 (below; in GB/s about the same, 22-26 against 21.6-22.9), and it ranks the L2
+// hint ahead of L1 where the kernel runs slower with it: read it for the demand orders' ceilings.
 //
 // The decode kernel with its QK and PV products and its softmax taken out (the throwaway
 // decode_walk_only.patch beside this file: loads, unpacks, the prefetch walk and the loops
