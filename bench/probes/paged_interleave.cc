@@ -18,7 +18,7 @@
 // (Until 2026-12-06 09:50 UTC the walks' loops stored their 16 accumulators to the stack every
 // line (GCC kept the array in memory: fold's loop was not unrolled), so the figures below ran
 // their W FMAs at a store-bound rate: W = 8 ~55 GB/s from L3, as stated. The fold is unrolled
-// since, and the same W now runs faster: compare the rates, and see tile_prefetch.cc.)
+// since (line_work.h, with the zeroing), and the same W now runs faster: compare the rates.)
 //
 // AMD Zen 4 VM (2 vCPUs, 1 MiB L2 each, 32 MiB L3; 2026-12-06, two threads, medians of 3-5
 // rounds, GB/s; the host's DRAM rate moves between runs, compare within a line):
@@ -82,7 +82,13 @@
 #include <thread>
 #include <vector>
 
+#include "line_work.h"
+
 namespace {
+
+using probe::consume;
+using probe::fold;
+using probe::zero;
 
 constexpr std::size_t kTotal = std::size_t{1} << 30;
 constexpr int kMaxGroup = 16;
@@ -90,30 +96,11 @@ char* g_base;
 std::size_t g_page;
 std::vector<uint32_t> g_order;
 
-// One line: added into accumulator 8P, then W FMAs into the other 7 of its half (P alternates by
-// line, so no accumulator sees two operations a line).
-template <int W, int P>
-[[gnu::always_inline]] inline void consume(__m512 x, __m512* a) {
-  a[8 * P] = _mm512_add_ps(a[8 * P], x);
-#pragma GCC unroll 32
-  for (int w = 0; w < W; ++w)
-    a[8 * P + (w + 1) % 8] = _mm512_fmadd_ps(x, x, a[8 * P + (w + 1) % 8]);
-}
-
-// The 16 accumulators summed: a walk's result, so that its loads and FMAs are not dropped.
-[[gnu::always_inline]] inline float fold(const __m512* acc) {
-  __m512 sum = acc[0];
-#pragma GCC unroll 16
-  for (int k = 1; k < 16; ++k) sum = _mm512_add_ps(sum, acc[k]);
-  return _mm512_reduce_add_ps(sum);
-}
-
 // Pages [p0, p1) of the order, n at a time; pf > 0 prefetches the group pf groups on.
 template <int W>
 float walk(std::size_t p0, std::size_t p1, int n, int pf) {
   __m512 acc[16];
-#pragma GCC unroll 16
-  for (auto& a : acc) a = _mm512_setzero_ps();
+  zero(acc);
   const std::size_t lines = g_page / 64;
   for (std::size_t p = p0; p + n <= p1; p += n) {
     const char* page[kMaxGroup];
@@ -152,8 +139,7 @@ enum class Order {
 template <int W>
 float walk_order(std::size_t p0, std::size_t p1, int n, Order order) {
   __m512 acc[16];
-#pragma GCC unroll 16
-  for (auto& a : acc) a = _mm512_setzero_ps();
+  zero(acc);
   // Two lines from q: a 512-bit load each, into the two halves of the accumulators.
   auto two = [&acc](const char* q) __attribute__((always_inline)) {
     consume<W, 0>(_mm512_load_ps(reinterpret_cast<const float*>(q)), acc);

@@ -85,7 +85,13 @@
 #include <thread>
 #include <vector>
 
+#include "line_work.h"
+
 namespace {
+
+using probe::consume;
+using probe::fold;
+using probe::zero;
 
 constexpr std::size_t kTotal = std::size_t{1} << 30;
 constexpr std::size_t kPage = 32768;
@@ -108,23 +114,8 @@ struct Spec {
 
 char* g_base;
 
-template <int W, int P>
-[[gnu::always_inline]] inline void consume(__m512 x, __m512* a) {
-  a[8 * P] = _mm512_add_ps(a[8 * P], x);
-#pragma GCC unroll 32
-  for (int w = 0; w < W; ++w)
-    a[8 * P + (w + 1) % 8] = _mm512_fmadd_ps(x, x, a[8 * P + (w + 1) % 8]);
-}
-
-[[gnu::always_inline]] inline float fold(const __m512* acc) {
-  __m512 sum = acc[0];
-#pragma GCC unroll 16
-  for (int k = 1; k < 16; ++k) sum = _mm512_add_ps(sum, acc[k]);
-  return _mm512_reduce_add_ps(sum);
-}
-
-// Group g's demand loads [i0, i1) (W FMAs after each), with its prefetches up to what the pace
-// allows by then (k: those issued so far) where `ahead` is set.
+// A group's demand loads in order (W FMAs after each) and, where `ahead` is set, the prefetches
+// of the group `ahead` holds, issued as the pace allows (the rest at the end).
 template <int W>
 [[gnu::always_inline]] inline void demand_run(const Spec& spec, const char* const* page,
                                               const char* const* ahead, __m512* acc) {
@@ -160,8 +151,7 @@ template <int W>
 template <int W>
 float walk(const Spec& spec, const std::vector<uint32_t>& order, std::size_t p0, std::size_t p1) {
   __m512 acc[16];
-#pragma GCC unroll 16
-  for (auto& a : acc) a = _mm512_setzero_ps();
+  zero(acc);
   static thread_local std::vector<char> local(kGroup * kPage + 64, 0x3f);
   char* local_base =
       reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(local.data()) + 63) & ~uintptr_t{63});
