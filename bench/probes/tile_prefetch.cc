@@ -24,8 +24,10 @@
 //            pairS     8-head steps over key pairs (t, t + 16): K head rows of both pages per
 //                      token; V per S tokens of a page, head, chunk, token, page
 //            pvrows    K and V each by head rows over their 2 pages
+//            hnd1      kernel1 over HND pages (each head's 16 rows 4 KiB in a row)
 //   PREFETCH none | lines (the kernel's order: line l of each page in turn) | seq (page by page)
 //            | hfirstF (heads [0, F) of every page strided first, then lines for the rest)
+//            | lines2 (lines, then every line again) | lines2lag (each line again 256 lines on)
 //   DIST     groups ahead (0: no prefetch); HINT t0 | t1 | nta; PACE: all of the group's
 //            prefetches issued by PACE % of its demand loads (the rest, if any, at its end)
 //   contig   pages in address order (the contiguous read every ratio is taken against: put it
@@ -49,6 +51,9 @@
 //   step8:lines:1:t0              0.80   0.85   8-head steps (KVATTN_CPU_LANE_HEAD_STEPS=1)
 //   pair4:lines:1:t0              0.80   0.90   steps over key pairs (t, t + 16)
 //   pvrows:lines:1:t0             0.83   0.87   V by head rows (PV cannot take it)
+//   hnd1:lines:1:t0               0.69   0.83   (kernel1 0.63 / 0.76 in that run: HND reads
+//                                               better, as in the bench, 0.72-0.73 against 0.66)
+//   kernel1:lines2 / lines2lag    --     0.79 / 0.78 (kernel1 0.79 that run): asked twice, no better
 //   kernel1:none:local            128 GB/s  93-115 GB/s   the loop's own rate from L2 (the kernel's
 //                                                         arithmetic ~48 GB/s on two threads)
 // One core (`mlp`, three runs): a dependent chase 187-228 ns a line; random lines, prefetcht0
@@ -201,6 +206,35 @@ bool lines_of(const std::string& name, std::vector<Line>* out) {
   auto head_row = [&add](int s, int t, int j) {
     for (int l = 0; l < 4; ++l) add(s, t * kToken + j * kHead + 64 * l);
   };
+  if (name == "hnd1") {  // one head a step over HND pages: head j's rows are 4 KiB at j * 4096
+    for (int j = 0; j < kHeads; ++j) {
+      for (int s = 0; s < 2; ++s) {
+        for (int l = 0; l < 4096; l += 64) add(s, j * 4096 + l);
+      }
+      for (int c = 0; c < 2; ++c) {
+        for (int s = 2; s < 4; ++s) {
+          for (int t = 0; t < kTokens; ++t) {
+            for (int l = 0; l < 2; ++l) add(s, j * 4096 + t * 256 + 128 * c + 64 * l);
+          }
+        }
+      }
+    }
+    return true;
+  }
+  if (name == "lines2" || name == "lines2lag") {  // every line twice: in turn, then again
+    std::vector<Line> once;
+    lines_of("lines", &once);
+    if (name == "lines2") {
+      out->insert(out->end(), once.begin(), once.end());
+      out->insert(out->end(), once.begin(), once.end());
+    } else {  // each line again 256 lines later
+      for (std::size_t i = 0; i < once.size() + 256; ++i) {
+        if (i < once.size()) out->push_back(once[i]);
+        if (i >= 256) out->push_back(once[i - 256]);
+      }
+    }
+    return true;
+  }
   if (name == "lines" || name == "blk64") {
     for (int l = 0; l < int{kPage}; l += 64) {
       for (int s = 0; s < kGroup; ++s) add(s, l);
