@@ -52,7 +52,7 @@
 //   pair4:lines:1:t0              0.80   0.90   steps over key pairs (t, t + 16)
 //   pvrows:lines:1:t0             0.83   0.87   V by head rows (PV cannot take it)
 //   hnd1:lines:1:t0               0.69   0.83   (kernel1 0.63 / 0.76 in that run: HND reads
-//                                               better, as in the bench, 0.72-0.73 against 0.66)
+//                                               better, as in the bench: 0.72 / 0.66)
 //   kernel1:lines2 / lines2lag    --     0.79 / 0.78 (kernel1 0.79 there): asked twice, no better
 //   kernel1:none:local            128 GB/s  93-115 GB/s   the loop's own rate from L2 (the kernel's
 //                                                         arithmetic ~48 GB/s on two threads)
