@@ -119,6 +119,17 @@ struct Spec {
 
 char* g_base;
 
+// One prefetch with the spec's hint (the hint must be a constant to the intrinsic).
+[[gnu::always_inline]] inline void prefetch_line(const char* a, int hint) {
+  if (hint == _MM_HINT_T0) {
+    _mm_prefetch(a, _MM_HINT_T0);
+  } else if (hint == _MM_HINT_T1) {
+    _mm_prefetch(a, _MM_HINT_T1);
+  } else {
+    _mm_prefetch(a, _MM_HINT_NTA);
+  }
+}
+
 // A group's demand loads in order (W FMAs after each) and, where `ahead` is set, the prefetches
 // of the group `ahead` holds, issued as the pace allows (the rest at the end).
 template <int W>
@@ -133,23 +144,15 @@ template <int W>
   for (std::size_t i = 0; i < m; i += 2) {
     if (ahead != nullptr) {
       const std::size_t target = std::min(np, (i + 2) * np * 100 / (m * pace));
-      for (; k < target; ++k) {
-        const char* a = ahead[later[k].page] + later[k].offset;
-        if (hint == _MM_HINT_T0) {
-          _mm_prefetch(a, _MM_HINT_T0);
-        } else if (hint == _MM_HINT_T1) {
-          _mm_prefetch(a, _MM_HINT_T1);
-        } else {
-          _mm_prefetch(a, _MM_HINT_NTA);
-        }
-      }
+      for (; k < target; ++k) prefetch_line(ahead[later[k].page] + later[k].offset, hint);
     }
     const Line x = demand[i], y = demand[i + 1];
     consume<W, 0>(_mm512_load_ps(reinterpret_cast<const float*>(page[x.page] + x.offset)), acc);
     consume<W, 1>(_mm512_load_ps(reinterpret_cast<const float*>(page[y.page] + y.offset)), acc);
   }
-  for (; ahead != nullptr && k < np; ++k)
-    _mm_prefetch(ahead[later[k].page] + later[k].offset, _MM_HINT_T0);
+  for (; ahead != nullptr && k < np; ++k) {
+    prefetch_line(ahead[later[k].page] + later[k].offset, hint);
+  }
 }
 
 // Groups of pages [p0, p1) of `order`.
@@ -171,6 +174,7 @@ float walk(const Spec& spec, const std::vector<uint32_t>& order, std::size_t p0,
       page[s] = demand_local ? local_base + s * kPage : g_base + std::size_t{order[p + s]} * kPage;
       ahead[s] = have_ahead ? g_base + std::size_t{order[next + s]} * kPage : nullptr;
     }
+    // Two calls, so that the inlined copy without a group ahead has no prefetch test in its loop.
     if (have_ahead) {
       demand_run<W>(spec, page, ahead, acc);
     } else {
@@ -212,35 +216,6 @@ bool lines_of(const std::string& name, std::vector<Line>* out) {
   auto head_row = [&add](int s, int t, int j) {
     for (int l = 0; l < 4; ++l) add(s, t * kToken + j * kHead + 64 * l);
   };
-  if (name == "hnd1") {  // one head a step over HND pages: head j's 16 rows in a row
-    for (int j = 0; j < kHeads; ++j) {
-      for (int s = 0; s < 2; ++s) {
-        for (int l = 0; l < kTokens * kHead; l += 64) add(s, j * kTokens * kHead + l);
-      }
-      for (int c = 0; c < 2; ++c) {
-        for (int s = 2; s < 4; ++s) {
-          for (int t = 0; t < kTokens; ++t) {
-            for (int l = 0; l < 2; ++l) add(s, (j * kTokens + t) * kHead + 128 * c + 64 * l);
-          }
-        }
-      }
-    }
-    return true;
-  }
-  if (name == "lines2" || name == "lines2lag") {  // every line twice: in turn, then again
-    std::vector<Line> once;
-    lines_of("lines", &once);
-    if (name == "lines2") {
-      out->insert(out->end(), once.begin(), once.end());
-      out->insert(out->end(), once.begin(), once.end());
-    } else {  // each line again 256 lines later
-      for (std::size_t i = 0; i < once.size() + 256; ++i) {
-        if (i < once.size()) out->push_back(once[i]);
-        if (i >= 256) out->push_back(once[i - 256]);
-      }
-    }
-    return true;
-  }
   if (name == "lines" || name == "blk64") {
     for (int l = 0; l < int{kPage}; l += 64) {
       for (int s = 0; s < kGroup; ++s) add(s, l);
@@ -311,6 +286,31 @@ bool lines_of(const std::string& name, std::vector<Line>* out) {
             }
           }
         }
+      }
+    }
+  } else if (name == "hnd1") {  // one head a step over HND pages: head j's 16 rows in a row
+    for (int j = 0; j < kHeads; ++j) {
+      for (int s = 0; s < 2; ++s) {
+        for (int l = 0; l < kTokens * kHead; l += 64) add(s, j * kTokens * kHead + l);
+      }
+      for (int c = 0; c < 2; ++c) {
+        for (int s = 2; s < 4; ++s) {
+          for (int t = 0; t < kTokens; ++t) {
+            for (int l = 0; l < 2; ++l) add(s, (j * kTokens + t) * kHead + 128 * c + 64 * l);
+          }
+        }
+      }
+    }
+  } else if (name == "lines2" || name == "lines2lag") {  // every line twice
+    std::vector<Line> once;
+    lines_of("lines", &once);
+    if (name == "lines2") {
+      out->insert(out->end(), once.begin(), once.end());
+      out->insert(out->end(), once.begin(), once.end());
+    } else {  // each line again 256 lines later
+      for (std::size_t i = 0; i < once.size() + 256; ++i) {
+        if (i < once.size()) out->push_back(once[i]);
+        if (i >= 256) out->push_back(once[i - 256]);
       }
     }
   } else if (name == "pvrows") {
@@ -424,6 +424,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int threads = std::atoi(argv[1]), rounds = std::atoi(argv[2]), work = std::atoi(argv[3]);
+  if (threads < 1 || rounds < 1 ||
+      (work != 0 && work != 4 && work != 8 && work != 12 && work != 16)) {
+    std::fprintf(stderr, "THREADS and ROUNDS must be >= 1, W one of 0, 4, 8, 12, 16\n");
+    return 2;
+  }
   std::vector<std::string> texts(argv + 4, argv + argc);
   if (texts.empty()) {
     texts = {"seq:none:0:t0:100:contig",   "lines:none:0:t0:100",      "blk2048:none:0:t0:100",
