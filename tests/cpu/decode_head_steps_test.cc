@@ -232,7 +232,9 @@ TEST(CpuDecodeHeadSteps, GroupsOfOneAndTwoTakeWholeTokenRows) {
 // (e4m3's NaN codes restored head by head after the step), head dims with a tail chunk (40, 96,
 // (192, 128)) and the unrolled 64 / 128 / 256, GQA groups 1, 2, 3, 4, 8 and 16 (blocks of 1, 2, 4
 // and 8 rows; 8 and 16 take 4 heads a step), head counts around the step, lengths around the
-// 4-key group, the sub-tile and the tile, the variants, split into chunks.
+// 4-key group, the sub-tile and the tile, the variants, split into chunks. (The AVX2 kernel's
+// bf16 rows at blocks of 4 query rows and dims 64 / 128 / 256 are read by parity one head a step
+// whatever the switch: kParityRows, CpuDecodeAvx2Parity.)
 TEST(CpuDecodeHeadSteps, FmaHeadStepsMatchTheReference) {
   const ScopedEnv steps("KVATTN_CPU_FMA_HEAD_STEPS", "1");
   const DType kvs[] = {DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2, DType::kF32};

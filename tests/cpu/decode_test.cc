@@ -110,6 +110,28 @@ TEST_P(CpuDecodeGrid, MatchesTheReferenceOnRandomProblems) {
   }
 }
 
+// The AVX2 kernel's bf16 rows read by parity (decode_fma_tiles.h, kParityRows: blocks of 4 query
+// rows, GQA groups 3 and 4, head dims 64 / 128 / 256): q and the output accumulators in parity
+// order, QK two keys a pass. Every variant of random_decode_spec at every dim and both groups
+// (fused RoPE: PV by parity, QK on the rotated f32 rows), both layouts, page sizes 1 / 16 / 5,
+// lengths around the tile, every third problem again split into chunks of one tile.
+TEST(CpuDecodeAvx2Parity, Bf16BlocksOfFourRowsMatchTheReference) {
+  std::string why;
+  if (runnable(kFmaAvx2, &why) == nullptr) GTEST_SKIP() << why;
+  const KernelOverride named(kFmaAvx2);
+  std::mt19937 rng(7);
+  const int dims[] = {64, 128, 256};
+  for (int i = 0; i < 48; ++i) {
+    CaseSpec spec = random_decode_spec(i, rng);
+    Problem& p = spec.problem;
+    p.kv_dtype = DType::kBF16;
+    p.num_qo_heads = p.num_kv_heads * ((i / 8) % 2 ? 3 : 4);
+    p.head_dim_qk = p.head_dim_vo = dims[i % 3];
+    expect_matches_reference(spec, CpuIsa::kAvx2);
+    if (i % 3 == 0) expect_matches_reference(spec, CpuIsa::kAvx2, {.kv_chunk_size = kTile});
+  }
+}
+
 constexpr DType kFp8Types[] = {DType::kE4M3, DType::kE5M2};
 constexpr DType kBf16Type[] = {DType::kBF16};
 

@@ -181,6 +181,36 @@ struct Simd {
     *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(bits));
     *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(bits, 1));
   }
+  // 16 floats at x into parity order (x0, x2, .., x14, then x1, x3, .., x15) and back, in place:
+  // the queries and the output accumulators of load_bf16_parity's rows.
+  static void to_parity(float* x) {
+    const Vec a = _mm256_loadu_ps(x), b = _mm256_loadu_ps(x + 8);
+    // shuffle_ps takes each 128-bit lane's even (odd) values of a then b; the permute puts a's
+    // four before b's.
+    const Vec even = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    const Vec odd = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    _mm256_storeu_ps(x, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(even), 0xD8)));
+    _mm256_storeu_ps(x + 8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(odd), 0xD8)));
+  }
+  static void from_parity(float* x) {
+    const Vec even = _mm256_loadu_ps(x), odd = _mm256_loadu_ps(x + 8);
+    const Vec lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
+    _mm256_storeu_ps(x, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(x + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+  }
+  // v made to live in a register (an empty asm that claims to change it), for a vector that
+  // several FMAs use: GCC otherwise folds its load into each of them, one load per FMA.
+  static void in_register(Vec& v) { asm("" : "+x"(v)); }
+  // 16 bf16 values at p as two f32 vectors by parity, exact: the even-indexed values (the low
+  // word of each 32-bit lane, shifted up) and the odd-indexed ones (the high word, masked): one
+  // load and two ALU operations where load_raw takes a widening load and a shift for each vector.
+  // The decode kernel's fp32-FMA tiles read 16-bit rows so on AVX2 (decode_fma_tiles.h: q and the
+  // output accumulators are stored in the same order).
+  static void load_bf16_parity(const void* p, Vec* even, Vec* odd) {
+    const __m256i w = _mm256_loadu_si256(static_cast<const __m256i*>(p));
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+  }
   template <DType T>
   static Vec load_raw_tail(const void* p, int n) {
     alignas(32) unsigned char buffer[32] = {};

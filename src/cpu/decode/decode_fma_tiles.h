@@ -19,6 +19,22 @@ inline constexpr int kElemBytes = T == DType::kF32                          ? 4
                                   : (T == DType::kF16 || T == DType::kBF16) ? 2
                                                                             : 1;
 
+// Whether the tiles read bf16 rows of dim kD by parity (S::load_bf16_parity, AVX2 only) for
+// blocks of kNG query rows: each block of 16 values as its even-indexed values, then its
+// odd-indexed ones, where kD is a multiple of 16 known at compile time. The dot products and the
+// output columns then run in that order: q is stored in it (FmaTiles::prepare_q), the output
+// accumulators come out in it (finish_o puts them back). One 256-bit load and two ALU operations
+// a pair of vectors, where load_raw takes a widening load and a shift each, and QK takes two keys
+// a pass (qk_tile_parity). Blocks of 4 rows only (GQA groups of 3 and 4): on Zen 3 they ran the
+// bf16 cases from DRAM 0.89-0.94x the time (B 16 x 4k at d 64 / 128, B 1 x 32k, B 64 x 512; d 256
+// level; issue 23's Zen 3 note of 2026-12-06); blocks of 1, 2 and 8 rows read so ran 1.04-1.10x
+// cache-resident.
+template <class S, DType kKV, int kD, int kNG>
+inline constexpr bool kParityRows = kKV == DType::kBF16&& kD > 0 && kD % 16 == 0 && kNG == 4 &&
+                                    requires(const void* p, typename S::Vec* v) {
+  S::load_bf16_parity(p, v, v);
+};
+
 // Two consecutive chunks of a row (the one at p, the next `step` bytes on) as raw f32: together
 // where S widens two at once (load_raw_pair: FP8 on AVX2), else one by one.
 template <class S, DType kKV>
@@ -88,6 +104,58 @@ template <class S, DType kKV, int kD, int kNG>
           }
         }
         for (int g = 0; g < kNG; ++g) parts[g][kk] = acc[g];
+      }
+      for (int kk = count; kk < W; ++kk) {
+        for (int g = 0; g < kNG; ++g) parts[g][kk] = S::zero();
+      }
+      for (int g = 0; g < kNG; ++g)
+        S::store(scores + (g0 + g) * kTile + kb, S::reduce_rows(parts[g]));
+    }
+  }
+}
+
+// qk_tile over bf16 K rows read by parity (kParityRows; q in parity order), blocks of 4 query
+// rows: two keys a pass (8 accumulators), each 16-value block of the keys' rows loaded once and
+// each query vector once for both keys (qk_tile loads every query vector once a key).
+template <class S, int kD, int kNG>
+[[gnu::always_inline]] inline void qk_tile_parity(const float* q, int q_row, int group_padded,
+                                                  const std::byte* const* rows, int n,
+                                                  float* scores, TilePrefetcher* prefetch) {
+  using Vec = typename S::Vec;
+  constexpr int W = S::kWidth;
+  static_assert(W == 8 && kD % 16 == 0 && kNG == 4);
+  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+    const float* qg = q + g0 * q_row;
+    for (int kb = 0; kb < n; kb += W) {
+      Vec parts[kNG][W];
+      const int count = std::min(W, n - kb);
+      for (int k0 = 0; k0 < count; k0 += 2) {
+        // Past `count` the pair's first key is read again; its sums are dropped below.
+        const std::byte* first = rows[kb + k0];
+        const std::byte* second = k0 + 1 < count ? rows[kb + k0 + 1] : first;
+        prefetch->tick();
+        if (k0 + 1 < count) prefetch->tick();
+        Vec acc[2][kNG];
+        for (int g = 0; g < kNG; ++g) acc[0][g] = acc[1][g] = S::zero();
+        for (int b = 0; b < kD / 16; ++b) {
+          Vec even[2], odd[2];
+          S::load_bf16_parity(first + b * 32, &even[0], &odd[0]);
+          S::load_bf16_parity(second + b * 32, &even[1], &odd[1]);
+          for (int g = 0; g < kNG; ++g) {
+            Vec qe = S::load(qg + g * q_row + b * 16);
+            S::in_register(qe);
+            acc[0][g] = S::fma(qe, even[0], acc[0][g]);
+            acc[1][g] = S::fma(qe, even[1], acc[1][g]);
+            Vec qo = S::load(qg + g * q_row + b * 16 + 8);
+            S::in_register(qo);
+            acc[0][g] = S::fma(qo, odd[0], acc[0][g]);
+            acc[1][g] = S::fma(qo, odd[1], acc[1][g]);
+          }
+        }
+        for (int g = 0; g < kNG; ++g) {
+          parts[g][k0] = acc[0][g];
+          parts[g][k0 + 1] = acc[1][g];  // k0 is even, W = 8
+        }
       }
       for (int kk = count; kk < W; ++kk) {
         for (int g = 0; g < kNG; ++g) parts[g][kk] = S::zero();
@@ -174,7 +242,7 @@ template <class S, DType kKV, int kD, int kNG, int kHeads>
 
 // og[g][chunks c .. c + kCols) += sum_kk pg[g][kk] * those chunks of V row kk (raw), keys [k0,
 // k1) (rows[kk] + offset bytes); kTail: the one chunk c is the dim's last, `tail` values.
-template <class S, DType kKV, int kNG, int kCols, bool kTail>
+template <class S, DType kKV, int kNG, int kCols, bool kTail, bool kParity = false>
 [[gnu::always_inline]] inline void pv_block(const float* pg, const std::byte* const* rows,
                                             int64_t offset, int k0, int k1, int c, int tail,
                                             int64_t step, float* og, int o_row,
@@ -193,8 +261,13 @@ template <class S, DType kKV, int kNG, int kCols, bool kTail>
     if constexpr (kTail) {
       x[0] = S::template load_raw_tail<kKV>(v, tail);
     } else {
-      for (int i = 0; i + 2 <= kCols; i += 2)
-        load_raw_two<S, kKV>(v + i * step, step, &x[i], &x[i + 1]);
+      for (int i = 0; i + 2 <= kCols; i += 2) {
+        if constexpr (kParity) {
+          S::load_bf16_parity(v + i * step, &x[i], &x[i + 1]);
+        } else {
+          load_raw_two<S, kKV>(v + i * step, step, &x[i], &x[i + 1]);
+        }
+      }
       if constexpr (kCols % 2) x[kCols - 1] = S::template load_raw<kKV>(v + (kCols - 1) * step);
     }
     for (int g = 0; g < kNG; ++g) {
@@ -221,8 +294,13 @@ template <class S, DType kKV, int kD, int kNG>
   const int full = dim / W, tail = dim % W;
   const int64_t step = int64_t{W} * kElemBytes<kKV> * elem_stride;
   int c = 0;
+  // By parity (kParityRows: the output columns in parity order) the blocks are pairs of chunks,
+  // each pair one block of 16 values (kCols is 2 on AVX2, the dim a multiple of 16).
+  constexpr bool kParity = kParityRows<S, kKV, kD, kNG>;
+  static_assert(!kParity || kCols == 2);
   for (; c + kCols <= full; c += kCols) {
-    pv_block<S, kKV, kNG, kCols, false>(pg, rows, offset, k0, k1, c, 0, step, og, o_row, prefetch);
+    pv_block<S, kKV, kNG, kCols, false, kParity>(pg, rows, offset, k0, k1, c, 0, step, og, o_row,
+                                                 prefetch);
   }
   for (; c < full; ++c) {
     pv_block<S, kKV, kNG, 1, false>(pg, rows, offset, k0, k1, c, 0, step, og, o_row, prefetch);
@@ -276,11 +354,24 @@ struct FmaTiles {
   static constexpr float kKRaw = S::template raw_to_real<kKV>();
   static constexpr float kVRaw = S::template raw_to_real<kKV>();
   static constexpr bool kPoisonE4m3Nans = kKV == DType::kE4M3 && S::kWidth > 1;
-  static void prepare_q(float*, int, int, int) {}
+  // bf16 rows by parity on AVX2 (kParityRows): q stored in parity order, K read so.
+  static constexpr bool kParityK = kParityRows<S, kKV, kDqk, kNG>;
+  static constexpr bool kParityV = kParityRows<S, kKV, kDvo, kNG>;
+  static void prepare_q(float* q, int rows, int q_row, int dqk) {
+    if constexpr (kParityK) {
+      for (int g = 0; g < rows; ++g) {
+        for (int b = 0; b < dqk; b += 16) S::to_parity(q + g * q_row + b);
+      }
+    }
+  }
   static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
                  int d_runtime, int64_t elem_stride, float* scores, TilePrefetcher* prefetch) {
-    qk_tile<S, kKV, kDqk, kNG>(q, q_row, group_padded, rows, n, d_runtime, elem_stride, scores,
-                               prefetch);
+    if constexpr (kParityK) {
+      qk_tile_parity<S, kDqk, kNG>(q, q_row, group_padded, rows, n, scores, prefetch);
+    } else {
+      qk_tile<S, kKV, kDqk, kNG>(q, q_row, group_padded, rows, n, d_runtime, elem_stride, scores,
+                                 prefetch);
+    }
   }
   static void pv(const float* p, int group_padded, const std::byte* const* rows, int n,
                  int d_runtime, int64_t elem_stride, float* o, int o_row,
@@ -288,14 +379,21 @@ struct FmaTiles {
     pv_tile<S, kKV, kDvo, kNG>(p, group_padded, rows, n, d_runtime, elem_stride, o, o_row,
                                prefetch);
   }
-  static void finish_o(float*, int, int, int) {}
+  static void finish_o(float* o, int rows, int o_row, int dvo) {
+    if constexpr (kParityV) {
+      for (int g = 0; g < rows; ++g) {
+        for (int b = 0; b < dvo; b += 16) S::from_parity(o + g * o_row + b);
+      }
+    }
+  }
 
   // Heads a step of the decode task may take together (decode_task, NHD caches, where the CPU
   // class takes them: DecodeParams::fma_head_steps; see DotTiles::kStepHeads), on the vector ISAs:
   // 8, and 4 at blocks of 8 query rows (a step covers twice the query rows there). Zen 5, f16, 64
   // query heads over 8 (one thread, B 16 x 4k from DRAM): 4 heads a step 15.4-15.8 GB/s, 8
   // 14.8-14.9, one 13.9-14.0.
-  static constexpr int kStepHeads = S::kWidth > 1 ? std::min(8, 32 / kNG) : 1;
+  // (Not by parity: qk_heads reads K chunk by chunk.)
+  static constexpr int kStepHeads = S::kWidth > 1 && !kParityK ? std::min(8, 32 / kNG) : 1;
   template <int kHeads = kStepHeads>
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
                       const std::byte* const* rows, int64_t head_step, int n, int d_runtime,
