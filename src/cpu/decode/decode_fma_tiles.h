@@ -26,14 +26,16 @@ inline constexpr int kElemBytes = T == DType::kF32                          ? 4
 // accumulators come out in it (finish_o puts them back). One 256-bit load and two ALU operations
 // a pair of vectors, where load_raw takes a widening load and a shift each, and QK takes two keys
 // a pass (qk_tile_parity). Blocks of 4 rows only (GQA groups of 3 and 4): on Zen 3 they ran the
-// bf16 cases from DRAM 0.89-0.94x the time (B 16 x 4k at d 64 / 128, B 1 x 32k, B 64 x 512; d 256
-// level; issue 23's Zen 3 note of 2026-12-06); blocks of 1, 2 and 8 rows read so ran 1.04-1.10x
+// bf16 cases from DRAM 0.89-0.97x the time (B 16 x 4k at d 64 / 128, B 1 x 32k, B 64 x 512; d 256
+// 0.97-1.00; issue 23's Zen 3 note of 2026-12-06); blocks of 1, 2 and 8 rows read so ran 1.04-1.10x
 // cache-resident.
-template <class S, DType kKV, int kD, int kNG>
-inline constexpr bool kParityRows = kKV == DType::kBF16&& kD > 0 && kD % 16 == 0 && kNG == 4 &&
-                                    requires(const void* p, typename S::Vec* v) {
+template <class S>
+inline constexpr bool kHasParityLoads = requires(const void* p, typename S::Vec* v) {
   S::load_bf16_parity(p, v, v);
 };
+template <class S, DType kKV, int kD, int kNG>
+inline constexpr bool kParityRows = kHasParityLoads<S> &&
+                                    (kKV == DType::kBF16 && kD > 0 && kD % 16 == 0 && kNG == 4);
 
 // Two consecutive chunks of a row (the one at p, the next `step` bytes on) as raw f32: together
 // where S widens two at once (load_raw_pair: FP8 on AVX2), else one by one.
