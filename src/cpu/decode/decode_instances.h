@@ -26,17 +26,10 @@ DecodeItemFn pick_group_block(int group_padded) {
 }
 
 // Head dims 64, 128 and 256 (equal) get unrolled kernels on the vector ISAs; every other pair
-// runs the generic kernel (runtime dims, masked tail), as every pair does in a build without the
-// unrolled ones (KVATTN_CPU_UNROLLED_DECODE=OFF: the fuzz build).
-#ifdef KVATTN_CPU_RUNTIME_DIMS_ONLY
-inline constexpr bool kUnrolledDims = false;
-#else
-inline constexpr bool kUnrolledDims = true;
-#endif
-
+// runs the generic kernel (runtime dims, masked tail).
 template <class S, DType kKV>
 DecodeItemFn pick_dims(int dqk, int dvo, int group_padded) {
-  if constexpr (S::kWidth > 1 && kUnrolledDims) {
+  if constexpr (S::kWidth > 1) {
     if (dqk == dvo && dqk == 64) return pick_group_block<S, kKV, 64, 64>(group_padded);
     if (dqk == dvo && dqk == 128) return pick_group_block<S, kKV, 128, 128>(group_padded);
     if (dqk == dvo && dqk == 256) return pick_group_block<S, kKV, 256, 256>(group_padded);
