@@ -185,7 +185,7 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
   auto* requests = reinterpret_cast<RequestInfo*>(base + layout.requests);
   const bool single = p.op == Op::kSinglePrefill;
   const bool paged = p.op == Op::kBatchPrefillPaged;
-  int64_t qo_at = 0, mask_at = 0;
+  int64_t mask_at = 0;
   for (int b = 0; b < batch; ++b) {
     RequestInfo r;
     r.qo_begin = single ? 0 : read_index(args.qo_indptr, b);
@@ -196,7 +196,6 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
     r.mask_begin = mask_at;
     const int64_t bits = r.qo_len * r.kv_len;
     mask_at += args.custom_mask_packed ? (bits + 7) / 8 : bits;
-    qo_at += r.qo_len;
     requests[b] = r;
   }
   params.requests = requests;
