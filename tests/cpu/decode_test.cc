@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -131,6 +135,52 @@ TEST(CpuDecodeAvx2Parity, Bf16BlocksOfFourRowsMatchTheReference) {
     if (i % 3 == 0) expect_matches_reference(spec, CpuIsa::kAvx2, {.kv_chunk_size = kTile});
   }
 }
+
+// The AVX2 kernel's e4m3 V rows read by quads (decode_fma_tiles.h, kQuadRows: blocks of 4 query
+// rows, GQA groups 3 and 4, head dims 64 / 128 / 256): the output accumulators in quad order, the
+// weights folded by 2^60, NaN codes poisoned at their quad positions. The same grid as the parity
+// test, with the per-token and per-head scales random_decode_spec draws.
+TEST(CpuDecodeAvx2Quads, E4m3BlocksOfFourRowsMatchTheReference) {
+  std::string why;
+  if (runnable(kFmaAvx2, &why) == nullptr) GTEST_SKIP() << why;
+  const KernelOverride named(kFmaAvx2);
+  std::mt19937 rng(11);
+  const int dims[] = {64, 128, 256};
+  for (int i = 0; i < 48; ++i) {
+    CaseSpec spec = random_decode_spec(i, rng);
+    Problem& p = spec.problem;
+    p.kv_dtype = DType::kE4M3;
+    p.num_qo_heads = p.num_kv_heads * ((i / 8) % 2 ? 3 : 4);
+    p.head_dim_qk = p.head_dim_vo = dims[i % 3];
+    expect_matches_reference(spec, CpuIsa::kAvx2);
+    if (i % 3 == 0) expect_matches_reference(spec, CpuIsa::kAvx2, {.kv_chunk_size = kTile});
+  }
+}
+
+#if defined(__x86_64__)
+// Every V code of exponent 0 (values below 2^-6: here all of them) is an f32 denormal as the
+// quads read it: a caller that set DAZ and FTZ (torch.set_flush_denormal(True) does) still gets
+// the reference's output, and its MXCSR back as it was.
+TEST(CpuDecodeAvx2Quads, E4m3DenormalCodesUnderTheCallersDaz) {
+  std::string why;
+  if (runnable(kFmaAvx2, &why) == nullptr) GTEST_SKIP() << why;
+  const KernelOverride named(kFmaAvx2);
+  std::mt19937 rng(5);
+  CaseSpec spec = random_decode_spec(1, rng);
+  Problem& p = spec.problem;
+  p.kv_dtype = DType::kE4M3;
+  p.num_qo_heads = p.num_kv_heads * 4;
+  p.head_dim_qk = p.head_dim_vo = 128;
+  spec.value_range = 1.0f / 64.0f;
+  constexpr unsigned kDazFtz = (1u << 6) | (1u << 15);
+  const unsigned before = _mm_getcsr();
+  _mm_setcsr(before | kDazFtz);
+  expect_matches_reference(spec, CpuIsa::kAvx2, {.num_threads = 1});
+  const unsigned after = _mm_getcsr();
+  _mm_setcsr(before);
+  EXPECT_EQ(after, before | kDazFtz);
+}
+#endif
 
 constexpr DType kFp8Types[] = {DType::kE4M3, DType::kE5M2};
 constexpr DType kBf16Type[] = {DType::kBF16};

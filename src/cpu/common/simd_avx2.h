@@ -211,6 +211,52 @@ struct Simd {
     *even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
     *odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
   }
+  // 32 e4m3 codes at p by quads: vector k (k = 0..3) holds codes k, k + 4, .., k + 28, half is
+  // 0 for quads 0 and 1, 1 for quads 2 and 3. Each code's bits placed in an f32 (its sign at bit
+  // 31, exponent and mantissa at bits 26..20): 2^-120 of its value, exact, codes of exponent 0 as
+  // f32 denormals (exact only where the MXCSR's DAZ is clear); the NaN code S.1111.111 reads
+  // 480 * 2^-120. Shifts and masks only, one load a half: no f16 conversion (load_raw_pair's
+  // sign extension, shift, mask and two vcvtph2ps a 16 codes; on Zen 3 a loop of 8 FMAs a 16
+  // codes took 1.27-1.45x the FMAs' time with those, 1.02-1.07x with these). The decode kernel's
+  // fp32-FMA PV reads e4m3 V rows so on AVX2 (decode_fma_tiles.h, kQuadRows).
+  template <int kHalf>
+  static void load_e4m3_quads(const void* p, Vec* a, Vec* b) {
+    const __m256i w = _mm256_loadu_si256(static_cast<const __m256i*>(p));
+    const __m256i keep = _mm256_set1_epi32(int32_t(0x87F00000u));
+    // Lane byte j in bits 31..24, moved down 4 with its sign repeated above, the repeats cleared.
+    auto quad = [&](__m256i top) {
+      return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(top, 4), keep));
+    };
+    if constexpr (kHalf == 0) {
+      *a = quad(_mm256_slli_epi32(w, 24));
+      *b = quad(_mm256_slli_epi32(w, 16));
+    } else {
+      *a = quad(_mm256_slli_epi32(w, 8));
+      *b = quad(w);
+    }
+  }
+  // Runs f() with the MXCSR's DAZ flag clear, restored after: load_e4m3_quads' denormals are
+  // inputs that a host which set DAZ (e.g. torch.set_flush_denormal(True)) would read as zero.
+  template <class F>
+  static void with_denormal_inputs(F&& f) {
+    const unsigned csr = _mm_getcsr();
+    constexpr unsigned kDaz = 1u << 6;
+    if ((csr & kDaz) == 0) return f();
+    _mm_setcsr(csr & ~kDaz);
+    f();
+    _mm_setcsr(csr);
+  }
+  // 32 floats at x from quad order (the 8 values of quad k at x + 8k: columns k, k + 4, ..) back
+  // to column order, in place: the output accumulators of load_e4m3_quads' rows.
+  static void from_quads(float* x) {
+    alignas(32) float t[32];
+    std::memcpy(t, x, sizeof(t));
+    for (int k = 0; k < 4; ++k) {
+      for (int i = 0; i < 8; ++i) x[4 * i + k] = t[8 * k + i];
+    }
+  }
+  // Column d of a 32-column block in quad order.
+  static constexpr int quad_position(int d) { return (d % 4) * 8 + d / 4; }
   template <DType T>
   static Vec load_raw_tail(const void* p, int n) {
     alignas(32) unsigned char buffer[32] = {};

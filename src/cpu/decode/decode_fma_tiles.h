@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -36,6 +37,26 @@ inline constexpr bool kHasParityLoads = requires(const void* p, typename S::Vec*
 template <class S, DType kKV, int kD, int kNG>
 inline constexpr bool kParityRows = kHasParityLoads<S> &&
                                     (kKV == DType::kBF16 && kD > 0 && kD % 16 == 0 && kNG == 4);
+
+// Whether the tiles read e4m3 V rows of dim kD by quads (S::load_e4m3_quads, AVX2 only) for
+// blocks of kNG query rows: each block of 32 codes as 4 vectors, vector k the codes k, k + 4, ..,
+// k + 28, by shifts and masks where load_raw_pair converts through f16 (vcvtph2ps): the output
+// accumulators run in that order (finish_o puts them back). A code's raw value is 2^-120 of its
+// value (exponent-0 codes f32 denormals), so the weights are multiplied by kQuadWeightFold on the
+// way in (every product of a weight and a code then an f32 normal down to 2^-66 of the weights'
+// scale, FTZ or not) and kVRaw is 2^120 / kQuadWeightFold. Blocks of 4 rows (GQA groups of 3 and
+// 4), as the bf16 parity tiles.
+template <class S>
+inline constexpr bool kHasQuadLoads = requires(const void* p, typename S::Vec* v) {
+  S::template load_e4m3_quads<0>(p, v, v);
+};
+template <class S, DType kKV, int kD, int kNG>
+inline constexpr bool kQuadRows = kHasQuadLoads<S> &&
+                                  (kKV == DType::kE4M3 && kD > 0 && kD % 32 == 0 && kNG == 4);
+inline constexpr float kQuadWeightFold = 0x1p60f;
+// Weights above this (per-token V scales past 2^56) would overflow once folded: such a tile takes
+// the scalar path.
+inline constexpr float kQuadMaxWeight = 0x1p64f;
 
 // Two consecutive chunks of a row (the one at p, the next `step` bytes on) as raw f32: together
 // where S widens two at once (load_raw_pair: FP8 on AVX2), else one by one.
@@ -282,6 +303,85 @@ template <class S, DType kKV, int kNG, int kCols, bool kTail, bool kParity = fal
   }
 }
 
+// og[g][the half's two quads of each 32-code block] += sum_kk w[g][kk] * those quads of V row kk
+// (raw), w the folded weights (kTile a row), one 32-byte load a key and block.
+template <class S, int kD, int kNG, int kHalf>
+[[gnu::always_inline]] inline void pv_quads_half(const float* w, const std::byte* const* rows,
+                                                 int n, float* og, int o_row,
+                                                 TilePrefetcher* prefetch) {
+  using Vec = typename S::Vec;
+  for (int c = 0; c < kD / 32; ++c) {
+    float* at = og + c * 32 + kHalf * 16;
+    Vec acc[kNG][2];
+    for (int g = 0; g < kNG; ++g) {
+      acc[g][0] = S::load(at + g * o_row);
+      acc[g][1] = S::load(at + g * o_row + 8);
+    }
+    for (int kk = 0; kk < n; ++kk) {
+      if (kHalf == 0 && c == 0) prefetch->tick();
+      Vec a, b;
+      S::template load_e4m3_quads<kHalf>(rows[kk] + c * 32, &a, &b);
+      for (int g = 0; g < kNG; ++g) {
+        const Vec x = S::set1(w[g * kTile + kk]);
+        acc[g][0] = S::fma(x, a, acc[g][0]);
+        acc[g][1] = S::fma(x, b, acc[g][1]);
+      }
+    }
+    for (int g = 0; g < kNG; ++g) {
+      S::store(at + g * o_row, acc[g][0]);
+      S::store(at + g * o_row + 8, acc[g][1]);
+    }
+  }
+}
+
+// pv_tile over e4m3 V rows read by quads (kQuadRows; o in quad order, in units of 2^-60 of the
+// value): the weights folded (kQuadWeightFold) into a copy, then each block of 32 codes in two
+// passes over the keys (quads 0 and 1, then 2 and 3: 8 accumulators, as the parity tiles).
+template <class S, int kD, int kNG>
+[[gnu::always_inline]] inline void pv_tile_quads(const float* p, int group_padded,
+                                                 const std::byte* const* rows, int n, float* o,
+                                                 int o_row, TilePrefetcher* prefetch) {
+  using Vec = typename S::Vec;
+  constexpr int W = S::kWidth;
+  static_assert(W == 8 && kD % 32 == 0 && kNG == 4);
+  const int n_vec = (n + W - 1) / W * W;  // softmax_rows wrote the lanes past n (weight 0)
+  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+    const float* pg = p + g0 * kTile;
+    float* og = o + g0 * o_row;
+    alignas(32) float w[kNG * kTile];
+    // The largest |weight|: a NaN weight is passed over (max takes its second operand where one
+    // is NaN), and propagates through the FMAs as the reference's does.
+    Vec most = S::zero();
+    for (int g = 0; g < kNG; ++g) {
+      for (int kb = 0; kb < n_vec; kb += W) {
+        const Vec x = S::load(pg + g * kTile + kb);
+        most = S::max(S::max(x, S::sub(S::zero(), x)), most);
+        S::store(w + g * kTile + kb, S::mul(x, S::set1(kQuadWeightFold)));
+      }
+    }
+    if (S::reduce_max(most) > kQuadMaxWeight) {
+      // Scalar: o += weight * value * 2^-60, the value decoded from the code as the quads read it
+      // (the NaN code as 480: poison_e4m3_nans restores it).
+      for (int kk = 0; kk < n; ++kk) {
+        prefetch->tick();
+        const auto* codes = reinterpret_cast<const uint8_t*>(rows[kk]);
+        for (int d = 0; d < kD; ++d) {
+          const int e = (codes[d] >> 3) & 15, m = codes[d] & 7;
+          const float mag = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(float(8 + m), e - 10);
+          const float v = std::ldexp((codes[d] & 0x80) ? -mag : mag, -60);
+          const int at = d / 32 * 32 + S::quad_position(d % 32);
+          for (int g = 0; g < kNG; ++g) og[g * o_row + at] += pg[g * kTile + kk] * v;
+        }
+      }
+      continue;
+    }
+    S::with_denormal_inputs([&] {
+      pv_quads_half<S, kD, kNG, 0>(w, rows, n, og, o_row, prefetch);
+      pv_quads_half<S, kD, kNG, 1>(w, rows, n, og, o_row, prefetch);
+    });
+  }
+}
+
 // og[g] += sum_kk pg[g][kk] * V row kk (raw) for keys [k0, k1) (rows[kk] + offset bytes), kCols
 // column chunks at a time (kNG * kCols FMA chains side by side, each weight broadcast once per
 // kCols chunks): 4 on AVX-512 up to 4 rows, else 2; then the rest one by one. One tick() per key.
@@ -354,7 +454,10 @@ template <class S, DType kKV, int kD, int kNG, int kHeads, int kSubKeys>
 template <class S, DType kKV, int kDqk, int kDvo, int kNG>
 struct FmaTiles {
   static constexpr float kKRaw = S::template raw_to_real<kKV>();
-  static constexpr float kVRaw = S::template raw_to_real<kKV>();
+  // e4m3 V rows by quads on AVX2 (kQuadRows): the output in quad order, the weights folded.
+  static constexpr bool kQuadV = kQuadRows<S, kKV, kDvo, kNG>;
+  static constexpr float kVRaw =
+      kQuadV ? 0x1p120f / kQuadWeightFold : S::template raw_to_real<kKV>();
   static constexpr bool kPoisonE4m3Nans = kKV == DType::kE4M3 && S::kWidth > 1;
   // bf16 rows by parity on AVX2 (kParityRows): q stored in parity order, K read so.
   static constexpr bool kParityK = kParityRows<S, kKV, kDqk, kNG>;
@@ -378,10 +481,27 @@ struct FmaTiles {
   static void pv(const float* p, int group_padded, const std::byte* const* rows, int n,
                  int d_runtime, int64_t elem_stride, float* o, int o_row,
                  TilePrefetcher* prefetch) {
-    pv_tile<S, kKV, kDvo, kNG>(p, group_padded, rows, n, d_runtime, elem_stride, o, o_row,
-                               prefetch);
+    if constexpr (kQuadV) {
+      pv_tile_quads<S, kDvo, kNG>(p, group_padded, rows, n, o, o_row, prefetch);
+    } else {
+      pv_tile<S, kKV, kDvo, kNG>(p, group_padded, rows, n, d_runtime, elem_stride, o, o_row,
+                                 prefetch);
+    }
+  }
+  // Where column d of an output row is kept until finish_o (poison_e4m3_nans writes there).
+  static int o_position(int d) {
+    if constexpr (kQuadV) {
+      return d / 32 * 32 + S::quad_position(d % 32);
+    } else {
+      return d;
+    }
   }
   static void finish_o(float* o, int rows, int o_row, int dvo) {
+    if constexpr (kQuadV) {
+      for (int g = 0; g < rows; ++g) {
+        for (int b = 0; b < dvo; b += 32) S::from_quads(o + g * o_row + b);
+      }
+    }
     if constexpr (kParityV) {
       for (int g = 0; g < rows; ++g) {
         for (int b = 0; b < dvo; b += 16) S::from_parity(o + g * o_row + b);
@@ -394,8 +514,9 @@ struct FmaTiles {
   // 8, and 4 at blocks of 8 query rows (a step covers twice the query rows there). Zen 5, f16, 64
   // query heads over 8 (one thread, B 16 x 4k from DRAM): 4 heads a step 15.4-15.8 GB/s, 8
   // 14.8-14.9, one 13.9-14.0.
-  // (Not by parity: qk_heads reads K chunk by chunk.)
-  static constexpr int kStepHeads = S::kWidth > 1 && !kParityK ? std::min(8, 32 / kNG) : 1;
+  // (Not by parity, nor by quads: qk_heads reads K chunk by chunk, pv_heads V.)
+  static constexpr int kStepHeads =
+      S::kWidth > 1 && !kParityK && !kQuadV ? std::min(8, 32 / kNG) : 1;
   template <int kHeads = kStepHeads>
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
                       const std::byte* const* rows, int64_t head_step, int n, int d_runtime,

@@ -78,8 +78,9 @@ void row_pointers(const DecodeParams& p, int b, int h, int64_t j0, int n, std::s
 // V row makes that output column NaN. The scan costs ~2 instructions per 32 or 64 codes: the
 // tile's rows at once (one maximum across them); only a tile whose V rows hold a NaN code is
 // walked key by key. (A check per row, its compare and branch each time, took ~9 % of the AVX2
-// kernel's e4m3 decode cache-resident on Zen 5.)
-template <class S>
+// kernel's e4m3 decode cache-resident on Zen 5.) The output columns are where Tiles keeps them
+// until finish_o (Tiles::o_position).
+template <class S, class Tiles>
 void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
                       const std::byte* const* v_rows, int n, const uint8_t* visible, float* o,
                       int o_row, uint8_t* nan_key) {
@@ -92,7 +93,7 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
       for (int d = 0; d < p.head_dim_vo; ++d) {
         if ((codes[d] & 0x7F) != 0x7F) continue;
         for (int g = 0; g < p.group; ++g)
-          o[g * o_row + d] = std::numeric_limits<float>::quiet_NaN();
+          o[g * o_row + Tiles::o_position(d)] = std::numeric_limits<float>::quiet_NaN();
       }
     }
   }
@@ -474,7 +475,8 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
               hv[kk] = vr[kk] + (hi + j) * v_head_step;
             }
           }
-          poison_e4m3_nans<S>(p, hk, hv, n, tile_visible, o + j * o_head, o_row, &nan_key[hi + j]);
+          poison_e4m3_nans<S, Tiles>(p, hk, hv, n, tile_visible, o + j * o_head, o_row,
+                                     &nan_key[hi + j]);
         }
       }
     };
