@@ -148,6 +148,29 @@ TEST(CpuDecodeAvx2Quads, E4m3BlocksOfFourRowsMatchTheReference) {
   check_avx2_blocks_of_four(DType::kE4M3, 11);
 }
 
+// Per-token V scales of 2^69..2^70 make the weights pass 2^68, where the quads' 2^60 fold would
+// overflow f32: such tiles take pv_tile_quads' scalar path (kQuadMaxWeight). Per-token K scales
+// as large keep the scores finite (~2^70).
+TEST(CpuDecodeAvx2Quads, E4m3HugePerTokenScalesTakeTheScalarPath) {
+  std::string why;
+  if (runnable(kFmaAvx2, &why) == nullptr) GTEST_SKIP() << why;
+  const KernelOverride named(kFmaAvx2);
+  std::mt19937 rng(3);
+  for (int i = 0; i < 6; ++i) {
+    CaseSpec spec = random_decode_spec(i * 8, rng);  // no variant: the plain path
+    Problem& p = spec.problem;
+    p.kv_dtype = DType::kE4M3;
+    p.num_qo_heads = p.num_kv_heads * 4;
+    p.head_dim_qk = p.head_dim_vo = 64 << (i % 3);
+    p.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+    p.o_dtype = DType::kF32;
+    spec.scalars.k_scale = spec.scalars.v_scale = 1.0f;  // the scale tensors carry them
+    spec.scale_min = 0x1p69f;
+    spec.scale_max = 0x1p70f;
+    expect_matches_reference(spec, CpuIsa::kAvx2);
+  }
+}
+
 #if defined(__x86_64__)
 // Every V code of exponent 0 (values below 2^-6: here all of them) is an f32 denormal as the
 // quads read it: a caller that set DAZ and FTZ (torch.set_flush_denormal(True) does) still gets

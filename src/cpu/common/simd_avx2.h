@@ -255,8 +255,8 @@ struct Simd {
       for (int i = 0; i < 8; ++i) x[4 * i + k] = t[8 * k + i];
     }
   }
-  // Column d of a 32-column block in quad order.
-  static constexpr int quad_position(int d) { return (d % 4) * 8 + d / 4; }
+  // Where column d of a row of 32-column blocks is kept in quad order.
+  static constexpr int quad_position(int d) { return d / 32 * 32 + (d % 4) * 8 + d % 32 / 4; }
   template <DType T>
   static Vec load_raw_tail(const void* p, int n) {
     alignas(32) unsigned char buffer[32] = {};

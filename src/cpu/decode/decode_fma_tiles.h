@@ -4,10 +4,10 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
+#include "core/numeric.h"
 #include "cpu/decode/decode.h"
 #include "cpu/decode/decode_prefetch.h"
 
@@ -360,16 +360,14 @@ template <class S, int kD, int kNG>
       }
     }
     if (S::reduce_max(most) > kQuadMaxWeight) {
-      // Scalar: o += weight * value * 2^-60, the value decoded from the code as the quads read it
-      // (the NaN code as 480: poison_e4m3_nans restores it).
+      // Scalar: o += weight * value * 2^-60 (a NaN code's column NaN, as poison_e4m3_nans makes
+      // it).
       for (int kk = 0; kk < n; ++kk) {
         prefetch->tick();
         const auto* codes = reinterpret_cast<const uint8_t*>(rows[kk]);
         for (int d = 0; d < kD; ++d) {
-          const int e = (codes[d] >> 3) & 15, m = codes[d] & 7;
-          const float mag = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(float(8 + m), e - 10);
-          const float v = std::ldexp((codes[d] & 0x80) ? -mag : mag, -60);
-          const int at = d / 32 * 32 + S::quad_position(d % 32);
+          const float v = num::e4m3_to_f32(codes[d]) * (1.0f / kQuadWeightFold);
+          const int at = S::quad_position(d);
           for (int g = 0; g < kNG; ++g) og[g * o_row + at] += pg[g * kTile + kk] * v;
         }
       }
@@ -491,7 +489,7 @@ struct FmaTiles {
   // Where column d of an output row is kept until finish_o (poison_e4m3_nans writes there).
   static int o_position(int d) {
     if constexpr (kQuadV) {
-      return d / 32 * 32 + S::quad_position(d % 32);
+      return S::quad_position(d);
     } else {
       return d;
     }
