@@ -21,14 +21,14 @@ namespace {
 using testing::Case;
 using testing::CaseSpec;
 
-// The NaN-code tests' problem: 2 requests of kv_lens, 4 query heads over 2 KV heads, e4m3 pages
-// of 16, f32 output and LSE.
-CaseSpec e4m3_nan_spec(int dqk, int dvo, std::vector<int64_t> kv_lens) {
+// The NaN-code tests' problem: 2 requests of kv_lens, `group` query heads over each of 2 KV
+// heads, e4m3 pages of 16, f32 output and LSE.
+CaseSpec e4m3_nan_spec(int dqk, int dvo, std::vector<int64_t> kv_lens, int group = 2) {
   CaseSpec spec;
   Problem& p = spec.problem;
   p.op = Op::kBatchDecode;
   p.batch_size = 2;
-  p.num_qo_heads = 4;
+  p.num_qo_heads = 2 * group;
   p.num_kv_heads = 2;
   p.head_dim_qk = dqk;
   p.head_dim_vo = dvo;
@@ -87,9 +87,10 @@ TEST(CpuDecodeNan, E4m3NanCodesGiveTheReferencesNans) {
 }
 
 // The fp32-FMA kernels look for e4m3 NaN codes over a whole tile's rows at once, by 32 or 64 bytes
-// and a scalar tail: a NaN code anywhere in a row (its first byte, the byte after a 64-byte block,
-// its last byte), in K or V, at head dims that end in each of those parts, gives the reference's
-// NaNs; a NaN code in a key the window hides gives none.
+// and a scalar tail, or (AVX2, groups of 3 and 4, dims a multiple of 32: the quad tiles) probe
+// them as they read the rows: a NaN code anywhere in a row (its first byte, one inside a 32-code
+// block, the byte after a 64-byte block, its last byte), in K or V, at head dims that end in each
+// of those parts, gives the reference's NaNs; a NaN code in a key the window hides gives none.
 TEST(CpuDecodeNan, E4m3NanCodesAnywhereInTheRowsOfTheFmaKernels) {
   for (const std::string_view kernel : {kFmaAvx2, kFma512}) {
     std::string why;
@@ -99,9 +100,10 @@ TEST(CpuDecodeNan, E4m3NanCodesAnywhereInTheRowsOfTheFmaKernels) {
          {std::pair{40, 40}, {96, 96}, {128, 128}, {192, 128}, {256, 256}}) {
       for (const bool in_k : {true, false}) {
         const int d = in_k ? dqk : dvo;
-        for (const int at : {0, 64, d - 1}) {
+        for (const auto [at, group] : {std::pair{0, 2}, {64, 2}, {d - 1, 2}, {0, 4}, {33, 4},
+                                       {64, 4}, {d - 1, 4}}) {
           if (at >= d) continue;
-          CaseSpec spec = e4m3_nan_spec(dqk, dvo, {70, 45});
+          CaseSpec spec = e4m3_nan_spec(dqk, dvo, {70, 45}, group);
           Problem& p = spec.problem;
           p.window_left = 40;  // request 0 (70 keys) hides keys 0..28
           Case c = Case::make(spec);
@@ -128,9 +130,54 @@ TEST(CpuDecodeNan, E4m3NanCodesAnywhereInTheRowsOfTheFmaKernels) {
           for (std::size_t i = 0; i < lse.size(); ++i) {
             ASSERT_EQ(std::isnan(lse[i]), std::isnan(ref_lse[i])) << "lse " << i;
           }
-          // K: both visible keys' heads' rows (2 query heads x dvo each); V: one column of them.
-          EXPECT_EQ(nans, in_k ? 2 * 2 * dvo : 2 * 2) << kernel << " d " << dqk;
+          // K: both visible keys' heads' rows (group query heads x dvo each); V: one column of
+          // them.
+          EXPECT_EQ(nans, in_k ? 2 * group * dvo : 2 * group) << kernel << " d " << dqk;
         }
+      }
+    }
+  }
+}
+
+// A NaN code in the K or V row of a key the custom mask hides gives no NaN, one in a shown key's V
+// row its column's: the quad tiles probe every row of a tile (QK reads the hidden keys too), so a
+// probe that finds one hands the tile to the scan, which looks at the shown keys only. Groups of 4
+// (the quads on AVX2), dims 64 / 128 / 256, NHD and HND.
+TEST(CpuDecodeNan, E4m3NanCodesInKeysTheCustomMaskHides) {
+  for (const std::string_view kernel : {kFmaAvx2, kFma512}) {
+    std::string why;
+    if (runnable(kernel, &why) == nullptr) continue;
+    KernelOverride named(kernel);
+    for (const int d : {64, 128, 256}) {
+      for (const KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+        CaseSpec spec = e4m3_nan_spec(d, d, {70, 45}, 4);
+        Problem& p = spec.problem;
+        p.kv_layout = layout;
+        p.mask_mode = MaskMode::kCustom;
+        spec.packed_custom_mask = false;
+        spec.custom_mask_density = 1.0;  // every key shown but the ones hidden below
+        Case c = Case::make(spec);
+        // Request 0's keys 20 and 33 hidden (its mask bytes come first).
+        c.custom_mask[20] = c.custom_mask[33] = std::byte{0};
+        AttentionArgs fresh = c.args_with_fresh_outputs(DType::kF32);
+        poke_paged<uint8_t>(c, fresh.paged_k_cache, 0, 20, 1, 5, 0x7F);  // hidden: none
+        poke_paged<uint8_t>(c, fresh.paged_v_cache, 0, 33, 0, 7, 0xFF);  // hidden: none
+        poke_paged<uint8_t>(c, fresh.paged_v_cache, 1, 40, 1, d - 3, 0x7F);  // shown: a column
+        PlanOptions reference;
+        reference.backend = "reference";
+        ASSERT_TRUE(kvattn::run(p, fresh, reference).ok());
+        const std::vector<float> ref_out = c.fresh_out_f32();
+        AttentionArgs args = c.args();
+        ASSERT_TRUE(kvattn::run(p, args, {.backend = "cpu"}).ok());
+        const std::vector<float> out = c.out_f32();
+        int nans = 0;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+          ASSERT_EQ(std::isnan(out[i]), std::isnan(ref_out[i]))
+              << kernel << " d " << d << " element " << i;
+          if (!std::isnan(out[i])) EXPECT_NEAR(out[i], ref_out[i], 1e-3) << i;
+          nans += std::isnan(out[i]);
+        }
+        EXPECT_EQ(nans, 4) << kernel << " d " << d;  // request 1, KV head 1's 4 query heads
       }
     }
   }

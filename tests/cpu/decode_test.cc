@@ -171,10 +171,39 @@ TEST(CpuDecodeAvx2Quads, E4m3HugePerTokenScalesTakeTheScalarPath) {
   }
 }
 
+// e4m3 K rows by quads: q is multiplied by a power of two chosen from the task's largest |q|
+// (quad_query_fold_exponent), so queries of any scale keep their products with the codes f32
+// normals and their folded values finite: q_scale from 2^-100 to 2^120 (k_scale its inverse, so
+// the scores stay near 1), at both clamps of the exponent and between. (With the fp16 QK
+// reduction q_scale multiplies the f32 queries themselves; otherwise the sm_scale takes it.) A
+// fixed fold of 2^60 overflows q from 2^68 and leaves products of 2^-100 queries below the
+// denormals.
+TEST(CpuDecodeAvx2Quads, E4m3QueriesOfAnyScale) {
+  std::string why;
+  if (runnable(kFmaAvx2, &why) == nullptr) GTEST_SKIP() << why;
+  const KernelOverride named(kFmaAvx2);
+  std::mt19937 rng(9);
+  const float q_scales[] = {0x1p-100f, 0x1p-30f, 0x1p+66f, 0x1p+90f, 0x1p+120f};
+  for (int i = 0; i < 10; ++i) {
+    CaseSpec spec = random_decode_spec(i * 8, rng);  // no variant: the plain path
+    Problem& p = spec.problem;
+    p.kv_dtype = DType::kE4M3;
+    p.q_dtype = DType::kBF16;
+    p.o_dtype = DType::kF32;
+    p.num_qo_heads = p.num_kv_heads * (i % 2 ? 3 : 4);
+    p.head_dim_qk = p.head_dim_vo = 64 << (i % 3);
+    p.use_fp16_qk_reduction = true;
+    spec.scalars.q_scale = q_scales[i % 5];
+    spec.scalars.k_scale = 1.0f / q_scales[i % 5];
+    expect_matches_reference(spec, CpuIsa::kAvx2);
+  }
+}
+
 #if defined(__x86_64__)
-// Every V code of exponent 0 (values below 2^-6: here all of them) is an f32 denormal as the
+// Every K and V code of exponent 0 (values below 2^-6: here all of them) is an f32 denormal as the
 // quads read it: a caller that set DAZ and FTZ (torch.set_flush_denormal(True) does) still gets
-// the reference's output, and its MXCSR back as it was.
+// the reference's output, and its MXCSR back as it was. (An sm_scale of 2^10 makes the scores of
+// such small keys matter: with DAZ honoured they would all read 0.)
 TEST(CpuDecodeAvx2Quads, E4m3DenormalCodesUnderTheCallersDaz) {
   std::string why;
   if (runnable(kFmaAvx2, &why) == nullptr) GTEST_SKIP() << why;
@@ -185,6 +214,7 @@ TEST(CpuDecodeAvx2Quads, E4m3DenormalCodesUnderTheCallersDaz) {
   p.kv_dtype = DType::kE4M3;
   p.num_qo_heads = p.num_kv_heads * 4;
   p.head_dim_qk = p.head_dim_vo = 128;
+  p.sm_scale = 1024.0f;
   spec.value_range = 1.0f / 64.0f;
   constexpr unsigned kDazFtz = (1u << 6) | (1u << 15);
   const unsigned before = _mm_getcsr();

@@ -49,14 +49,17 @@ inline const cpu::CpuKernel* runnable(std::string_view name, std::string* why) {
 }
 
 // Writes `code` (the cache's element type T) over the element of paged cache `cache` (strides of
-// page, slot, head, dim) at token `token` of request b, KV head `head`, dim d of case c.
+// page, slot, head, dim for NHD; page, head, slot, dim for HND) at token `token` of request b, KV
+// head `head`, dim d of case c.
 template <class T>
 void poke_paged(const testing::Case& c, const TensorView& cache, int b, int64_t token, int head,
                 int d, T code) {
   const int page_size = c.spec().problem.page_size;
+  const bool nhd = c.spec().problem.kv_layout == KVLayout::kNHD;
   const int64_t page = c.kv_indices[c.kv_indptr[b] + token / page_size];
-  const int64_t at = page * cache.strides[0] + (token % page_size) * cache.strides[1] +
-                     head * cache.strides[2] + d * cache.strides[3];
+  const int64_t at = page * cache.strides[0] +
+                     (token % page_size) * cache.strides[nhd ? 1 : 2] +
+                     head * cache.strides[nhd ? 2 : 1] + d * cache.strides[3];
   static_cast<T*>(cache.data)[at] = code;
 }
 

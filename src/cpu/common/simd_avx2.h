@@ -218,10 +218,29 @@ struct Simd {
   // 480 * 2^-120. Shifts and masks only, one load a half: no f16 conversion (load_raw_pair's
   // sign extension, shift, mask and two vcvtph2ps a 16 codes; on Zen 3 a loop of 8 FMAs a 16
   // codes took 1.27-1.45x the FMAs' time with those, 1.02-1.07x with these). The decode kernel's
-  // fp32-FMA PV reads e4m3 V rows so on AVX2 (decode_fma_tiles.h, kQuadRows).
+  // fp32-FMA QK and PV read e4m3 rows so on AVX2 (decode_fma_tiles.h, kQuadRows).
   template <int kHalf>
   static void load_e4m3_quads(const void* p, Vec* a, Vec* b) {
+    e4m3_quads<kHalf>(_mm256_loadu_si256(static_cast<const __m256i*>(p)), a, b);
+  }
+  // The same, also folding the 32 codes into *nan_probe (start from zero(); e4m3_nan_probed then
+  // tells whether one of the codes folded in was the NaN code S.1111.111): the bytewise maximum
+  // of the codes with their sign bit set, 0xFF exactly where one was (as has_e4m3_nan_rows
+  // scans), two ALU operations a 32 codes on bytes the loop has in a register anyway.
+  template <int kHalf>
+  static void load_e4m3_quads(const void* p, Vec* a, Vec* b, Vec* nan_probe) {
     const __m256i w = _mm256_loadu_si256(static_cast<const __m256i*>(p));
+    const __m256i signed_codes = _mm256_or_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));
+    *nan_probe = _mm256_castsi256_ps(
+        _mm256_max_epu8(_mm256_castps_si256(*nan_probe), signed_codes));
+    e4m3_quads<kHalf>(w, a, b);
+  }
+  static bool e4m3_nan_probed(Vec nan_probe) {
+    const __m256i all = _mm256_cmpeq_epi8(_mm256_castps_si256(nan_probe), _mm256_set1_epi8(-1));
+    return _mm256_movemask_epi8(all) != 0;
+  }
+  template <int kHalf>
+  static void e4m3_quads(__m256i w, Vec* a, Vec* b) {
     const __m256i keep = _mm256_set1_epi32(int32_t(0x87F00000u));
     // Lane byte j in bits 31..24, moved down 4 with its sign repeated above, the repeats cleared.
     auto quad = [&](__m256i top) {
@@ -237,14 +256,15 @@ struct Simd {
   }
   // Runs f() with the MXCSR's DAZ flag clear, restored after: load_e4m3_quads' denormals are
   // inputs that a host which set DAZ (e.g. torch.set_flush_denormal(True)) would read as zero.
+  // (One call of f, inlined: the decode tiles' loops run inside it.)
   template <class F>
-  static void with_denormal_inputs(F&& f) {
+  [[gnu::always_inline]] static void with_denormal_inputs(F&& f) {
     const unsigned csr = _mm_getcsr();
     constexpr unsigned kDaz = 1u << 6;
-    if ((csr & kDaz) == 0) return f();
-    _mm_setcsr(csr & ~kDaz);
+    const bool daz = (csr & kDaz) != 0;
+    if (daz) _mm_setcsr(csr & ~kDaz);
     f();
-    _mm_setcsr(csr);
+    if (daz) _mm_setcsr(csr);
   }
   // 32 floats at x from quad order (the 8 values of quad k at x + 8k: columns k, k + 4, ..) back
   // to column order, in place: the output accumulators of load_e4m3_quads' rows.
@@ -253,6 +273,14 @@ struct Simd {
     std::memcpy(t, x, sizeof(t));
     for (int k = 0; k < 4; ++k) {
       for (int i = 0; i < 8; ++i) x[4 * i + k] = t[8 * k + i];
+    }
+  }
+  // The inverse: 32 floats at x into quad order, in place (the queries of load_e4m3_quads' rows).
+  static void to_quads(float* x) {
+    alignas(32) float t[32];
+    std::memcpy(t, x, sizeof(t));
+    for (int k = 0; k < 4; ++k) {
+      for (int i = 0; i < 8; ++i) x[8 * k + i] = t[4 * i + k];
     }
   }
   // Where column d of a row of 32-column blocks is kept in quad order.

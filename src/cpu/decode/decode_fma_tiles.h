@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -38,13 +39,15 @@ template <class S, DType kKV, int kD, int kNG>
 inline constexpr bool kParityRows = kHasParityLoads<S> &&
                                     (kKV == DType::kBF16 && kD > 0 && kD % 16 == 0 && kNG == 4);
 
-// Whether the tiles read e4m3 V rows of dim kD by quads (S::load_e4m3_quads, AVX2 only) for
+// Whether the tiles read e4m3 K or V rows of dim kD by quads (S::load_e4m3_quads, AVX2 only) for
 // blocks of kNG query rows: each block of 32 codes as 4 vectors, vector k the codes k, k + 4, ..,
-// k + 28, by shifts and masks where load_raw_pair converts through f16 (vcvtph2ps): the output
-// accumulators run in that order (finish_o puts them back). A code's raw value is 2^-120 of its
-// value (exponent-0 codes f32 denormals), so the weights are multiplied by kQuadWeightFold on the
-// way in (every product of a weight and a code then an f32 normal down to 2^-66 of the weights'
-// scale, FTZ or not) and kVRaw is 2^120 / kQuadWeightFold. Blocks of 4 rows (GQA groups of 3 and
+// k + 28, by shifts and masks where load_raw_pair converts through f16 (vcvtph2ps): q is stored in
+// that order (FmaTiles::prepare_q), the output accumulators run in it (finish_o puts them back). A
+// code's raw value is 2^-120 of its value (exponent-0 codes f32 denormals), so the other operand
+// is multiplied by a power of two on the way in, every product that matters then an f32 normal
+// (FTZ or not): the weights by kQuadWeightFold (products down to 2^-66 of the weights' scale;
+// kVRaw is 2^120 / kQuadWeightFold), the queries by 2^quad_query_fold_exponent (FmaTiles::fold_q:
+// the scores' factor then depends on the task's queries). Blocks of 4 rows (GQA groups of 3 and
 // 4), as the bf16 parity tiles.
 template <class S>
 inline constexpr bool kHasQuadLoads = requires(const void* p, typename S::Vec* v) {
@@ -57,6 +60,14 @@ inline constexpr float kQuadWeightFold = 0x1p60f;
 // Weights above this (per-token V scales past 2^56) would overflow once folded: such a tile takes
 // the scalar path.
 inline constexpr float kQuadMaxWeight = 0x1p64f;
+// The exponent e of the power of two the queries of a task are multiplied by where K is read by
+// quads (FmaTiles::fold_q), from the largest |q|: that one brought into [2^63, 2^64), so every
+// product of a query and a code above 2^-70 of the largest query's is an f32 normal whatever the
+// queries' scale; e within [-7, 120], so that the scores' factor 2^(120 - e) is an f32.
+inline int quad_query_fold_exponent(float largest) {
+  if (!(largest > 0.0f)) return 60;  // all zero, or a NaN (the scores are NaN whatever the fold)
+  return std::clamp(63 - std::ilogb(largest), -7, 120);
+}
 
 // Two consecutive chunks of a row (the one at p, the next `step` bytes on) as raw f32: together
 // where S widens two at once (load_raw_pair: FP8 on AVX2), else one by one.
@@ -189,6 +200,71 @@ template <class S, int kD, int kNG>
   }
 }
 
+// qk_tile over e4m3 K rows read by quads (kQuadRows; q in quad order and folded: fold_q), blocks
+// of 4 query rows: two keys a pass (8 accumulators), each 32-code block in two halves (quads 0
+// and 1, then 2 and 3: 4 K vectors and 2 query vectors a half, within AVX2's 16 registers), each
+// query vector loaded once for both keys. The caller clears DAZ (the codes' denormals). Returns
+// whether one of the n rows holds the e4m3 NaN code (probed on the way: poison_e4m3_nans).
+template <class S, int kD, int kNG>
+[[gnu::always_inline]] inline bool qk_tile_quads(const float* q, int q_row, int group_padded,
+                                                 const std::byte* const* rows, int n,
+                                                 float* scores, TilePrefetcher* prefetch) {
+  using Vec = typename S::Vec;
+  constexpr int W = S::kWidth;
+  static_assert(W == 8 && kD % 32 == 0 && kNG == 4);
+  Vec nan_probe = S::zero();
+  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
+    const float* qg = q + g0 * q_row;
+    for (int kb = 0; kb < n; kb += W) {
+      Vec parts[kNG][W];
+      const int count = std::min(W, n - kb);
+      for (int k0 = 0; k0 < count; k0 += 2) {
+        // Past `count` the pair's first key is read again; its sums are dropped below.
+        const std::byte* first = rows[kb + k0];
+        const std::byte* second = k0 + 1 < count ? rows[kb + k0 + 1] : first;
+        prefetch->tick();
+        if (k0 + 1 < count) prefetch->tick();
+        Vec acc[2][kNG];
+        for (int g = 0; g < kNG; ++g) acc[0][g] = acc[1][g] = S::zero();
+        auto half = [&]<int kHalf>(int b) __attribute__((always_inline)) {
+          Vec lo[2], hi[2];
+          if constexpr (kHalf == 0) {
+            S::template load_e4m3_quads<0>(first + b * 32, &lo[0], &hi[0], &nan_probe);
+            S::template load_e4m3_quads<0>(second + b * 32, &lo[1], &hi[1], &nan_probe);
+          } else {
+            S::template load_e4m3_quads<1>(first + b * 32, &lo[0], &hi[0]);
+            S::template load_e4m3_quads<1>(second + b * 32, &lo[1], &hi[1]);
+          }
+          for (int g = 0; g < kNG; ++g) {
+            Vec ql = S::load(qg + g * q_row + b * 32 + kHalf * 16);
+            S::in_register(ql);
+            acc[0][g] = S::fma(ql, lo[0], acc[0][g]);
+            acc[1][g] = S::fma(ql, lo[1], acc[1][g]);
+            Vec qh = S::load(qg + g * q_row + b * 32 + kHalf * 16 + 8);
+            S::in_register(qh);
+            acc[0][g] = S::fma(qh, hi[0], acc[0][g]);
+            acc[1][g] = S::fma(qh, hi[1], acc[1][g]);
+          }
+        };
+        for (int b = 0; b < kD / 32; ++b) {
+          half.template operator()<0>(b);
+          half.template operator()<1>(b);
+        }
+        for (int g = 0; g < kNG; ++g) {
+          parts[g][k0] = acc[0][g];
+          parts[g][k0 + 1] = acc[1][g];  // k0 is even, W = 8
+        }
+      }
+      for (int kk = count; kk < W; ++kk) {
+        for (int g = 0; g < kNG; ++g) parts[g][kk] = S::zero();
+      }
+      for (int g = 0; g < kNG; ++g)
+        S::store(scores + (g0 + g) * kTile + kb, S::reduce_rows(parts[g]));
+    }
+  }
+  return S::e4m3_nan_probed(nan_probe);
+}
+
 // QK of kHeads heads (head j's queries at q + j * q_head, its K rows at rows[kk] + j * head_step
 // bytes, contiguous in dim; its scores j * group_padded rows on), 4 keys at a time over every
 // head: the rows of 4 tokens are read head after head (2 KiB a token at 8 heads, d 128, 16-bit),
@@ -304,11 +380,13 @@ template <class S, DType kKV, int kNG, int kCols, bool kTail, bool kParity = fal
 }
 
 // og[g][the half's two quads of each 32-code block] += sum_kk w[g][kk] * those quads of V row kk
-// (raw), w the folded weights (kTile a row), one 32-byte load a key and block.
+// (raw), w the folded weights (kTile a row), one 32-byte load a key and block; the first half
+// folds the rows' codes into *nan_probe (S::load_e4m3_quads).
 template <class S, int kD, int kNG, int kHalf>
 [[gnu::always_inline]] inline void pv_quads_half(const float* w, const std::byte* const* rows,
                                                  int n, float* og, int o_row,
-                                                 TilePrefetcher* prefetch) {
+                                                 TilePrefetcher* prefetch,
+                                                 typename S::Vec* nan_probe) {
   using Vec = typename S::Vec;
   for (int c = 0; c < kD / 32; ++c) {
     float* at = og + c * 32 + kHalf * 16;
@@ -320,7 +398,11 @@ template <class S, int kD, int kNG, int kHalf>
     for (int kk = 0; kk < n; ++kk) {
       if (kHalf == 0 && c == 0) prefetch->tick();
       Vec a, b;
-      S::template load_e4m3_quads<kHalf>(rows[kk] + c * 32, &a, &b);
+      if constexpr (kHalf == 0) {
+        S::template load_e4m3_quads<0>(rows[kk] + c * 32, &a, &b, nan_probe);
+      } else {
+        S::template load_e4m3_quads<1>(rows[kk] + c * 32, &a, &b);
+      }
       for (int g = 0; g < kNG; ++g) {
         const Vec x = S::set1(w[g * kTile + kk]);
         acc[g][0] = S::fma(x, a, acc[g][0]);
@@ -337,14 +419,17 @@ template <class S, int kD, int kNG, int kHalf>
 // pv_tile over e4m3 V rows read by quads (kQuadRows; o in quad order, in units of 2^-60 of the
 // value): the weights folded (kQuadWeightFold) into a copy, then each block of 32 codes in two
 // passes over the keys (quads 0 and 1, then 2 and 3: 8 accumulators, as the parity tiles).
+// Returns whether the n rows may hold the e4m3 NaN code (probed by the passes; the scalar path's
+// columns are NaN already).
 template <class S, int kD, int kNG>
-[[gnu::always_inline]] inline void pv_tile_quads(const float* p, int group_padded,
+[[gnu::always_inline]] inline bool pv_tile_quads(const float* p, int group_padded,
                                                  const std::byte* const* rows, int n, float* o,
                                                  int o_row, TilePrefetcher* prefetch) {
   using Vec = typename S::Vec;
   constexpr int W = S::kWidth;
   static_assert(W == 8 && kD % 32 == 0 && kNG == 4);
   const int n_vec = (n + W - 1) / W * W;  // softmax_rows wrote the lanes past n (weight 0)
+  Vec nan_probe = S::zero();
   for (int g0 = 0; g0 < group_padded; g0 += kNG) {
     const float* pg = p + g0 * kTile;
     float* og = o + g0 * o_row;
@@ -374,10 +459,11 @@ template <class S, int kD, int kNG>
       continue;
     }
     S::with_denormal_inputs([&] {
-      pv_quads_half<S, kD, kNG, 0>(w, rows, n, og, o_row, prefetch);
-      pv_quads_half<S, kD, kNG, 1>(w, rows, n, og, o_row, prefetch);
+      pv_quads_half<S, kD, kNG, 0>(w, rows, n, og, o_row, prefetch, &nan_probe);
+      pv_quads_half<S, kD, kNG, 1>(w, rows, n, og, o_row, prefetch, &nan_probe);
     });
   }
+  return S::e4m3_nan_probed(nan_probe);
 }
 
 // og[g] += sum_kk pg[g][kk] * V row kk (raw) for keys [k0, k1) (rows[kk] + offset bytes), kCols
@@ -445,13 +531,18 @@ template <class S, DType kKV, int kD, int kNG, int kHeads, int kSubKeys>
 // How a task's QK and PV tiles are computed: the fp32-FMA tiles (every ISA level, every dtype)
 // below; decode_fp8_table.h has bf16 dot-product tiles for FP8 caches. A policy:
 //   prepare_q(q, rows, q_row, dqk)  once per head, after the queries are in f32 (in place);
+//   fold_q(q, rows, q_row, dqk)     FmaTiles only: once per task after prepare_q, returns the
+//                                   scores' raw-to-real factor (else kKRaw);
 //   qk(...) / pv(...)               one tile, as qk_tile / pv_tile;
 //   finish_o(o, rows, o_row, dvo)   once per head, before the epilogue (in place);
 //   kKRaw / kVRaw                   the raw-to-real factors of K and V;
 //   kPoisonE4m3Nans                 whether the e4m3 NaN codes must be restored after PV.
 template <class S, DType kKV, int kDqk, int kDvo, int kNG>
 struct FmaTiles {
-  static constexpr float kKRaw = S::template raw_to_real<kKV>();
+  // e4m3 K rows by quads on AVX2 (kQuadRows): q in quad order, folded (fold_q).
+  static constexpr bool kQuadK = kQuadRows<S, kKV, kDqk, kNG>;
+  // (By quads: the factor before fold_q, which returns the one after it.)
+  static constexpr float kKRaw = kQuadK ? 0x1p120f : S::template raw_to_real<kKV>();
   // e4m3 V rows by quads on AVX2 (kQuadRows): the output in quad order, the weights folded.
   static constexpr bool kQuadV = kQuadRows<S, kKV, kDvo, kNG>;
   static constexpr float kVRaw =
@@ -466,24 +557,64 @@ struct FmaTiles {
         for (int b = 0; b < dqk; b += 16) S::to_parity(q + g * q_row + b);
       }
     }
+    if constexpr (kQuadK) {
+      for (int g = 0; g < rows; ++g) {
+        for (int b = 0; b < dqk; b += 32) S::to_quads(q + g * q_row + b);
+      }
+    }
   }
-  static void qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
+  // Once per task, after prepare_q: the queries of all its heads (`rows` rows) multiplied by
+  // 2^quad_query_fold_exponent of their largest |value|; returns the scores' raw-to-real factor
+  // (kKRaw where K is not read by quads: nothing is folded).
+  static float fold_q(float* q, int rows, int q_row, int dqk) {
+    if constexpr (kQuadK) {
+      using Vec = typename S::Vec;
+      Vec most = S::zero();
+      for (int g = 0; g < rows; ++g) {
+        for (int d = 0; d < dqk; d += S::kWidth) {
+          const Vec x = S::load(q + g * q_row + d);
+          most = S::max(S::max(x, S::sub(S::zero(), x)), most);
+        }
+      }
+      const int e = quad_query_fold_exponent(S::reduce_max(most));
+      const Vec fold = S::set1(std::ldexp(1.0f, e));
+      for (int g = 0; g < rows; ++g) {
+        for (int d = 0; d < dqk; d += S::kWidth) {
+          S::store(q + g * q_row + d, S::mul(S::load(q + g * q_row + d), fold));
+        }
+      }
+      return std::ldexp(1.0f, 120 - e);
+    } else {
+      return kKRaw;
+    }
+  }
+  // qk and pv return whether the tile's rows may hold the e4m3 NaN code (poison_e4m3_nans scans
+  // them where they may): false only where the quads probed them all and found none.
+  static bool qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
                  int d_runtime, int64_t elem_stride, float* scores, TilePrefetcher* prefetch) {
     if constexpr (kParityK) {
       qk_tile_parity<S, kDqk, kNG>(q, q_row, group_padded, rows, n, scores, prefetch);
+    } else if constexpr (kQuadK) {
+      bool nan_code = false;
+      S::with_denormal_inputs([&] __attribute__((always_inline)) {
+        nan_code = qk_tile_quads<S, kDqk, kNG>(q, q_row, group_padded, rows, n, scores, prefetch);
+      });
+      return nan_code;
     } else {
       qk_tile<S, kKV, kDqk, kNG>(q, q_row, group_padded, rows, n, d_runtime, elem_stride, scores,
                                  prefetch);
     }
+    return true;
   }
-  static void pv(const float* p, int group_padded, const std::byte* const* rows, int n,
+  static bool pv(const float* p, int group_padded, const std::byte* const* rows, int n,
                  int d_runtime, int64_t elem_stride, float* o, int o_row,
                  TilePrefetcher* prefetch) {
     if constexpr (kQuadV) {
-      pv_tile_quads<S, kDvo, kNG>(p, group_padded, rows, n, o, o_row, prefetch);
+      return pv_tile_quads<S, kDvo, kNG>(p, group_padded, rows, n, o, o_row, prefetch);
     } else {
       pv_tile<S, kKV, kDvo, kNG>(p, group_padded, rows, n, d_runtime, elem_stride, o, o_row,
                                  prefetch);
+      return true;
     }
   }
   // Where column d of an output row is kept until finish_o (poison_e4m3_nans writes there).
@@ -514,7 +645,7 @@ struct FmaTiles {
   // 14.8-14.9, one 13.9-14.0.
   // (Not by parity, nor by quads: qk_heads reads K chunk by chunk, pv_heads V.)
   static constexpr int kStepHeads =
-      S::kWidth > 1 && !kParityK && !kQuadV ? std::min(8, 32 / kNG) : 1;
+      S::kWidth > 1 && !kParityK && !kQuadK && !kQuadV ? std::min(8, 32 / kNG) : 1;
   template <int kHeads = kStepHeads>
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
                       const std::byte* const* rows, int64_t head_step, int n, int d_runtime,

@@ -79,13 +79,18 @@ void row_pointers(const DecodeParams& p, int b, int h, int64_t j0, int n, std::s
 // tile's rows at once (one maximum across them); only a tile whose V rows hold a NaN code is
 // walked key by key. (A check per row, its compare and branch each time, took ~9 % of the AVX2
 // kernel's e4m3 decode cache-resident on Zen 5.) The output columns are where Tiles keeps them
-// until finish_o (Tiles::o_position).
+// until finish_o (Tiles::o_position). k_nan_code / v_nan_code: whether the K / V rows may hold
+// the code at all (false where the tiles probed every row and found none: no scan). The AVX2
+// quad tiles probe the codes as they read them (S::load_e4m3_quads): on Zen 3 this scan, reading
+// the rows again, took ~11 % of e4m3 decode cache-resident (one thread, 2048 keys).
 template <class S, class Tiles>
 void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
-                      const std::byte* const* v_rows, int n, const uint8_t* visible, float* o,
-                      int o_row, uint8_t* nan_key) {
-  if (!p.rope && S::has_e4m3_nan_rows(k_rows, n, visible, p.head_dim_qk)) *nan_key = 1;
-  if (!S::has_e4m3_nan_rows(v_rows, n, visible, p.head_dim_vo)) return;
+                      const std::byte* const* v_rows, int n, const uint8_t* visible,
+                      bool k_nan_code, bool v_nan_code, float* o, int o_row, uint8_t* nan_key) {
+  if (!p.rope && k_nan_code && S::has_e4m3_nan_rows(k_rows, n, visible, p.head_dim_qk)) {
+    *nan_key = 1;
+  }
+  if (!v_nan_code || !S::has_e4m3_nan_rows(v_rows, n, visible, p.head_dim_vo)) return;
   for (int kk = 0; kk < n; ++kk) {
     if (visible && !visible[kk]) continue;
     if (S::has_e4m3_nan_rows(v_rows + kk, 1, nullptr, p.head_dim_vo)) {
@@ -179,8 +184,13 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
     }
   }
   // (Fused RoPE rotates K rows into f32 and runs the plain f32 QK tile on the queries as they are.)
+  // The scores' raw-to-real factor: the tiles' K factor, or what fold_q made it.
+  float k_raw = p.rope ? 1.0f : Tiles::kKRaw;
   if (!p.rope) {
     for (int hi = 0; hi < num_heads; ++hi) Tiles::prepare_q(q_all + hi * q_head, gp, q_row, dqk);
+    if constexpr (requires { Tiles::fold_q(q_all, gp, q_row, dqk); }) {
+      k_raw = Tiles::fold_q(q_all, num_heads * gp, q_row, dqk);
+    }
   }
   std::fill(o_all, o_all + num_heads * o_head, 0.0f);
   std::fill(max_all, max_all + num_heads * gp, kNegInf);
@@ -196,7 +206,6 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
   const int64_t v_row_bytes = p.v_strides.dim == 1 ? dvo * int64_t{kv_bytes} : 0;
   const int64_t k_head_step = p.k_strides.head * int64_t{kv_bytes};
   const int64_t v_head_step = p.v_strides.head * int64_t{kv_bytes};
-  const float k_raw = p.rope ? 1.0f : Tiles::kKRaw;
   TilePrefetcher prefetch(p.prefetch.hint);
   // tick() calls per head step: one per key in each QK and PV pass over a block of kNG rows.
   const int ticks_per_head = 2 * kTile * ((gp + kNG - 1) / kNG);
@@ -339,6 +348,11 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
       } else {
         prefetch.begin_step(hi, num_heads, ticks_per_head);
       }
+      // Whether each head's K and V rows of the tile may hold the e4m3 NaN code (the tiles tell
+      // where they probed them: Tiles::kPoisonE4m3Nans).
+      bool k_nan_code[hs], v_nan_code[hs];
+      std::fill(k_nan_code, k_nan_code + hs, true);
+      std::fill(v_nan_code, v_nan_code + hs, true);
       if constexpr (hs > 1) {
         Step::template qk_step<hs>(q, q_row, q_head, gp, hk, k_head_step, n, dqk, scores,
                                    &prefetch);
@@ -364,6 +378,8 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
           hk[kk] = reinterpret_cast<const std::byte*>(dst);
         }
         qk_tile<S, DType::kF32, kDqk, kNG>(q, q_row, gp, hk, n, dqk, 1, scores, &prefetch);
+      } else if constexpr (Tiles::kPoisonE4m3Nans) {
+        k_nan_code[0] = Tiles::qk(q, q_row, gp, hk, n, dqk, p.k_strides.dim, scores, &prefetch);
       } else {
         Tiles::qk(q, q_row, gp, hk, n, dqk, p.k_strides.dim, scores, &prefetch);
       }
@@ -461,8 +477,13 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
             continue;
           }
         }
-        Tiles::pv(head_scores, gp, pv_rows, num_shown, dvo, p.v_strides.dim, o + j * o_head, o_row,
-                  &prefetch);
+        if constexpr (Tiles::kPoisonE4m3Nans) {
+          v_nan_code[j] = Tiles::pv(head_scores, gp, pv_rows, num_shown, dvo, p.v_strides.dim,
+                                    o + j * o_head, o_row, &prefetch);
+        } else {
+          Tiles::pv(head_scores, gp, pv_rows, num_shown, dvo, p.v_strides.dim, o + j * o_head,
+                    o_row, &prefetch);
+        }
       }
       prefetch.finish_step();
       if constexpr (Tiles::kPoisonE4m3Nans) {
@@ -475,8 +496,8 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
               hv[kk] = vr[kk] + (hi + j) * v_head_step;
             }
           }
-          poison_e4m3_nans<S, Tiles>(p, hk, hv, n, tile_visible, o + j * o_head, o_row,
-                                     &nan_key[hi + j]);
+          poison_e4m3_nans<S, Tiles>(p, hk, hv, n, tile_visible, k_nan_code[j], v_nan_code[j],
+                                     o + j * o_head, o_row, &nan_key[hi + j]);
         }
       }
     };
