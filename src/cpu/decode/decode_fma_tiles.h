@@ -148,44 +148,32 @@ template <class S, DType kKV, int kD, int kNG>
   }
 }
 
-// qk_tile over bf16 K rows read by parity (kParityRows; q in parity order), blocks of 4 query
-// rows: two keys a pass (8 accumulators), each 16-value block of the keys' rows loaded once and
-// each query vector once for both keys (qk_tile loads every query vector once a key).
-template <class S, int kD, int kNG>
-[[gnu::always_inline]] inline void qk_tile_parity(const float* q, int q_row, int group_padded,
-                                                  const std::byte* const* rows, int n,
-                                                  float* scores, TilePrefetcher* prefetch) {
+// The QK tiles that take two keys a pass, blocks of 4 query rows (qk_tile_parity, qk_tile_quads):
+// for each pair of keys, pair(qg, first, second, acc) adds the keys' products with the block's
+// queries (qg, q_row apart) into acc[0] (the first key's 4 rows) and acc[1]; the sums are reduced
+// 8 keys at a time into scores. Past `count` the pair's first key is read again (its sums are
+// dropped).
+template <class S, int kNG, class Pair>
+[[gnu::always_inline]] inline void qk_tile_pairs(const float* q, int q_row, int group_padded,
+                                                 const std::byte* const* rows, int n,
+                                                 float* scores, TilePrefetcher* prefetch,
+                                                 Pair&& pair) {
   using Vec = typename S::Vec;
   constexpr int W = S::kWidth;
-  static_assert(W == 8 && kD % 16 == 0 && kNG == 4);
+  static_assert(W == 8 && kNG == 4);
   for (int g0 = 0; g0 < group_padded; g0 += kNG) {
     const float* qg = q + g0 * q_row;
     for (int kb = 0; kb < n; kb += W) {
       Vec parts[kNG][W];
       const int count = std::min(W, n - kb);
       for (int k0 = 0; k0 < count; k0 += 2) {
-        // Past `count` the pair's first key is read again; its sums are dropped below.
         const std::byte* first = rows[kb + k0];
         const std::byte* second = k0 + 1 < count ? rows[kb + k0 + 1] : first;
         prefetch->tick();
         if (k0 + 1 < count) prefetch->tick();
         Vec acc[2][kNG];
         for (int g = 0; g < kNG; ++g) acc[0][g] = acc[1][g] = S::zero();
-        for (int b = 0; b < kD / 16; ++b) {
-          Vec even[2], odd[2];
-          S::load_bf16_parity(first + b * 32, &even[0], &odd[0]);
-          S::load_bf16_parity(second + b * 32, &even[1], &odd[1]);
-          for (int g = 0; g < kNG; ++g) {
-            Vec qe = S::load(qg + g * q_row + b * 16);
-            S::in_register(qe);
-            acc[0][g] = S::fma(qe, even[0], acc[0][g]);
-            acc[1][g] = S::fma(qe, even[1], acc[1][g]);
-            Vec qo = S::load(qg + g * q_row + b * 16 + 8);
-            S::in_register(qo);
-            acc[0][g] = S::fma(qo, odd[0], acc[0][g]);
-            acc[1][g] = S::fma(qo, odd[1], acc[1][g]);
-          }
-        }
+        pair(qg, first, second, acc);
         for (int g = 0; g < kNG; ++g) {
           parts[g][k0] = acc[0][g];
           parts[g][k0 + 1] = acc[1][g];  // k0 is even, W = 8
@@ -200,6 +188,48 @@ template <class S, int kD, int kNG>
   }
 }
 
+// acc[0][g] += qg row g's vectors at `at` and at + 8 times k0[0] and k0[1], acc[1][g] the same
+// with k1: each query vector loaded into a register once for both keys (the empty asm keeps GCC
+// from folding its load into each FMA).
+template <class S, int kNG>
+[[gnu::always_inline]] inline void fma_two_keys(const float* qg, int q_row, int at,
+                                                const typename S::Vec* k0,
+                                                const typename S::Vec* k1,
+                                                typename S::Vec (&acc)[2][kNG]) {
+  for (int g = 0; g < kNG; ++g) {
+    auto qa = S::load(qg + g * q_row + at);
+    S::in_register(qa);
+    acc[0][g] = S::fma(qa, k0[0], acc[0][g]);
+    acc[1][g] = S::fma(qa, k1[0], acc[1][g]);
+    auto qb = S::load(qg + g * q_row + at + 8);
+    S::in_register(qb);
+    acc[0][g] = S::fma(qb, k0[1], acc[0][g]);
+    acc[1][g] = S::fma(qb, k1[1], acc[1][g]);
+  }
+}
+
+// qk_tile over bf16 K rows read by parity (kParityRows; q in parity order), blocks of 4 query
+// rows: two keys a pass (8 accumulators), each 16-value block of the keys' rows loaded once and
+// each query vector once for both keys (qk_tile loads every query vector once a key).
+template <class S, int kD, int kNG>
+[[gnu::always_inline]] inline void qk_tile_parity(const float* q, int q_row, int group_padded,
+                                                  const std::byte* const* rows, int n,
+                                                  float* scores, TilePrefetcher* prefetch) {
+  using Vec = typename S::Vec;
+  static_assert(kD % 16 == 0);
+  qk_tile_pairs<S, kNG>(
+      q, q_row, group_padded, rows, n, scores, prefetch,
+      [&](const float* qg, const std::byte* first, const std::byte* second,
+          Vec(&acc)[2][kNG]) __attribute__((always_inline)) {
+        for (int b = 0; b < kD / 16; ++b) {
+          Vec k0[2], k1[2];  // even, odd
+          S::load_bf16_parity(first + b * 32, &k0[0], &k0[1]);
+          S::load_bf16_parity(second + b * 32, &k1[0], &k1[1]);
+          fma_two_keys<S, kNG>(qg, q_row, b * 16, k0, k1, acc);
+        }
+      });
+}
+
 // qk_tile over e4m3 K rows read by quads (kQuadRows; q in quad order and folded: fold_q), blocks
 // of 4 query rows: two keys a pass (8 accumulators), each 32-code block in two halves (quads 0
 // and 1, then 2 and 3: 4 K vectors and 2 query vectors a half, within AVX2's 16 registers), each
@@ -210,58 +240,22 @@ template <class S, int kD, int kNG>
                                                  const std::byte* const* rows, int n,
                                                  float* scores, TilePrefetcher* prefetch) {
   using Vec = typename S::Vec;
-  constexpr int W = S::kWidth;
-  static_assert(W == 8 && kD % 32 == 0 && kNG == 4);
+  static_assert(kD % 32 == 0);
   Vec nan_probe = S::zero();
-  for (int g0 = 0; g0 < group_padded; g0 += kNG) {
-    const float* qg = q + g0 * q_row;
-    for (int kb = 0; kb < n; kb += W) {
-      Vec parts[kNG][W];
-      const int count = std::min(W, n - kb);
-      for (int k0 = 0; k0 < count; k0 += 2) {
-        // Past `count` the pair's first key is read again; its sums are dropped below.
-        const std::byte* first = rows[kb + k0];
-        const std::byte* second = k0 + 1 < count ? rows[kb + k0 + 1] : first;
-        prefetch->tick();
-        if (k0 + 1 < count) prefetch->tick();
-        Vec acc[2][kNG];
-        for (int g = 0; g < kNG; ++g) acc[0][g] = acc[1][g] = S::zero();
-        auto half = [&]<int kHalf>(int b) __attribute__((always_inline)) {
-          Vec lo[2], hi[2];
-          if constexpr (kHalf == 0) {
-            S::template load_e4m3_quads<0>(first + b * 32, &lo[0], &hi[0], &nan_probe);
-            S::template load_e4m3_quads<0>(second + b * 32, &lo[1], &hi[1], &nan_probe);
-          } else {
-            S::template load_e4m3_quads<1>(first + b * 32, &lo[0], &hi[0]);
-            S::template load_e4m3_quads<1>(second + b * 32, &lo[1], &hi[1]);
-          }
-          for (int g = 0; g < kNG; ++g) {
-            Vec ql = S::load(qg + g * q_row + b * 32 + kHalf * 16);
-            S::in_register(ql);
-            acc[0][g] = S::fma(ql, lo[0], acc[0][g]);
-            acc[1][g] = S::fma(ql, lo[1], acc[1][g]);
-            Vec qh = S::load(qg + g * q_row + b * 32 + kHalf * 16 + 8);
-            S::in_register(qh);
-            acc[0][g] = S::fma(qh, hi[0], acc[0][g]);
-            acc[1][g] = S::fma(qh, hi[1], acc[1][g]);
-          }
-        };
+  qk_tile_pairs<S, kNG>(
+      q, q_row, group_padded, rows, n, scores, prefetch,
+      [&](const float* qg, const std::byte* first, const std::byte* second,
+          Vec(&acc)[2][kNG]) __attribute__((always_inline)) {
         for (int b = 0; b < kD / 32; ++b) {
-          half.template operator()<0>(b);
-          half.template operator()<1>(b);
+          Vec k0[2], k1[2];  // quads 0 and 1, then 2 and 3
+          S::template load_e4m3_quads<0>(first + b * 32, &k0[0], &k0[1], &nan_probe);
+          S::template load_e4m3_quads<0>(second + b * 32, &k1[0], &k1[1], &nan_probe);
+          fma_two_keys<S, kNG>(qg, q_row, b * 32, k0, k1, acc);
+          S::template load_e4m3_quads<1>(first + b * 32, &k0[0], &k0[1]);
+          S::template load_e4m3_quads<1>(second + b * 32, &k1[0], &k1[1]);
+          fma_two_keys<S, kNG>(qg, q_row, b * 32 + 16, k0, k1, acc);
         }
-        for (int g = 0; g < kNG; ++g) {
-          parts[g][k0] = acc[0][g];
-          parts[g][k0 + 1] = acc[1][g];  // k0 is even, W = 8
-        }
-      }
-      for (int kk = count; kk < W; ++kk) {
-        for (int g = 0; g < kNG; ++g) parts[g][kk] = S::zero();
-      }
-      for (int g = 0; g < kNG; ++g)
-        S::store(scores + (g0 + g) * kTile + kb, S::reduce_rows(parts[g]));
-    }
-  }
+      });
   return S::e4m3_nan_probed(nan_probe);
 }
 
