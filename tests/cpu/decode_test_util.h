@@ -3,6 +3,7 @@
 // one.
 #pragma once
 
+#include <random>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,11 @@ inline const cpu::CpuKernel* runnable(std::string_view name, std::string* why) {
   }
   return k;
 }
+
+// A random decode problem (decode_test.cc); `i` cycles through the enumerations (variants, dtypes,
+// head dims, layouts, page sizes, lengths around the tile) so that every value of each appears
+// within a few dozen problems whatever the random draws.
+testing::CaseSpec random_decode_spec(int i, std::mt19937& rng);
 
 // Writes `code` (the cache's element type T) over the element of paged cache `cache` (strides of
 // page, slot, head, dim for NHD; page, head, slot, dim for HND) at token `token` of request b, KV

@@ -204,7 +204,7 @@ struct Simd {
   // 16 bf16 values at p as two f32 vectors by parity, exact: the even-indexed values (the low
   // word of each 32-bit lane, shifted up) and the odd-indexed ones (the high word, masked): one
   // load and two ALU operations where load_raw takes a widening load and a shift for each vector.
-  // The decode kernel's fp32-FMA tiles read 16-bit rows so on AVX2 (decode_fma_tiles.h: q and the
+  // The decode kernel's fp32-FMA tiles read 16-bit rows so on AVX2 (decode_fma_blocks.h: q and the
   // output accumulators are stored in the same order).
   static void load_bf16_parity(const void* p, Vec* even, Vec* odd) {
     const __m256i w = _mm256_loadu_si256(static_cast<const __m256i*>(p));
@@ -218,7 +218,7 @@ struct Simd {
   // 480 * 2^-120. Shifts and masks only, one load a half: no f16 conversion (load_raw_pair's
   // sign extension, shift, mask and two vcvtph2ps a 16 codes; on Zen 3 a loop of 8 FMAs a 16
   // codes took 1.27-1.45x the FMAs' time with those, 1.02-1.07x with these). The decode kernel's
-  // fp32-FMA QK and PV read e4m3 rows so on AVX2 (decode_fma_tiles.h, kQuadRows).
+  // fp32-FMA QK and PV read e4m3 rows so on AVX2 (decode_fma_blocks.h, kQuadRows).
   template <int kHalf>
   static void load_e4m3_quads(const void* p, Vec* a, Vec* b) {
     e4m3_quads<kHalf>(_mm256_loadu_si256(static_cast<const __m256i*>(p)), a, b);
