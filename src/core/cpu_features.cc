@@ -50,8 +50,11 @@ CpuFeatures detect() {
                      c == 0x444d4163u;  // "AuthenticAMD"
     f.fast_bf16_dot = f.avx512_bf16 && amd;
     f.amd = amd;
-    if (__get_cpuid(1, &a, &b, &c, &d)) f.family = x86_family(a);
-    f.decode_prefetch = decode_prefetch_for(amd, f.family);
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+      f.family = x86_family(a);
+      f.model = x86_model(a);
+    }
+    f.decode_prefetch = decode_prefetch_for(amd, f.family, f.model);
     f.decode_fma_head_steps = decode_fma_head_steps_for(amd, f.family);
     f.decode_lane_head_steps = decode_lane_head_steps_for(amd, f.family);
   }
@@ -84,10 +87,20 @@ int x86_family(unsigned leaf1_eax) {
   return int(base == 0xf ? base + extended : base);
 }
 
-DecodePrefetch decode_prefetch_for(bool amd, int /*family*/) {
-  // Every AMD family into L1 since issue 23's Zen 4 pass of 2026-12-05 (token rows before Zen 5
-  // until then); the family stays an argument, as the choice has been by family.
-  if (!amd) return {PrefetchHint::kL2};
+int x86_model(unsigned leaf1_eax) {
+  const unsigned base_family = (leaf1_eax >> 8) & 0xf;
+  const unsigned model = (leaf1_eax >> 4) & 0xf, extended = (leaf1_eax >> 16) & 0xf;
+  return int(base_family == 0x6 || base_family == 0xf ? (extended << 4) | model : model);
+}
+
+bool amd_zen3(bool amd, int family, int model) {
+  return amd && family == 0x19 && (model < 0x10 || (model >= 0x20 && model < 0x60));
+}
+
+DecodePrefetch decode_prefetch_for(bool amd, int family, int model) {
+  // AMD into L1 since issue 23's Zen 4 pass of 2026-12-05 (token rows before Zen 5 until then),
+  // but Zen 3 into L2 since its pass of 2026-12-07 (CpuFeatures::decode_prefetch).
+  if (!amd || amd_zen3(amd, family, model)) return {PrefetchHint::kL2};
   return {PrefetchHint::kL1};
 }
 

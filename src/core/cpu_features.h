@@ -35,10 +35,14 @@ struct CpuFeatures {
   // Xeons into L2 (on Zen 5 the two ran level, issue 23's Zen 5 note).
   bool amd = false;
   // The x86 family (CPUID leaf 1, base + extended): 0x19 for AMD Zen 3 and Zen 4, 0x1A for Zen 5,
-  // 6 for the Intel Xeons.
+  // 6 for the Intel Xeons; and the model (amd_zen3 tells Zen 3 from Zen 4 by it).
   int family = 0;
+  int model = 0;
   // How decode's paced prefetch of its next tile asks for the lines (decode_prefetch_for): into
-  // L1 on AMD. On Zen 5 token rows ran the bf16 llama3 case 1.8-2.4x slower, and the merged
+  // L1 on AMD but Zen 3, into L2 on Zen 3 (its AVX2 kernels, two threads from DRAM: bf16 llama3
+  // 0.79-0.87x the time, e4m3 0.86-0.88x, long_b1 0.82-1.07x, short_b64 0.88-1.05x, d64 0.86x,
+  // d256 0.96-1.00x, gqa7 0.95x, f16 0.87x, HND 0.85x; MHA 1.08x slower (its next tile of 32
+  // heads is 512 KiB, L2 itself): issue 23's Zen 3 note of 2026-12-07). On Zen 5 token rows ran the bf16 llama3 case 1.8-2.4x slower, and the merged
   // streams into L1 1.05-1.14x faster than prefetchnta and 1.1x faster than L2 once the task's
   // heads were read 8 a step (issue 23's Zen 5 notes). Zen 3 and Zen 4 (family 0x19) took token
   // rows until issue 23's Zen 4 pass of 2026-12-05: with the kernels of the Zen 5 passes, token
@@ -79,10 +83,15 @@ struct CpuFeatures {
 };
 const CpuFeatures& cpu_features();
 
-// The x86 family from CPUID leaf 1's EAX (the base family, plus the extended one when the base is
-// 0xF), and decode's prefetch and head-step choices for a CPU.
+// The x86 family and model from CPUID leaf 1's EAX (the base family, plus the extended one when
+// the base is 0xF; the model with its extended bits above where the base family is 6 or 0xF), and
+// decode's prefetch and head-step choices for a CPU.
 int x86_family(unsigned leaf1_eax);
-DecodePrefetch decode_prefetch_for(bool amd, int family);
+int x86_model(unsigned leaf1_eax);
+// AMD Zen 3 (family 0x19, the models that are not Zen 4's): 00h-0Fh (Milan), 20h-2Fh (Vermeer),
+// 40h-5Fh (Rembrandt, Cezanne).
+bool amd_zen3(bool amd, int family, int model);
+DecodePrefetch decode_prefetch_for(bool amd, int family, int model);
 bool decode_fma_head_steps_for(bool amd, int family);  // CpuFeatures::decode_fma_head_steps
 bool decode_lane_head_steps_for(bool amd, int family);  // CpuFeatures::decode_lane_head_steps
 

@@ -146,20 +146,35 @@ TEST(CpuKernelTable, DecodeChoicePerCpuClass) {
 }
 
 // Decode's prefetch per CPU class (CpuFeatures::decode_prefetch), from CPUID leaf 1 signatures:
-// L1 by merged page streams on AMD Zen 3 / Zen 4 (family 0x19) and Zen 5 (0x1A), L2 by merged
-// streams on the Intel Xeons.
+// L1 by merged page streams on AMD Zen 4 (family 0x19, its models) and Zen 5 (0x1A), L2 by merged
+// streams on Zen 3 (family 0x19, its models) and the Intel Xeons.
 TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
   EXPECT_EQ(detail::x86_family(0x00A00F11u), 0x19);  // Zen 3 (EPYC Milan)
   EXPECT_EQ(detail::x86_family(0x00A10F11u), 0x19);  // Zen 4 (EPYC Genoa)
   EXPECT_EQ(detail::x86_family(0x00B00F21u), 0x1a);  // Zen 5 (EPYC Turin)
   EXPECT_EQ(detail::x86_family(0x000806F8u), 6);     // Sapphire Rapids
+  EXPECT_EQ(detail::x86_model(0x00A00F11u), 0x01);
+  EXPECT_EQ(detail::x86_model(0x00A20F10u), 0x21);  // Zen 3 (Ryzen 5000, Vermeer)
+  EXPECT_EQ(detail::x86_model(0x00A10F11u), 0x11);
+  EXPECT_EQ(detail::x86_model(0x00A60F12u), 0x61);  // Zen 4 (Ryzen 7000, Raphael)
+  EXPECT_EQ(detail::x86_model(0x00B00F21u), 0x02);
+  EXPECT_EQ(detail::x86_model(0x000806F8u), 0x8F);
+  EXPECT_TRUE(detail::amd_zen3(true, 0x19, 0x01));
+  EXPECT_TRUE(detail::amd_zen3(true, 0x19, 0x21));
+  EXPECT_TRUE(detail::amd_zen3(true, 0x19, 0x50));
+  EXPECT_FALSE(detail::amd_zen3(true, 0x19, 0x11));
+  EXPECT_FALSE(detail::amd_zen3(true, 0x19, 0x61));
+  EXPECT_FALSE(detail::amd_zen3(true, 0x19, 0xA0));
+  EXPECT_FALSE(detail::amd_zen3(true, 0x1a, 0x02));
+  EXPECT_FALSE(detail::amd_zen3(false, 6, 0x8F));
   using detail::DecodePrefetch;
   using detail::PrefetchHint;
-  EXPECT_EQ(detail::decode_prefetch_for(true, 0x19), (DecodePrefetch{PrefetchHint::kL1}));
-  EXPECT_EQ(detail::decode_prefetch_for(true, 0x1a), (DecodePrefetch{PrefetchHint::kL1}));
-  EXPECT_EQ(detail::decode_prefetch_for(false, 6), (DecodePrefetch{PrefetchHint::kL2}));
+  EXPECT_EQ(detail::decode_prefetch_for(true, 0x19, 0x01), (DecodePrefetch{PrefetchHint::kL2}));
+  EXPECT_EQ(detail::decode_prefetch_for(true, 0x19, 0x11), (DecodePrefetch{PrefetchHint::kL1}));
+  EXPECT_EQ(detail::decode_prefetch_for(true, 0x1a, 0x02), (DecodePrefetch{PrefetchHint::kL1}));
+  EXPECT_EQ(detail::decode_prefetch_for(false, 6, 0x8F), (DecodePrefetch{PrefetchHint::kL2}));
   const detail::CpuFeatures& here = detail::cpu_features();
-  EXPECT_EQ(here.decode_prefetch, detail::decode_prefetch_for(here.amd, here.family));
+  EXPECT_EQ(here.decode_prefetch, detail::decode_prefetch_for(here.amd, here.family, here.model));
   // `kvattn devices` names the hint where it is not L2.
   EXPECT_EQ(here.to_string().find("decode_prefetch_l1") != std::string::npos,
             here.decode_prefetch.hint == PrefetchHint::kL1);
