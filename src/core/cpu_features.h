@@ -39,13 +39,13 @@ struct CpuFeatures {
   int family = 0;
   int model = 0;
   // How decode's paced prefetch of its next tile asks for the lines (decode_prefetch_for): into
-  // L1 on AMD but Zen 3, into L2 on Zen 3 (its AVX2 kernels, two threads from DRAM: bf16 llama3
-  // 0.79-0.87x the time, e4m3 0.86-0.88x, long_b1 0.82-1.07x, short_b64 0.88-1.05x, d64 0.86x,
-  // d256 0.96-1.00x, gqa7 0.95x, f16 0.87x, HND 0.85x; MHA 1.08x slower (its next tile of 32
-  // heads is 512 KiB, L2 itself): issue 23's Zen 3 note of 2026-12-07). On Zen 5 token rows ran
-  // the bf16 llama3 case 1.8-2.4x slower, and the merged streams into L1 1.05-1.14x faster than
-  // prefetchnta and 1.1x faster than L2 once the task's heads were read 8 a step (issue 23's Zen 5
-  // notes). Zen 3 and Zen 4 (family 0x19) took token
+  // L1 on AMD but Zen 3, into L2 on Zen 3 (its AVX2 kernels, two threads from DRAM, four sets:
+  // bf16 llama3 0.79-0.98x the time, e4m3 0.86-0.98x, long_b1 0.82-1.07x, short_b64 0.88-1.05x,
+  // d64 0.86-0.95x, d256 0.96-1.00x, gqa7 0.95x, f16 0.87x, HND 0.85x; MHA 1.00-1.08x slower
+  // (its next tile of 32 heads is 512 KiB, L2 itself): issue 23's Zen 3 note of 2026-12-07). On
+  // Zen 5 token rows ran the bf16 llama3 case 1.8-2.4x slower, and the merged streams into L1
+  // 1.05-1.14x faster than prefetchnta and 1.1x faster than L2 once the task's heads were read 8 a
+  // step (issue 23's Zen 5 notes). Zen 3 and Zen 4 (family 0x19) took token
   // rows until issue 23's Zen 4 pass of 2026-12-05: with the kernels of the Zen 5 passes, token
   // rows ran every NHD decode case 1.31-1.89x slower on Zen 4 (f16, one head a step, 1.89x; bf16
   // llama3 1.41x); the L2 hint was level to 1.06x faster over NHD but 1.21x slower over HND, as it
