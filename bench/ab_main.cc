@@ -8,6 +8,9 @@
 // (the kernel table's override, as KVATTN_CPU_KERNEL; a side without one plans as usual): the
 // same case twice then compares two cpu kernels, e.g. CASE_A = CASE_B = decode_llama3_8b_e4m3
 // with KVATTN_CPU_KERNEL_B=decode-avx512vbmi-fp8table-fma-k32.
+// KVATTN_AB_ENV_A / KVATTN_AB_ENV_B = NAME=VALUE set that environment variable before each of
+// that side's runs (the switches the cpu backend reads at every run, e.g.
+// KVATTN_CPU_FMA_HEAD_STEPS=1): the same case twice then compares the two settings.
 #include <time.h>
 
 #include <algorithm>
@@ -70,10 +73,25 @@ int main(int argc, char** argv) {
     }
     (void)prepared[i].run_once();  // warm-up
   }
+  // Each side's environment switch (NAME=VALUE), set before each of its runs.
+  std::string env_name[2], env_value[2];
+  for (int i = 0; i < 2; ++i) {
+    const char* spec = std::getenv(i == 0 ? "KVATTN_AB_ENV_A" : "KVATTN_AB_ENV_B");
+    if (spec == nullptr || *spec == '\0') continue;
+    const std::string s(spec);
+    const std::size_t eq = s.find('=');
+    if (eq == 0 || eq == std::string::npos) {
+      std::fprintf(stderr, "KVATTN_AB_ENV_%c=%s: expected NAME=VALUE\n", "AB"[i], spec);
+      return 2;
+    }
+    env_name[i] = s.substr(0, eq);
+    env_value[i] = s.substr(eq + 1);
+  }
   std::vector<double> wall[2], cpu[2];
   for (int r = 0; r < rounds; ++r) {
     for (int k = 0; k < 2; ++k) {
       const int i = r % 2 ? 1 - k : k;  // A B, B A, A B, ...
+      if (!env_name[i].empty()) setenv(env_name[i].c_str(), env_value[i].c_str(), 1);
       const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
       kvattn::Status s = prepared[i].run_once();
       if (!s.ok()) {
@@ -89,9 +107,13 @@ int main(int argc, char** argv) {
                 names[i].c_str(), median(wall[i]), minimum(wall[i]), median(cpu[i]),
                 minimum(cpu[i]));
   }
+  // The ratio of each round's B run to its A run (run back to back), median over the rounds.
+  std::vector<double> paired(rounds);
+  for (int r = 0; r < rounds; ++r) paired[r] = wall[1][r] / wall[0][r];
   std::printf(
-      "B / A (%d rounds, %d threads): wall median %.3f min %.3f | cpu median %.3f min %.3f\n",
+      "B / A (%d rounds, %d threads): wall median %.3f min %.3f paired %.3f | cpu median %.3f "
+      "min %.3f\n",
       rounds, threads, median(wall[1]) / median(wall[0]), minimum(wall[1]) / minimum(wall[0]),
-      median(cpu[1]) / median(cpu[0]), minimum(cpu[1]) / minimum(cpu[0]));
+      median(paired), median(cpu[1]) / median(cpu[0]), minimum(cpu[1]) / minimum(cpu[0]));
   return 0;
 }

@@ -87,6 +87,17 @@
 // reading, the orders come within ~10 %. The decode kernel, same session, one thread from DRAM:
 // 16.5-17.5 GB/s, and 15.4-16.1 with its products taken out (README, issue 23's third Zen 5
 // pass): like this walk at W = 0, it is bound by the walk, not by its arithmetic.
+//
+// AMD Zen 3 VM (2 vCPUs, family 25 model 1, 2026-12-07 from 02:20 UTC, `decode_overlap 5 2`, one
+// run built with each hint, GB/s, T1 / T0): W=0 compute 45.9 / 46.6, dram 23.4 / 20.9,
+// contiguous 28.1 / 23.8; W=8 compute 35.7 / 34.2, dram 24.6 / 22.0, token-major 32.1 / 22.3;
+// W=16 compute 26.7 / 26.7, dram 19.9 / 20.4 (sum model 12.5 / 11.7), token-major 23.8 / 26.0,
+// contiguous 10.7 / 10.6. Zen 3 overlaps as Zen 4 and Zen 5 do: at W=16 (the decode's own FMAs a
+// line at group 4) the walk from DRAM keeps ~0.75 of its compute rate where the sum model gives
+// 0.47. The decode kernel, same session, two threads: cache-resident (B 4 x 256 keys, 4 MiB)
+// ~20.8 GB/s, from DRAM (decode_llama3_8b_bf16) 13.5 GB/s, 0.70 of its paged-read ceiling (19.3)
+// and 0.52 of the paired read (24.6): its arithmetic runs slower than this walk's at W=16 and
+// overlaps the DRAM reads less (0.70 of min(compute, paged read), the walk 0.85).
 #include <immintrin.h>
 #include <sys/mman.h>
 

@@ -55,7 +55,7 @@ CpuFeatures detect() {
       f.model = x86_model(a);
     }
     f.decode_prefetch = decode_prefetch_for(amd, f.family, f.model);
-    f.decode_fma_head_steps = decode_fma_head_steps_for(amd, f.family);
+    f.decode_fma_head_steps = decode_fma_head_steps_for(amd, f.family, f.model);
     f.decode_lane_head_steps = decode_lane_head_steps_for(amd, f.family);
   }
 #if defined(__x86_64__) && defined(__linux__)
@@ -104,7 +104,9 @@ DecodePrefetch decode_prefetch_for(bool amd, int family, int model) {
   return {PrefetchHint::kL1};
 }
 
-bool decode_fma_head_steps_for(bool amd, int family) { return amd && family >= 0x1a; }
+bool decode_fma_head_steps_for(bool amd, int family, int model) {
+  return amd && (family >= 0x1a || amd_zen3(amd, family, model));
+}
 
 bool decode_lane_head_steps_for(bool amd, int family) { return !amd || family >= 0x1a; }
 

@@ -58,10 +58,13 @@ struct CpuFeatures {
   // Whether decode over the fp32-FMA kernels (f16 / f32 KV on AVX-512; every KV type on AVX2 and
   // on the Intel Xeons' AVX-512) reads 8 KV heads a step on NHD caches, as the bf16-dot kernels
   // do (decode_fma_head_steps_for): on AMD Zen 5 and later (family >= 0x1A), where one thread read
-  // bf16 from DRAM 1.3-1.4x as fast and f16 decode ran 1.2x faster (issue 23's sixth Zen 5 pass).
-  // Off on Zen 3 / Zen 4 (on Zen 4 with the merged prefetch, f16: two threads level, 1.03x
-  // within the noise; cache-resident 0.83x: issue 23's Zen 4 note of 2026-12-05) and on the Intel
-  // Xeons (not measured with it).
+  // bf16 from DRAM 1.3-1.4x as fast and f16 decode ran 1.2x faster (issue 23's sixth Zen 5 pass);
+  // on Zen 3 (its AVX2 kernels, blocks of up to 4 query rows: FmaTiles::kStepHeads), where two
+  // threads from DRAM ran bf16 llama3 0.97-1.00x the time, d64 0.87-0.97x, d256 0.90-1.01x, MHA
+  // 0.89-0.94x, short_b64 0.94-1.04x, long_b1 0.96-1.07x, f16 1.01x, and one thread cache-resident
+  // bf16 0.955x (issue 23's Zen 3 note of 2026-12-07). Off on Zen 4 (with the merged prefetch,
+  // f16: two threads level, 1.03x within the noise; cache-resident 0.83x: issue 23's Zen 4 note
+  // of 2026-12-05) and on the Intel Xeons (not measured with it).
   bool decode_fma_head_steps = false;
   // Whether decode over the bf16 dot-product kernels (bf16 and FP8 KV on AVX512_BF16) reads
   // several KV heads a step on NHD caches where a task's query rows sit in the vector lanes and one
@@ -93,7 +96,8 @@ int x86_model(unsigned leaf1_eax);
 // 40h-5Fh (Rembrandt, Cezanne).
 bool amd_zen3(bool amd, int family, int model);
 DecodePrefetch decode_prefetch_for(bool amd, int family, int model);
-bool decode_fma_head_steps_for(bool amd, int family);  // CpuFeatures::decode_fma_head_steps
+// CpuFeatures::decode_fma_head_steps
+bool decode_fma_head_steps_for(bool amd, int family, int model);
 bool decode_lane_head_steps_for(bool amd, int family);  // CpuFeatures::decode_lane_head_steps
 
 // The ISA level kernels use: the hardware's best, lowered by set_cpu_isa_limit (tests). Which

@@ -231,10 +231,11 @@ TEST(CpuDecodeHeadSteps, GroupsOfOneAndTwoTakeWholeTokenRows) {
 // takes (KVATTN_CPU_FMA_HEAD_STEPS=1): the AVX2 and AVX-512 kernels, every KV type they take
 // (e4m3's NaN codes restored head by head after the step), head dims with a tail chunk (40, 96,
 // (192, 128)) and the unrolled 64 / 128 / 256, GQA groups 1, 2, 3, 4, 8 and 16 (blocks of 1, 2, 4
-// and 8 rows; 8 and 16 take 4 heads a step), head counts around the step, lengths around the
-// 4-key group, the sub-tile and the tile, the variants, split into chunks. (The AVX2 kernel's
-// bf16 rows at blocks of 4 query rows and dims 64 / 128 / 256 are read by parity one head a step
-// whatever the switch: kParityRows, CpuDecodeAvx2Parity.)
+// and 8 rows; 8 and 16 take 4 heads a step on AVX-512, one on AVX2), head counts around the step,
+// lengths around the 4-key group, the sub-tile and the tile, the variants, split into chunks. (The
+// AVX2 kernel's bf16 rows at blocks of 4 query rows and dims 64 / 128 / 256 are read by parity,
+// in steps too: kParityRows, qk_step; its e4m3 rows there by quads one head a step whatever the
+// switch: kQuadRows.)
 TEST(CpuDecodeHeadSteps, FmaHeadStepsMatchTheReference) {
   const ScopedEnv steps("KVATTN_CPU_FMA_HEAD_STEPS", "1");
   const DType kvs[] = {DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2, DType::kF32};
@@ -262,6 +263,31 @@ TEST(CpuDecodeHeadSteps, FmaHeadStepsMatchTheReference) {
     }
   }
   if (ran == 0) GTEST_SKIP() << "no AVX2 or AVX-512 kernel runs here";
+}
+
+// The AVX2 kernel's bf16 rows by parity in steps of 8 heads (kParityRows at blocks of 4 query
+// rows: FmaTiles::qk_step head after head by qk_tile_parity, PV by pv_heads' sub-tiles, the
+// output back from parity order once per head), the class's choice on Zen 3 and forced here: head
+// dims 64 / 128 / 256, GQA groups 3 and 4, head counts below, at and above the step (tasks with a
+// tail step of one head a step), lengths around the two-key pass, the sub-tile and the tile, the
+// variants, split into chunks.
+TEST(CpuDecodeHeadSteps, Avx2ParityRowsInStepsMatchTheReference) {
+  const ScopedEnv steps("KVATTN_CPU_FMA_HEAD_STEPS", "1");
+  std::string why;
+  if (runnable(kFmaAvx2, &why) == nullptr) GTEST_SKIP() << why;
+  const KernelOverride named(kFmaAvx2);
+  const int64_t lengths[] = {1, 2, 3, 7, 8, 9, kTile - 1, kTile, kTile + 1, 2 * kTile + 3, 100};
+  const int heads[] = {8, 9, 4, 16, 13, 1};
+  int i = 0;
+  for (const int d : {64, 128, 256}) {
+    for (const int group : {4, 3}) {
+      for (int k = 0; k < 4; ++k, ++i) {
+        expect_step_case_matches(step_case(DType::kBF16, d, heads[i % 6], group, i, i % 4,
+                                           lengths[i % 11], lengths[(i + 6) % 11], 8300 + i),
+                                 i);
+      }
+    }
+  }
 }
 
 // The e4m3 NaN code in K and V rows of heads inside an fp32-FMA step and after it: each head's

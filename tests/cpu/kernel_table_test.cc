@@ -181,14 +181,18 @@ TEST(CpuKernelTable, DecodePrefetchHintPerCpuClass) {
 }
 
 // The fp32-FMA decode kernels' steps of several heads per CPU class
-// (CpuFeatures::decode_fma_head_steps): on AMD Zen 5, the class measured with them, not on Zen 3
-// / Zen 4 or the Intel Xeons; `kvattn devices` names them where taken.
+// (CpuFeatures::decode_fma_head_steps): on AMD Zen 5 and Zen 3, the classes measured with them,
+// not on Zen 4 or the Intel Xeons; `kvattn devices` names them where taken.
 TEST(CpuKernelTable, DecodeFmaHeadStepsPerCpuClass) {
-  EXPECT_FALSE(detail::decode_fma_head_steps_for(true, 0x19));
-  EXPECT_TRUE(detail::decode_fma_head_steps_for(true, 0x1a));
-  EXPECT_FALSE(detail::decode_fma_head_steps_for(false, 6));
+  EXPECT_TRUE(detail::decode_fma_head_steps_for(true, 0x19, 0x01));   // Zen 3 (Milan)
+  EXPECT_TRUE(detail::decode_fma_head_steps_for(true, 0x19, 0x21));   // Zen 3 (Vermeer)
+  EXPECT_FALSE(detail::decode_fma_head_steps_for(true, 0x19, 0x11));  // Zen 4 (Genoa)
+  EXPECT_FALSE(detail::decode_fma_head_steps_for(true, 0x19, 0x61));  // Zen 4 (Raphael)
+  EXPECT_TRUE(detail::decode_fma_head_steps_for(true, 0x1a, 0x02));   // Zen 5 (Turin)
+  EXPECT_FALSE(detail::decode_fma_head_steps_for(false, 6, 0x8f));    // Sapphire Rapids
   const detail::CpuFeatures& here = detail::cpu_features();
-  EXPECT_EQ(here.decode_fma_head_steps, detail::decode_fma_head_steps_for(here.amd, here.family));
+  EXPECT_EQ(here.decode_fma_head_steps,
+            detail::decode_fma_head_steps_for(here.amd, here.family, here.model));
   EXPECT_EQ(here.to_string().find("decode_fma_head_steps") != std::string::npos,
             here.decode_fma_head_steps);
 }

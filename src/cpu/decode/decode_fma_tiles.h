@@ -387,17 +387,31 @@ struct FmaTiles {
 
   // Heads a step of the decode task may take together (decode_task, NHD caches, where the CPU
   // class takes them: DecodeParams::fma_head_steps; see DotTiles::kStepHeads), on the vector ISAs:
-  // 8, and 4 at blocks of 8 query rows (a step covers twice the query rows there). Zen 5, f16, 64
-  // query heads over 8 (one thread, B 16 x 4k from DRAM): 4 heads a step 15.4-15.8 GB/s, 8
-  // 14.8-14.9, one 13.9-14.0.
-  // (Not by parity, nor by quads: qk_heads reads K chunk by chunk, pv_heads V.)
+  // 8, and 4 at blocks of 8 query rows on AVX-512 (a step covers twice the query rows there).
+  // Zen 5, f16, 64 query heads over 8 (one thread, B 16 x 4k from DRAM): 4 heads a step
+  // 15.4-15.8 GB/s, 8 14.8-14.9, one 13.9-14.0. One head a step at blocks of 8 rows on AVX2 (16
+  // registers; on Zen 3 the gqa7 case ran 1.08-1.10x slower in steps, issue 23's Zen 3 note of
+  // 2026-12-07). Not by quads (qk_heads reads K chunk by chunk, pv_heads V); by parity, QK head
+  // after head over the step (qk_step) and PV by pv_heads.
   static constexpr int kStepHeads =
-      S::kWidth > 1 && !kParityK && !kQuadK && !kQuadV ? std::min(8, 32 / kNG) : 1;
+      S::kWidth > 1 && !kQuadK && !kQuadV && !(S::kWidth == 8 && kNG > 4) ? std::min(8, 32 / kNG)
+                                                                          : 1;
   template <int kHeads = kStepHeads>
   static void qk_step(const float* q, int q_row, int q_head, int group_padded,
                       const std::byte* const* rows, int64_t head_step, int n, int d_runtime,
                       float* scores, TilePrefetcher* prefetch) {
-    if constexpr (kHeads > 1) {
+    if constexpr (kHeads > 1 && kParityK) {
+      // Head after head, each head's rows as one head a step reads them (two keys a pass). On Zen
+      // 3 the order of qk_heads (4 tokens' rows of every head, then the next 4) ran the bf16
+      // llama3 case one thread cache-resident at 1.04x this order's time, and two threads from
+      // DRAM at 1.06x the time of one head a step (this order: 0.97-1.00x).
+      for (int j = 0; j < kHeads; ++j) {
+        const std::byte* head_rows[kTile];
+        for (int kk = 0; kk < n; ++kk) head_rows[kk] = rows[kk] + j * head_step;
+        qk_tile_parity<S, kDqk, kNG>(q + j * q_head, q_row, group_padded, head_rows, n,
+                                     scores + j * group_padded * kTile, prefetch);
+      }
+    } else if constexpr (kHeads > 1) {
       qk_heads<S, kKV, kDqk, kNG, kHeads>(q, q_row, q_head, group_padded, rows, head_step, n,
                                           d_runtime, scores, prefetch);
     }
