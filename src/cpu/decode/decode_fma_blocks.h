@@ -65,14 +65,16 @@ inline int quad_query_fold_exponent(float largest) {
   return std::clamp(63 - std::ilogb(largest), -7, 120);
 }
 
-// The QK tiles that take two keys a pass, blocks of 4 query rows (qk_tile_parity, qk_tile_quads):
+// The QK tiles that take two keys a pass, blocks of 4 query rows (qk_tile_parity, qk_tile_quads),
+// over the rows at rows[kk] + offset bytes (offset: the head within a step, FmaTiles::qk_step):
 // for each pair of keys, pair(qg, first, second, acc) adds the keys' products with the block's
 // queries (qg, q_row apart) into acc[0] (the first key's 4 rows) and acc[1]; the sums are reduced
 // 8 keys at a time into scores. Past `count` the pair's first key is read again (its sums are
 // dropped).
 template <class S, int kNG, class Pair>
 [[gnu::always_inline]] inline void qk_tile_pairs(const float* q, int q_row, int group_padded,
-                                                 const std::byte* const* rows, int n,
+                                                 const std::byte* const* rows, int64_t offset,
+                                                 int n,
                                                  float* scores, TilePrefetcher* prefetch,
                                                  Pair&& pair) {
   using Vec = typename S::Vec;
@@ -84,8 +86,8 @@ template <class S, int kNG, class Pair>
       Vec parts[kNG][W];
       const int count = std::min(W, n - kb);
       for (int k0 = 0; k0 < count; k0 += 2) {
-        const std::byte* first = rows[kb + k0];
-        const std::byte* second = k0 + 1 < count ? rows[kb + k0 + 1] : first;
+        const std::byte* first = rows[kb + k0] + offset;
+        const std::byte* second = k0 + 1 < count ? rows[kb + k0 + 1] + offset : first;
         prefetch->tick();
         if (k0 + 1 < count) prefetch->tick();
         Vec acc[2][kNG];
@@ -125,17 +127,18 @@ template <class S, int kNG>
   }
 }
 
-// qk_tile over bf16 K rows read by parity (kParityRows; q in parity order), blocks of 4 query
-// rows: two keys a pass (8 accumulators), each 16-value block of the keys' rows loaded once and
+// qk_tile over bf16 K rows read by parity (kParityRows; q in parity order; rows[kk] + offset
+// bytes), blocks of 4 query rows: two keys a pass (8 accumulators), each 16-value block of the keys' rows loaded once and
 // each query vector once for both keys (qk_tile loads every query vector once a key).
 template <class S, int kD, int kNG>
 [[gnu::always_inline]] inline void qk_tile_parity(const float* q, int q_row, int group_padded,
-                                                  const std::byte* const* rows, int n,
-                                                  float* scores, TilePrefetcher* prefetch) {
+                                                  const std::byte* const* rows, int64_t offset,
+                                                  int n, float* scores,
+                                                  TilePrefetcher* prefetch) {
   using Vec = typename S::Vec;
   static_assert(kD % 16 == 0);
   qk_tile_pairs<S, kNG>(
-      q, q_row, group_padded, rows, n, scores, prefetch,
+      q, q_row, group_padded, rows, offset, n, scores, prefetch,
       [&](const float* qg, const std::byte* first, const std::byte* second,
           Vec(&acc)[2][kNG]) __attribute__((always_inline)) {
         for (int b = 0; b < kD / 16; ++b) {
@@ -160,7 +163,7 @@ template <class S, int kD, int kNG>
   static_assert(kD % 32 == 0);
   Vec nan_probe = S::zero();
   qk_tile_pairs<S, kNG>(
-      q, q_row, group_padded, rows, n, scores, prefetch,
+      q, q_row, group_padded, rows, 0, n, scores, prefetch,
       [&](const float* qg, const std::byte* first, const std::byte* second,
           Vec(&acc)[2][kNG]) __attribute__((always_inline)) {
         for (int b = 0; b < kD / 32; ++b) {

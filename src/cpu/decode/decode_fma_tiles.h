@@ -340,7 +340,7 @@ struct FmaTiles {
   static bool qk(const float* q, int q_row, int group_padded, const std::byte* const* rows, int n,
                  int d_runtime, int64_t elem_stride, float* scores, TilePrefetcher* prefetch) {
     if constexpr (kParityK) {
-      qk_tile_parity<S, kDqk, kNG>(q, q_row, group_padded, rows, n, scores, prefetch);
+      qk_tile_parity<S, kDqk, kNG>(q, q_row, group_padded, rows, 0, n, scores, prefetch);
     } else if constexpr (kQuadK) {
       bool nan_code = false;
       S::with_denormal_inputs([&] __attribute__((always_inline)) {
@@ -406,9 +406,7 @@ struct FmaTiles {
       // llama3 case one thread cache-resident at 1.04x this order's time, and two threads from
       // DRAM at 1.06x the time of one head a step (this order: 0.97-1.00x).
       for (int j = 0; j < kHeads; ++j) {
-        const std::byte* head_rows[kTile];
-        for (int kk = 0; kk < n; ++kk) head_rows[kk] = rows[kk] + j * head_step;
-        qk_tile_parity<S, kDqk, kNG>(q + j * q_head, q_row, group_padded, head_rows, n,
+        qk_tile_parity<S, kDqk, kNG>(q + j * q_head, q_row, group_padded, rows, j * head_step, n,
                                      scores + j * group_padded * kTile, prefetch);
       }
     } else if constexpr (kHeads > 1) {
