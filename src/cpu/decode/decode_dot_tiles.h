@@ -260,33 +260,60 @@ struct DotTiles {
   // a key's sums then need 4 lanes reduced, not 16 (a third of the shuffles and adds of reducing
   // one vector per row and key, as qk_chunks does). Broadcasting 8 words of a bf16 K row to the
   // 4 lanes instead (the rows in fixed lanes) took a shuffle per vdpbf16ps: ~24 cycles a key on
-  // Zen 4 where these loads, 16 products and 3 rotations take ~16. The keys go two at a time
-  // (qk_lane_keys), each query vector loaded into a register once for both (half the query
-  // loads where they do not stay in registers: d 256, head steps) and 8 independent accumulators
-  // in place of 4 (which of the two gains where was not isolated). Two keys a pass (issue 23,
-  // Zen 4, 2026-12-07; against one key a pass in the same build): one thread cache-resident (B1,
-  // 256-512 keys) bf16 d128 1.25x the GB/s, e4m3 d128 1.37x, d256 1.03x, d64 1.02x; two threads
-  // from DRAM (`kvattn_bench_ab`, 30-40 rounds, paired ratio of the times) e4m3 0.80-0.83x, e4m3
-  // per-token scales 0.83x, gqa7 0.87x, d256 0.94-0.96x, d64 0.96x, HND 0.97x, bf16 d128
-  // 0.97-1.01x, long_b1 1.00x, short_b64 1.01-1.06x (slower: not found why). Four keys a pass where
-  // the queries are reloaded anyway (d256) ran level with two from DRAM. Not measured on Zen 5 (its
-  // 8-head steps reload the queries per key and head).
+  // Zen 4 where these loads, 16 products and 3 rotations take ~16. Where the query vectors do not
+  // stay in registers (kLaneQueriesInRegisters false: d 256, and the head steps of the classes
+  // that take them) the keys go two at a time (qk_lane_keys), each query vector loaded once for
+  // both: half the query loads (at d 256, 32 query and 8 K loads per 32 vdpbf16ps, one key at a
+  // time) and 8 accumulators in place of 4. Zen 4, 2026-12-07, against 94fc6be's binary
+  // (separate processes alternated, `kvattn bench`, median per-round ratio of the times, two
+  // threads from DRAM): decode_d256_bf16 0.82 / 0.85 / 0.89x in three sets of 4-8 rounds (the
+  // unchanged d128 cases in the same rounds 0.92-1.06x: the noise); one thread cache-resident
+  // 0.96-0.97x (B1 x 128 keys: 20.2-20.4 against 21.0 GB/s). Where the queries stay in registers
+  // (d 64 / d 128, one head a step) two keys a pass ran slower cache-resident (bf16 d128 22.2
+  // against 24.4 GB/s, e4m3 12.4 against 12.8, d64 18.5 against 19.8) and no faster from DRAM
+  // (bf16 d128 1.05-1.06x, e4m3 0.92-1.01x), so those keep one key a pass. Not measured on
+  // Zen 5, whose d128 head steps take this path.
   template <int kHeads>
   static void qk_query_lanes(const float* q, int q_row, int q_head, int group_padded,
                              const std::byte* const* rows, int64_t head_step, int n, float* scores,
                              TilePrefetcher* prefetch) {
+    const Loader load;
     for (int g0 = 0; g0 < group_padded; g0 += 4) {
       for (int kb = 0; kb < n; kb += 16) {
         __m512 parts[kHeads][16];
         const int count = std::min(16, n - kb);
-        int kk = 0;
-        for (; kk + 2 <= count; kk += 2) {
-          qk_lane_keys<kHeads, 2>(q, q_row, q_head, g0, rows + kb + kk, head_step, parts, kk,
-                                  prefetch);
-        }
-        for (; kk < count; ++kk) {
-          qk_lane_keys<kHeads, 1>(q, q_row, q_head, g0, rows + kb + kk, head_step, parts, kk,
-                                  prefetch);
+        if constexpr (kLaneQueriesInRegisters) {
+          for (int kk = 0; kk < count; ++kk) {
+            for (int j = 0; j < kHeads; ++j) {
+              prefetch->tick();
+              const auto* qv = reinterpret_cast<const uint8_t*>(q + j * q_head + g0 * q_row);
+              const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]) + j * head_step;
+              __m512 acc[4];
+              for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
+              for (int c = 0; c < kChunks; ++c) {
+                __m512i k[2];
+                load(row + c * Loader::kChunkBytes, &k[0], &k[1]);
+                for (int h = 0; h < 2; ++h) {
+                  for (int r = 0; r < 4; ++r) {
+                    acc[r] = _mm512_dpbf16_ps(
+                        acc[r], (__m512bh)_mm512_loadu_si512(qv + 64 * (4 * (2 * c + h) + r)),
+                        (__m512bh)k[h]);
+                  }
+                }
+              }
+              parts[j][kk] = rotate_lanes(acc);
+            }
+          }
+        } else {
+          int kk = 0;
+          for (; kk + 2 <= count; kk += 2) {
+            qk_lane_keys<kHeads, 2>(load, q, q_row, q_head, g0, rows + kb + kk, head_step, parts,
+                                    kk, prefetch);
+          }
+          for (; kk < count; ++kk) {
+            qk_lane_keys<kHeads, 1>(load, q, q_row, q_head, g0, rows + kb + kk, head_step, parts,
+                                    kk, prefetch);
+          }
         }
         for (int j = 0; j < kHeads; ++j) {
           for (int kk = count; kk < 16; ++kk) parts[j][kk] = _mm512_setzero_ps();
@@ -299,11 +326,10 @@ struct DotTiles {
   // kKeys keys of qk_query_lanes (rows[0 .. kKeys)) for each of kHeads heads: each query vector
   // loaded once for the kKeys keys; their sums to parts[j][at + x].
   template <int kHeads, int kKeys>
-  [[gnu::always_inline]] static void qk_lane_keys(const float* q, int q_row, int q_head, int g0,
-                                                  const std::byte* const* rows, int64_t head_step,
-                                                  __m512 (*parts)[16], int at,
+  [[gnu::always_inline]] static void qk_lane_keys(const Loader& load, const float* q, int q_row,
+                                                  int q_head, int g0, const std::byte* const* rows,
+                                                  int64_t head_step, __m512 (*parts)[16], int at,
                                                   TilePrefetcher* prefetch) {
-    const Loader load;
     for (int j = 0; j < kHeads; ++j) {
       for (int x = 0; x < kKeys; ++x) prefetch->tick();
       const auto* qv = reinterpret_cast<const uint8_t*>(q + j * q_head + g0 * q_row);
@@ -327,14 +353,14 @@ struct DotTiles {
           }
         }
       }
-      // Lane L of accumulator r to lane (L + r) % 4.
-      for (int x = 0; x < kKeys; ++x) {
-        parts[j][at + x] = _mm512_add_ps(
-            _mm512_add_ps(acc[x][0], _mm512_shuffle_f32x4(acc[x][1], acc[x][1], 0x93)),
-            _mm512_add_ps(_mm512_shuffle_f32x4(acc[x][2], acc[x][2], 0x4E),
-                          _mm512_shuffle_f32x4(acc[x][3], acc[x][3], 0x39)));
-      }
+      for (int x = 0; x < kKeys; ++x) parts[j][at + x] = rotate_lanes(acc[x]);
     }
+  }
+  // A key's 4 accumulators summed with lane L of accumulator r moved to lane (L + r) % 4.
+  static __m512 rotate_lanes(const __m512* acc) {
+    return _mm512_add_ps(_mm512_add_ps(acc[0], _mm512_shuffle_f32x4(acc[1], acc[1], 0x93)),
+                         _mm512_add_ps(_mm512_shuffle_f32x4(acc[2], acc[2], 0x4E),
+                                       _mm512_shuffle_f32x4(acc[3], acc[3], 0x39)));
   }
 
   // Lane 4g + i of parts[k]: row g's partial sum i of key k, for 16 keys; each row's 16 sums to
