@@ -283,6 +283,8 @@ struct DotTiles {
         __m512 parts[kHeads][16];
         const int count = std::min(16, n - kb);
         if constexpr (kLaneQueriesInRegisters) {
+          // One key a pass, written out: through qk_lane_keys<kHeads, 1> GCC built the e4m3
+          // d128 instance ~3 % slower cache-resident (12.4 against 12.8 GB/s, one Zen 4 thread).
           for (int kk = 0; kk < count; ++kk) {
             for (int j = 0; j < kHeads; ++j) {
               prefetch->tick();
