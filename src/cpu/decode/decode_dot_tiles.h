@@ -262,7 +262,7 @@ struct DotTiles {
   // 4 lanes instead (the rows in fixed lanes) took a shuffle per vdpbf16ps: ~24 cycles a key on
   // Zen 4 where these loads, 16 products and 3 rotations take ~16. Where the query vectors do not
   // stay in registers (kLaneQueriesInRegisters false: d 256, and the head steps of the classes
-  // that take them) the keys go two at a time (qk_lane_keys), each query vector loaded once for
+  // that take them) the keys go two at a time (qk_lane_pair), each query vector loaded once for
   // both: half the query loads (at d 256, 32 query and 8 K loads per 32 vdpbf16ps, one key at a
   // time) and 8 accumulators in place of 4. Zen 4, 2026-12-07, against 94fc6be's binary
   // (separate processes alternated, `kvattn bench`, median per-round ratio of the times, two
@@ -282,39 +282,33 @@ struct DotTiles {
       for (int kb = 0; kb < n; kb += 16) {
         __m512 parts[kHeads][16];
         const int count = std::min(16, n - kb);
-        if constexpr (kLaneQueriesInRegisters) {
-          // One key a pass, written out: through qk_lane_keys<kHeads, 1> GCC built the e4m3
-          // d128 instance ~3 % slower cache-resident (12.4 against 12.8 GB/s, one Zen 4 thread).
-          for (int kk = 0; kk < count; ++kk) {
-            for (int j = 0; j < kHeads; ++j) {
-              prefetch->tick();
-              const auto* qv = reinterpret_cast<const uint8_t*>(q + j * q_head + g0 * q_row);
-              const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]) + j * head_step;
-              __m512 acc[4];
-              for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
-              for (int c = 0; c < kChunks; ++c) {
-                __m512i k[2];
-                load(row + c * Loader::kChunkBytes, &k[0], &k[1]);
-                for (int h = 0; h < 2; ++h) {
-                  for (int r = 0; r < 4; ++r) {
-                    acc[r] = _mm512_dpbf16_ps(
-                        acc[r], (__m512bh)_mm512_loadu_si512(qv + 64 * (4 * (2 * c + h) + r)),
-                        (__m512bh)k[h]);
-                  }
+        int kk = 0;
+        if constexpr (!kLaneQueriesInRegisters) {
+          for (; kk + 2 <= count; kk += 2) {
+            qk_lane_pair<kHeads>(load, q, q_row, q_head, g0, rows + kb + kk, head_step, parts, kk,
+                                 prefetch);
+          }
+        }
+        // One key a pass (an odd last key after the pairs).
+        for (; kk < count; ++kk) {
+          for (int j = 0; j < kHeads; ++j) {
+            prefetch->tick();
+            const auto* qv = reinterpret_cast<const uint8_t*>(q + j * q_head + g0 * q_row);
+            const auto* row = reinterpret_cast<const uint8_t*>(rows[kb + kk]) + j * head_step;
+            __m512 acc[4];
+            for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
+            for (int c = 0; c < kChunks; ++c) {
+              __m512i k[2];
+              load(row + c * Loader::kChunkBytes, &k[0], &k[1]);
+              for (int h = 0; h < 2; ++h) {
+                for (int r = 0; r < 4; ++r) {
+                  acc[r] = _mm512_dpbf16_ps(
+                      acc[r], (__m512bh)_mm512_loadu_si512(qv + 64 * (4 * (2 * c + h) + r)),
+                      (__m512bh)k[h]);
                 }
               }
-              parts[j][kk] = rotate_lanes(acc);
             }
-          }
-        } else {
-          int kk = 0;
-          for (; kk + 2 <= count; kk += 2) {
-            qk_lane_keys<kHeads, 2>(load, q, q_row, q_head, g0, rows + kb + kk, head_step, parts,
-                                    kk, prefetch);
-          }
-          for (; kk < count; ++kk) {
-            qk_lane_keys<kHeads, 1>(load, q, q_row, q_head, g0, rows + kb + kk, head_step, parts,
-                                    kk, prefetch);
+            parts[j][kk] = rotate_lanes(acc);
           }
         }
         for (int j = 0; j < kHeads; ++j) {
@@ -325,37 +319,39 @@ struct DotTiles {
     }
   }
 
-  // kKeys keys of qk_query_lanes (rows[0 .. kKeys)) for each of kHeads heads: each query vector
-  // loaded once for the kKeys keys; their sums to parts[j][at + x].
-  template <int kHeads, int kKeys>
-  [[gnu::always_inline]] static void qk_lane_keys(const Loader& load, const float* q, int q_row,
+  // Two keys of qk_query_lanes (rows[0], rows[1]) for each of kHeads heads: each query vector
+  // loaded once for both (an empty asm keeps GCC from folding the load into each vdpbf16ps);
+  // their sums to parts[j][at], parts[j][at + 1].
+  template <int kHeads>
+  [[gnu::always_inline]] static void qk_lane_pair(const Loader& load, const float* q, int q_row,
                                                   int q_head, int g0, const std::byte* const* rows,
                                                   int64_t head_step, __m512 (*parts)[16], int at,
                                                   TilePrefetcher* prefetch) {
     for (int j = 0; j < kHeads; ++j) {
-      for (int x = 0; x < kKeys; ++x) prefetch->tick();
+      prefetch->tick();
+      prefetch->tick();
       const auto* qv = reinterpret_cast<const uint8_t*>(q + j * q_head + g0 * q_row);
-      __m512 acc[kKeys][4];
-      for (int x = 0; x < kKeys; ++x) {
+      __m512 acc[2][4];
+      for (int x = 0; x < 2; ++x) {
         for (int r = 0; r < 4; ++r) acc[x][r] = _mm512_setzero_ps();
       }
       for (int c = 0; c < kChunks; ++c) {
-        __m512i k[kKeys][2];
-        for (int x = 0; x < kKeys; ++x) {
+        __m512i k[2][2];
+        for (int x = 0; x < 2; ++x) {
           load(reinterpret_cast<const uint8_t*>(rows[x]) + j * head_step + c * Loader::kChunkBytes,
                &k[x][0], &k[x][1]);
         }
         for (int h = 0; h < 2; ++h) {
           for (int r = 0; r < 4; ++r) {
             __m512i qq = _mm512_loadu_si512(qv + 64 * (4 * (2 * c + h) + r));
-            if constexpr (kKeys > 1) asm("" : "+v"(qq));
-            for (int x = 0; x < kKeys; ++x) {
+            asm("" : "+v"(qq));
+            for (int x = 0; x < 2; ++x) {
               acc[x][r] = _mm512_dpbf16_ps(acc[x][r], (__m512bh)qq, (__m512bh)k[x][h]);
             }
           }
         }
       }
-      for (int x = 0; x < kKeys; ++x) parts[j][at + x] = rotate_lanes(acc[x]);
+      for (int x = 0; x < 2; ++x) parts[j][at + x] = rotate_lanes(acc[x]);
     }
   }
   // A key's 4 accumulators summed with lane L of accumulator r moved to lane (L + r) % 4.

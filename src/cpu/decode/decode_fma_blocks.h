@@ -74,8 +74,7 @@ inline int quad_query_fold_exponent(float largest) {
 template <class S, int kNG, class Pair>
 [[gnu::always_inline]] inline void qk_tile_pairs(const float* q, int q_row, int group_padded,
                                                  const std::byte* const* rows, int64_t offset,
-                                                 int n,
-                                                 float* scores, TilePrefetcher* prefetch,
+                                                 int n, float* scores, TilePrefetcher* prefetch,
                                                  Pair&& pair) {
   using Vec = typename S::Vec;
   constexpr int W = S::kWidth;
@@ -128,13 +127,13 @@ template <class S, int kNG>
 }
 
 // qk_tile over bf16 K rows read by parity (kParityRows; q in parity order; rows[kk] + offset
-// bytes), blocks of 4 query rows: two keys a pass (8 accumulators), each 16-value block of the keys' rows loaded once and
-// each query vector once for both keys (qk_tile loads every query vector once a key).
+// bytes), blocks of 4 query rows: two keys a pass (8 accumulators), each 16-value block of the
+// keys' rows loaded once and each query vector once for both keys (qk_tile loads every query
+// vector once a key).
 template <class S, int kD, int kNG>
 [[gnu::always_inline]] inline void qk_tile_parity(const float* q, int q_row, int group_padded,
                                                   const std::byte* const* rows, int64_t offset,
-                                                  int n, float* scores,
-                                                  TilePrefetcher* prefetch) {
+                                                  int n, float* scores, TilePrefetcher* prefetch) {
   using Vec = typename S::Vec;
   static_assert(kD % 16 == 0);
   qk_tile_pairs<S, kNG>(

@@ -21,7 +21,8 @@ namespace kvattn::cpu::decode_detail {
 // Where the lines go and how the streams are cut is the CPU class's (DecodeParams::prefetch,
 // chosen when the params are built, CpuFeatures::decode_prefetch): into L2 (prefetcht1), merged,
 // on the Intel Xeons (issue 14: the tile of all heads does not fit L1) and on AMD Zen 3 (issue
-// 23's Zen 3 note of 2026-12-07); into L1 (prefetcht0) on the other AMD classes, merged (on Zen 4 the L2 hint ran every decode case slower, the bf16 llama3 case 1.27x,
+// 23's Zen 3 note of 2026-12-07); into L1 (prefetcht0) on the other AMD classes, merged (on Zen 4
+// the L2 hint ran every decode case slower, the bf16 llama3 case 1.27x,
 // prefetchnta was between the two: issue 23's Zen 4 note; on Zen 5 token rows ran 1.8-2.4x
 // slower, and once NHD tasks read 8 heads a step the merged streams into L1 ran 1.05-1.14x faster
 // than prefetchnta, which had been 1.02-1.20x faster than L2 when they read one head a step:
