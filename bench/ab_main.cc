@@ -8,9 +8,11 @@
 // (the kernel table's override, as KVATTN_CPU_KERNEL; a side without one plans as usual): the
 // same case twice then compares two cpu kernels, e.g. CASE_A = CASE_B = decode_llama3_8b_e4m3
 // with KVATTN_CPU_KERNEL_B=decode-avx512vbmi-fp8table-fma-k32.
-// KVATTN_AB_ENV_A / KVATTN_AB_ENV_B = NAME=VALUE set that environment variable before each of
-// that side's runs (the switches the cpu backend reads at every run, e.g.
-// KVATTN_CPU_FMA_HEAD_STEPS=1): the same case twice then compares the two settings.
+// KVATTN_AB_ENV_A / KVATTN_AB_ENV_B = NAME=VALUE set that environment variable while that side's
+// plan is made and during each of its runs, and put it back after (the switches the cpu backend
+// reads at plan time or at every run, e.g. KVATTN_CPU_FMA_HEAD_STEPS=1): the same case twice then
+// compares the two settings. Valid only where the switch's code does not change the other side's
+// (a runtime branch inside a hot kernel can: compare separate builds there).
 #include <time.h>
 
 #include <algorithm>
@@ -49,31 +51,8 @@ int main(int argc, char** argv) {
   const int rounds = argc > 3 ? std::max(1, std::atoi(argv[3])) : 15;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 1;
   const std::string backend = argc > 5 ? argv[5] : "cpu";
-  PreparedCase prepared[2];
-  for (int i = 0; i < 2; ++i) {
-    bool found = false;
-    for (const BenchCase& c : standard_cases()) {
-      if (c.name != names[i]) continue;
-      found = true;
-      // The plan is where the cpu kernel is chosen.
-      if (const char* kernel =
-              std::getenv(i == 0 ? "KVATTN_CPU_KERNEL_A" : "KVATTN_CPU_KERNEL_B")) {
-        kvattn::cpu::set_cpu_kernel_override(kernel);
-      }
-      kvattn::Status s = PreparedCase::prepare(c, backend, threads, &prepared[i]);
-      kvattn::cpu::clear_cpu_kernel_override();
-      if (!s.ok()) {
-        std::fprintf(stderr, "%s: %s\n", names[i].c_str(), s.to_string().c_str());
-        return 1;
-      }
-    }
-    if (!found) {
-      std::fprintf(stderr, "no standard case %s (kvattn bench --list)\n", names[i].c_str());
-      return 2;
-    }
-    (void)prepared[i].run_once();  // warm-up
-  }
-  // Each side's environment switch (NAME=VALUE), set before each of its runs.
+  // Each side's environment switch (NAME=VALUE), set before its plan is made (plan-time
+  // switches) and before each of its runs (run-time switches).
   std::string env_name[2], env_value[2];
   for (int i = 0; i < 2; ++i) {
     const char* spec = std::getenv(i == 0 ? "KVATTN_AB_ENV_A" : "KVATTN_AB_ENV_B");
@@ -87,13 +66,61 @@ int main(int argc, char** argv) {
     env_name[i] = s.substr(0, eq);
     env_value[i] = s.substr(eq + 1);
   }
+  // What the process had under each name, put back after each side's plan and run.
+  std::string env_before[2];
+  bool had_env[2] = {false, false};
+  for (int i = 0; i < 2; ++i) {
+    const char* v = env_name[i].empty() ? nullptr : std::getenv(env_name[i].c_str());
+    had_env[i] = v != nullptr;
+    if (had_env[i]) env_before[i] = v;
+  }
+  auto set_side = [&](int i) {
+    if (!env_name[i].empty()) setenv(env_name[i].c_str(), env_value[i].c_str(), 1);
+  };
+  auto restore_side = [&](int i) {
+    if (env_name[i].empty()) return;
+    if (had_env[i]) {
+      setenv(env_name[i].c_str(), env_before[i].c_str(), 1);
+    } else {
+      unsetenv(env_name[i].c_str());
+    }
+  };
+  PreparedCase prepared[2];
+  for (int i = 0; i < 2; ++i) {
+    bool found = false;
+    for (const BenchCase& c : standard_cases()) {
+      if (c.name != names[i]) continue;
+      found = true;
+      // The plan is where the cpu kernel is chosen.
+      if (const char* kernel =
+              std::getenv(i == 0 ? "KVATTN_CPU_KERNEL_A" : "KVATTN_CPU_KERNEL_B")) {
+        kvattn::cpu::set_cpu_kernel_override(kernel);
+      }
+      set_side(i);
+      kvattn::Status s = PreparedCase::prepare(c, backend, threads, &prepared[i]);
+      restore_side(i);
+      kvattn::cpu::clear_cpu_kernel_override();
+      if (!s.ok()) {
+        std::fprintf(stderr, "%s: %s\n", names[i].c_str(), s.to_string().c_str());
+        return 1;
+      }
+    }
+    if (!found) {
+      std::fprintf(stderr, "no standard case %s (kvattn bench --list)\n", names[i].c_str());
+      return 2;
+    }
+    set_side(i);
+    (void)prepared[i].run_once();  // warm-up
+    restore_side(i);
+  }
   std::vector<double> wall[2], cpu[2];
   for (int r = 0; r < rounds; ++r) {
     for (int k = 0; k < 2; ++k) {
       const int i = r % 2 ? 1 - k : k;  // A B, B A, A B, ...
-      if (!env_name[i].empty()) setenv(env_name[i].c_str(), env_value[i].c_str(), 1);
+      set_side(i);
       const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
       kvattn::Status s = prepared[i].run_once();
+      restore_side(i);
       if (!s.ok()) {
         std::fprintf(stderr, "%s: %s\n", names[i].c_str(), s.to_string().c_str());
         return 1;
