@@ -131,11 +131,18 @@ struct DecodeScratchLayout {
                                   bool rope, bool token_scales);
 };
 
+// The task a thread runs after the one it is running (run_decode claims it first), whose first
+// tile's lines the running task's last tile asks for; `items` null where there is none.
+struct NextDecodeTask {
+  const WorkItem* items = nullptr;
+  int num_heads = 0;
+};
+
 // One task of the decode kernel: work items items[0, num_heads) of one request and KV range on
 // consecutive KV heads; all query heads of each over keys [kv_begin, kv_end), writing the output
 // (partial < 0) or partial state `partial`.
 using DecodeItemFn = void (*)(const DecodeParams& params, const WorkItem* items, int num_heads,
-                              std::byte* scratch);
+                              const NextDecodeTask& next, std::byte* scratch);
 
 // Kernels per ISA (reached through the kernel table, kernel_table.h); each returns nullptr where
 // no kernel fits. The vector ISAs need unit-stride K/V rows; the scalar kernels take any stride.

@@ -48,6 +48,12 @@ void rotate(float* x, int dim, bool interleave, const double* cos_t, const doubl
   }
 }
 
+// The first key a work item's task reads: its range's, or the window's where that starts later.
+inline int64_t first_key(const DecodeParams& p, const WorkItem& w) {
+  const int64_t q_pos = p.kv_len[w.request] - 1;  // decode: the query is the last position
+  return p.window_left >= 0 ? std::max(w.kv_begin, q_pos - p.window_left) : w.kv_begin;
+}
+
 // Row addresses of keys [j0, j0 + n) of request b, KV head h; with per-(token, head) scales
 // (k_off non-null) also where each key's scales of head 0 sit.
 template <class S>
@@ -108,7 +114,8 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
 // and its heads past a multiple of kStepHeads one a step, or one head a step where kStepHeads is 1.
 template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kStepHeads>
 [[gnu::noinline]] void decode_task_by_steps(const DecodeParams& p, const WorkItem* items,
-                                            int num_heads, std::byte* scratch) {
+                                            int num_heads, const NextDecodeTask& next,
+                                            std::byte* scratch) {
   const DecodeScratchLayout layout =
       DecodeScratchLayout::make(p.group_padded, p.head_dim_qk_padded, p.head_dim_vo_padded, p.rope,
                                 p.k_token_scale != nullptr);
@@ -197,9 +204,7 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
   std::fill(sum_all, sum_all + num_heads * gp, 0.0f);
   std::fill(nan_key, nan_key + num_heads, uint8_t{0});
 
-  int64_t begin = w.kv_begin;
-  const int64_t end = w.kv_end;
-  if (p.window_left >= 0) begin = std::max(begin, q_pos - p.window_left);
+  const int64_t begin = first_key(p, w), end = w.kv_end;
 
   constexpr std::size_t kv_bytes = kElemBytes<kKV>;
   const int64_t k_row_bytes = p.k_strides.dim == 1 ? dqk * int64_t{kv_bytes} : 0;
@@ -216,10 +221,11 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
   static_assert(kStepHeads >= 1 && kStepHeads <= kDecodeMaxStepHeads);
   constexpr int kTailStepHeads = kStepHeads > 1 ? tail_step_heads<Tiles>() : 1;
   static_assert(kTailStepHeads == 1 || kTailStepHeads < kStepHeads);
-  // The prefetch plan of a tile (`count` keys, rows of head h0): its K and V bytes of the task's
-  // heads, as streams in address order: K before V, token-major where a token's heads are
-  // adjacent (NHD), else head-major (HND).
-  auto plan_tile = [&](const std::byte* const* tile_k, const std::byte* const* tile_v, int count) {
+  // The prefetch plan of a tile (`count` keys, rows of its task's first head): its K and V bytes
+  // of `heads` heads, as streams in address order: K before V, token-major where a token's heads
+  // are adjacent (NHD), else head-major (HND).
+  auto plan_tile = [&](const std::byte* const* tile_k, const std::byte* const* tile_v, int count,
+                       int heads) {
     prefetch.reset();
     if (count > 0 && k_row_bytes > 0 && v_row_bytes > 0) {
       // K and V rows of a token side by side (vLLM's CPU cache [blocks, H, block, 2D]: K and V
@@ -242,7 +248,7 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
           // page, which the walk reads token by token. (A stream per token row, the walk then
           // asking for head 0's lines of every token first, was Zen 3 / Zen 4's until 2026-12-05
           // and is gone: DecodePrefetch, core/cpu_features.h.)
-          for (int kk = 0; kk < count; ++kk) prefetch.add(rows[kk], num_heads * row_bytes);
+          for (int kk = 0; kk < count; ++kk) prefetch.add(rows[kk], heads * row_bytes);
         } else {
           // HND: per run of keys in one page, each head's rows are contiguous, and a full page
           // of all heads is one block: added page by page, head by head, they merge into one
@@ -254,7 +260,7 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
             if (token_step == row_bytes) {
               while (k1 < count && rows[k1] == rows[k1 - 1] + token_step) ++k1;
             }
-            for (int hi = 0; hi < num_heads; ++hi) {
+            for (int hi = 0; hi < heads; ++hi) {
               prefetch.add(rows[k0] + hi * head_step, (k1 - k0) * row_bytes);
             }
             k0 = k1;
@@ -270,8 +276,9 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
     // The first tile has no tile before it to hide behind: its lines are asked for at once, in
     // address order, before its head steps read them head by head (64 requests x 256 keys,
     // where it is 1 tile in 8: 5-9 % faster on Zen 4; read on demand, the strided head rows
-    // leave few lines in flight).
-    plan_tile(k_rows, v_rows, first_n);
+    // leave few lines in flight). A short task's predecessor on the thread has asked for them
+    // already during its last tile (NextDecodeTask); these requests then find them on the way.
+    plan_tile(k_rows, v_rows, first_n, num_heads);
     prefetch.begin_step(0, 1, 0);
     prefetch.finish_step();
   }
@@ -288,8 +295,22 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
       row_pointers<S>(p, b, h0, j0 + kTile, next_n, kv_bytes, next_k, next_v,
                       token_scales ? k_off + ((t + 1) & 1) * kTile : nullptr,
                       token_scales ? v_off + ((t + 1) & 1) * kTile : nullptr);
+      plan_tile(next_k, next_v, next_n, num_heads);
+    } else {
+      // The last tile: the next task's first tile (its lines only; that task finds its rows
+      // again), so that a short request's first tile is not read on demand.
+      int first = 0;
+      if (next.items != nullptr) {
+        const WorkItem& nw = next.items[0];
+        const int64_t next_begin = first_key(p, nw);
+        first = static_cast<int>(std::clamp<int64_t>(nw.kv_end - next_begin, 0, kTile));
+        if (first > 0) {
+          row_pointers<S>(p, nw.request, nw.kv_head, next_begin, first, kv_bytes, next_k, next_v,
+                          nullptr, nullptr);
+        }
+      }
+      plan_tile(next_k, next_v, first, first > 0 ? next.num_heads : num_heads);
     }
-    plan_tile(next_k, next_v, next_n);
 
     const uint8_t* tile_visible = nullptr;
     // The keys of the tile the custom mask shows (the same for every row of a decode request):
@@ -550,7 +571,8 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
 // one head a step 25.6 against 29.0), the bf16-dot kernel 34.1-34.6 against 35.5-35.6.
 template <class S, DType kKV, int kDqk, int kDvo, int kNG,
           class Tiles = FmaTiles<S, kKV, kDqk, kDvo, kNG>>
-void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, std::byte* scratch) {
+void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads,
+                 const NextDecodeTask& next, std::byte* scratch) {
   constexpr int kStepHeads = step_heads<Tiles>();
   if constexpr (kStepHeads > 1) {
     // The task's heads past a multiple of kStepHeads one a step, in the same walk of the keys.
@@ -560,12 +582,12 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, st
     constexpr int kFewestStepHeads =
         tail_step_heads<Tiles>() > 1 ? tail_step_heads<Tiles>() : kStepHeads;
     if (num_heads >= kFewestStepHeads && takes_head_steps<S, kKV, kDqk, kDvo, kNG, Tiles>(p)) {
-      decode_task_by_steps<S, kKV, kDqk, kDvo, kNG, Tiles, kStepHeads>(p, items, num_heads,
+      decode_task_by_steps<S, kKV, kDqk, kDvo, kNG, Tiles, kStepHeads>(p, items, num_heads, next,
                                                                        scratch);
       return;
     }
   }
-  decode_task_by_steps<S, kKV, kDqk, kDvo, kNG, Tiles, 1>(p, items, num_heads, scratch);
+  decode_task_by_steps<S, kKV, kDqk, kDvo, kNG, Tiles, 1>(p, items, num_heads, next, scratch);
 }
 
 }  // namespace kvattn::cpu::decode_detail
