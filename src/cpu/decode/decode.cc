@@ -328,7 +328,9 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
                     int64_t u = -1;
                     if (task_keys(t) <= kClaimAheadKeys) {
                       u = next_task.fetch_add(1);
-                      if (u < num_tasks) next = {plan.work.data() + tasks[u].first, tasks[u].second};
+                      if (u < num_tasks) {
+                        next = {plan.work.data() + tasks[u].first, tasks[u].second};
+                      }
                     }
                     kernel(p, plan.work.data() + tasks[t].first, tasks[t].second, next, scratch);
                     t = u >= 0 ? u : next_task.fetch_add(1);
