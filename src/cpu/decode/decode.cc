@@ -311,31 +311,32 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
     i += count;
   }
   // Each thread claims the task it runs next before it runs a short one, whose last tile then
-  // asks for the next one's first tile (NextDecodeTask): else each short request's first tile was
-  // read on demand, the cost of one tile in eight at 256 keys. Long tasks claim after they end (a
-  // task held in reserve while a long one runs could leave the other threads idle at the end).
+  // asks for the next one's first tile (NextDecodeTask), and the next one does not ask again:
+  // else each short request's first tile was read in a burst at its start, the cost of one tile
+  // in eight at 256 keys. Long tasks claim after they end (a task held in reserve while a long
+  // one runs could leave the other threads idle at the end).
   const int64_t num_tasks = static_cast<int64_t>(tasks.size());
   auto task_keys = [&](int64_t t) {
     const WorkItem& w = plan.work[tasks[t].first];
     return w.kv_end - w.kv_begin;
   };
   std::atomic<int64_t> next_task{0};
+  auto run_tasks = [&](int64_t, std::byte* scratch) {
+    bool asked = false;  // t's first tile, by the task before it
+    for (int64_t t = next_task.fetch_add(1); t < num_tasks;) {
+      NextDecodeTask next;
+      int64_t u = -1;
+      if (task_keys(t) <= kClaimAheadKeys) {
+        u = next_task.fetch_add(1);
+        if (u < num_tasks) next = {plan.work.data() + tasks[u].first, tasks[u].second};
+      }
+      kernel(p, plan.work.data() + tasks[t].first, tasks[t].second, asked, next, scratch);
+      asked = u >= 0 && task_keys(t) > 0;  // (an empty task asked for none)
+      t = u >= 0 ? u : next_task.fetch_add(1);
+    }
+  };
   for_each_item(plan.num_threads, std::min<int64_t>(plan.num_threads, num_tasks),
-                ws + layout.scratch, layout.layout.thread_stride(),
-                [&](int64_t, std::byte* scratch) {
-                  for (int64_t t = next_task.fetch_add(1); t < num_tasks;) {
-                    NextDecodeTask next;
-                    int64_t u = -1;
-                    if (task_keys(t) <= kClaimAheadKeys) {
-                      u = next_task.fetch_add(1);
-                      if (u < num_tasks) {
-                        next = {plan.work.data() + tasks[u].first, tasks[u].second};
-                      }
-                    }
-                    kernel(p, plan.work.data() + tasks[t].first, tasks[t].second, next, scratch);
-                    t = u >= 0 ? u : next_task.fetch_add(1);
-                  }
-                });
+                ws + layout.scratch, layout.layout.thread_stride(), run_tasks);
   // Each split (request, KV head): its group's rows merged, the sink joining, then stored.
   merge_splits(
       plan, p.partial, [&](const WorkItem&) { return p.group; },

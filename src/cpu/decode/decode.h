@@ -140,9 +140,11 @@ struct NextDecodeTask {
 
 // One task of the decode kernel: work items items[0, num_heads) of one request and KV range on
 // consecutive KV heads; all query heads of each over keys [kv_begin, kv_end), writing the output
-// (partial < 0) or partial state `partial`.
+// (partial < 0) or partial state `partial`. first_tile_asked: the task before it on the thread
+// has asked for its first tile's lines (as `next`), so it does not ask again.
 using DecodeItemFn = void (*)(const DecodeParams& params, const WorkItem* items, int num_heads,
-                              const NextDecodeTask& next, std::byte* scratch);
+                              bool first_tile_asked, const NextDecodeTask& next,
+                              std::byte* scratch);
 
 // Kernels per ISA (reached through the kernel table, kernel_table.h); each returns nullptr where
 // no kernel fits. The vector ISAs need unit-stride K/V rows; the scalar kernels take any stride.

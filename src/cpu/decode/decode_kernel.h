@@ -114,8 +114,8 @@ void poison_e4m3_nans(const DecodeParams& p, const std::byte* const* k_rows,
 // and its heads past a multiple of kStepHeads one a step, or one head a step where kStepHeads is 1.
 template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kStepHeads>
 [[gnu::noinline]] void decode_task_by_steps(const DecodeParams& p, const WorkItem* items,
-                                            int num_heads, const NextDecodeTask& next,
-                                            std::byte* scratch) {
+                                            int num_heads, bool first_tile_asked,
+                                            const NextDecodeTask& next, std::byte* scratch) {
   const DecodeScratchLayout layout =
       DecodeScratchLayout::make(p.group_padded, p.head_dim_qk_padded, p.head_dim_vo_padded, p.rope,
                                 p.k_token_scale != nullptr);
@@ -276,11 +276,14 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
     // The first tile has no tile before it to hide behind: its lines are asked for at once, in
     // address order, before its head steps read them head by head (64 requests x 256 keys,
     // where it is 1 tile in 8: 5-9 % faster on Zen 4; read on demand, the strided head rows
-    // leave few lines in flight). A short task's predecessor on the thread has asked for them
-    // already during its last tile (NextDecodeTask); these requests then find them on the way.
-    plan_tile(k_rows, v_rows, first_n, num_heads);
-    prefetch.begin_step(0, 1, 0);
-    prefetch.finish_step();
+    // leave few lines in flight). Where the task before it on the thread asked for them during
+    // its last tile (NextDecodeTask), not again: that burst, lines already on their way or in
+    // L2, took ~6 % of a 256-key request's time on Zen 4.
+    if (!first_tile_asked) {
+      plan_tile(k_rows, v_rows, first_n, num_heads);
+      prefetch.begin_step(0, 1, 0);
+      prefetch.finish_step();
+    }
   }
   for (int64_t j0 = begin, t = 0; j0 < end; j0 += kTile, ++t) {
     const int n = static_cast<int>(std::min<int64_t>(kTile, end - j0));
@@ -571,7 +574,7 @@ template <class S, DType kKV, int kDqk, int kDvo, int kNG, class Tiles, int kSte
 // one head a step 25.6 against 29.0), the bf16-dot kernel 34.1-34.6 against 35.5-35.6.
 template <class S, DType kKV, int kDqk, int kDvo, int kNG,
           class Tiles = FmaTiles<S, kKV, kDqk, kDvo, kNG>>
-void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads,
+void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads, bool first_tile_asked,
                  const NextDecodeTask& next, std::byte* scratch) {
   constexpr int kStepHeads = step_heads<Tiles>();
   if constexpr (kStepHeads > 1) {
@@ -582,12 +585,13 @@ void decode_task(const DecodeParams& p, const WorkItem* items, int num_heads,
     constexpr int kFewestStepHeads =
         tail_step_heads<Tiles>() > 1 ? tail_step_heads<Tiles>() : kStepHeads;
     if (num_heads >= kFewestStepHeads && takes_head_steps<S, kKV, kDqk, kDvo, kNG, Tiles>(p)) {
-      decode_task_by_steps<S, kKV, kDqk, kDvo, kNG, Tiles, kStepHeads>(p, items, num_heads, next,
-                                                                       scratch);
+      decode_task_by_steps<S, kKV, kDqk, kDvo, kNG, Tiles, kStepHeads>(
+          p, items, num_heads, first_tile_asked, next, scratch);
       return;
     }
   }
-  decode_task_by_steps<S, kKV, kDqk, kDvo, kNG, Tiles, 1>(p, items, num_heads, next, scratch);
+  decode_task_by_steps<S, kKV, kDqk, kDvo, kNG, Tiles, 1>(p, items, num_heads, first_tile_asked,
+                                                          next, scratch);
 }
 
 }  // namespace kvattn::cpu::decode_detail
