@@ -324,14 +324,15 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
   auto run_tasks = [&](int64_t, std::byte* scratch) {
     bool asked = false;  // t's first tile, by the task before it
     for (int64_t t = next_task.fetch_add(1); t < num_tasks;) {
+      const int64_t keys = task_keys(t);
       NextDecodeTask next;
       int64_t u = -1;
-      if (task_keys(t) <= kClaimAheadKeys) {
+      if (keys <= kClaimAheadKeys) {
         u = next_task.fetch_add(1);
         if (u < num_tasks) next = {plan.work.data() + tasks[u].first, tasks[u].second};
       }
       kernel(p, plan.work.data() + tasks[t].first, tasks[t].second, asked, next, scratch);
-      asked = u >= 0 && task_keys(t) > 0;  // (an empty task asked for none)
+      asked = u >= 0 && keys > 0;  // (an empty task asked for none)
       t = u >= 0 ? u : next_task.fetch_add(1);
     }
   };
