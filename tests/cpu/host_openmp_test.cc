@@ -59,6 +59,30 @@ TEST_F(HostOpenMp, RunsEveryItemOnceOnTheTeam) {
   for (int threads : {2, 3, 8}) expect_items_on_team(threads);
 }
 
+// parallel_for_ahead on the team: every item once, each claimed next run by the same team thread.
+TEST_F(HostOpenMp, ClaimsAheadOnTheTeam) {
+  ASSERT_TRUE(set_cpu_threads(CpuThreads::kHostOpenMp).ok());
+  constexpr int kThreads = 3;
+  constexpr int64_t kItems = 500;
+  std::vector<std::atomic<int>> runs(kItems);
+  std::vector<int> thread_of(kItems, -1);
+  std::vector<int64_t> next_of(kItems, -1);
+  std::atomic<int> off_team{0};
+  ThreadPool::global().parallel_for_ahead(
+      kThreads, kItems, [](int64_t item) { return item % 2 == 0; },
+      [&](int64_t item, int64_t next, bool, int thread_id) {
+        runs[item].fetch_add(1);
+        if (!omp_in_parallel() || thread_id != omp_get_thread_num()) off_team.fetch_add(1);
+        thread_of[item] = thread_id;
+        next_of[item] = next;
+      });
+  EXPECT_EQ(off_team.load(), 0);
+  for (int64_t i = 0; i < kItems; ++i) {
+    ASSERT_EQ(runs[i].load(), 1) << "item " << i;
+    if (next_of[i] >= 0) EXPECT_EQ(thread_of[next_of[i]], thread_of[i]) << "item " << i;
+  }
+}
+
 TEST_F(HostOpenMp, AutoTakesTheLoadedRuntime) {
   ASSERT_TRUE(set_cpu_threads(CpuThreads::kAuto).ok());
   expect_items_on_team(4);

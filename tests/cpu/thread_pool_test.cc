@@ -29,6 +29,61 @@ TEST(CpuThreadPool, RunsEveryItemExactlyOnce) {
   }
 }
 
+// parallel_for_ahead: every item once; an item that asks (ahead) runs with the item its thread
+// runs next already claimed, one that does not with none; `claimed` marks exactly the items so
+// claimed; each thread runs its items in the order it took them (inline: 0, 1, ...).
+TEST(CpuThreadPool, ClaimsTheNextItemAheadWhereAsked) {
+  for (int threads : {0, 1, 2, 3, 8}) {
+    for (int64_t n : {0, 1, 2, 7, 1000}) {
+      const int team = resolve_num_threads(threads);
+      auto ahead = [](int64_t item) { return item % 3 != 0; };
+      std::vector<std::atomic<int>> hits(n);
+      std::vector<int64_t> next_of(n, -2);
+      std::vector<char> claimed_of(n, 0);
+      std::vector<std::vector<int64_t>> order(team);  // each thread's items, in its order
+      ThreadPool::global().parallel_for_ahead(
+          threads, n, ahead, [&](int64_t item, int64_t next, bool claimed, int thread_id) {
+            ASSERT_GE(thread_id, 0);
+            ASSERT_LT(thread_id, team);
+            hits[item].fetch_add(1);
+            next_of[item] = next;
+            claimed_of[item] = claimed;
+            order[thread_id].push_back(item);
+          });
+      std::vector<char> is_next(n, 0);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(hits[i].load(), 1) << "item " << i;
+        if (!ahead(i)) EXPECT_EQ(next_of[i], -1) << "item " << i << " did not ask";
+        if (next_of[i] >= 0) {
+          ASSERT_LT(next_of[i], n);
+          is_next[next_of[i]] = 1;
+        }
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(claimed_of[i] != 0, is_next[i] != 0) << "threads " << threads << ", item " << i;
+      }
+      for (const std::vector<int64_t>& items : order) {
+        for (std::size_t k = 0; k < items.size(); ++k) {
+          const int64_t next = next_of[items[k]];
+          if (next >= 0) {
+            ASSERT_LT(k + 1, items.size()) << "item " << items[k] << "'s next did not run after it";
+            EXPECT_EQ(items[k + 1], next) << "item " << items[k];
+          } else if (ahead(items[k])) {
+            // Claimed nothing although it asked: every item was taken by then.
+            EXPECT_EQ(k + 1, items.size()) << "item " << items[k];
+          }
+        }
+      }
+      if (resolve_num_threads(threads) == 1 || n <= 1) {
+        // One thread: in order, each asking item's next the one after it.
+        for (int64_t i = 0; i < n; ++i) {
+          EXPECT_EQ(next_of[i], ahead(i) && i + 1 < n ? i + 1 : -1) << "item " << i;
+        }
+      }
+    }
+  }
+}
+
 // Jobs back to back, as a serving engine's calls of one layer come: the workers take each while
 // they still spin on the job counter (spin_us > 0) or after they sleep (0), every item once.
 TEST(CpuThreadPool, SpinningAndSleepingWorkersRunEveryJob) {

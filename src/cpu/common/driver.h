@@ -40,6 +40,18 @@ void for_each_item(int threads, int64_t count, std::byte* scratch, std::size_t t
   });
 }
 
+// for_each_item for items that claim their successor before they run where ahead(i) holds
+// (ThreadPool::parallel_for_ahead): fn(i, next, claimed, scratch), `next` the item the thread
+// runs after i (-1: not claimed yet) and `claimed` whether i was its thread's previous `next`.
+template <class Ahead, class Fn>
+void for_each_item_ahead(int threads, int64_t count, std::byte* scratch, std::size_t thread_stride,
+                         Ahead&& ahead, Fn&& fn) {
+  ThreadPool::global().parallel_for_ahead(
+      threads, count, ahead, [&](int64_t i, int64_t next, bool claimed, int thread) {
+        fn(i, next, claimed, scratch + thread_stride * static_cast<std::size_t>(thread));
+      });
+}
+
 // One split: the plan's items (indices, in chunk order) of one (request, KV head, query range)
 // that wrote partial states.
 using Split = std::vector<int64_t>;

@@ -138,23 +138,36 @@ const HostOpenMp* host_openmp() {
   return host;
 }
 
+// A thread's share of a job: items from `counter` until none is left, each claiming its
+// successor first where job.ahead says so (ThreadPool::parallel_for_ahead). The one item loop of
+// the pool's threads, the caller, the host's team and a job run inline.
+void take_items(const ThreadPool::Job& job, std::atomic<int64_t>& counter, int thread_id) {
+  const int64_t n = job.num_items;
+  bool claimed = false;
+  for (int64_t item = counter.fetch_add(1, std::memory_order_relaxed); item < n;) {
+    int64_t next = -1;
+    if (job.ahead != nullptr && job.ahead(job.context, item)) {
+      next = counter.fetch_add(1, std::memory_order_relaxed);
+      if (next >= n) next = -1;
+    }
+    job.fn(job.context, item, next, claimed, thread_id);
+    claimed = next >= 0;
+    item = claimed ? next : counter.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 // One job on the host's team: each thread takes items until none is left.
 struct HostJob {
-  ThreadPool::ItemFn fn;
-  void* context;
-  int64_t num_items;
+  const ThreadPool::Job* job;
   int (*thread_num)();
   std::atomic<int64_t> next{0};
 };
 
 void host_team_body(void* data) {
-  auto* job = static_cast<HostJob*>(data);
-  const int thread_id = job->thread_num();
+  auto* host_job = static_cast<HostJob*>(data);
   const bool was_inside = t_inside_job;
   t_inside_job = true;
-  for (int64_t item; (item = job->next.fetch_add(1, std::memory_order_relaxed)) < job->num_items;) {
-    job->fn(job->context, item, thread_id);
-  }
+  take_items(*host_job->job, host_job->next, host_job->thread_num());
   t_inside_job = was_inside;
 }
 
@@ -262,46 +275,41 @@ void ThreadPool::worker_main(int worker_index) {
     // runtime's threads spin on the cores, must not stall the job).
     if (thread_id >= job_threads_ || !job_open_) continue;
     published_running_.store(++workers_running_, std::memory_order_relaxed);
-    ItemFn fn = fn_;
-    void* context = context_;
-    int64_t n = num_items_;
+    const Job job = job_;
     lock.unlock();
-    for (int64_t item; (item = next_item_.fetch_add(1, std::memory_order_relaxed)) < n;) {
-      fn(context, item, thread_id);
-    }
+    take_items(job, next_item_, thread_id);
     lock.lock();
     published_running_.store(--workers_running_, std::memory_order_release);
     if (workers_running_ == 0) done_cv_.notify_one();
   }
 }
 
-void ThreadPool::run(int num_threads, int64_t num_items, ItemFn fn, void* context) {
-  if (num_items <= 0) return;
+void ThreadPool::run(int num_threads, const Job& job) {
+  if (job.num_items <= 0) return;
   // The same count either way: callers size per-thread scratch for it.
   const int threads =
-      static_cast<int>(std::min<int64_t>(resolve_num_threads(num_threads), num_items));
+      static_cast<int>(std::min<int64_t>(resolve_num_threads(num_threads), job.num_items));
   const CpuThreads mode = g_mode.load(std::memory_order_relaxed);
   if (threads > 1 && !t_inside_job && mode != CpuThreads::kOwnPool) {
     if (const HostOpenMp* host = host_openmp()) {
-      HostJob job{fn, context, num_items, host->thread_num};
-      host->parallel(&host_team_body, &job, static_cast<unsigned>(threads), 0);
+      HostJob host_job{&job, host->thread_num};
+      host->parallel(&host_team_body, &host_job, static_cast<unsigned>(threads), 0);
       return;
     }
   }
-  run_own(threads, num_items, fn, context);
+  run_own(threads, job);
 }
 
-void ThreadPool::run_own(int threads, int64_t num_items, ItemFn fn, void* context) {
+void ThreadPool::run_own(int threads, const Job& job) {
   std::unique_lock<std::mutex> submit(submit_mutex_, std::defer_lock);
   if (threads <= 1 || t_inside_job || !submit.try_lock()) {
-    for (int64_t item = 0; item < num_items; ++item) fn(context, item, 0);
+    std::atomic<int64_t> counter{0};
+    take_items(job, counter, 0);
     return;
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    fn_ = fn;
-    context_ = context;
-    num_items_ = num_items;
+    job_ = job;
     job_threads_ = threads;
     job_open_ = true;
     workers_running_ = 0;
@@ -313,9 +321,7 @@ void ThreadPool::run_own(int threads, int64_t num_items, ItemFn fn, void* contex
   ensure_workers(threads - 1);
   work_cv_.notify_all();
   t_inside_job = true;
-  for (int64_t item; (item = next_item_.fetch_add(1, std::memory_order_relaxed)) < num_items;) {
-    fn(context, item, 0);
-  }
+  take_items(job, next_item_, 0);
   t_inside_job = false;
   // Every item is taken; wait only for the workers that joined and may still run one: spinning
   // first, as they do between jobs, then asleep. (Asleep at once, the caller's own wake-up took

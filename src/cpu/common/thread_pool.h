@@ -32,7 +32,16 @@ int64_t spin_microseconds(const char* value, std::string* error);
 
 class ThreadPool {
  public:
-  using ItemFn = void (*)(void* context, int64_t item, int thread_id);
+  // One job's items: fn(context, item, next, claimed, thread_id) for each; ahead (may be null)
+  // says which items claim their successor before they run (parallel_for_ahead).
+  using ItemFn = void (*)(void* context, int64_t item, int64_t next, bool claimed, int thread_id);
+  using AheadFn = bool (*)(void* context, int64_t item);
+  struct Job {
+    ItemFn fn = nullptr;
+    AheadFn ahead = nullptr;
+    void* context = nullptr;
+    int64_t num_items = 0;
+  };
 
   // The process-wide pool (workers start on first use and live until exit).
   static ThreadPool& global();
@@ -49,18 +58,40 @@ class ThreadPool {
   template <class Fn>
   void parallel_for(int num_threads, int64_t num_items, Fn&& fn) {
     using F = std::remove_reference_t<Fn>;
-    run(
-        num_threads, num_items,
-        [](void* context, int64_t item, int thread_id) {
-          (*static_cast<F*>(context))(item, thread_id);
-        },
-        const_cast<void*>(static_cast<const void*>(&fn)));
+    run(num_threads, Job{[](void* context, int64_t item, int64_t, bool, int thread_id) {
+                           (*static_cast<F*>(context))(item, thread_id);
+                         },
+                         nullptr, const_cast<void*>(static_cast<const void*>(&fn)), num_items});
   }
 
-  void run(int num_threads, int64_t num_items, ItemFn fn, void* context);
+  // parallel_for for items that want to know, while they run, which item their thread runs next
+  // (a decode task asks for the next one's first KV lines during its last tile): a thread about
+  // to run an item for which ahead(item) holds first claims its next item and passes it as
+  // fn(item, next, claimed, thread_id)'s `next` (-1 where none is left, or where ahead(item) is
+  // false: the thread then claims after fn returns, so that a long item does not hold one back
+  // while the other threads run out of work); `claimed` says that the item was claimed so, as
+  // the `next` of the item its thread ran before it.
+  template <class Ahead, class Fn>
+  void parallel_for_ahead(int num_threads, int64_t num_items, Ahead&& ahead, Fn&& fn) {
+    using A = std::remove_reference_t<Ahead>;
+    using F = std::remove_reference_t<Fn>;
+    struct Context {
+      A* ahead;
+      F* fn;
+    } context{&ahead, &fn};
+    run(num_threads, Job{[](void* c, int64_t item, int64_t next, bool claimed, int thread_id) {
+                           (*static_cast<Context*>(c)->fn)(item, next, claimed, thread_id);
+                         },
+                         [](void* c, int64_t item) -> bool {
+                           return (*static_cast<Context*>(c)->ahead)(item);
+                         },
+                         &context, num_items});
+  }
+
+  void run(int num_threads, const Job& job);
 
  private:
-  void run_own(int threads, int64_t num_items, ItemFn fn, void* context);
+  void run_own(int threads, const Job& job);
   void worker_main(int worker_index);
   void ensure_workers(int count);  // under submit_mutex_
 
@@ -71,9 +102,7 @@ class ThreadPool {
   uint64_t generation_ = 0;
   bool stopping_ = false;
   // The current job; written under mutex_ before generation_ changes.
-  ItemFn fn_ = nullptr;
-  void* context_ = nullptr;
-  int64_t num_items_ = 0;
+  Job job_;
   int job_threads_ = 0;
   bool job_open_ = false;    // workers may still join the current job
   int workers_running_ = 0;  // workers that joined the current job and have not left it

@@ -2,7 +2,6 @@
 #include "cpu/decode/decode.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -310,34 +309,24 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
     tasks.emplace_back(i, count);
     i += count;
   }
-  // Each thread claims the task it runs next before it runs a short one, whose last tile then
-  // asks for the next one's first tile (NextDecodeTask), and the next one does not ask again:
-  // else each short request's first tile was read in a burst at its start, the cost of one tile
-  // in eight at 256 keys. Long tasks claim after they end (a task held in reserve while a long
-  // one runs could leave the other threads idle at the end).
-  const int64_t num_tasks = static_cast<int64_t>(tasks.size());
-  auto task_keys = [&](int64_t t) {
+  // A thread claims the task it runs next before it runs a short one, whose last tile then asks
+  // for the next one's first tile (NextDecodeTask), and the next one does not ask again
+  // (`claimed`): else each short request's first tile was read in a burst at its start, the cost
+  // of one tile in eight at 256 keys. Long tasks claim after they end (a task held in reserve
+  // while a long one runs could leave the other threads idle at the end); an empty one asks for
+  // nothing, so claims after it too.
+  auto claims_ahead = [&](int64_t t) {
     const WorkItem& w = plan.work[tasks[t].first];
-    return w.kv_end - w.kv_begin;
+    return w.kv_end > w.kv_begin && w.kv_end - w.kv_begin <= kClaimAheadKeys;
   };
-  std::atomic<int64_t> next_task{0};
-  auto run_tasks = [&](int64_t, std::byte* scratch) {
-    bool asked = false;  // t's first tile, by the task before it
-    for (int64_t t = next_task.fetch_add(1); t < num_tasks;) {
-      const int64_t keys = task_keys(t);
-      NextDecodeTask next;
-      int64_t u = -1;
-      if (keys <= kClaimAheadKeys) {
-        u = next_task.fetch_add(1);
-        if (u < num_tasks) next = {plan.work.data() + tasks[u].first, tasks[u].second};
-      }
-      kernel(p, plan.work.data() + tasks[t].first, tasks[t].second, asked, next, scratch);
-      asked = u >= 0 && keys > 0;  // (an empty task asked for none)
-      t = u >= 0 ? u : next_task.fetch_add(1);
-    }
-  };
-  for_each_item(plan.num_threads, std::min<int64_t>(plan.num_threads, num_tasks),
-                ws + layout.scratch, layout.layout.thread_stride(), run_tasks);
+  for_each_item_ahead(
+      plan.num_threads, static_cast<int64_t>(tasks.size()), ws + layout.scratch,
+      layout.layout.thread_stride(), claims_ahead,
+      [&](int64_t t, int64_t u, bool claimed, std::byte* scratch) {
+        NextDecodeTask next;
+        if (u >= 0) next = {plan.work.data() + tasks[u].first, tasks[u].second};
+        kernel(p, plan.work.data() + tasks[t].first, tasks[t].second, claimed, next, scratch);
+      });
   // Each split (request, KV head): its group's rows merged, the sink joining, then stored.
   merge_splits(
       plan, p.partial, [&](const WorkItem&) { return p.group; },

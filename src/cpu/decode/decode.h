@@ -131,8 +131,9 @@ struct DecodeScratchLayout {
                                   bool rope, bool token_scales);
 };
 
-// The task a thread runs after the one it is running (run_decode claims it first), whose first
-// tile's lines the running task's last tile asks for; `items` null where there is none.
+// The task a thread runs after the one it is running (claimed before that one runs:
+// ThreadPool::parallel_for_ahead), whose first tile's lines the running task's last tile asks
+// for; `items` null where there is none.
 struct NextDecodeTask {
   const WorkItem* items = nullptr;
   int num_heads = 0;
