@@ -22,12 +22,12 @@ testing::CaseSpec llama3_decode(DType kv, int head_dim, int batch, int64_t conte
   return spec;
 }
 
-// Ragged Q over a paged KV cache, one request of `tokens` new tokens, causal.
-testing::CaseSpec llama3_prefill(int head_dim, int64_t tokens) {
-  testing::CaseSpec spec = llama3_decode(DType::kBF16, head_dim, 1, tokens);
+// Ragged Q over a paged KV cache, `batch` requests of `tokens` new tokens each, causal.
+testing::CaseSpec llama3_prefill(int head_dim, int64_t tokens, int batch = 1) {
+  testing::CaseSpec spec = llama3_decode(DType::kBF16, head_dim, batch, tokens);
   spec.problem.op = Op::kBatchPrefillPaged;
   spec.problem.mask_mode = MaskMode::kCausal;
-  spec.qo_lens = {tokens};
+  spec.qo_lens.assign(batch, tokens);
   return spec;
 }
 
@@ -91,6 +91,9 @@ std::vector<BenchCase> standard_cases() {
       {"prefill_llama3_8b_causal", llama3_prefill(128, 4096), false},
       {"prefill_d64_causal", llama3_prefill(64, 4096), false},
       {"prefill_d256_causal", llama3_prefill(256, 4096), false},
+      // Many short prompts (64 x 128 tokens): each query tile meets 32-128 keys, so what a tile
+      // costs besides its products (its queries in, its outputs out: 64 MiB each way) weighs here.
+      {"prefill_short_b64_causal", llama3_prefill(128, 128, 64), false},
       // MLA: 16 x 4096 latents x 576 x 2 bytes = 75 MB read once for all heads; at 128 heads
       // each latent meets 128 query rows (~2 kFLOP per byte): compute-bound on bf16 dot products.
       // At 16 heads (DeepSeek-V2-Lite) it is 8x less compute per byte: judged by DRAM bandwidth.

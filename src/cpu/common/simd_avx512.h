@@ -23,6 +23,36 @@ namespace kvattn::cpu::avx512 {
 // run without them.
 namespace {
 
+// r[i] becomes column i of the 16 x 16 matrix of 32-bit words whose row i was r[i]: unpacks of
+// words, then of word pairs, then two rounds of 128-bit lane shuffles. Always inline: left out of
+// line (GCC 12 did so in prefill_amx.cc), its unpacks' _mm512_undefined_* warn as uninitialized.
+[[gnu::always_inline]] inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // r[4g + c], 128-bit lane k: column 4k + c of rows 4g .. 4g + 3.
+  for (int g = 0; g < 16; g += 4) {
+    r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    t[c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);           // lanes 0, 2
+    t[4 + c] = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);       // lanes 1, 3
+    t[8 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);  // lanes 0, 2
+    t[12 + c] = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
+  }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
+    r[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
+  }
+}
+
 struct Simd {
   static constexpr int kWidth = 16;
   using Vec = __m512;

@@ -32,7 +32,7 @@ namespace kvattn::cpu {
 namespace {
 
 using amx::load_tile_config;
-using amx::transpose16;
+using avx512::transpose16;
 using avx512::Simd;
 constexpr int T = kMlaTileKeys;  // keys per KV tile
 constexpr int kGroups = T / 16;  // 16-key row blocks of a tile

@@ -16,6 +16,13 @@ struct Vec : ::kvattn::cpu::avx512::Simd {
   static constexpr int kDvBlock = 6;
 
   static bool any_greater(Reg a, Reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) != 0; }
+  // r[i] becomes column i of the 16 x 16 matrix whose row i was r[i] (kernel.h's transposes).
+  [[gnu::always_inline]] static void transpose(Reg r[16]) {
+    __m512i x[16];
+    for (int i = 0; i < 16; ++i) x[i] = _mm512_castps_si512(r[i]);
+    ::kvattn::cpu::avx512::transpose16(x);
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_castsi512_ps(x[i]);
+  }
 
   // 2^x for the probabilities, x = s - max <= 8 (bf16_pairs.h's lazy rescale; 0 or below in
   // kernel.h's softmax): a degree-4 minimax polynomial of 2^f on [-0.5, 0.5] (relative error

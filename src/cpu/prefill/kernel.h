@@ -324,24 +324,51 @@ inline const unsigned char* query_row(const PrefillParams& p, const RequestInfo&
   return static_cast<const unsigned char*>(p.q) + offset * dtype_bytes(p.q_dtype);
 }
 
-// Stages Q^T for the tile: q * q_scale (rotated), times qk_scale; padding rows are zeros.
+// dst[d][c] = rows[c][d] for c < W (Vec::W rows of `pitch` floats at `rows`) and d < dim, dst's
+// rows `dst_pitch` floats apart, each times `scale`: W x W blocks by Vec::transpose, the dims past
+// a multiple of W one by one.
+inline void transpose_rows(const float* rows, int pitch, int dim, float scale, float* dst,
+                           int64_t dst_pitch) {
+  using R = typename Vec::Reg;
+  constexpr int W = Vec::W;
+  const R s = Vec::set1(scale);
+  int d0 = 0;
+  for (; d0 + W <= dim; d0 += W) {
+    R v[W];
+    for (int c = 0; c < W; ++c) v[c] = Vec::load(rows + c * pitch + d0);
+    Vec::transpose(v);
+    for (int i = 0; i < W; ++i) Vec::store(dst + (d0 + i) * dst_pitch, Vec::mul(v[i], s));
+  }
+  for (; d0 < dim; ++d0) {
+    for (int c = 0; c < W; ++c) dst[d0 * dst_pitch + c] = rows[c * pitch + d0] * scale;
+  }
+}
+
+// Stages Q^T for the tile: q * q_scale (rotated), times qk_scale; padding rows are zeros. Vec::W
+// rows at a time, converted to f32 at row_tmp and transposed in registers (transpose_rows): a
+// float a store, as until 2026-12-07, the AVX2 kernel spent ~10 % of its time on 64 requests of
+// 128 tokens here and in store_tile, where a tile's queries meet 32-128 keys.
 inline void stage_queries(const PrefillParams& p, const RequestInfo& req, int kv_head,
                           const TileRows& t, float* scratch) {
   const ScratchLayout& L = p.scratch;
   float* qt = scratch + L.qt;
-  float* tmp = scratch + L.row_tmp;
+  float* rows = scratch + L.row_tmp;  // [W][dim]
   const auto* row_pos = reinterpret_cast<const int32_t*>(scratch + L.row_pos);
   const int dim = p.head_dim_qk;
-  for (int r = 0; r < t.rows_pad; ++r) {
-    if (r >= t.rows) {
-      for (int d = 0; d < dim; ++d) qt[d * t.rows_pad + r] = 0.0f;
-      continue;
+  for (int r0 = 0; r0 < t.rows_pad; r0 += Vec::W) {  // rows_pad: a multiple of 16
+    for (int c = 0; c < Vec::W; ++c) {
+      const int r = r0 + c;
+      float* row = rows + c * dim;
+      if (r >= t.rows) {
+        for (int d = 0; d < dim; ++d) row[d] = 0.0f;
+        continue;
+      }
+      const int head = kv_head * p.group + r % p.group;
+      load_row_as_f32<Vec>(query_row(p, req, t, r / p.group, head), p.q_dtype, dim,
+                           p.q_stride_dim, p.q_scale, row);
+      if (p.rope_table) rope_rotate(p, row_pos[r], dim, row);
     }
-    const int head = kv_head * p.group + r % p.group;
-    load_row_as_f32<Vec>(query_row(p, req, t, r / p.group, head), p.q_dtype, dim, p.q_stride_dim,
-                         p.q_scale, tmp);
-    if (p.rope_table) rope_rotate(p, row_pos[r], dim, tmp);
-    for (int d = 0; d < dim; ++d) qt[d * t.rows_pad + r] = tmp[d] * p.qk_scale;
+    transpose_rows(rows, dim, dim, p.qk_scale, qt + r0, t.rows_pad);
   }
 }
 
@@ -498,24 +525,47 @@ inline void softmax_update(const PrefillParams& p, const TileRows& t, int keys, 
   }
 }
 
-// The tile's rows through the one epilogue (common/epilogue.h): o = O^T / sum in o's dtype, the
+// Row r of the tile through the one epilogue (common/epilogue.h): o = O / sum in o's dtype, the
 // natural-log LSE, the sink joining the denominator; a row that saw no key writes o = 0 and
 // lse = -inf (or the sink), a row with a NaN score o = lse = NaN — the sum carries the NaN (exp2
-// keeps it) even where the running max skipped it, and a NaN max marks the row too.
+// keeps it) even where the running max skipped it, and a NaN max marks the row too. `o`: the
+// row's unnormalized output (head_dim_vo floats), scaled in place.
+inline void store_row(const PrefillParams& p, const RequestInfo& req, int kv_head,
+                      const TileRows& t, int r, float value_scale, const float* scratch,
+                      float* o) {
+  const float* row_max = scratch + p.scratch.row_max;
+  const float* row_sum = scratch + p.scratch.row_sum;
+  const int head = kv_head * p.group + r % p.group;
+  const math::RowFinish fin = finish_row(row_max[r], row_sum[r], value_scale,
+                                         row_max[r] != row_max[r], p.sinks ? p.sinks + head : nullptr);
+  for (int d = 0; d < p.head_dim_vo; ++d) o[d] *= fin.o_scale;
+  const int64_t token = req.qo_begin + t.t0 + r / p.group;
+  p.output.store_with<Vec>(token, head, o, p.head_dim_vo, fin.lse);
+}
+
+// The tile's rows (store_row), Vec::W at a time transposed from O^T into row_tmp.
 inline void store_tile(const PrefillParams& p, const RequestInfo& req, int kv_head,
                        const TileRows& t, float value_scale, float* scratch) {
   const float* ot = scratch + p.scratch.ot;
-  const float* row_max = scratch + p.scratch.row_max;
-  const float* row_sum = scratch + p.scratch.row_sum;
-  float* tmp = scratch + p.scratch.row_tmp;
-  for (int r = 0; r < t.rows; ++r) {
-    const int head = kv_head * p.group + r % p.group;
-    const math::RowFinish fin =
-        finish_row(row_max[r], row_sum[r], value_scale, row_max[r] != row_max[r],
-                   p.sinks ? p.sinks + head : nullptr);
-    for (int d = 0; d < p.head_dim_vo; ++d) tmp[d] = ot[d * t.rows_pad + r] * fin.o_scale;
-    const int64_t token = req.qo_begin + t.t0 + r / p.group;
-    p.output.store_with<Vec>(token, head, tmp, p.head_dim_vo, fin.lse);
+  float* rows = scratch + p.scratch.row_tmp;  // [W][dvo]
+  const int dvo = p.head_dim_vo;
+  for (int r0 = 0; r0 < t.rows; r0 += Vec::W) {  // rows_pad: a multiple of 16
+    // O^T's dims as the rows of a W-column block, back into rows of dvo floats.
+    for (int d0 = 0; d0 < dvo; d0 += Vec::W) {
+      const int count = dvo - d0 < Vec::W ? dvo - d0 : Vec::W;
+      if (count == Vec::W) {
+        transpose_rows(ot + int64_t{d0} * t.rows_pad + r0, static_cast<int>(t.rows_pad), Vec::W,
+                       1.0f, rows + d0, dvo);
+      } else {
+        for (int c = 0; c < Vec::W; ++c) {
+          for (int d = d0; d < dvo; ++d) rows[c * dvo + d] = ot[d * t.rows_pad + r0 + c];
+        }
+      }
+    }
+    const int n = t.rows - r0 < Vec::W ? t.rows - r0 : Vec::W;
+    for (int c = 0; c < n; ++c) {
+      store_row(p, req, kv_head, t, r0 + c, value_scale, scratch, rows + c * dvo);
+    }
   }
 }
 

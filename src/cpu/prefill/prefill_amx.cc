@@ -44,7 +44,7 @@ inline void transpose16x16(const uint32_t* src, int64_t src_stride, uint32_t* ds
                            int64_t dst_stride) {
   __m512i r[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * src_stride);
-  ::kvattn::cpu::amx::transpose16(r);
+  ::kvattn::cpu::avx512::transpose16(r);
   for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * dst_stride, r[i]);
 }
 
@@ -152,31 +152,6 @@ struct AmxProducts {
   void prefetch_next(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0,
                      int keys) {
     pf.plan(p, req, kv_head, j0, keys);
-  }
-
-  // Q^T pairs as stage_query_pairs (bf16_pairs.h) writes them, 16 rows x 16 pairs at a time by
-  // one 16 x 16 dword transpose in registers (the head dims are multiples of 32; the scalar
-  // dword loop was ~2 % of the kernel); padding rows are zeros.
-  void stage_query_pairs(const PrefillParams& p, const RequestInfo& req, int kv_head,
-                         const TileRows& t, float* scratch) const {
-    auto* qp = reinterpret_cast<uint32_t*>(scratch + p.scratch.qt);
-    const int pairs = p.head_dim_qk / 2;
-    for (int r0 = 0; r0 < t.rows_pad; r0 += 16) {
-      const unsigned char* rows[16];
-      for (int i = 0; i < 16; ++i) {
-        const int r = r0 + i;
-        rows[i] = r < t.rows ? query_row(p, req, t, r / p.group, kv_head * p.group + r % p.group)
-                             : nullptr;
-      }
-      for (int pr0 = 0; pr0 < pairs; pr0 += 16) {
-        __m512i v[16];
-        for (int i = 0; i < 16; ++i) {
-          v[i] = rows[i] ? _mm512_loadu_si512(rows[i] + 4 * pr0) : _mm512_setzero_si512();
-        }
-        ::kvattn::cpu::amx::transpose16(v);
-        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(qp + (pr0 + i) * t.rows_pad + r0, v[i]);
-      }
-    }
   }
 
   // K: every row copied (bf16) or widened (fp8) into the K tile buffer [round16(keys)][dqk], rows

@@ -42,6 +42,25 @@ struct Vec : ::kvattn::cpu::avx2::Simd {
   static bool any_greater(Reg a, Reg b) {
     return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ)) != 0;
   }
+  // r[i] becomes column i of the 8 x 8 matrix whose row i was r[i] (kernel.h's transposes):
+  // unpacks of floats, then of float pairs, then the 128-bit halves.
+  static void transpose(Reg r[8]) {
+    Reg t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 8; g += 4) {
+      u[g] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
+      u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+      u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+      u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {
+      r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+      r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+  }
   static Reg zero_if_neg_inf(Reg x) {
     const Reg is_neg_inf = _mm256_cmp_ps(x, set1(-__builtin_huge_valf()), _CMP_EQ_OQ);
     return _mm256_andnot_ps(is_neg_inf, x);

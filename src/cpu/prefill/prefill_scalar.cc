@@ -25,6 +25,7 @@ struct Vec : ::kvattn::cpu::scalar::Simd {
   static Reg exp2_probability(Reg x) { return exp2(x); }  // no cheaper form here
   static bool any_greater(Reg a, Reg b) { return a > b; }
   static Reg zero_if_neg_inf(Reg x) { return x == -HUGE_VALF ? 0.0f : x; }
+  static void transpose(Reg*) {}  // 1 x 1
 };
 
 #include "cpu/prefill/kernel.h"

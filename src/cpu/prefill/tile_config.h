@@ -81,7 +81,8 @@ struct ScratchLayout {
   int64_t row_max = 0, row_sum = 0;  // [rows_pad], log2 domain
   int64_t row_pos = 0;               // [rows_pad] absolute query positions (int32 storage)
   int64_t row_slope = 0;             // [rows_pad] ALiBi slope * log2(e)
-  int64_t row_tmp = 0;               // [max(D_qk, D_vo) + 64] conversion staging
+  int64_t row_tmp = 0;               // [kRowAlign x max(D_qk, D_vo) + 64] conversion staging;
+                                     // kRowAlign output rows at once (bf16_pairs.h)
   int64_t pair_rows = 0;             // 3 x max(D_qk, D_vo) u16: bf16 rows being paired
   int64_t p_lo = 0;                  // [kv_tile / 2][rows_pad] u32: the bf16 kernel's P pairs'
                                      // low parts (per-token V scales: softmax_pack)
@@ -106,7 +107,7 @@ constexpr ScratchLayout scratch_layout(const PrefillTile& t, int head_dim_qk, in
   s.row_pos = take(t.rows_pad);
   s.row_slope = take(t.rows_pad);
   const int64_t widest = head_dim_qk > head_dim_vo ? head_dim_qk : head_dim_vo;
-  s.row_tmp = take(widest + 64);
+  s.row_tmp = take(kRowAlign * widest + 64);
   s.pair_rows = take((3 * widest + 1) / 2);
   s.p_lo = take(int64_t{(t.kv_tile + 1) / 2} * t.rows_pad);
   s.floats = static_cast<int64_t>(at.size() / sizeof(float));
