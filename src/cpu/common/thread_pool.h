@@ -79,13 +79,12 @@ class ThreadPool {
       A* ahead;
       F* fn;
     } context{&ahead, &fn};
-    run(num_threads, Job{[](void* c, int64_t item, int64_t next, bool claimed, int thread_id) {
-                           (*static_cast<Context*>(c)->fn)(item, next, claimed, thread_id);
-                         },
-                         [](void* c, int64_t item) -> bool {
-                           return (*static_cast<Context*>(c)->ahead)(item);
-                         },
-                         &context, num_items});
+    run(num_threads,
+        Job{[](void* c, int64_t item, int64_t next, bool claimed, int thread_id) {
+              (*static_cast<Context*>(c)->fn)(item, next, claimed, thread_id);
+            },
+            [](void* c, int64_t item) -> bool { return (*static_cast<Context*>(c)->ahead)(item); },
+            &context, num_items});
   }
 
   void run(int num_threads, const Job& job);

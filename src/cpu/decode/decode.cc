@@ -319,14 +319,14 @@ Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
     const WorkItem& w = plan.work[tasks[t].first];
     return w.kv_end > w.kv_begin && w.kv_end - w.kv_begin <= kClaimAheadKeys;
   };
-  for_each_item_ahead(
-      plan.num_threads, static_cast<int64_t>(tasks.size()), ws + layout.scratch,
-      layout.layout.thread_stride(), claims_ahead,
-      [&](int64_t t, int64_t u, bool claimed, std::byte* scratch) {
-        NextDecodeTask next;
-        if (u >= 0) next = {plan.work.data() + tasks[u].first, tasks[u].second};
-        kernel(p, plan.work.data() + tasks[t].first, tasks[t].second, claimed, next, scratch);
-      });
+  for_each_item_ahead(plan.num_threads, static_cast<int64_t>(tasks.size()), ws + layout.scratch,
+                      layout.layout.thread_stride(), claims_ahead,
+                      [&](int64_t t, int64_t u, bool claimed, std::byte* scratch) {
+                        NextDecodeTask next;
+                        if (u >= 0) next = {plan.work.data() + tasks[u].first, tasks[u].second};
+                        kernel(p, plan.work.data() + tasks[t].first, tasks[t].second, claimed, next,
+                               scratch);
+                      });
   // Each split (request, KV head): its group's rows merged, the sink joining, then stored.
   merge_splits(
       plan, p.partial, [&](const WorkItem&) { return p.group; },

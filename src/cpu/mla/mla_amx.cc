@@ -32,8 +32,8 @@ namespace kvattn::cpu {
 namespace {
 
 using amx::load_tile_config;
-using avx512::transpose16;
 using avx512::Simd;
+using avx512::transpose16;
 constexpr int T = kMlaTileKeys;  // keys per KV tile
 constexpr int kGroups = T / 16;  // 16-key row blocks of a tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();

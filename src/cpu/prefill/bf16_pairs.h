@@ -37,8 +37,8 @@ inline void stage_query_pairs(const PrefillParams& p, const RequestInfo& req, in
     const unsigned char* rows[16];
     for (int i = 0; i < 16; ++i) {
       const int r = r0 + i;
-      rows[i] = r < t.rows ? query_row(p, req, t, r / p.group, kv_head * p.group + r % p.group)
-                           : nullptr;
+      rows[i] =
+          r < t.rows ? query_row(p, req, t, r / p.group, kv_head * p.group + r % p.group) : nullptr;
     }
     for (int pr0 = 0; pr0 < pairs; pr0 += 16) {
       const int count = pairs - pr0 < 16 ? pairs - pr0 : 16;

@@ -364,8 +364,8 @@ inline void stage_queries(const PrefillParams& p, const RequestInfo& req, int kv
         continue;
       }
       const int head = kv_head * p.group + r % p.group;
-      load_row_as_f32<Vec>(query_row(p, req, t, r / p.group, head), p.q_dtype, dim,
-                           p.q_stride_dim, p.q_scale, row);
+      load_row_as_f32<Vec>(query_row(p, req, t, r / p.group, head), p.q_dtype, dim, p.q_stride_dim,
+                           p.q_scale, row);
       if (p.rope_table) rope_rotate(p, row_pos[r], dim, row);
     }
     transpose_rows(rows, dim, dim, p.qk_scale, qt + r0, t.rows_pad);
@@ -531,13 +531,13 @@ inline void softmax_update(const PrefillParams& p, const TileRows& t, int keys, 
 // keeps it) even where the running max skipped it, and a NaN max marks the row too. `o`: the
 // row's unnormalized output (head_dim_vo floats), scaled in place.
 inline void store_row(const PrefillParams& p, const RequestInfo& req, int kv_head,
-                      const TileRows& t, int r, float value_scale, const float* scratch,
-                      float* o) {
+                      const TileRows& t, int r, float value_scale, const float* scratch, float* o) {
   const float* row_max = scratch + p.scratch.row_max;
   const float* row_sum = scratch + p.scratch.row_sum;
   const int head = kv_head * p.group + r % p.group;
-  const math::RowFinish fin = finish_row(row_max[r], row_sum[r], value_scale,
-                                         row_max[r] != row_max[r], p.sinks ? p.sinks + head : nullptr);
+  const math::RowFinish fin =
+      finish_row(row_max[r], row_sum[r], value_scale, row_max[r] != row_max[r],
+                 p.sinks ? p.sinks + head : nullptr);
   for (int d = 0; d < p.head_dim_vo; ++d) o[d] *= fin.o_scale;
   const int64_t token = req.qo_begin + t.t0 + r / p.group;
   p.output.store_with<Vec>(token, head, o, p.head_dim_vo, fin.lse);
