@@ -80,6 +80,7 @@ ggml_cases=(
   "prefill_llama3_8b_causal f16 128 1 4096 4096 1"
   "prefill_d64_causal f16 64 1 4096 4096 1"
   "prefill_d256_causal f16 256 1 4096 4096 1"
+  "prefill_short_b64_causal f16 128 64 128 128 1"
 )
 
 log_step() {  # ROUND_DIR STEP

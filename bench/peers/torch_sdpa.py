@@ -36,6 +36,7 @@ CASES = {
     "prefill_llama3_8b_causal": ("prefill", 128, 1, 4096, "bf16"),
     "prefill_d64_causal": ("prefill", 64, 1, 4096, "bf16"),
     "prefill_d256_causal": ("prefill", 256, 1, 4096, "bf16"),
+    "prefill_short_b64_causal": ("prefill", 128, 64, 128, "bf16"),
 }
 
 

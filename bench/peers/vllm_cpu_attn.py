@@ -38,6 +38,7 @@ CASES = {
     "prefill_llama3_8b_causal": ("prefill", 128, 1, 4096, "auto"),
     "prefill_d64_causal": ("prefill", 64, 1, 4096, "auto"),
     "prefill_d256_causal": ("prefill", 256, 1, 4096, "auto"),
+    "prefill_short_b64_causal": ("prefill", 128, 64, 128, "auto"),
 }
 
 
