@@ -216,8 +216,10 @@ inline void scale_scores(const TileRows& t, int keys, float scale, float* st) {
 //     its scores read, and the V pairs (stage_value_pairs);
 //   Products::prefetch_next(p, req, kv_head, j0, keys): the next tile's rows (keys may be 0),
 //     asked for during the products (NextTilePrefetch);
-//   Products::scores(p, t, keys, scratch): S^T [keys][rows_pad] at scratch + st;
-//   Products::values(p, t, keys, scratch): O^T += V^T P^T from the P pairs over S^T;
+//   Products::scores(p, t, keys, scratch, visible): S^T [keys][rows_pad] at scratch + st, where
+//     a block of rows may stop at the keys it can see (VisibleKeys, kernel.h);
+//   Products::values(p, t, keys, scratch, visible): O^T += V^T P^T from the P pairs over S^T (a
+//     block of rows may stop likewise: the keys past it have weight 0 for all its rows);
 //   Products::value_scales(), where it has one: each key's V scale, which softmax_pack<true>
 //     folds into P (split in two: the P pairs and their low parts at p_lo).
 template <class Products>
@@ -243,7 +245,12 @@ inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int k
     products.stage(p, req, kv_head, j0, n, scratch);
     products.prefetch_next(p, req, kv_head, j0 + kv_tile,
                            static_cast<int>(imax(0, imin(kv_tile, keys.end - j0 - kv_tile))));
-    products.scores(p, t, n, scratch);
+    const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
+    VisibleKeys visible;  // (kernel.h) each block of rows over the keys it can see
+    if (!full && p.causal) {
+      visible = {reinterpret_cast<const int32_t*>(scratch + p.scratch.row_pos), j0};
+    }
+    products.scores(p, t, n, scratch, visible);
     // The soft cap and ALiBi act on scaled scores; otherwise the scale rides along the softmax.
     float softmax_scale = score_scale;
     if (transform) {
@@ -251,7 +258,6 @@ inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int k
       transform_scores(p, t, j0, n, scratch);
       softmax_scale = 1.0f;
     }
-    const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
     if (!full) mask_scores(p, req, t, j0, n, scratch);
     if constexpr (requires { products.value_scales(); }) {
       softmax_pack<true>(p, t, n, softmax_scale, scratch, products.value_scales());
@@ -264,7 +270,7 @@ inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int k
       add_non_finite_pair_values(n, t.rows, t.rows_pad, p.head_dim_vo,
                                  reinterpret_cast<uint32_t*>(st), vp, scratch + p.scratch.ot);
     }
-    products.values(p, t, n, scratch);
+    products.values(p, t, n, scratch, visible);
   }
   store_tile(p, req, kv_head, t, v_scale, scratch);
 }

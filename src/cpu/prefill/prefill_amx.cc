@@ -183,7 +183,9 @@ struct AmxProducts {
     std::memset(vp + int64_t{pairs} * dvo, 0, sizeof(uint32_t) * (round16(pairs) - pairs) * dvo);
   }
 
-  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
+  // Whole tiles of 16 x 16: the products do not stop at a block's visible keys (VisibleKeys).
+  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
+              const VisibleKeys&) {
     const int row_pairs = (t.row_vecs + 1) / 2;
     pf.spread(row_pairs * ((round16(keys) / 16 + 1) / 2 * (p.head_dim_qk / 32) +
                            (p.head_dim_vo / 16 + 1) / 2 * (round16((keys + 1) / 2) / 16)));
@@ -207,7 +209,8 @@ struct AmxProducts {
 
   // The P pairs past the tile's keys are zeroed up to 16 (their S^T rows hold other keys'
   // scores), the V pairs (zero past the keys, after the numerics policy's guard) transposed.
-  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
+  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
+              const VisibleKeys&) {
     const int dvo = p.head_dim_vo, pairs = (keys + 1) / 2, pairs_pad = round16(pairs);
     auto* pp = reinterpret_cast<uint32_t*>(scratch + p.scratch.st);
     std::memset(pp + pairs * t.rows_pad, 0, sizeof(uint32_t) * (pairs_pad - pairs) * t.rows_pad);

@@ -100,26 +100,33 @@ template <int RV>
   }
 }
 
+// Each block of rows over the keys it can see (VisibleKeys, kernel.h).
 [[gnu::always_inline]] inline void scores(const unsigned char* const* k_rows, int pairs,
                                           const uint32_t* qp, int64_t rows_pad, int row_vecs,
-                                          int keys, float* st, NextTilePrefetch& pf) {
-  constexpr int RV = Vec::kRowVecs;
+                                          int keys, float* st, NextTilePrefetch& pf,
+                                          const VisibleKeys& visible) {
+  constexpr int RV = Vec::kRowVecs, W = Vec::W;
   int rv = 0;
   for (; rv + RV <= row_vecs; rv += RV) {
-    score_rows<RV>(k_rows, pairs, qp + rv * Vec::W, rows_pad, keys, st + rv * Vec::W, pf);
+    score_rows<RV>(k_rows, pairs, qp + rv * W, rows_pad, visible.of((rv + RV) * W - 1, keys),
+                   st + rv * W, pf);
   }
   for (; rv < row_vecs; ++rv) {
-    score_rows<1>(k_rows, pairs, qp + rv * Vec::W, rows_pad, keys, st + rv * Vec::W, pf);
+    score_rows<1>(k_rows, pairs, qp + rv * W, rows_pad, visible.of((rv + 1) * W - 1, keys),
+                  st + rv * W, pf);
   }
 }
 
+// P pairs of `keys` keys; each block of rows over the pairs of the keys it can see.
 [[gnu::always_inline]] inline void accumulate_values(const uint32_t* vp, int dim_vo,
                                                      const uint32_t* pp, int64_t rows_pad,
-                                                     int row_vecs, int pairs, float* ot,
-                                                     NextTilePrefetch& pf) {
-  constexpr int RV = Vec::kRowVecs, DB = Vec::kDvBlock;
+                                                     int row_vecs, int keys, float* ot,
+                                                     NextTilePrefetch& pf,
+                                                     const VisibleKeys& visible) {
+  constexpr int RV = Vec::kRowVecs, DB = Vec::kDvBlock, W = Vec::W;
   int rv = 0;
   for (; rv + RV <= row_vecs; rv += RV) {
+    const int pairs = (visible.of((rv + RV) * W - 1, keys) + 1) / 2;
     int d = 0;
     for (; d + DB <= dim_vo; d += DB) {
       pf.step();
@@ -136,6 +143,7 @@ template <int RV>
     }
   }
   for (; rv < row_vecs; ++rv) {
+    const int pairs = (visible.of((rv + 1) * W - 1, keys) + 1) / 2;
     int d = 0;
     for (; d + DB <= dim_vo; d += DB) {
       value_block<DB, 1>(vp + d, dim_vo, pp + rv * Vec::W, rows_pad, pairs,
@@ -170,16 +178,18 @@ struct DotProducts {
     }
     stage_value_pairs(p, req, kv_head, j0, keys, scratch);
   }
-  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
+  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
+              const VisibleKeys& visible) {
     pf.spread(register_blocks(t.row_vecs, keys, p.head_dim_vo));
     ::kvattn::cpu::prefill::avx512_bf16::scores(
         k_rows, p.head_dim_qk / 2, reinterpret_cast<const uint32_t*>(scratch + p.scratch.qt),
-        t.rows_pad, t.row_vecs, keys, scratch + p.scratch.st, pf);
+        t.rows_pad, t.row_vecs, keys, scratch + p.scratch.st, pf, visible);
   }
-  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
+  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
+              const VisibleKeys& visible) {
     accumulate_values(reinterpret_cast<const uint32_t*>(scratch + p.scratch.vf), p.head_dim_vo,
                       reinterpret_cast<const uint32_t*>(scratch + p.scratch.st), t.rows_pad,
-                      t.row_vecs, (keys + 1) / 2, scratch + p.scratch.ot, pf);
+                      t.row_vecs, keys, scratch + p.scratch.ot, pf, visible);
     pf.finish();
   }
 };
@@ -201,8 +211,9 @@ struct SplitDotProducts : DotProducts {
       value_scale[jj] = token_scale(p, p.v_token_scale, req, j0 + jj, kv_head);
     }
   }
-  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
-    DotProducts::scores(p, t, keys, scratch);
+  void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
+              const VisibleKeys& visible) {
+    DotProducts::scores(p, t, keys, scratch, visible);
     float* st = scratch + p.scratch.st;
     for (int jj = 0; jj < keys; ++jj) {
       const __m512 ks = Vec::set1(key_scale[jj]);
@@ -212,12 +223,13 @@ struct SplitDotProducts : DotProducts {
       }
     }
   }
-  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch) {
+  void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
+              const VisibleKeys& visible) {
     auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
     const int pairs = (keys + 1) / 2;
     auto pass = [&](int64_t pairs_at) {
       accumulate_values(vp, p.head_dim_vo, reinterpret_cast<const uint32_t*>(scratch + pairs_at),
-                        t.rows_pad, t.row_vecs, pairs, scratch + p.scratch.ot, pf);
+                        t.rows_pad, t.row_vecs, keys, scratch + p.scratch.ot, pf, visible);
     };
     pass(p.scratch.st);
     // The low parts meet V with its infinities zeroed (split_bf16; the tile's V is not read
