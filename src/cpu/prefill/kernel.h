@@ -627,8 +627,8 @@ inline void run_tile(const PrefillParams& p, const RequestInfo& req, int kv_head
                             scratch + p.scratch.st, vf, scratch + p.scratch.ot);
     }
     accumulate_values(scratch + p.scratch.vf, p.head_dim_vo, p.scratch.v_pitch,
-                      scratch + p.scratch.st, t.rows_pad, t.row_vecs, n, scratch + p.scratch.ot,
-                      pf, visible);
+                      scratch + p.scratch.st, t.rows_pad, t.row_vecs, n, scratch + p.scratch.ot, pf,
+                      visible);
     pf.finish();
   }
   store_tile(p, req, kv_head, t, 1.0f, scratch);
