@@ -217,7 +217,7 @@ inline void scale_scores(const TileRows& t, int keys, float scale, float* st) {
 //   Products::prefetch_next(p, req, kv_head, j0, keys): the next tile's rows (keys may be 0),
 //     asked for during the products (NextTilePrefetch);
 //   Products::scores(p, t, keys, scratch, visible): S^T [keys][rows_pad] at scratch + st, where
-//     a block of rows may stop at the keys it can see (VisibleKeys, kernel.h);
+//     a block of rows may stop at the keys it can see (VisibleKeys, f32_products.h);
 //   Products::values(p, t, keys, scratch, visible): O^T += V^T P^T from the P pairs over S^T (a
 //     block of rows may stop likewise: the keys past it have weight 0 for all its rows);
 //   Products::value_scales(), where it has one: each key's V scale, which softmax_pack<true>
@@ -246,7 +246,7 @@ inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int k
     products.prefetch_next(p, req, kv_head, j0 + kv_tile,
                            static_cast<int>(imax(0, imin(kv_tile, keys.end - j0 - kv_tile))));
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
-    VisibleKeys visible;  // (kernel.h) each block of rows over the keys it can see
+    VisibleKeys visible;  // (f32_products.h) each block of rows over the keys it can see
     if (!full && p.causal) {
       visible = {reinterpret_cast<const int32_t*>(scratch + p.scratch.row_pos), j0};
     }

@@ -100,7 +100,7 @@ template <int RV>
   }
 }
 
-// Each block of rows over the keys it can see (VisibleKeys, kernel.h).
+// Each block of rows over the keys it can see (VisibleKeys, f32_products.h).
 [[gnu::always_inline]] inline void scores(const unsigned char* const* k_rows, int pairs,
                                           const uint32_t* qp, int64_t rows_pad, int row_vecs,
                                           int keys, float* st, NextTilePrefetch& pf,
