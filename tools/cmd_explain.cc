@@ -28,7 +28,9 @@ void print_help() {
          "JSON: {\"device\": ..., \"selected\": \"<name>\" or null, \"verdicts\": [{\"backend\","
          " \"supported\", \"reason\", \"available\", \"availability\"}]}; the cpu verdict\n"
          "also has \"cpu_kernel\": the CPU kernel its plan would run (KVATTN_CPU_KERNEL=<name>|\n"
-         "reference overrides the choice; null, with \"cpu_kernel_error\", where it cannot).\n"
+         "reference overrides the choice; null, with \"cpu_kernel_error\", where it cannot)\n"
+         "and \"cpu_kernel_taller\": the prefill kernels of taller query tiles its plan takes\n"
+         "instead where the requests' lengths allow (enough work items for the threads).\n"
          "Exit: 0 a backend is selected, 3 none can run it, 2 usage error.\n\nflags:\n"
       << flags_help(explain_flags());
 }

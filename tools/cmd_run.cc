@@ -166,8 +166,9 @@ int run_main(const std::vector<std::string>& args) {
             << "lengths: qo " << summarize_lengths(c.qo_lens) << ", kv "
             << summarize_lengths(c.kv_lens) << '\n'
             << "backend: " << plan.backend << " on " << plan.device.to_string() << ", "
-            << plan.num_threads << " threads\n"
-            << std::fixed << std::setprecision(3) << "time: " << median * 1e3 << " ms median of "
+            << plan.num_threads << " threads\n";
+  if (!plan.kernel.empty()) std::cout << "kernel: " << plan.kernel << '\n';
+  std::cout << std::fixed << std::setprecision(3) << "time: " << median * 1e3 << " ms median of "
             << repeat << " (min " << timed.seconds.front() * 1e3 << ")\n"
             << std::setprecision(2) << "throughput: " << c.bytes_moved() / median / 1e9 << " GB/s, "
             << c.flops() / median / 1e9 << " GFLOP/s\n";

@@ -22,13 +22,18 @@ struct Verdict {
   // none can be chosen (an override that does not apply). Empty for the other backends.
   std::string cpu_kernel;
   std::string cpu_kernel_error;
+  // The cpu backend's prefill: the kernels of taller query tiles its plan takes in cpu_kernel's
+  // place where the requests' lengths allow (enough work items for the threads), shortest first;
+  // empty where there are none or KVATTN_CPU_KERNEL decides.
+  std::vector<std::string> cpu_kernel_taller;
 };
 
 struct Explanation {
   Device device;
   std::optional<std::string> selected;  // the first supported backend of the priority list
   std::vector<Verdict> verdicts;        // every registered backend, priority order first
-  // {"device":..., "selected":..., "verdicts":[...]}; the cpu verdict carries "cpu_kernel".
+  // {"device":..., "selected":..., "verdicts":[...]}; the cpu verdict carries "cpu_kernel" and
+  // "cpu_kernel_taller".
   std::string to_json() const;
   std::string to_text() const;
 };

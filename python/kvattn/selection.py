@@ -26,7 +26,9 @@ def explain(op: str, *, device: str = "cpu", **problem: Any) -> Dict[str, Any]:
     """Every backend's verdict on a problem: {"device", "selected", "verdicts": [{"backend",
     "supported", "reason", "available", "availability"}]}; the cpu verdict also names the CPU
     kernel its plan would run ("cpu_kernel", from the cpu backend's kernel table; null with
-    "cpu_kernel_error" where KVATTN_CPU_KERNEL names one that does not apply). `op` and the
+    "cpu_kernel_error" where KVATTN_CPU_KERNEL names one that does not apply), and
+    "cpu_kernel_taller": the prefill kernels of taller query tiles its plan takes instead where
+    the requests' lengths allow (empty where none, or where KVATTN_CPU_KERNEL decides). `op` and the
     keywords are the command line's names in snake case (num_qo_heads, head_dim_qk, causal,
     q_data_type, ...); dtypes as in `plan`; device "cpu" or a described GPU such as
     "cuda:sm90"."""

@@ -150,6 +150,9 @@ nb::dict explanation_dict(const Explanation& e) {
       } else {
         d["cpu_kernel"] = v.cpu_kernel;
       }
+      nb::list taller;
+      for (const std::string& t : v.cpu_kernel_taller) taller.append(t);
+      d["cpu_kernel_taller"] = taller;
     }
     verdicts.append(d);
   }

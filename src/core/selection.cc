@@ -119,7 +119,7 @@ Explanation explain(const Problem& problem, const Device& device) {
     v.available = avail.ok();
     v.availability = avail.ok() ? "" : avail.message();
     if (cap.ok()) {
-      Status k = b->planned_kernel(problem, device, &v.cpu_kernel);
+      Status k = b->planned_kernel(problem, device, &v.cpu_kernel, &v.cpu_kernel_taller);
       if (!k.ok()) v.cpu_kernel_error = k.message();
     }
     if (!e.selected && v.supported && in_priority_list(problem, device, v.backend) &&
@@ -153,6 +153,11 @@ std::string Explanation::to_json() const {
       } else {
         os << '"' << json_escape(v.cpu_kernel) << '"';
       }
+      os << ", \"cpu_kernel_taller\": [";
+      for (std::size_t t = 0; t < v.cpu_kernel_taller.size(); ++t) {
+        os << (t ? ", " : "") << '"' << json_escape(v.cpu_kernel_taller[t]) << '"';
+      }
+      os << ']';
     }
     os << '}';
   }
@@ -170,6 +175,10 @@ std::string Explanation::to_text() const {
     os << "; " << (v.available ? "available" : "not available");
     if (!v.available) os << " (" << v.availability << ")";
     if (!v.cpu_kernel.empty()) os << "; kernel " << v.cpu_kernel;
+    for (std::size_t t = 0; t < v.cpu_kernel_taller.size(); ++t) {
+      os << (t ? ", " : " (or, where the requests' lengths allow, ") << v.cpu_kernel_taller[t];
+    }
+    if (!v.cpu_kernel_taller.empty()) os << ')';
     if (!v.cpu_kernel_error.empty()) os << "; no kernel (" << v.cpu_kernel_error << ")";
     os << '\n';
   }

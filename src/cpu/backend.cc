@@ -60,23 +60,29 @@ class CpuBackend final : public Backend {
     }
     return Status::Ok();
   }
-  Status planned_kernel(const Problem& problem, const Device& device,
-                        std::string* kernel) const override {
+  Status planned_kernel(const Problem& problem, const Device& device, std::string* kernel,
+                        std::vector<std::string>* taller) const override {
     const cpu::CpuKernel* k = nullptr;
     kernel->clear();
+    taller->clear();
     KVATTN_RETURN_IF_ERROR(cpu::choose_cpu_kernel(problem, cpu::plan_isa(device), &k));
     *kernel = std::string(k->name);
+    if (!cpu::cpu_kernel_forced(k->op)) {
+      for (const cpu::CpuKernel* t : cpu::taller_cpu_kernels(*k)) taller->emplace_back(t->name);
+    }
     return Status::Ok();
   }
   Status plan(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
               Plan* plan) const override {
-    std::string kernel;
-    KVATTN_RETURN_IF_ERROR(planned_kernel(problem, options.device, &kernel));
-    // What every plan carries is filled here (plan_prefill cuts the work with the kernel's tile).
+    const cpu::CpuKernel* k = nullptr;
+    KVATTN_RETURN_IF_ERROR(cpu::choose_cpu_kernel(problem, cpu::plan_isa(options.device), &k));
+    const std::string kernel(k->name);
+    // What every plan carries is filled here (plan_prefill cuts the work with the kernel's tile,
+    // or a taller one's).
     plan->backend = std::string(name());
     plan->device = options.device;
     plan->problem = problem;
-    plan->kernel = std::move(kernel);
+    plan->kernel = kernel;
     if (is_mla(problem.op)) return cpu::plan_mla(problem, args, options, plan);
     if (is_decode(problem.op)) return cpu::plan_decode(problem, args, options, plan);
     return cpu::plan_prefill(problem, args, options, plan);

@@ -36,7 +36,8 @@ Status has_amx(const CpuFeatures& f) {
 // vdpbf16ps at about the FMA instruction rate (AMD; a quarter of it on the Intel Xeons measured,
 // where the fp32-FMA kernels are faster: issue 14).
 bool fast_bf16_dot(const CpuFeatures& f) { return f.fast_bf16_dot; }
-// Only when named (the AMX kernels on emulated tiles: for tests).
+// Only when named (the AMX kernels on emulated tiles: for tests), or taken as another's taller
+// tiles by the plan.
 [[maybe_unused]] bool named_only(const CpuFeatures&) { return false; }
 
 // --- What the kernels need of the problem.
@@ -195,20 +196,41 @@ constexpr CpuKernel decode_kernel(std::string_view name, CpuIsa isa, RunsOn runs
                                   Applies applies, Preferred preferred,
                                   DecodeItemFn (*entry)(const Problem&, int),
                                   std::string_view strided) {
-  return {name,  KernelOp::kDecode, isa,     runs_on, applies, preferred,
-          entry, nullptr,           nullptr, strided};
+  return {.name = name,
+          .op = KernelOp::kDecode,
+          .isa = isa,
+          .runs_on = runs_on,
+          .applies = applies,
+          .preferred = preferred,
+          .decode = entry,
+          .strided = strided};
 }
 constexpr CpuKernel prefill_kernel(std::string_view name, CpuIsa isa, RunsOn runs_on,
                                    Applies applies, Preferred preferred,
                                    prefill::PrefillItemFn (*entry)(), std::string_view strided,
-                                   prefill::TilePolicy tile = {}) {
-  return {name,  KernelOp::kPrefill, isa,     runs_on, applies, preferred, nullptr,
-          entry, nullptr,            strided, tile};
+                                   prefill::TilePolicy tile = {}, std::string_view taller = "") {
+  return {.name = name,
+          .op = KernelOp::kPrefill,
+          .isa = isa,
+          .runs_on = runs_on,
+          .applies = applies,
+          .preferred = preferred,
+          .prefill = entry,
+          .strided = strided,
+          .tile = tile,
+          .taller = taller};
 }
 constexpr CpuKernel mla_kernel(std::string_view name, CpuIsa isa, RunsOn runs_on, Applies applies,
                                MlaItemFn (*entry)(const MlaParams&), std::string_view strided,
                                Preferred preferred = nullptr) {
-  return {name, KernelOp::kMla, isa, runs_on, applies, preferred, nullptr, nullptr, entry, strided};
+  return {.name = name,
+          .op = KernelOp::kMla,
+          .isa = isa,
+          .runs_on = runs_on,
+          .applies = applies,
+          .preferred = preferred,
+          .mla = entry,
+          .strided = strided};
 }
 
 constexpr std::string_view kDecodePortable = "decode-scalar-k32";
@@ -250,9 +272,20 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
                      prefill_amx_rule, named_only, prefill::prefill_item_fn_amx_emulated,
                      kPrefillFma512, {256, 128}),
 #endif
+      // Taller tiles share each staged K and V pair tile among more rows: against 128 rows,
+      // AMD Zen 4, 2 threads, causal bf16 (issue 23's note of 2026-12-07 15:00): 4096 tokens
+      // d 128 256 rows 0.93-0.95x, 512 rows 0.90-0.92x; d 64 0.94x / 0.92x; d 256 0.95x /
+      // 0.96x (its 512-row scratch is past L2, prefill_kernel_for_lengths); an e4m3 cache 0.93x /
+      // 0.92x; 64 x 128 tokens 0.96-0.98x / 0.96x.
       prefill_kernel("prefill-avx512bf16-dot-r128k64", CpuIsa::kAvx512, has_bf16,
                      prefill_bf16_dot_rule, fast_bf16_dot, prefill::prefill_item_fn_avx512_bf16,
-                     kPrefillFma512),
+                     kPrefillFma512, {}, "prefill-avx512bf16-dot-r256k64"),
+      prefill_kernel("prefill-avx512bf16-dot-r256k64", CpuIsa::kAvx512, has_bf16,
+                     prefill_bf16_dot_rule, named_only, prefill::prefill_item_fn_avx512_bf16,
+                     kPrefillFma512, {.target_rows = 256}, "prefill-avx512bf16-dot-r512k64"),
+      prefill_kernel("prefill-avx512bf16-dot-r512k64", CpuIsa::kAvx512, has_bf16,
+                     prefill_bf16_dot_rule, named_only, prefill::prefill_item_fn_avx512_bf16,
+                     kPrefillFma512, {.target_rows = 512}),
       prefill_kernel(kPrefillFma512, CpuIsa::kAvx512, any_cpu, any_problem, nullptr,
                      prefill::prefill_item_fn_avx512, ""),
       prefill_kernel("prefill-avx2-fma-r128k64", CpuIsa::kAvx2, any_cpu, any_problem, nullptr,
@@ -395,6 +428,22 @@ Status choose_cpu_kernel(const Problem& problem, CpuIsa isa, const CpuFeatures& 
   }
   *out = &portable_cpu_kernel(op);
   return Status::Ok();
+}
+
+bool cpu_kernel_forced(KernelOp op) {
+  const Override over = current_override();
+  if (over.name == "reference") return true;
+  const CpuKernel* k = over.name.empty() ? nullptr : find_cpu_kernel(over.name);
+  return k != nullptr && k->op == op;
+}
+
+std::vector<const CpuKernel*> taller_cpu_kernels(const CpuKernel& k) {
+  std::vector<const CpuKernel*> out;
+  for (const CpuKernel* at = &k; !at->taller.empty();) {
+    at = find_cpu_kernel(at->taller);  // the table's own names (kernel_table_test checks them)
+    out.push_back(at);
+  }
+  return out;
 }
 
 void set_cpu_kernel_override(std::string_view name, bool only_where_it_applies) {

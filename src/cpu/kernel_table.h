@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/cpu_features.h"
 #include "cpu/decode/decode.h"
@@ -39,17 +40,22 @@ struct CpuKernel {
   // The rule it needs of the problem: Ok where it computes this problem, else the rule broken.
   Status (*applies)(const Problem& problem);
   // Chosen by default where it runs and applies (false: only when named by the override, e.g.
-  // the bf16 dot-product kernels on CPUs where vdpbf16ps is slow). nullptr: always.
+  // the bf16 dot-product kernels on CPUs where vdpbf16ps is slow, or by the plan as another's
+  // `taller`). nullptr: always.
   bool (*preferred)(const detail::CpuFeatures& cpu);
   // The entry, one per op (the others null).
-  DecodeItemFn (*decode)(const Problem& problem, int group_padded);
-  prefill::PrefillItemFn (*prefill)();
-  MlaItemFn (*mla)(const MlaParams& params);
+  DecodeItemFn (*decode)(const Problem& problem, int group_padded) = nullptr;
+  prefill::PrefillItemFn (*prefill)() = nullptr;
+  MlaItemFn (*mla)(const MlaParams& params) = nullptr;
   // The vector kernels read unit-stride rows: on views whose head dim is strided, run() takes
   // this kernel of the same op instead ("": this one takes any stride).
   std::string_view strided;
   // Prefill: the tile policy (the rNkM of the name) the plan cuts its work items with.
   prefill::TilePolicy tile{};
+  // Prefill: the same code with twice the query rows a tile (the next rNkM up), which the plan
+  // takes in this one's place where the requests' lengths leave work enough for every thread
+  // and its scratch stays within L2 (plan_prefill, prefill_kernel_for_lengths); "": none.
+  std::string_view taller{};
 };
 
 // Every kernel built into this library, each op's in preference order (the portable one last).
@@ -71,6 +77,12 @@ Status choose_cpu_kernel(const Problem& problem, CpuIsa isa, const detail::CpuFe
                          const CpuKernel** out);
 // The ISA level plans use on `device`: its level, never above what this CPU allows.
 CpuIsa plan_isa(const Device& device);
+// Whether the override (KVATTN_CPU_KERNEL or set_cpu_kernel_override) decides `op`'s kernel: it
+// names a kernel of that op, or `reference`. The plan then runs exactly that kernel (no taller
+// tiles in its place).
+bool cpu_kernel_forced(KernelOp op);
+// `k`'s taller tiles (CpuKernel::taller), shortest first.
+std::vector<const CpuKernel*> taller_cpu_kernels(const CpuKernel& k);
 // Tests: as KVATTN_CPU_KERNEL (a name, "reference", or "" for none), in place of the
 // environment until cleared. `only_where_it_applies`: a problem the named kernel does not
 // compute takes the default choice instead of an error (a test running its grid on one kernel).

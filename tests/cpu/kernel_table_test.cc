@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "cpu/prefill/prefill.h"
 #include "cpu_test_util.h"
 #include "kvattn/selection.h"
 #include "testing/variants.h"
@@ -78,6 +79,26 @@ TEST(CpuKernelTable, EntriesAreWellFormed) {
       EXPECT_EQ(s->op, k.op) << k.name;
       EXPECT_TRUE(s->strided.empty()) << k.name << ": the strided kernel takes any stride";
       EXPECT_LE(s->isa, k.isa) << k.name;
+    }
+    // A taller tile is the same code with twice the rows: the same op, level, features, rule,
+    // entry and strided fallback; chosen only as the taller of another (never by default).
+    if (!k.taller.empty()) {
+      const CpuKernel* t = cpu::find_cpu_kernel(k.taller);
+      ASSERT_NE(t, nullptr) << k.name << " names a taller kernel that is not in the table";
+      EXPECT_EQ(k.op, KernelOp::kPrefill) << k.name;
+      EXPECT_EQ(t->op, k.op) << k.name;
+      EXPECT_EQ(t->isa, k.isa) << k.name;
+      EXPECT_EQ(t->runs_on, k.runs_on) << k.name;
+      EXPECT_EQ(t->applies, k.applies) << k.name;
+      EXPECT_EQ(t->prefill, k.prefill) << k.name;
+      EXPECT_EQ(t->strided, k.strided) << k.name;
+      EXPECT_EQ(t->tile.target_rows, 2 * k.tile.target_rows) << k.name;
+      EXPECT_EQ(t->tile.kv_tile, k.tile.kv_tile) << k.name;
+      EXPECT_EQ(t->tile.odd_staged_pitch, k.tile.odd_staged_pitch) << k.name;
+      ASSERT_NE(t->preferred, nullptr) << t->name;
+      EXPECT_FALSE(t->preferred(detail::CpuFeatures{})) << t->name;
+      const std::string rows = "-r" + std::to_string(t->tile.target_rows) + "k";
+      EXPECT_NE(std::string(t->name).find(rows), std::string::npos) << t->name;
     }
   }
   // Each op ends with its portable kernel: scalar, for any problem on any CPU.
@@ -243,6 +264,44 @@ TEST(CpuKernelTable, PrefillChoicePerCpuClass) {
             "prefill-avx512-fma-r128k64");
 }
 
+// Taller query tiles where the requests' lengths leave work for every thread and the scratch
+// fits in L2 (prefill_kernel_for_lengths): the bf16-dot kernel's r256k64 / r512k64.
+TEST(CpuKernelTable, PrefillTakesTallerTilesWhereTheLengthsAllow) {
+  Problem p = decode_problem(DType::kBF16, DType::kBF16);
+  p.op = Op::kBatchPrefillPaged;
+  p.num_qo_heads = 32;
+  p.num_kv_heads = 8;  // group 4: 32 / 64 / 128 tokens a tile of 128 / 256 / 512 rows
+  p.mask_mode = MaskMode::kCausal;
+  const CpuKernel* base = cpu::find_cpu_kernel("prefill-avx512bf16-dot-r128k64");
+  ASSERT_NE(base, nullptr);
+  auto pick = [&](const Problem& q, std::vector<int64_t> qo_len, int threads) {
+    return std::string(cpu::prefill_kernel_for_lengths(q, *base, qo_len, threads).name);
+  };
+  // 4096 tokens: 32 tiles of 128 tokens x 8 heads = 256 items, 8 a thread up to 32 threads.
+  EXPECT_EQ(pick(p, {4096}, 2), "prefill-avx512bf16-dot-r512k64");
+  EXPECT_EQ(pick(p, {4096}, 32), "prefill-avx512bf16-dot-r512k64");
+  EXPECT_EQ(pick(p, {4096}, 33), "prefill-avx512bf16-dot-r256k64");
+  EXPECT_EQ(pick(p, {4096}, 64), "prefill-avx512bf16-dot-r256k64");
+  EXPECT_EQ(pick(p, {4096}, 65), "prefill-avx512bf16-dot-r128k64");
+  // One request of 512 tokens: 4 tiles x 8 heads at 512 rows.
+  EXPECT_EQ(pick(p, {512}, 4), "prefill-avx512bf16-dot-r512k64");
+  EXPECT_EQ(pick(p, {512}, 8), "prefill-avx512bf16-dot-r256k64");
+  EXPECT_EQ(pick(p, {512}, 16), "prefill-avx512bf16-dot-r128k64");
+  // Short requests count by their tiles (each at least one), and so do empty ones (none).
+  EXPECT_EQ(pick(p, std::vector<int64_t>(64, 16), 64), "prefill-avx512bf16-dot-r512k64");
+  EXPECT_EQ(pick(p, {0, 0, 0}, 1), "prefill-avx512bf16-dot-r128k64");
+  // Head dim 256: 512 rows' scratch (O^T alone 512 KiB) is past 1 MiB; 256 rows are not.
+  Problem d256 = p;
+  d256.head_dim_qk = d256.head_dim_vo = 256;
+  EXPECT_EQ(pick(d256, {4096}, 2), "prefill-avx512bf16-dot-r256k64");
+  // A kernel with no taller tiles stays as it is.
+  const CpuKernel* avx2 = cpu::find_cpu_kernel("prefill-avx2-fma-r128k64");
+  ASSERT_NE(avx2, nullptr);
+  EXPECT_EQ(&cpu::prefill_kernel_for_lengths(p, *avx2, {4096}, 2), avx2);
+  EXPECT_TRUE(cpu::taller_cpu_kernels(*avx2).empty());
+  ASSERT_EQ(cpu::taller_cpu_kernels(*base).size(), 2u);
+}
+
 TEST(CpuKernelTable, MlaChoicePerCpuClass) {
   Problem p = make_mla_problem(2, 16, 16, 0.07f);
   p.q_dtype = p.kv_dtype = DType::kBF16;
@@ -339,6 +398,56 @@ TEST(CpuKernelTable, PlanAndExplainNameTheKernel) {
     EXPECT_NE(json.find("\"cpu_kernel\": null, \"cpu_kernel_error\": \"KVATTN_CPU_KERNEL=no-such"),
               std::string::npos)
         << json;
+  }
+}
+
+// A prefill plan takes the taller tiles of the kernel chosen for its Problem where its lengths
+// allow (explain lists them), and the override's kernel exactly as named.
+TEST(CpuKernelTable, PrefillPlanRecordsTheTallerKernel) {
+  Problem p = decode_problem(DType::kBF16, DType::kBF16);
+  p.op = Op::kBatchPrefillPaged;
+  p.batch_size = 1;
+  p.num_qo_heads = 32;
+  p.num_kv_heads = 8;
+  p.page_size = 16;
+  p.mask_mode = MaskMode::kCausal;
+  // The index tensors only: a plan reads nothing else.
+  const int64_t tokens = 2048, pages = tokens / p.page_size;
+  std::vector<int32_t> qo_indptr = {0, static_cast<int32_t>(tokens)};
+  std::vector<int32_t> kv_indptr = {0, static_cast<int32_t>(pages)};
+  std::vector<int32_t> last_page_len = {static_cast<int32_t>(p.page_size)};
+  std::vector<int32_t> indices(pages);
+  for (int64_t i = 0; i < pages; ++i) indices[i] = static_cast<int32_t>(i);
+  AttentionArgs args;
+  const int64_t two = 2, one = 1;
+  args.qo_indptr = TensorView::contiguous(qo_indptr.data(), DType::kI32, &two, 1);
+  args.kv_indptr = TensorView::contiguous(kv_indptr.data(), DType::kI32, &two, 1);
+  args.kv_last_page_len = TensorView::contiguous(last_page_len.data(), DType::kI32, &one, 1);
+  args.kv_indices = TensorView::contiguous(indices.data(), DType::kI32, &pages, 1);
+  PlanOptions options;
+  options.backend = "cpu";
+  options.num_threads = 2;
+  const CpuKernel* chosen = nullptr;
+  ASSERT_TRUE(cpu::choose_cpu_kernel(p, cpu::plan_isa(options.device), &chosen).ok());
+  const std::vector<const CpuKernel*> taller = cpu::taller_cpu_kernels(*chosen);
+  Plan plan;
+  Status s = kvattn::plan(p, args, options, &plan);
+  ASSERT_TRUE(s.ok()) << s.message();
+  // 2048 tokens, 8 heads, 2 threads: every taller tile leaves 8 items a thread and more.
+  EXPECT_EQ(plan.kernel, taller.empty() ? chosen->name : taller.back()->name);
+  const std::string json = explain(p, Device::cpu()).to_json();
+  std::string listed = "\"cpu_kernel_taller\": [";
+  for (std::size_t i = 0; i < taller.size(); ++i) {
+    listed += (i ? ", \"" : "\"") + std::string(taller[i]->name) + "\"";
+  }
+  EXPECT_NE(json.find(listed + "]"), std::string::npos) << json;
+  {
+    ScopedEnv env("KVATTN_CPU_KERNEL", std::string(chosen->name).c_str());
+    Plan forced;
+    ASSERT_TRUE(kvattn::plan(p, args, options, &forced).ok());
+    EXPECT_EQ(forced.kernel, chosen->name);
+    EXPECT_NE(explain(p, Device::cpu()).to_json().find("\"cpu_kernel_taller\": []"),
+              std::string::npos);
   }
 }
 

@@ -128,6 +128,13 @@ def test_explain_founding_case():
     fa3 = next(v for v in e["verdicts"] if v["backend"] == "fa3")
     assert not fa3["supported"] and "FP8 KV" in fa3["reason"]
     assert kvattn.explain("batch_decode")["selected"] == "cpu"
+    # The cpu verdict names its kernel and the taller prefill tiles a plan may take instead.
+    cpu = next(v for v in kvattn.explain("batch_prefill_paged", q_data_type=torch.bfloat16,
+                                         kv_data_type=torch.bfloat16)["verdicts"]
+               if v["backend"] == "cpu")
+    assert cpu["cpu_kernel"].startswith("prefill-")
+    assert isinstance(cpu["cpu_kernel_taller"], list)
+    assert all(k.startswith(cpu["cpu_kernel"].rsplit("-r", 1)[0]) for k in cpu["cpu_kernel_taller"])
     assert set(kvattn.backend_names()) >= {"reference", "cpu", "fa2", "fa3"}
     assert kvattn.devices()["cpu_threads"] >= 1
     with pytest.raises(kvattn.InvalidArgumentError):

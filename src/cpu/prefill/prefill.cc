@@ -114,13 +114,41 @@ bool unit_stride_rows(const PrefillParams& params) {
   return params.q_stride_dim == 1 && params.k.strides.dim == 1 && params.v.strides.dim == 1;
 }
 
+// Work items of tiles of `tile.tokens` queries: one per (request, KV head, query tile).
+int64_t count_items(const Problem& p, const PrefillTile& tile, const std::vector<int64_t>& qo_len) {
+  int64_t tiles = 0;
+  for (int64_t q : qo_len) tiles += (q + tile.tokens - 1) / tile.tokens;
+  return tiles * p.num_kv_heads;
+}
+
 }  // namespace
+
+const CpuKernel& prefill_kernel_for_lengths(const Problem& problem, const CpuKernel& chosen,
+                                            const std::vector<int64_t>& qo_len, int threads) {
+  const CpuKernel* best = &chosen;
+  for (const CpuKernel* k : taller_cpu_kernels(chosen)) {
+    const PrefillTile tile = prefill::prefill_tile(problem.group_size(), problem.head_dim_qk,
+                                                   problem.head_dim_vo, k->tile);
+    const ScratchLayout s = prefill::scratch_layout(tile, problem.head_dim_qk, problem.head_dim_vo);
+    if (int64_t{sizeof(float)} * s.floats > kPrefillTileScratchBytes) break;
+    if (count_items(problem, tile, qo_len) < kPrefillItemsPerThread * threads) break;
+    best = k;
+  }
+  return *best;
+}
 
 Status plan_prefill(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
                     Plan* plan) {
   // The output dtype (f32/f16/bf16: the cpu declaration's o dtypes) and an even head_dim_qk
   // under RoPE (validate_problem) were checked before any backend plans.
   request_lengths(problem, args, &plan->qo_len, &plan->kv_len);
+  const int threads = resolve_num_threads(options.num_threads);
+  if (!cpu_kernel_forced(KernelOp::kPrefill)) {
+    const CpuKernel* chosen = nullptr;
+    KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan->kernel, KernelOp::kPrefill, &chosen));
+    plan->kernel =
+        std::string(prefill_kernel_for_lengths(problem, *chosen, plan->qo_len, threads).name);
+  }
   PrefillTile tile;
   KVATTN_RETURN_IF_ERROR(tile_of(problem, plan->kernel, &tile));
 
@@ -158,7 +186,6 @@ Status plan_prefill(const Problem& problem, const AttentionArgs& args, const Pla
   plan->work.reserve(items.size());
   for (const Costed& c : items) plan->work.push_back(c.item);
 
-  const int threads = resolve_num_threads(options.num_threads);
   plan->num_threads =
       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, plan->work.size())));
   plan->kv_chunk_size = 0;

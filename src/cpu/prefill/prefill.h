@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "kvattn/attention.h"
 #include "kvattn/problem.h"
@@ -10,8 +12,21 @@
 
 namespace kvattn::cpu {
 
+struct CpuKernel;
+
+// The kernel a prefill plan runs for requests of these query lengths on `threads` threads:
+// `chosen` (the kernel table's choice for the Problem) or the tallest of its taller tiles
+// (CpuKernel::taller) that still cuts at least kPrefillItemsPerThread work items a thread and
+// whose per-thread scratch stays within kPrefillTileScratchBytes.
+inline constexpr int64_t kPrefillItemsPerThread = 8;
+inline constexpr int64_t kPrefillTileScratchBytes = int64_t{1} << 20;
+const CpuKernel& prefill_kernel_for_lengths(const Problem& problem, const CpuKernel& chosen,
+                                            const std::vector<int64_t>& qo_len, int threads);
+
 // Cuts prefill work (fills plan->work, workspace_bytes, num_threads) with the tile of the kernel
-// plan->kernel names (the kernel table's choice, made first); args validated.
+// plan->kernel names (the kernel table's choice, made first), which it replaces with a taller
+// one where the lengths call for it (prefill_kernel_for_lengths; not where KVATTN_CPU_KERNEL
+// decides); args validated.
 Status plan_prefill(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
                     Plan* plan);
 // Runs a prefill plan made by plan_prefill.
