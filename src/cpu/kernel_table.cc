@@ -272,11 +272,11 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
                      prefill_amx_rule, named_only, prefill::prefill_item_fn_amx_emulated,
                      kPrefillFma512, {256, 128}),
 #endif
-      // Taller tiles share each staged K and V pair tile among more rows: against 128 rows,
-      // AMD Zen 4, 2 threads, causal bf16 (issue 23's note of 2026-12-07 15:00): 4096 tokens
-      // d 128 256 rows 0.93-0.95x, 512 rows 0.90-0.92x; d 64 0.94x / 0.92x; d 256 0.95x /
-      // 0.96x (its 512-row scratch is past L2, prefill_kernel_for_lengths); an e4m3 cache 0.93x /
-      // 0.92x; 64 x 128 tokens 0.96-0.98x / 0.96x.
+      // Taller tiles share each staged K and V pair tile among more rows. Their time against 128
+      // rows, AMD Zen 4, 2 threads, causal, bf16 queries (issue 23's note of 2026-12-07 15:00;
+      // 256 / 512 rows): 4096 tokens d 128 0.93-0.95x / 0.90-0.95x, d 64 0.94x / 0.92x, d 256
+      // 0.94-0.96x / 0.96-0.98x (so 256 there: 512 rows' scratch is past 1 MiB), an e4m3 cache
+      // 0.93x / 0.92x; 64 x 128 tokens 0.96-0.98x / 0.96x; 16 x 512 0.89x (256).
       prefill_kernel("prefill-avx512bf16-dot-r128k64", CpuIsa::kAvx512, has_bf16,
                      prefill_bf16_dot_rule, fast_bf16_dot, prefill::prefill_item_fn_avx512_bf16,
                      kPrefillFma512, {}, "prefill-avx512bf16-dot-r256k64"),
