@@ -290,6 +290,14 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
                      prefill::prefill_item_fn_avx512, ""),
       prefill_kernel("prefill-avx2-fma-r128k64", CpuIsa::kAvx2, any_cpu, any_problem, nullptr,
                      prefill::prefill_item_fn_avx2, "", {.odd_staged_pitch = true}),
+      // Zen 3's kernel with 256-row tiles, named only: on Zen 4 it ran 0.955-0.97x the 128-row
+      // time at 4096 tokens, 0.87x at 16 x 512, 0.95-1.16x at 64 x 128 (causal d 128, two
+      // A/Bs of 6 rounds, the host noisy); Zen 3, whose L2 (512 KiB) holds less of
+      // its f32 scratch (~460 KiB at d 128), is not measured with it, so it is not r128k64's
+      // taller there until a Zen 3 A/B says so (KVATTN_CPU_KERNEL=prefill-avx2-fma-r256k64).
+      prefill_kernel("prefill-avx2-fma-r256k64", CpuIsa::kAvx2, any_cpu, any_problem, named_only,
+                     prefill::prefill_item_fn_avx2, "",
+                     {.target_rows = 256, .odd_staged_pitch = true}),
 #endif
       prefill_kernel("prefill-scalar-r128k64", CpuIsa::kScalar, any_cpu, any_problem, nullptr,
                      prefill::prefill_item_fn_scalar, ""),
