@@ -404,26 +404,17 @@ TEST(CpuKernelTable, PlanAndExplainNameTheKernel) {
 // A prefill plan takes the taller tiles of the kernel chosen for its Problem where its lengths
 // allow (explain lists them), and the override's kernel exactly as named.
 TEST(CpuKernelTable, PrefillPlanRecordsTheTallerKernel) {
-  Problem p = decode_problem(DType::kBF16, DType::kBF16);
+  CaseSpec spec;
+  Problem& p = spec.problem;
+  p = decode_problem(DType::kBF16, DType::kBF16);
   p.op = Op::kBatchPrefillPaged;
   p.batch_size = 1;
   p.num_qo_heads = 32;
   p.num_kv_heads = 8;
-  p.page_size = 16;
   p.mask_mode = MaskMode::kCausal;
-  // The index tensors only: a plan reads nothing else.
-  const int64_t tokens = 2048, pages = tokens / p.page_size;
-  std::vector<int32_t> qo_indptr = {0, static_cast<int32_t>(tokens)};
-  std::vector<int32_t> kv_indptr = {0, static_cast<int32_t>(pages)};
-  std::vector<int32_t> last_page_len = {static_cast<int32_t>(p.page_size)};
-  std::vector<int32_t> indices(pages);
-  for (int64_t i = 0; i < pages; ++i) indices[i] = static_cast<int32_t>(i);
-  AttentionArgs args;
-  const int64_t two = 2, one = 1;
-  args.qo_indptr = TensorView::contiguous(qo_indptr.data(), DType::kI32, &two, 1);
-  args.kv_indptr = TensorView::contiguous(kv_indptr.data(), DType::kI32, &two, 1);
-  args.kv_last_page_len = TensorView::contiguous(last_page_len.data(), DType::kI32, &one, 1);
-  args.kv_indices = TensorView::contiguous(indices.data(), DType::kI32, &pages, 1);
+  spec.qo_lens = spec.kv_lens = {2048};
+  testing::Case c = testing::Case::make(spec);
+  const AttentionArgs& args = c.args();
   PlanOptions options;
   options.backend = "cpu";
   options.num_threads = 2;
@@ -435,6 +426,8 @@ TEST(CpuKernelTable, PrefillPlanRecordsTheTallerKernel) {
   ASSERT_TRUE(s.ok()) << s.message();
   // 2048 tokens, 8 heads, 2 threads: every taller tile leaves 8 items a thread and more.
   EXPECT_EQ(plan.kernel, taller.empty() ? chosen->name : taller.back()->name);
+  s = kvattn::run(plan, args);
+  EXPECT_TRUE(s.ok()) << s.message();
   const std::string json = explain(p, Device::cpu()).to_json();
   std::string listed = "\"cpu_kernel_taller\": [";
   for (std::size_t i = 0; i < taller.size(); ++i) {
