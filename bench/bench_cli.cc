@@ -99,14 +99,16 @@ void print_json(const CaseResult& r, const Rooflines& m) {
       "\"dram_spread\":%.4f,\"dram_passes\":%d,\"bytes_per_s_per_core\":%.4g,"
       "\"fma_gflops\":%.3f,\"fma256_gflops\":%.3f,\"bf16_dot_gflops\":%.3f,"
       "\"amx_bf16_gflops\":%.3f,"
-      "\"bytes\":%.0f,\"flops\":%.0f,\"repeats\":%d,\"threads\":%d,\"cpu_isa\":%s}\n",
+      "\"bytes\":%.0f,\"flops\":%.0f,\"repeats\":%d,\"threads\":%d,\"cpu_isa\":%s,"
+      "\"kernel\":%s}\n",
       json_string(r.name).c_str(), json_string(r.backend).c_str(), r.median_ms, r.min_ms, r.max_ms,
       r.median_cpu_ms, r.gbps, r.gflops, r.roofline_fraction, r.paged_read_gbps,
       r.paged_read_fraction, r.dram_paired_gbps, r.dram_paired_fraction, m.dram.gbps,
       m.dram.min_gbps, m.dram.max_gbps, m.dram.spread(), m.dram.passes, m.dram.bytes_per_s_per_core,
       m.fma_gflops, m.fma256_gflops, m.bf16_dot_gflops, m.amx_bf16_gflops, r.bytes, r.flops,
       r.repeats, r.threads,
-      json_string(std::string(cpu_isa_name(detail::effective_cpu_isa()))).c_str());
+      json_string(std::string(cpu_isa_name(detail::effective_cpu_isa()))).c_str(),
+      json_string(r.kernel).c_str());
   std::fflush(stdout);
 }
 

@@ -101,6 +101,7 @@ Status PreparedCase::run_once() {
   return run(state_->plan, state_->args, state_->workspace.data(), state_->workspace.size());
 }
 const std::string& PreparedCase::backend() const { return state_->plan.backend; }
+const std::string& PreparedCase::kernel() const { return state_->plan.kernel; }
 double PreparedCase::bytes() const { return static_cast<double>(state_->c->bytes_moved()); }
 double PreparedCase::flops() const { return state_->c->flops(); }
 int PreparedCase::threads() const { return state_->threads; }
@@ -234,6 +235,7 @@ Status time_case(const BenchCase& bench_case, PreparedCase& prepared, int repeat
   CaseResult& r = *result;
   r.name = bench_case.name;
   r.backend = prepared.backend();
+  r.kernel = prepared.kernel();
   r.repeats = repeats;
   r.threads = prepared.threads();
   r.median_ms = median(ms);

@@ -22,6 +22,7 @@ struct Rooflines {
 
 struct CaseResult {
   std::string name, backend;
+  std::string kernel;  // the plan's kernel (cpu: its kernel-table entry), "" where none is named
   double median_ms = 0, min_ms = 0, max_ms = 0;
   // Process CPU time per run (all threads), median: on a loaded machine wall time includes time
   // the threads waited for a core; cpu_ms / threads is what the run would take on idle cores.
@@ -59,6 +60,7 @@ class PreparedCase {
   // are), median of `repeats` passes; 0 for anything but a paged decode.
   double measure_paged_read_gbps(int repeats);
   const std::string& backend() const;
+  const std::string& kernel() const;  // Plan::kernel
   double bytes() const;
   double flops() const;
   int threads() const;

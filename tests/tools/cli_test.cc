@@ -170,6 +170,7 @@ TEST(CliTest, RunCheckOnReferencePasses) {
       "--kv-data-type e4m3 --k-scale 0.5 --repeat 2 --check");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("backend: reference"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("kernel:"), std::string::npos) << r.output;  // the reference names none
   EXPECT_NE(r.output.find("GB/s"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("GFLOP/s"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("check: PASS"), std::string::npos) << r.output;
@@ -196,6 +197,10 @@ TEST(CliTest, RunCheckOnCpuPasses) {
     ++ran;
     EXPECT_EQ(r.exit_code, 0) << op << "\n" << r.output;
     EXPECT_NE(r.output.find("backend: cpu"), std::string::npos) << r.output;
+    // The plan's kernel-table entry, of the operation's kind.
+    const std::string kind =
+        std::string(op).find("decode") != std::string::npos ? "decode-" : "prefill-";
+    EXPECT_NE(r.output.find("\nkernel: " + kind), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("check: PASS"), std::string::npos) << r.output;
   }
   if (!not_built.empty()) std::cout << "cpu backend does not run yet:" << not_built << '\n';
@@ -294,6 +299,7 @@ TEST(CliTest, BenchPairsADecodeWithDramPassesBesideItsRuns) {
   json::Value c;
   ASSERT_TRUE(json::parse(r.output, &c).ok()) << r.output;
   EXPECT_EQ(c.find("name")->as_string(), "decode_d64_bf16");
+  EXPECT_EQ(c.find("kernel")->as_string().rfind("decode-", 0), 0u) << r.output;
   const double gbps = c.find("gbps")->as_double();
   const double paired = c.find("dram_paired_gbps")->as_double();
   const double fraction = c.find("dram_paired_fraction")->as_double();
