@@ -294,6 +294,15 @@ TEST(CpuKernelTable, PrefillTakesTallerTilesWhereTheLengthsAllow) {
   Problem d256 = p;
   d256.head_dim_qk = d256.head_dim_vo = 256;
   EXPECT_EQ(pick(d256, {4096}, 2), "prefill-avx512bf16-dot-r256k64");
+  // A sliding window: a taller tile's tokens at most 1/16 of the keys a row sees (the tile
+  // computes its whole span's keys).
+  Problem window = p;
+  window.window_left = 255;  // 256 keys a row: 32-token tiles (the base's) and no taller
+  EXPECT_EQ(pick(window, {4096}, 2), "prefill-avx512bf16-dot-r128k64");
+  window.window_left = 1023;  // 1024: 64 tokens
+  EXPECT_EQ(pick(window, {4096}, 2), "prefill-avx512bf16-dot-r256k64");
+  window.window_left = 2047;  // 2048: 128 tokens
+  EXPECT_EQ(pick(window, {4096}, 2), "prefill-avx512bf16-dot-r512k64");
   // A kernel with no taller tiles stays as it is.
   const CpuKernel* avx2 = cpu::find_cpu_kernel("prefill-avx2-fma-r128k64");
   ASSERT_NE(avx2, nullptr);

@@ -131,6 +131,12 @@ const CpuKernel& prefill_kernel_for_lengths(const Problem& problem, const CpuKer
                                                    problem.head_dim_vo, k->tile);
     const ScratchLayout s = prefill::scratch_layout(tile, problem.head_dim_qk, problem.head_dim_vo);
     if (int64_t{sizeof(float)} * s.floats > kPrefillTileScratchBytes) break;
+    // A tile computes the keys of its whole span (its first row's window to its last row's
+    // diagonal): under a sliding window, a row sees window_left + 1 of them.
+    if (problem.window_left >= 0 &&
+        int64_t{tile.tokens} * kPrefillWindowPerTileToken > problem.window_left + 1) {
+      break;
+    }
     if (count_items(problem, tile, qo_len) < kPrefillItemsPerThread * threads) break;
     best = k;
   }
