@@ -76,13 +76,12 @@ class CpuBackend final : public Backend {
               Plan* plan) const override {
     const cpu::CpuKernel* k = nullptr;
     KVATTN_RETURN_IF_ERROR(cpu::choose_cpu_kernel(problem, cpu::plan_isa(options.device), &k));
-    const std::string kernel(k->name);
     // What every plan carries is filled here (plan_prefill cuts the work with the kernel's tile,
-    // or a taller one's).
+    // or a taller one's, which it records in its place).
     plan->backend = std::string(name());
     plan->device = options.device;
     plan->problem = problem;
-    plan->kernel = kernel;
+    plan->kernel = std::string(k->name);
     if (is_mla(problem.op)) return cpu::plan_mla(problem, args, options, plan);
     if (is_decode(problem.op)) return cpu::plan_decode(problem, args, options, plan);
     return cpu::plan_prefill(problem, args, options, plan);
