@@ -246,10 +246,8 @@ inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int k
     products.prefetch_next(p, req, kv_head, j0 + kv_tile,
                            static_cast<int>(imax(0, imin(kv_tile, keys.end - j0 - kv_tile))));
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
-    VisibleKeys visible;  // (f32_products.h) each block of rows over the keys it can see
-    if (!full && p.causal) {
-      visible = {reinterpret_cast<const int32_t*>(scratch + p.scratch.row_pos), j0};
-    }
+    // Each block of rows over the keys it can see (f32_products.h).
+    const VisibleKeys visible = tile_visible_keys(p, full, j0, scratch);
     products.scores(p, t, n, scratch, visible);
     // The soft cap and ALiBi act on scaled scores; otherwise the scale rides along the softmax.
     float softmax_scale = score_scale;

@@ -91,6 +91,14 @@ struct VisibleKeys {
   }
 };
 
+// The bound for the KV tile from key j0: none on a tile every row sees whole (`full`) or without
+// a causal mask, else the rows' positions (init_rows).
+inline VisibleKeys tile_visible_keys(const PrefillParams& p, bool full, int64_t j0,
+                                     const float* scratch) {
+  if (full || !p.causal) return {};
+  return {reinterpret_cast<const int32_t*>(scratch + p.scratch.row_pos), j0};
+}
+
 template <int RV>
 inline void score_rows(const float* kf, int dim, int pitch, const float* qt, int64_t rows_pad,
                        int keys, float* st, NextTilePrefetch& pf) {

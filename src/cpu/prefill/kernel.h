@@ -459,10 +459,7 @@ inline void run_tile(const PrefillParams& p, const RequestInfo& req, int kv_head
             static_cast<int>(imax(0, imin(kv_tile, keys.end - j0 - kv_tile))));
     pf.spread(register_blocks(t.row_vecs, n, p.head_dim_vo));
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
-    VisibleKeys visible;
-    if (!full && p.causal) {
-      visible = {reinterpret_cast<const int32_t*>(scratch + p.scratch.row_pos), j0};
-    }
+    const VisibleKeys visible = tile_visible_keys(p, full, j0, scratch);
     scores(scratch + p.scratch.kf, p.head_dim_qk, p.scratch.k_pitch, scratch + p.scratch.qt,
            t.rows_pad, t.row_vecs, n, scratch + p.scratch.st, pf, visible);
     if (transform) transform_scores(p, t, j0, n, scratch);

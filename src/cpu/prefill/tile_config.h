@@ -81,8 +81,9 @@ struct ScratchLayout {
   int64_t row_max = 0, row_sum = 0;  // [rows_pad], log2 domain
   int64_t row_pos = 0;               // [rows_pad] absolute query positions (int32 storage)
   int64_t row_slope = 0;             // [rows_pad] ALiBi slope * log2(e)
-  int64_t row_tmp = 0;               // [kRowAlign x max(D_qk, D_vo) + 64] conversion staging;
-                                     // kRowAlign output rows at once (bf16_pairs.h)
+  int64_t row_tmp = 0;               // [kRowAlign x max(D_qk, D_vo) + 64] conversion staging:
+                                     // kRowAlign query or output rows at once (kernel.h's
+                                     // stage_queries, store_tile)
   int64_t pair_rows = 0;             // 3 x max(D_qk, D_vo) u16: bf16 rows being paired
   int64_t p_lo = 0;                  // [kv_tile / 2][rows_pad] u32: the bf16 kernel's P pairs'
                                      // low parts (per-token V scales: softmax_pack)
