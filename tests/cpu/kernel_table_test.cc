@@ -287,8 +287,13 @@ TEST(CpuKernelTable, PrefillTakesTallerTilesWhereTheLengthsAllow) {
   EXPECT_EQ(pick(p, {512}, 4), "prefill-avx512bf16-dot-r512k64");
   EXPECT_EQ(pick(p, {512}, 8), "prefill-avx512bf16-dot-r256k64");
   EXPECT_EQ(pick(p, {512}, 16), "prefill-avx512bf16-dot-r128k64");
-  // Short requests count by their tiles (each at least one), and so do empty ones (none).
-  EXPECT_EQ(pick(p, std::vector<int64_t>(64, 16), 64), "prefill-avx512bf16-dot-r512k64");
+  // Short requests count by their tiles (each at least one), and so do empty ones (none); a
+  // taller tile than the longest request fills is no gain (16 or 32 tokens: the base's 32; 48:
+  // 256 rows' 64).
+  EXPECT_EQ(pick(p, std::vector<int64_t>(64, 100), 64), "prefill-avx512bf16-dot-r512k64");
+  EXPECT_EQ(pick(p, std::vector<int64_t>(64, 48), 64), "prefill-avx512bf16-dot-r256k64");
+  EXPECT_EQ(pick(p, std::vector<int64_t>(64, 32), 1), "prefill-avx512bf16-dot-r128k64");
+  EXPECT_EQ(pick(p, std::vector<int64_t>(64, 16), 64), "prefill-avx512bf16-dot-r128k64");
   EXPECT_EQ(pick(p, {0, 0, 0}, 1), "prefill-avx512bf16-dot-r128k64");
   // Head dim 256: 512 rows' scratch (O^T alone 512 KiB) is past 1 MiB; 256 rows are not.
   Problem d256 = p;

@@ -209,66 +209,101 @@ inline void scale_scores(const TileRows& t, int keys, float scale, float* st) {
   }
 }
 
-// One tile of query rows over its keys with the products of `Products`:
+// One tile of query rows over its keys, for the KV heads [kv_head, kv_head + heads) of a task
+// (hp[h]: head h's parameters, its scratch slot: ScratchLayout::for_head), with the products of
+// `Products`:
 //   Products::stage_query_pairs(p, req, kv_head, t, scratch), where it has one: the Q^T pairs as
 //     stage_query_pairs above writes them (else that function stages them);
 //   Products::stage(p, req, kv_head, j0, keys, scratch): K of keys [j0, j0 + keys) in the form
 //     its scores read, and the V pairs (stage_value_pairs);
-//   Products::prefetch_next(p, req, kv_head, j0, keys): the next tile's rows (keys may be 0),
-//     asked for during the products (NextTilePrefetch);
-//   Products::scores(p, t, keys, scratch, visible): S^T [keys][rows_pad] at scratch + st, where
-//     a block of rows may stop at the keys it can see (VisibleKeys, f32_products.h);
-//   Products::values(p, t, keys, scratch, visible): O^T += V^T P^T from the P pairs over S^T (a
-//     block of rows may stop likewise: the keys past it have weight 0 for all its rows);
+//   Products::steps(p, t, keys): the prefetch steps (NextTilePrefetch::step) its products take;
+//   Products::scores(p, t, keys, scratch, visible, pf): S^T [keys][rows_pad] at scratch + st,
+//     where a block of rows may stop at the keys it can see (VisibleKeys, f32_products.h);
+//   Products::values(p, t, keys, scratch, visible, pf): O^T += V^T P^T from the P pairs over S^T
+//     (a block of rows may stop likewise: the keys past it have weight 0 for all its rows);
 //   Products::value_scales(), where it has one: each key's V scale, which softmax_pack<true>
 //     folds into P (split in two: the P pairs and their low parts at p_lo).
+// Each KV tile is taken by every head of the task in turn, and the next tile's rows of all of
+// them are asked for during their products (one run of a token's rows where heads > 1): a tile
+// of few query rows (a few tokens of a speculative-decoding check) is over too soon to hide one
+// head's 256-byte slices of each token row, read on their own, behind its arithmetic.
 template <class Products>
-inline void run_tile_pairs(const PrefillParams& p, const RequestInfo& req, int kv_head,
-                           const TileRows& t, float* scratch) {
+inline void run_tile_pairs(const PrefillParams* hp, int heads, const RequestInfo& req,
+                           int kv_head, const TileRows& t, float* scratch) {
   Products products;
-  init_rows(p, req, kv_head, t, scratch);
-  if constexpr (requires { products.stage_query_pairs(p, req, kv_head, t, scratch); }) {
-    products.stage_query_pairs(p, req, kv_head, t, scratch);
-  } else {
-    stage_query_pairs(p, req, kv_head, t, scratch);
+  for (int h = 0; h < heads; ++h) {
+    init_rows(hp[h], req, kv_head + h, t, scratch);
+    if constexpr (requires { products.stage_query_pairs(hp[h], req, kv_head, t, scratch); }) {
+      products.stage_query_pairs(hp[h], req, kv_head + h, t, scratch);
+    } else {
+      stage_query_pairs(hp[h], req, kv_head + h, t, scratch);
+    }
   }
-  const KeyRange keys = key_range(p, req, t);
-  const bool transform = p.soft_cap > 0.0f || p.alibi_slopes_log2e;
-  // The dot products see stored q and k: their scales join the score scale.
-  const float k_scale = p.k_head_scale ? p.k_head_scale[kv_head] : p.k_scale;
-  const float v_scale = p.v_head_scale ? p.v_head_scale[kv_head] : p.v_scale;
-  const float score_scale = p.q_scale * k_scale * p.qk_scale;
-  const int kv_tile = p.tile.kv_tile;
-  float* st = scratch + p.scratch.st;
+  const PrefillParams& p0 = hp[0];
+  const KeyRange keys = key_range(p0, req, t);
+  const bool transform = p0.soft_cap > 0.0f || p0.alibi_slopes_log2e;
+  const int kv_tile = p0.tile.kv_tile;
+  float* st = scratch + p0.scratch.st;
+  NextTilePrefetch pf;
   for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kv_tile) {
     const int n = static_cast<int>(imin(kv_tile, keys.end - j0));
-    products.stage(p, req, kv_head, j0, n, scratch);
-    products.prefetch_next(p, req, kv_head, j0 + kv_tile,
-                           static_cast<int>(imax(0, imin(kv_tile, keys.end - j0 - kv_tile))));
+    pf.plan(p0, req, kv_head, j0 + kv_tile,
+            static_cast<int>(imax(0, imin(kv_tile, keys.end - j0 - kv_tile))), heads);
+    pf.spread(heads * products.steps(p0, t, n));
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
-    // Each block of rows over the keys it can see (f32_products.h).
-    const VisibleKeys visible = tile_visible_keys(p, full, j0, scratch);
-    products.scores(p, t, n, scratch, visible);
-    // The soft cap and ALiBi act on scaled scores; otherwise the scale rides along the softmax.
-    float softmax_scale = score_scale;
-    if (transform) {
-      scale_scores(t, n, score_scale, st);
-      transform_scores(p, t, j0, n, scratch);
-      softmax_scale = 1.0f;
+    for (int h = 0; h < heads; ++h) {
+      const PrefillParams& p = hp[h];
+      const int head = kv_head + h;
+      products.stage(p, req, head, j0, n, scratch);
+      // Each block of rows over the keys it can see (f32_products.h).
+      const VisibleKeys visible = tile_visible_keys(p, full, j0, scratch);
+      products.scores(p, t, n, scratch, visible, pf);
+      // The dot products see stored q and k: their scales join the score scale. The soft cap and
+      // ALiBi act on scaled scores; otherwise the scale rides along the softmax.
+      const float k_scale = p.k_head_scale ? p.k_head_scale[head] : p.k_scale;
+      const float score_scale = p.q_scale * k_scale * p.qk_scale;
+      float softmax_scale = score_scale;
+      if (transform) {
+        scale_scores(t, n, score_scale, st);
+        transform_scores(p, t, j0, n, scratch);
+        softmax_scale = 1.0f;
+      }
+      if (!full) mask_scores(p, req, t, j0, n, scratch);
+      if constexpr (requires { products.value_scales(); }) {
+        softmax_pack<true>(p, t, n, softmax_scale, scratch, products.value_scales());
+      } else {
+        softmax_pack(p, t, n, softmax_scale, scratch);
+      }
+      // The numerics policy (masked_values.h): only a tile that masks a key checks its V.
+      auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
+      if (!full && any_non_finite_pairs(vp, int64_t{(n + 1) / 2} * p.head_dim_vo)) {
+        add_non_finite_pair_values(n, t.rows, t.rows_pad, p.head_dim_vo,
+                                   reinterpret_cast<uint32_t*>(st), vp, scratch + p.scratch.ot);
+      }
+      products.values(p, t, n, scratch, visible, pf);
     }
-    if (!full) mask_scores(p, req, t, j0, n, scratch);
-    if constexpr (requires { products.value_scales(); }) {
-      softmax_pack<true>(p, t, n, softmax_scale, scratch, products.value_scales());
-    } else {
-      softmax_pack(p, t, n, softmax_scale, scratch);
-    }
-    // The numerics policy (masked_values.h): only a tile that masks a key checks its V.
-    auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
-    if (!full && any_non_finite_pairs(vp, int64_t{(n + 1) / 2} * p.head_dim_vo)) {
-      add_non_finite_pair_values(n, t.rows, t.rows_pad, p.head_dim_vo,
-                                 reinterpret_cast<uint32_t*>(st), vp, scratch + p.scratch.ot);
-    }
-    products.values(p, t, n, scratch, visible);
+    pf.finish();
   }
-  store_tile(p, req, kv_head, t, v_scale, scratch);
+  for (int h = 0; h < heads; ++h) {
+    const PrefillParams& p = hp[h];
+    const int head = kv_head + h;
+    store_tile(p, req, head, t, p.v_head_scale ? p.v_head_scale[head] : p.v_scale, scratch);
+  }
+}
+
+// A task (PrefillItemFn): its query tiles, each over the keys of all its heads.
+template <class Products>
+inline void run_task_pairs(const PrefillParams& p, const WorkItem* items, int heads,
+                           float* scratch) {
+  PrefillParams hp[kPrefillMaxTaskHeads];
+  for (int h = 0; h < heads; ++h) {
+    hp[h] = p;
+    hp[h].scratch = p.scratch.for_head(h);
+  }
+  const WorkItem& item = items[0];
+  const RequestInfo& req = p.requests[item.request];
+  for (int64_t t0 = item.qo_begin; t0 < item.qo_end; t0 += p.tile.tokens) {
+    run_tile_pairs<Products>(hp, heads, req, item.kv_head, tile_rows(p, t0, item.qo_end),
+                             scratch);
+  }
 }

@@ -62,8 +62,10 @@ inline const void* kv_row(const PrefillParams& p, const KVSource& s, const Reque
 // everywhere; this class keeps state, so its prefetches stay: check with objdump after changes.)
 class NextTilePrefetch {
  public:
-  // Keys [j0, j0 + keys) of the next tile; the pace is set by spread().
-  void plan(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys) {
+  // Keys [j0, j0 + keys) of the next tile, KV heads [kv_head, kv_head + heads) (heads > 1: their
+  // rows side by side in each token's row, read as one run); the pace is set by spread().
+  void plan(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys,
+            int heads = 1) {
     p_ = &p;
     req_ = &req;
     l1_ = p.prefetch_l1;
@@ -71,8 +73,8 @@ class NextTilePrefetch {
     j_ = j0;
     end_ = j0 + keys;
     const int esize = dtype_bytes(p.kv_dtype);
-    k_lines_ = (p.head_dim_qk * esize * static_cast<int>(p.k.strides.dim) + 63) / 64;
-    v_lines_ = (p.head_dim_vo * esize * static_cast<int>(p.v.strides.dim) + 63) / 64;
+    k_lines_ = (heads * p.head_dim_qk * esize * static_cast<int>(p.k.strides.dim) + 63) / 64;
+    v_lines_ = (heads * p.head_dim_vo * esize * static_cast<int>(p.v.strides.dim) + 63) / 64;
     line_ = 0;
     per_step_ = 0;
     if (j_ < end_) rows();
@@ -483,20 +485,27 @@ inline void run_tile(const PrefillParams& p, const RequestInfo& req, int kv_head
   store_tile(p, req, kv_head, t, 1.0f, scratch);
 }
 
+// The tile of query tokens [t0, min(t0 + tile tokens, qo_end)).
+inline TileRows tile_rows(const PrefillParams& p, int64_t t0, int64_t qo_end) {
+  TileRows t;
+  t.t0 = t0;
+  t.tokens = static_cast<int>(imin(p.tile.tokens, qo_end - t0));
+  t.rows = t.tokens * p.group;
+  t.rows_pad = row_pitch(t.rows);
+  t.row_vecs = static_cast<int>((t.rows + Vec::W - 1) / Vec::W);
+  return t;
+}
+
 template <void (*kRunTile)(const PrefillParams&, const RequestInfo&, int, const TileRows&, float*)>
 inline void run_tiles(const PrefillParams& p, const WorkItem& item, float* scratch) {
   const RequestInfo& req = p.requests[item.request];
   for (int64_t t0 = item.qo_begin; t0 < item.qo_end; t0 += p.tile.tokens) {
-    TileRows t;
-    t.t0 = t0;
-    t.tokens = static_cast<int>(imin(p.tile.tokens, item.qo_end - t0));
-    t.rows = t.tokens * p.group;
-    t.rows_pad = row_pitch(t.rows);
-    t.row_vecs = static_cast<int>((t.rows + Vec::W - 1) / Vec::W);
-    kRunTile(p, req, item.kv_head, t, scratch);
+    kRunTile(p, req, item.kv_head, tile_rows(p, t0, item.qo_end), scratch);
   }
 }
 
-inline void run_item(const PrefillParams& p, const WorkItem& item, float* scratch) {
-  run_tiles<&run_tile>(p, item, scratch);
+// The f32 kernels take a task's heads one after the other (no head tasks in their table
+// entries: heads is 1).
+inline void run_item(const PrefillParams& p, const WorkItem* items, int heads, float* scratch) {
+  for (int h = 0; h < heads; ++h) run_tiles<&run_tile>(p, items[h], scratch);
 }

@@ -91,9 +91,14 @@ struct PrefillParams {
   bool prefetch_l1 = false;
 };
 
-// Runs one plan work item (a range of query tokens of one request and KV head, cut in tiles)
-// with the per-thread scratch `scratch` (scratch.floats floats, 64-byte aligned).
-using PrefillItemFn = void (*)(const PrefillParams& params, const WorkItem& item, float* scratch);
+// Runs one task: the plan work items items[0, heads) (a range of query tokens of one request,
+// cut in tiles; KV heads items[0].kv_head + 0, 1, ..., heads - 1, whose K and V rows lie side by
+// side in each token's row where heads > 1) with the per-thread scratch `scratch` (scratch.floats
+// floats, 64-byte aligned, laid out for `heads` heads: ScratchLayout::for_head). The kernels with
+// head tasks (CpuKernel::head_tasks) walk the heads' tiles together, the others one item after
+// the other.
+using PrefillItemFn = void (*)(const PrefillParams& params, const WorkItem* items, int heads,
+                               float* scratch);
 
 PrefillItemFn prefill_item_fn_scalar();
 PrefillItemFn prefill_item_fn_avx2();    // null when not built

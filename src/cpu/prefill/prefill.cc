@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -29,11 +30,20 @@ using prefill::ScratchLayout;
 
 constexpr double kLog2e = math::kLog2eF64;
 
-// The tile of the plan's kernel (its policy), which the strided fallback runs with too.
-Status tile_of(const Problem& p, const std::string& kernel, PrefillTile* tile) {
+// The tile of the plan's kernel (its policy), which the strided fallback runs with too, cut to
+// the longest request's query tokens where all are shorter (each request is then one tile, and
+// the scratch holds only the rows they fill).
+Status tile_of(const Problem& p, const std::string& kernel, const std::vector<int64_t>& qo_len,
+               PrefillTile* tile) {
   const CpuKernel* k = nullptr;
   KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(kernel, KernelOp::kPrefill, &k));
   *tile = prefill::prefill_tile(p.group_size(), p.head_dim_qk, p.head_dim_vo, k->tile);
+  const int64_t longest = qo_len.empty() ? 1 : *std::max_element(qo_len.begin(), qo_len.end());
+  if (longest < tile->tokens) {
+    tile->tokens = static_cast<int>(std::max<int64_t>(longest, 1));
+    tile->rows = tile->tokens * p.group_size();
+    tile->rows_pad = prefill::row_pitch(tile->rows);
+  }
   return Status::Ok();
 }
 
@@ -61,7 +71,7 @@ struct PrefillWorkspace {
   WorkspaceLayout layout;
 
   PrefillWorkspace(const Problem& p, const PrefillTile& tile, const std::vector<int64_t>& qo_len,
-                   const std::vector<int64_t>& kv_len, int num_threads) {
+                   const std::vector<int64_t>& kv_len, int num_threads, int task_heads) {
     requests = layout.take(sizeof(RequestInfo) * qo_len.size());
     slopes = layout.take(sizeof(float) * p.num_qo_heads);
     sinks = layout.take(sizeof(float) * p.num_qo_heads);
@@ -70,7 +80,7 @@ struct PrefillWorkspace {
       const PositionRange pos = rope_positions(qo_len, kv_len);
       rope = layout.take(sizeof(float) * (pos.end - pos.begin) * (p.head_dim_qk / 2) * 2);
     }
-    const ScratchLayout s = prefill::scratch_layout(tile, p.head_dim_qk, p.head_dim_vo);
+    const ScratchLayout s = prefill::scratch_layout(tile, p.head_dim_qk, p.head_dim_vo, task_heads);
     scratch = layout.take_per_thread(sizeof(float) * s.floats, num_threads);
   }
 };
@@ -121,12 +131,38 @@ int64_t count_items(const Problem& p, const PrefillTile& tile, const std::vector
   return tiles * p.num_kv_heads;
 }
 
+// Whether each token's K rows of consecutive KV heads lie side by side, and its V rows likewise
+// (NHD, unit-stride rows): a task's heads are then read as one run a token.
+bool heads_adjacent(const PrefillParams& params) {
+  return unit_stride_rows(params) && params.k.strides.head == params.head_dim_qk &&
+         params.v.strides.head == params.head_dim_vo;
+}
+
 }  // namespace
+
+int prefill_task_heads(const Problem& problem, const CpuKernel& kernel, const PrefillTile& tile,
+                       int64_t items, int threads) {
+  if (!kernel.head_tasks || problem.kv_layout != KVLayout::kNHD) return 1;
+  if (tile.rows > kPrefillHeadTaskRows) return 1;
+  const ScratchLayout s = prefill::scratch_layout(tile, problem.head_dim_qk, problem.head_dim_vo);
+  int heads = std::min(problem.num_kv_heads, prefill::kPrefillMaxTaskHeads);
+  while (heads > 1 && (items / heads < kPrefillTasksPerThread * threads ||
+                       int64_t{sizeof(float)} * s.head_slot * (heads - 1) >
+                           kPrefillTileScratchBytes)) {
+    heads /= 2;
+  }
+  return heads;
+}
 
 const CpuKernel& prefill_kernel_for_lengths(const Problem& problem, const CpuKernel& chosen,
                                             const std::vector<int64_t>& qo_len, int threads) {
   const CpuKernel* best = &chosen;
+  const int64_t longest = qo_len.empty() ? 0 : *std::max_element(qo_len.begin(), qo_len.end());
   for (const CpuKernel* k : taller_cpu_kernels(chosen)) {
+    // No request fills more rows than the tile it has: a taller one would add nothing.
+    const PrefillTile shorter = prefill::prefill_tile(problem.group_size(), problem.head_dim_qk,
+                                                      problem.head_dim_vo, best->tile);
+    if (longest <= shorter.tokens) break;
     const PrefillTile tile = prefill::prefill_tile(problem.group_size(), problem.head_dim_qk,
                                                    problem.head_dim_vo, k->tile);
     const ScratchLayout s = prefill::scratch_layout(tile, problem.head_dim_qk, problem.head_dim_vo);
@@ -156,7 +192,7 @@ Status plan_prefill(const Problem& problem, const AttentionArgs& args, const Pla
         std::string(prefill_kernel_for_lengths(problem, *chosen, plan->qo_len, threads).name);
   }
   PrefillTile tile;
-  KVATTN_RETURN_IF_ERROR(tile_of(problem, plan->kernel, &tile));
+  KVATTN_RETURN_IF_ERROR(tile_of(problem, plan->kernel, plan->qo_len, &tile));
 
   // One item per (request, KV head, query tile), costliest first: the pool hands items out in
   // order, so the long causal tiles at the bottom of each request start early and the short ones
@@ -196,8 +232,14 @@ Status plan_prefill(const Problem& problem, const AttentionArgs& args, const Pla
       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, plan->work.size())));
   plan->kv_chunk_size = 0;
   plan->num_partial_states = 0;
+  const CpuKernel* kernel = nullptr;
+  KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan->kernel, KernelOp::kPrefill, &kernel));
+  const int task_heads = prefill_task_heads(problem, *kernel, tile,
+                                            static_cast<int64_t>(plan->work.size()),
+                                            plan->num_threads);
   plan->workspace_bytes =
-      PrefillWorkspace(problem, tile, plan->qo_len, plan->kv_len, plan->num_threads).layout.bytes();
+      PrefillWorkspace(problem, tile, plan->qo_len, plan->kv_len, plan->num_threads, task_heads)
+          .layout.bytes();
   return Status::Ok();
 }
 
@@ -205,13 +247,20 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
                    std::size_t workspace_bytes) {
   const Problem& p = plan.problem;
   PrefillParams params;
-  KVATTN_RETURN_IF_ERROR(tile_of(p, plan.kernel, &params.tile));
-  const PrefillWorkspace layout(p, params.tile, plan.qo_len, plan.kv_len, plan.num_threads);
+  KVATTN_RETURN_IF_ERROR(tile_of(p, plan.kernel, plan.qo_len, &params.tile));
+  const CpuKernel* planned = nullptr;
+  KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan.kernel, KernelOp::kPrefill, &planned));
+  const int task_heads = prefill_task_heads(p, *planned, params.tile,
+                                            static_cast<int64_t>(plan.work.size()),
+                                            plan.num_threads);
+  const PrefillWorkspace layout(p, params.tile, plan.qo_len, plan.kv_len, plan.num_threads,
+                                task_heads);
   std::byte* base = nullptr;
   KVATTN_RETURN_IF_ERROR(
       bind_workspace("prefill", layout.layout, workspace, workspace_bytes, &base));
 
-  params.scratch = prefill::scratch_layout(params.tile, p.head_dim_qk, p.head_dim_vo);
+  params.scratch =
+      prefill::scratch_layout(params.tile, p.head_dim_qk, p.head_dim_vo, task_heads);
   params.prefetch_l1 = detail::cpu_features().amd;
 
   const int batch = static_cast<int>(plan.qo_len.size());
@@ -325,16 +374,35 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
     params.rope_interleave = p.rope_interleave;
   }
 
-  const CpuKernel* planned = nullptr;
-  KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan.kernel, KernelOp::kPrefill, &planned));
   const CpuKernel& chosen = unit_stride_rows(params) ? *planned : strided_cpu_kernel(*planned);
   const prefill::PrefillItemFn kernel = chosen.prefill();
   if (kernel == nullptr) {
     return make_error(ErrorCode::kInternal, "cpu prefill: kernel ", chosen.name, " not built");
   }
-  for_each_item(plan.num_threads, static_cast<int64_t>(plan.work.size()), base + layout.scratch,
-                layout.layout.thread_stride(), [&](int64_t i, std::byte* scratch) {
-                  kernel(params, plan.work[i], reinterpret_cast<float*>(scratch));
+  // Tasks: runs of up to task_heads items of one request and query range on consecutive KV heads
+  // (the plan's order keeps a tile's heads together), where the kernel that runs takes head
+  // tasks and the rows of a token's heads lie side by side; else one item each.
+  const int max_heads = chosen.head_tasks && heads_adjacent(params) ? task_heads : 1;
+  std::vector<std::pair<int64_t, int>> tasks;  // first item, heads
+  const int64_t num_items = static_cast<int64_t>(plan.work.size());
+  for (int64_t i = 0; i < num_items;) {
+    const WorkItem& w = plan.work[i];
+    int count = 1;
+    while (count < max_heads && i + count < num_items) {
+      const WorkItem& x = plan.work[i + count];
+      if (x.request != w.request || x.qo_begin != w.qo_begin || x.qo_end != w.qo_end ||
+          x.kv_head != w.kv_head + count) {
+        break;
+      }
+      ++count;
+    }
+    tasks.emplace_back(i, count);
+    i += count;
+  }
+  for_each_item(plan.num_threads, static_cast<int64_t>(tasks.size()), base + layout.scratch,
+                layout.layout.thread_stride(), [&](int64_t t, std::byte* scratch) {
+                  kernel(params, plan.work.data() + tasks[t].first, tasks[t].second,
+                         reinterpret_cast<float*>(scratch));
                 });
   return Status::Ok();
 }

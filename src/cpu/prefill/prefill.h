@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/prefill/tile_config.h"
 #include "kvattn/attention.h"
 #include "kvattn/problem.h"
 #include "kvattn/status.h"
@@ -27,6 +28,18 @@ inline constexpr int64_t kPrefillTileScratchBytes = int64_t{1} << 20;
 inline constexpr int64_t kPrefillWindowPerTileToken = 16;
 const CpuKernel& prefill_kernel_for_lengths(const Problem& problem, const CpuKernel& chosen,
                                             const std::vector<int64_t>& qo_len, int threads);
+
+// KV heads a task of `kernel` takes together (PrefillItemFn, params.h): 1 unless the kernel
+// walks a task's heads together (CpuKernel::head_tasks) over an NHD cache and its tiles hold at
+// most kPrefillHeadTaskRows query rows (a few tokens each: a speculative-decoding check, short
+// chunks), where it is the most of kPrefillMaxTaskHeads (tile_config.h) that still leaves
+// kPrefillTasksPerThread tasks a thread and whose heads' scratch slots stay within
+// kPrefillTileScratchBytes. `tile`: the plan's (cut to the longest request), `items` its work
+// items.
+inline constexpr int kPrefillHeadTaskRows = 64;
+inline constexpr int64_t kPrefillTasksPerThread = 4;
+int prefill_task_heads(const Problem& problem, const CpuKernel& kernel,
+                       const prefill::PrefillTile& tile, int64_t items, int threads);
 
 // Cuts prefill work (fills plan->work, workspace_bytes, num_threads) with the tile of the kernel
 // plan->kernel names (the kernel table's choice, made first), which it replaces with a taller

@@ -146,12 +146,12 @@ struct AmxProducts {
   static constexpr int kMaxBlocks = kMaxKVTile / 16;
   static constexpr int kMaxValueBlocks = 1024 / 16;  // head dims up to 1024 (validate_problem)
   RowBlock k_blocks[kMaxBlocks];
-  NextTilePrefetch pf;
 
-  // The next tile's rows, prefetched during this tile's products.
-  void prefetch_next(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0,
-                     int keys) {
-    pf.plan(p, req, kv_head, j0, keys);
+  // The prefetch steps of the products: a tile block a step.
+  int steps(const PrefillParams& p, const TileRows& t, int keys) const {
+    const int row_pairs = (t.row_vecs + 1) / 2;
+    return row_pairs * ((round16(keys) / 16 + 1) / 2 * (p.head_dim_qk / 32) +
+                        (p.head_dim_vo / 16 + 1) / 2 * (round16((keys + 1) / 2) / 16));
   }
 
   // K: every row copied (bf16) or widened (fp8) into the K tile buffer [round16(keys)][dqk], rows
@@ -185,10 +185,7 @@ struct AmxProducts {
 
   // Whole tiles of 16 x 16: the products do not stop at a block's visible keys (VisibleKeys).
   void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
-              const VisibleKeys&) {
-    const int row_pairs = (t.row_vecs + 1) / 2;
-    pf.spread(row_pairs * ((round16(keys) / 16 + 1) / 2 * (p.head_dim_qk / 32) +
-                           (p.head_dim_vo / 16 + 1) / 2 * (round16((keys + 1) / 2) / 16)));
+              const VisibleKeys&, NextTilePrefetch& pf) {
     // B outer where the K tile fits L1 beside a pair of row blocks' Q^T (up to 32 KiB: d128 and
     // below): both stay there, and Q^T streams from L2 once per KV tile instead of once per
     // pair of K blocks. A larger K tile (64 KiB at d256) would stream from L2 once per pair of
@@ -210,7 +207,7 @@ struct AmxProducts {
   // The P pairs past the tile's keys are zeroed up to 16 (their S^T rows hold other keys'
   // scores), the V pairs (zero past the keys, after the numerics policy's guard) transposed.
   void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
-              const VisibleKeys&) {
+              const VisibleKeys&, NextTilePrefetch& pf) {
     const int dvo = p.head_dim_vo, pairs = (keys + 1) / 2, pairs_pad = round16(pairs);
     auto* pp = reinterpret_cast<uint32_t*>(scratch + p.scratch.st);
     std::memset(pp + pairs * t.rows_pad, 0, sizeof(uint32_t) * (pairs_pad - pairs) * t.rows_pad);
@@ -230,13 +227,13 @@ struct AmxProducts {
     }
     tile_product<Outer::kA>(v_blocks, dvo / 16, pp, t.rows_pad * 4, 16 * t.rows_pad * 4, t.row_vecs,
                             pairs_pad / 16, scratch + p.scratch.ot, t.rows_pad, true, pf);
-    pf.finish();
   }
 };
 
-inline void run_item_amx(const PrefillParams& p, const WorkItem& item, float* scratch) {
+inline void run_item_amx(const PrefillParams& p, const WorkItem* items, int heads,
+                         float* scratch) {
   ::kvattn::cpu::amx::load_tile_config();
-  run_tiles<&run_tile_pairs<AmxProducts>>(p, item, scratch);
+  run_task_pairs<AmxProducts>(p, items, heads, scratch);
   _tile_release();
 }
 

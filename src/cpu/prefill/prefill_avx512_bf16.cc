@@ -160,11 +160,9 @@ template <int RV>
 // the K tile buffer).
 struct DotProducts {
   const unsigned char* k_rows[kMaxKVTile];
-  NextTilePrefetch pf;
 
-  void prefetch_next(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0,
-                     int keys) {
-    pf.plan(p, req, kv_head, j0, keys);
+  int steps(const PrefillParams& p, const TileRows& t, int keys) const {
+    return register_blocks(t.row_vecs, keys, p.head_dim_vo);
   }
 
   void stage(const PrefillParams& p, const RequestInfo& req, int kv_head, int64_t j0, int keys,
@@ -179,18 +177,16 @@ struct DotProducts {
     stage_value_pairs(p, req, kv_head, j0, keys, scratch);
   }
   void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
-              const VisibleKeys& visible) {
-    pf.spread(register_blocks(t.row_vecs, keys, p.head_dim_vo));
+              const VisibleKeys& visible, NextTilePrefetch& pf) {
     ::kvattn::cpu::prefill::avx512_bf16::scores(
         k_rows, p.head_dim_qk / 2, reinterpret_cast<const uint32_t*>(scratch + p.scratch.qt),
         t.rows_pad, t.row_vecs, keys, scratch + p.scratch.st, pf, visible);
   }
   void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
-              const VisibleKeys& visible) {
+              const VisibleKeys& visible, NextTilePrefetch& pf) {
     accumulate_values(reinterpret_cast<const uint32_t*>(scratch + p.scratch.vf), p.head_dim_vo,
                       reinterpret_cast<const uint32_t*>(scratch + p.scratch.st), t.rows_pad,
                       t.row_vecs, keys, scratch + p.scratch.ot, pf, visible);
-    pf.finish();
   }
 };
 
@@ -212,8 +208,8 @@ struct SplitDotProducts : DotProducts {
     }
   }
   void scores(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
-              const VisibleKeys& visible) {
-    DotProducts::scores(p, t, keys, scratch, visible);
+              const VisibleKeys& visible, NextTilePrefetch& pf) {
+    DotProducts::scores(p, t, keys, scratch, visible, pf);
     float* st = scratch + p.scratch.st;
     for (int jj = 0; jj < keys; ++jj) {
       const __m512 ks = Vec::set1(key_scale[jj]);
@@ -224,7 +220,7 @@ struct SplitDotProducts : DotProducts {
     }
   }
   void values(const PrefillParams& p, const TileRows& t, int keys, float* scratch,
-              const VisibleKeys& visible) {
+              const VisibleKeys& visible, NextTilePrefetch& pf) {
     auto* vp = reinterpret_cast<uint32_t*>(scratch + p.scratch.vf);
     const int pairs = (keys + 1) / 2;
     auto pass = [&](int64_t pairs_at) {
@@ -243,15 +239,15 @@ struct SplitDotProducts : DotProducts {
       }
     }
     pass(p.scratch.p_lo);
-    pf.finish();
   }
 };
 
-inline void run_item_bf16(const PrefillParams& p, const WorkItem& item, float* scratch) {
+inline void run_item_bf16(const PrefillParams& p, const WorkItem* items, int heads,
+                          float* scratch) {
   if (p.v_token_scale.base != nullptr) {
-    run_tiles<&run_tile_pairs<SplitDotProducts>>(p, item, scratch);
+    run_task_pairs<SplitDotProducts>(p, items, heads, scratch);
   } else {
-    run_tiles<&run_tile_pairs<DotProducts>>(p, item, scratch);
+    run_task_pairs<DotProducts>(p, items, heads, scratch);
   }
 }
 

@@ -16,6 +16,10 @@ inline constexpr int kRowAlign = 16;
 // so each converted K/V tile serves the whole group.
 inline constexpr int kTargetTileRows = 128;
 
+// The KV heads one task of a kernel with head tasks takes at most (run_task_pairs, bf16_pairs.h;
+// prefill_task_heads, prefill.cc).
+inline constexpr int kPrefillMaxTaskHeads = 8;
+
 // The largest KV tile prefill_tile hands out (kernels size stack arrays of row pointers by it).
 inline constexpr int kMaxKVTile = 128;
 
@@ -87,10 +91,32 @@ struct ScratchLayout {
   int64_t pair_rows = 0;             // 3 x max(D_qk, D_vo) u16: bf16 rows being paired
   int64_t p_lo = 0;                  // [kv_tile / 2][rows_pad] u32: the bf16 kernel's P pairs'
                                      // low parts (per-token V scales: softmax_pack)
-  int64_t floats = 0;                // total per thread
+  // A task of several KV heads (the pairs kernels' run_task_pairs, bf16_pairs.h) keeps each
+  // head's own Q^T, O^T and row vectors (max, sum, position, slope): head 0 in the buffers
+  // above, head h >= 1 in slot h - 1 of `head_slot` floats after them (for_head); the other
+  // buffers serve one head at a time.
+  int64_t head_slot = 0;
+  int64_t qt_floats = 0, ot_floats = 0, row_floats = 0;  // one head's Q^T, O^T, row vector
+  int64_t slots = 0;                                     // where slot 0 starts
+  int64_t floats = 0;                                    // total per thread
+
+  // The layout head h of a task reads: its own Q^T, O^T and row vectors, the shared rest.
+  constexpr ScratchLayout for_head(int h) const {
+    ScratchLayout s = *this;
+    if (h == 0) return s;
+    int64_t at = slots + (h - 1) * head_slot;
+    for (int64_t* offset : {&s.qt, &s.ot, &s.row_max, &s.row_sum, &s.row_pos, &s.row_slope}) {
+      *offset = at;
+      at += offset == &s.qt ? qt_floats : offset == &s.ot ? ot_floats : row_floats;
+    }
+    return s;
+  }
 };
 
-constexpr ScratchLayout scratch_layout(const PrefillTile& t, int head_dim_qk, int head_dim_vo) {
+// `task_heads`: the KV heads a task may take (ScratchLayout::for_head), a slot each past the
+// first.
+constexpr ScratchLayout scratch_layout(const PrefillTile& t, int head_dim_qk, int head_dim_vo,
+                                       int task_heads = 1) {
   ScratchLayout s{};
   WorkspaceLayout at;
   auto take = [&at](int64_t n) {
@@ -111,6 +137,12 @@ constexpr ScratchLayout scratch_layout(const PrefillTile& t, int head_dim_qk, in
   s.row_tmp = take(kRowAlign * widest + 64);
   s.pair_rows = take((3 * widest + 1) / 2);
   s.p_lo = take(int64_t{(t.kv_tile + 1) / 2} * t.rows_pad);
+  // Each a multiple of 16 floats (rows_pad is), so every slot's buffers stay 64-byte aligned.
+  s.qt_floats = int64_t{head_dim_qk} * t.rows_pad;
+  s.ot_floats = int64_t{head_dim_vo} * t.rows_pad;
+  s.row_floats = t.rows_pad;
+  s.head_slot = s.qt_floats + s.ot_floats + 4 * s.row_floats;
+  s.slots = take(s.head_slot * (task_heads - 1));
   s.floats = static_cast<int64_t>(at.size() / sizeof(float));
   return s;
 }
