@@ -391,6 +391,99 @@ TEST(CpuPrefillPlan, CoversEveryQueryRowOnceCostliestFirst) {
   for (const auto& [key, count] : covered) EXPECT_EQ(count, 1);
 }
 
+// Tasks of several KV heads (prefill_task_heads): given to the kernels that walk them together,
+// over NHD caches, for tiles of at most kPrefillHeadTaskRows rows, as many heads as leave
+// kPrefillTasksPerThread tasks a thread and fit their scratch slots.
+TEST(CpuPrefillHeadTasks, PlanGivesThemToFewRowsOverNhd) {
+  const CpuKernel* pairs = find_cpu_kernel("prefill-avx512bf16-dot-r128k64");
+  const CpuKernel* fma = find_cpu_kernel("prefill-avx2-fma-r128k64");
+  ASSERT_NE(pairs, nullptr);
+  ASSERT_NE(fma, nullptr);
+  EXPECT_TRUE(pairs->head_tasks);
+  EXPECT_FALSE(fma->head_tasks);
+  Problem p = small_spec(Op::kBatchPrefillPaged, {4}, {4096}).problem;
+  p.num_qo_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim_qk = p.head_dim_vo = 128;
+  auto tile_of_tokens = [&](const Problem& q, int tokens) {
+    prefill::PrefillTile t = prefill::prefill_tile(q.group_size(), q.head_dim_qk, q.head_dim_vo);
+    t.tokens = tokens;
+    t.rows = tokens * q.group_size();
+    t.rows_pad = prefill::row_pitch(t.rows);
+    return t;
+  };
+  const prefill::PrefillTile four = tile_of_tokens(p, 4);  // 16 rows
+  // 16 requests x 8 heads: 128 items.
+  EXPECT_EQ(prefill_task_heads(p, *pairs, four, 128, 2), 8);
+  EXPECT_EQ(prefill_task_heads(p, *pairs, four, 128, 4), 8);
+  EXPECT_EQ(prefill_task_heads(p, *pairs, four, 128, 8), 4);   // 4 tasks a thread
+  EXPECT_EQ(prefill_task_heads(p, *pairs, four, 128, 32), 1);  // 2 heads leave 2 a thread
+  EXPECT_EQ(prefill_task_heads(p, *pairs, four, 8, 2), 1);
+  EXPECT_EQ(prefill_task_heads(p, *fma, four, 128, 2), 1);
+  EXPECT_EQ(prefill_task_heads(p, *pairs, tile_of_tokens(p, 16), 128, 2), 8);  // 64 rows
+  EXPECT_EQ(prefill_task_heads(p, *pairs, tile_of_tokens(p, 17), 128, 2), 1);  // 68
+  Problem hnd = p;
+  hnd.kv_layout = KVLayout::kHND;
+  EXPECT_EQ(prefill_task_heads(hnd, *pairs, four, 128, 2), 1);
+  Problem two_heads = p;
+  two_heads.num_kv_heads = 2;
+  two_heads.num_qo_heads = 8;
+  EXPECT_EQ(prefill_task_heads(two_heads, *pairs, four, 128, 2), 2);
+  // d 256, 64 rows: a head's slot (Q^T and O^T, 80 rows apart) is 161 KiB, 7 of them past 1 MiB.
+  Problem d256 = p;
+  d256.head_dim_qk = d256.head_dim_vo = 256;
+  EXPECT_EQ(prefill_task_heads(d256, *pairs, tile_of_tokens(d256, 16), 128, 2), 4);
+}
+
+// Requests of a few query tokens over 8 KV heads, where the kernels with head tasks take them
+// (1 and 2 threads: 8 and 4 heads a task): every variant, per-head and per-token FP8 scales,
+// against the reference, and the same bits as one head a task (16 threads leave too few items
+// for tasks of 2).
+TEST(CpuPrefillHeadTasks, MatchReferenceAndOneHeadATask) {
+  std::vector<Variant> cases = variants();
+  cases.push_back({"e4m3_per_head", [](testing::CaseSpec& s) {
+                     s.problem.kv_dtype = DType::kE4M3;
+                     s.problem.kv_scale_granularity = KVScaleGranularity::kPerHead;
+                     s.problem.mask_mode = MaskMode::kCausal;
+                   }});
+  cases.push_back({"e5m2_per_token_alibi", [](testing::CaseSpec& s) {
+                     s.problem.kv_dtype = DType::kE5M2;
+                     s.problem.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+                     s.problem.mask_mode = MaskMode::kCausal;
+                     s.problem.pos_encoding_mode = PosEncoding::kAlibi;
+                     s.problem.o_dtype = DType::kF32;
+                   }});
+  cases.push_back({"sinks_window", [](testing::CaseSpec& s) {
+                     s.problem.mask_mode = MaskMode::kCausal;
+                     s.problem.window_left = 40;
+                     s.problem.use_sinks = true;
+                     s.return_lse = true;
+                   }});
+  for (const KernelLevel& isa : available_levels()) {
+    for (const Variant& v : cases) {
+      // Lengths below, at and above the KV tile (64 keys at d 64), a request with one key.
+      testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {1, 2, 3, 4, 5, 7},
+                                          {1, 63, 64, 65, 130, 200});
+      spec.problem.num_qo_heads = 16;
+      spec.problem.num_kv_heads = 8;
+      v.apply(spec);
+      expect_matches_reference(spec, isa, "head tasks " + v.name);
+
+      LevelGuard guard(isa);  // (expect_matches_reference's own guard has cleared the override)
+      testing::Case c = testing::Case::make(spec);
+      AttentionArgs tasks = c.args();
+      ASSERT_TRUE(run_cpu_prefill(spec.problem, tasks, 1).ok()) << isa.name() << " " << v.name;
+      const std::vector<float> out_tasks = c.out_f32();
+      AttentionArgs single = c.args_with_fresh_outputs(spec.problem.o_dtype);
+      ASSERT_TRUE(run_cpu_prefill(spec.problem, single, 16).ok()) << isa.name() << " " << v.name;
+      const std::vector<float> out_single = c.fresh_out_f32();
+      ASSERT_EQ(out_tasks.size(), out_single.size());
+      EXPECT_EQ(std::memcmp(out_tasks.data(), out_single.data(), out_tasks.size() * 4), 0)
+          << isa.name() << " " << v.name;
+    }
+  }
+}
+
 TEST(CpuPrefillThreads, ResultIsTheSameOnOneAndTwoThreads) {
   testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {70, 20}, {90, 20});
   spec.problem.mask_mode = MaskMode::kCausal;
