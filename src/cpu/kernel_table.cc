@@ -220,12 +220,6 @@ constexpr CpuKernel prefill_kernel(std::string_view name, CpuIsa isa, RunsOn run
           .tile = tile,
           .taller = taller};
 }
-// A prefill kernel whose entry walks a task's KV heads together (CpuKernel::head_tasks): the
-// pairs kernels (bf16_pairs.h's run_task_pairs).
-constexpr CpuKernel with_head_tasks(CpuKernel k) {
-  k.head_tasks = true;
-  return k;
-}
 constexpr CpuKernel mla_kernel(std::string_view name, CpuIsa isa, RunsOn runs_on, Applies applies,
                                MlaItemFn (*entry)(const MlaParams&), std::string_view strided,
                                Preferred preferred = nullptr) {
@@ -271,32 +265,27 @@ constexpr auto kKernels = std::to_array<CpuKernel>({
       decode_kernel(kDecodePortable, CpuIsa::kScalar, any_cpu, any_problem, nullptr, decode_scalar,
                     ""),
 #if defined(__x86_64__)
-      with_head_tasks(prefill_kernel("prefill-amx-bf16-r256k128", CpuIsa::kAvx512, has_amx,
-                                     prefill_amx_rule, nullptr, prefill::prefill_item_fn_amx,
-                                     kPrefillFma512, {256, 128})),
+      prefill_kernel("prefill-amx-bf16-r256k128", CpuIsa::kAvx512, has_amx, prefill_amx_rule,
+                     nullptr, prefill::prefill_item_fn_amx, kPrefillFma512, {256, 128}),
 #if defined(KVATTN_CPU_AMX_EMULATION)
-      with_head_tasks(prefill_kernel("prefill-amx-bf16-r256k128-emulated", CpuIsa::kAvx512,
-                                     has_bf16_vbmi, prefill_amx_rule, named_only,
-                                     prefill::prefill_item_fn_amx_emulated, kPrefillFma512,
-                                     {256, 128})),
+      prefill_kernel("prefill-amx-bf16-r256k128-emulated", CpuIsa::kAvx512, has_bf16_vbmi,
+                     prefill_amx_rule, named_only, prefill::prefill_item_fn_amx_emulated,
+                     kPrefillFma512, {256, 128}),
 #endif
       // Taller tiles share each staged K and V pair tile among more rows. Their time against 128
       // rows, AMD Zen 4, 2 threads, causal, bf16 queries (issue 23's note of 2026-12-07 15:00;
       // 256 / 512 rows): 4096 tokens d 128 0.93-0.95x / 0.90-0.95x, d 64 0.94x / 0.92x, d 256
       // 0.94-0.96x / 0.96-0.98x (so 256 there: 512 rows' scratch is past 1 MiB), an e4m3 cache
       // 0.93x / 0.92x; 64 x 128 tokens 0.96-0.98x / 0.96x; 16 x 512 0.89x (256).
-      with_head_tasks(prefill_kernel(
-          "prefill-avx512bf16-dot-r128k64", CpuIsa::kAvx512, has_bf16, prefill_bf16_dot_rule,
-          fast_bf16_dot, prefill::prefill_item_fn_avx512_bf16, kPrefillFma512, {},
-          "prefill-avx512bf16-dot-r256k64")),
-      with_head_tasks(prefill_kernel(
-          "prefill-avx512bf16-dot-r256k64", CpuIsa::kAvx512, has_bf16, prefill_bf16_dot_rule,
-          named_only, prefill::prefill_item_fn_avx512_bf16, kPrefillFma512,
-          {.target_rows = 256}, "prefill-avx512bf16-dot-r512k64")),
-      with_head_tasks(prefill_kernel("prefill-avx512bf16-dot-r512k64", CpuIsa::kAvx512, has_bf16,
-                                     prefill_bf16_dot_rule, named_only,
-                                     prefill::prefill_item_fn_avx512_bf16, kPrefillFma512,
-                                     {.target_rows = 512})),
+      prefill_kernel("prefill-avx512bf16-dot-r128k64", CpuIsa::kAvx512, has_bf16,
+                     prefill_bf16_dot_rule, fast_bf16_dot, prefill::prefill_item_fn_avx512_bf16,
+                     kPrefillFma512, {}, "prefill-avx512bf16-dot-r256k64"),
+      prefill_kernel("prefill-avx512bf16-dot-r256k64", CpuIsa::kAvx512, has_bf16,
+                     prefill_bf16_dot_rule, named_only, prefill::prefill_item_fn_avx512_bf16,
+                     kPrefillFma512, {.target_rows = 256}, "prefill-avx512bf16-dot-r512k64"),
+      prefill_kernel("prefill-avx512bf16-dot-r512k64", CpuIsa::kAvx512, has_bf16,
+                     prefill_bf16_dot_rule, named_only, prefill::prefill_item_fn_avx512_bf16,
+                     kPrefillFma512, {.target_rows = 512}),
       prefill_kernel(kPrefillFma512, CpuIsa::kAvx512, any_cpu, any_problem, nullptr,
                      prefill::prefill_item_fn_avx512, ""),
       prefill_kernel("prefill-avx2-fma-r128k64", CpuIsa::kAvx2, any_cpu, any_problem, nullptr,

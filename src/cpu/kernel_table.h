@@ -56,9 +56,6 @@ struct CpuKernel {
   // takes in this one's place where the requests' lengths leave work enough for every thread
   // and its scratch stays within L2 (plan_prefill, prefill_kernel_for_lengths); "": none.
   std::string_view taller{};
-  // Prefill: whether its entry walks a task's KV heads together (PrefillItemFn, params.h), which
-  // the plan then gives it where the rows are few (prefill_task_heads).
-  bool head_tasks = false;
 };
 
 // Every kernel built into this library, each op's in preference order (the portable one last).

@@ -391,16 +391,10 @@ TEST(CpuPrefillPlan, CoversEveryQueryRowOnceCostliestFirst) {
   for (const auto& [key, count] : covered) EXPECT_EQ(count, 1);
 }
 
-// Tasks of several KV heads (prefill_task_heads): given to the kernels that walk them together,
-// over NHD caches, for tiles of at most kPrefillHeadTaskRows rows, as many heads as leave
-// kPrefillTasksPerThread tasks a thread and fit their scratch slots.
+// Tasks of several KV heads (prefill_task_heads): over NHD caches, for tiles of at most
+// kPrefillHeadTaskRows rows, as many heads as leave kPrefillTasksPerThread tasks a thread and fit
+// their scratch slots.
 TEST(CpuPrefillHeadTasks, PlanGivesThemToFewRowsOverNhd) {
-  const CpuKernel* pairs = find_cpu_kernel("prefill-avx512bf16-dot-r128k64");
-  const CpuKernel* fma = find_cpu_kernel("prefill-avx2-fma-r128k64");
-  ASSERT_NE(pairs, nullptr);
-  ASSERT_NE(fma, nullptr);
-  EXPECT_TRUE(pairs->head_tasks);
-  EXPECT_FALSE(fma->head_tasks);
   Problem p = small_spec(Op::kBatchPrefillPaged, {4}, {4096}).problem;
   p.num_qo_heads = 32;
   p.num_kv_heads = 8;
@@ -414,29 +408,28 @@ TEST(CpuPrefillHeadTasks, PlanGivesThemToFewRowsOverNhd) {
   };
   const prefill::PrefillTile four = tile_of_tokens(p, 4);  // 16 rows
   // 16 requests x 8 heads: 128 items.
-  EXPECT_EQ(prefill_task_heads(p, *pairs, four, 128, 2), 8);
-  EXPECT_EQ(prefill_task_heads(p, *pairs, four, 128, 4), 8);
-  EXPECT_EQ(prefill_task_heads(p, *pairs, four, 128, 8), 4);   // 4 tasks a thread
-  EXPECT_EQ(prefill_task_heads(p, *pairs, four, 128, 32), 1);  // 2 heads leave 2 a thread
-  EXPECT_EQ(prefill_task_heads(p, *pairs, four, 8, 2), 1);
-  EXPECT_EQ(prefill_task_heads(p, *fma, four, 128, 2), 1);
-  EXPECT_EQ(prefill_task_heads(p, *pairs, tile_of_tokens(p, 16), 128, 2), 8);  // 64 rows
-  EXPECT_EQ(prefill_task_heads(p, *pairs, tile_of_tokens(p, 17), 128, 2), 1);  // 68
+  EXPECT_EQ(prefill_task_heads(p, four, 128, 2), 8);
+  EXPECT_EQ(prefill_task_heads(p, four, 128, 4), 8);
+  EXPECT_EQ(prefill_task_heads(p, four, 128, 8), 4);   // 4 tasks a thread
+  EXPECT_EQ(prefill_task_heads(p, four, 128, 32), 1);  // 2 heads leave 2 a thread
+  EXPECT_EQ(prefill_task_heads(p, four, 8, 2), 1);
+  EXPECT_EQ(prefill_task_heads(p, tile_of_tokens(p, 16), 128, 2), 8);  // 64 rows
+  EXPECT_EQ(prefill_task_heads(p, tile_of_tokens(p, 17), 128, 2), 1);  // 68
   Problem hnd = p;
   hnd.kv_layout = KVLayout::kHND;
-  EXPECT_EQ(prefill_task_heads(hnd, *pairs, four, 128, 2), 1);
+  EXPECT_EQ(prefill_task_heads(hnd, four, 128, 2), 1);
   Problem two_heads = p;
   two_heads.num_kv_heads = 2;
   two_heads.num_qo_heads = 8;
-  EXPECT_EQ(prefill_task_heads(two_heads, *pairs, four, 128, 2), 2);
+  EXPECT_EQ(prefill_task_heads(two_heads, four, 128, 2), 2);
   // d 256, 64 rows: a head's slot (Q^T and O^T, 80 rows apart) is 161 KiB, 7 of them past 1 MiB.
   Problem d256 = p;
   d256.head_dim_qk = d256.head_dim_vo = 256;
-  EXPECT_EQ(prefill_task_heads(d256, *pairs, tile_of_tokens(d256, 16), 128, 2), 4);
+  EXPECT_EQ(prefill_task_heads(d256, tile_of_tokens(d256, 16), 128, 2), 4);
 }
 
-// Requests of a few query tokens over 8 KV heads, where the kernels with head tasks take them
-// (1 and 2 threads: 8 and 4 heads a task): every variant, per-head and per-token FP8 scales,
+// Requests of a few query tokens over 8 KV heads, at every kernel (1 and 2 threads: 8 and 4 heads
+// a task): every variant, per-head and per-token FP8 scales,
 // against the reference, and the same bits as one head a task (16 threads leave too few items
 // for tasks of 2).
 TEST(CpuPrefillHeadTasks, MatchReferenceAndOneHeadATask) {

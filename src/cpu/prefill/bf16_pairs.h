@@ -209,9 +209,7 @@ inline void scale_scores(const TileRows& t, int keys, float scale, float* st) {
   }
 }
 
-// One tile of query rows over its keys, for the KV heads [kv_head, kv_head + heads) of a task
-// (hp[h]: head h's parameters, its scratch slot: ScratchLayout::for_head), with the products of
-// `Products`:
+// run_tile (kernel.h) with the products of `Products`:
 //   Products::stage_query_pairs(p, req, kv_head, t, scratch), where it has one: the Q^T pairs as
 //     stage_query_pairs above writes them (else that function stages them);
 //   Products::stage(p, req, kv_head, j0, keys, scratch): K of keys [j0, j0 + keys) in the form
@@ -223,10 +221,7 @@ inline void scale_scores(const TileRows& t, int keys, float scale, float* st) {
 //     (a block of rows may stop likewise: the keys past it have weight 0 for all its rows);
 //   Products::value_scales(), where it has one: each key's V scale, which softmax_pack<true>
 //     folds into P (split in two: the P pairs and their low parts at p_lo).
-// Each KV tile is taken by every head of the task in turn, and the next tile's rows of all of
-// them are asked for during their products (one run of a token's rows where heads > 1): a tile
-// of few query rows (a few tokens of a speculative-decoding check) is over too soon to hide one
-// head's 256-byte slices of each token row, read on their own, behind its arithmetic.
+// A task's kernel is run_task<&run_tile_pairs<Products>> (kernel.h).
 template <class Products>
 inline void run_tile_pairs(const PrefillParams* hp, int heads, const RequestInfo& req,
                            int kv_head, const TileRows& t, float* scratch) {
@@ -288,22 +283,5 @@ inline void run_tile_pairs(const PrefillParams* hp, int heads, const RequestInfo
     const PrefillParams& p = hp[h];
     const int head = kv_head + h;
     store_tile(p, req, head, t, p.v_head_scale ? p.v_head_scale[head] : p.v_scale, scratch);
-  }
-}
-
-// A task (PrefillItemFn): its query tiles, each over the keys of all its heads.
-template <class Products>
-inline void run_task_pairs(const PrefillParams& p, const WorkItem* items, int heads,
-                           float* scratch) {
-  PrefillParams hp[kPrefillMaxTaskHeads];
-  for (int h = 0; h < heads; ++h) {
-    hp[h] = p;
-    hp[h].scratch = p.scratch.for_head(h);
-  }
-  const WorkItem& item = items[0];
-  const RequestInfo& req = p.requests[item.request];
-  for (int64_t t0 = item.qo_begin; t0 < item.qo_end; t0 += p.tile.tokens) {
-    run_tile_pairs<Products>(hp, heads, req, item.kv_head, tile_rows(p, t0, item.qo_end),
-                             scratch);
   }
 }

@@ -445,44 +445,56 @@ inline void store_tile(const PrefillParams& p, const RequestInfo& req, int kv_he
   }
 }
 
-inline void run_tile(const PrefillParams& p, const RequestInfo& req, int kv_head, const TileRows& t,
-                     float* scratch) {
-  init_rows(p, req, kv_head, t, scratch);
-  stage_queries(p, req, kv_head, t, scratch);
-  const KeyRange keys = key_range(p, req, t);
-  const bool transform = p.soft_cap > 0.0f || p.fp16_qk_reduction || p.alibi_slopes_log2e;
-  const int kv_tile = p.tile.kv_tile;
-  const bool low_precision_p = p.q_dtype != DType::kF32;
+// One tile of query rows over its keys, for the KV heads [kv_head, kv_head + heads) of a task
+// (hp[h]: head h's parameters, with its scratch slot: ScratchLayout::for_head). Each KV tile is
+// taken by every head of the task in turn, and the next tile's rows of all of them are asked for
+// during their products (one run of each token's rows where heads > 1): a tile of few query rows
+// (a few tokens of a speculative-decoding check) is over too soon to hide one head's 256-byte
+// slices of each token row, read on their own, behind its arithmetic.
+inline void run_tile(const PrefillParams* hp, int heads, const RequestInfo& req, int kv_head,
+                     const TileRows& t, float* scratch) {
+  for (int h = 0; h < heads; ++h) {
+    init_rows(hp[h], req, kv_head + h, t, scratch);
+    stage_queries(hp[h], req, kv_head + h, t, scratch);
+  }
+  const PrefillParams& p0 = hp[0];
+  const KeyRange keys = key_range(p0, req, t);
+  const bool transform = p0.soft_cap > 0.0f || p0.fp16_qk_reduction || p0.alibi_slopes_log2e;
+  const int kv_tile = p0.tile.kv_tile;
+  const bool low_precision_p = p0.q_dtype != DType::kF32;
   NextTilePrefetch pf;
   for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kv_tile) {
     const int n = static_cast<int>(imin(kv_tile, keys.end - j0));
-    stage_kv_tile(p, req, kv_head, j0, n, scratch);
-    pf.plan(p, req, kv_head, j0 + kv_tile,
-            static_cast<int>(imax(0, imin(kv_tile, keys.end - j0 - kv_tile))));
-    pf.spread(register_blocks(t.row_vecs, n, p.head_dim_vo));
+    pf.plan(p0, req, kv_head, j0 + kv_tile,
+            static_cast<int>(imax(0, imin(kv_tile, keys.end - j0 - kv_tile))), heads);
+    pf.spread(heads * register_blocks(t.row_vecs, n, p0.head_dim_vo));
     const bool full = j0 >= keys.full_begin && j0 + n <= keys.full_end;
-    const VisibleKeys visible = tile_visible_keys(p, full, j0, scratch);
-    scores(scratch + p.scratch.kf, p.head_dim_qk, p.scratch.k_pitch, scratch + p.scratch.qt,
-           t.rows_pad, t.row_vecs, n, scratch + p.scratch.st, pf, visible);
-    if (transform) transform_scores(p, t, j0, n, scratch);
-    if (!full) mask_scores(p, req, t, j0, n, scratch);
-    if (low_precision_p) {
-      softmax_update<true>(p, t, n, scratch);
-    } else {
-      softmax_update<false>(p, t, n, scratch);
+    for (int h = 0; h < heads; ++h) {
+      const PrefillParams& p = hp[h];
+      stage_kv_tile(p, req, kv_head + h, j0, n, scratch);
+      const VisibleKeys visible = tile_visible_keys(p, full, j0, scratch);
+      scores(scratch + p.scratch.kf, p.head_dim_qk, p.scratch.k_pitch, scratch + p.scratch.qt,
+             t.rows_pad, t.row_vecs, n, scratch + p.scratch.st, pf, visible);
+      if (transform) transform_scores(p, t, j0, n, scratch);
+      if (!full) mask_scores(p, req, t, j0, n, scratch);
+      if (low_precision_p) {
+        softmax_update<true>(p, t, n, scratch);
+      } else {
+        softmax_update<false>(p, t, n, scratch);
+      }
+      // The numerics policy (masked_values.h): only a tile that masks a key checks its V.
+      float* vf = scratch + p.scratch.vf;
+      if (!full && any_non_finite_rows(vf, n, p.head_dim_vo, p.scratch.v_pitch)) {
+        add_non_finite_values(n, t.rows, t.rows_pad, p.head_dim_vo, p.scratch.v_pitch,
+                              scratch + p.scratch.st, vf, scratch + p.scratch.ot);
+      }
+      accumulate_values(scratch + p.scratch.vf, p.head_dim_vo, p.scratch.v_pitch,
+                        scratch + p.scratch.st, t.rows_pad, t.row_vecs, n,
+                        scratch + p.scratch.ot, pf, visible);
     }
-    // The numerics policy (masked_values.h): only a tile that masks a key checks its V.
-    float* vf = scratch + p.scratch.vf;
-    if (!full && any_non_finite_rows(vf, n, p.head_dim_vo, p.scratch.v_pitch)) {
-      add_non_finite_values(n, t.rows, t.rows_pad, p.head_dim_vo, p.scratch.v_pitch,
-                            scratch + p.scratch.st, vf, scratch + p.scratch.ot);
-    }
-    accumulate_values(scratch + p.scratch.vf, p.head_dim_vo, p.scratch.v_pitch,
-                      scratch + p.scratch.st, t.rows_pad, t.row_vecs, n, scratch + p.scratch.ot, pf,
-                      visible);
     pf.finish();
   }
-  store_tile(p, req, kv_head, t, 1.0f, scratch);
+  for (int h = 0; h < heads; ++h) store_tile(hp[h], req, kv_head + h, t, 1.0f, scratch);
 }
 
 // The tile of query tokens [t0, min(t0 + tile tokens, qo_end)).
@@ -496,16 +508,22 @@ inline TileRows tile_rows(const PrefillParams& p, int64_t t0, int64_t qo_end) {
   return t;
 }
 
-template <void (*kRunTile)(const PrefillParams&, const RequestInfo&, int, const TileRows&, float*)>
-inline void run_tiles(const PrefillParams& p, const WorkItem& item, float* scratch) {
+// A task (PrefillItemFn, params.h): its query tiles, each over the keys of all its heads.
+template <void (*kRunTile)(const PrefillParams*, int, const RequestInfo&, int, const TileRows&,
+                           float*)>
+inline void run_task(const PrefillParams& p, const WorkItem* items, int heads, float* scratch) {
+  PrefillParams hp[kPrefillMaxTaskHeads];
+  for (int h = 0; h < heads; ++h) {
+    hp[h] = p;
+    hp[h].scratch = p.scratch.for_head(h);
+  }
+  const WorkItem& item = items[0];
   const RequestInfo& req = p.requests[item.request];
   for (int64_t t0 = item.qo_begin; t0 < item.qo_end; t0 += p.tile.tokens) {
-    kRunTile(p, req, item.kv_head, tile_rows(p, t0, item.qo_end), scratch);
+    kRunTile(hp, heads, req, item.kv_head, tile_rows(p, t0, item.qo_end), scratch);
   }
 }
 
-// The f32 kernels take a task's heads one after the other (no head tasks in their table
-// entries: heads is 1).
 inline void run_item(const PrefillParams& p, const WorkItem* items, int heads, float* scratch) {
-  for (int h = 0; h < heads; ++h) run_tiles<&run_tile>(p, items[h], scratch);
+  run_task<&run_tile>(p, items, heads, scratch);
 }

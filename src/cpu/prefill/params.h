@@ -94,9 +94,8 @@ struct PrefillParams {
 // Runs one task: the plan work items items[0, heads) (a range of query tokens of one request,
 // cut in tiles; KV heads items[0].kv_head + 0, 1, ..., heads - 1, whose K and V rows lie side by
 // side in each token's row where heads > 1) with the per-thread scratch `scratch` (scratch.floats
-// floats, 64-byte aligned, laid out for `heads` heads: ScratchLayout::for_head). The kernels with
-// head tasks (CpuKernel::head_tasks) walk the heads' tiles together, the others one item after
-// the other.
+// floats, 64-byte aligned, laid out for `heads` heads: ScratchLayout::for_head), each KV tile
+// over all of its heads in turn (kernel.h's run_tile).
 using PrefillItemFn = void (*)(const PrefillParams& params, const WorkItem* items, int heads,
                                float* scratch);
 

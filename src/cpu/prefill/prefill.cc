@@ -140,9 +140,9 @@ bool heads_adjacent(const PrefillParams& params) {
 
 }  // namespace
 
-int prefill_task_heads(const Problem& problem, const CpuKernel& kernel, const PrefillTile& tile,
-                       int64_t items, int threads) {
-  if (!kernel.head_tasks || problem.kv_layout != KVLayout::kNHD) return 1;
+int prefill_task_heads(const Problem& problem, const PrefillTile& tile, int64_t items,
+                       int threads) {
+  if (problem.kv_layout != KVLayout::kNHD) return 1;
   if (tile.rows > kPrefillHeadTaskRows) return 1;
   const ScratchLayout s = prefill::scratch_layout(tile, problem.head_dim_qk, problem.head_dim_vo);
   int heads = std::min(problem.num_kv_heads, prefill::kPrefillMaxTaskHeads);
@@ -232,11 +232,8 @@ Status plan_prefill(const Problem& problem, const AttentionArgs& args, const Pla
       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, plan->work.size())));
   plan->kv_chunk_size = 0;
   plan->num_partial_states = 0;
-  const CpuKernel* kernel = nullptr;
-  KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan->kernel, KernelOp::kPrefill, &kernel));
-  const int task_heads = prefill_task_heads(problem, *kernel, tile,
-                                            static_cast<int64_t>(plan->work.size()),
-                                            plan->num_threads);
+  const int task_heads = prefill_task_heads(
+      problem, tile, static_cast<int64_t>(plan->work.size()), plan->num_threads);
   plan->workspace_bytes =
       PrefillWorkspace(problem, tile, plan->qo_len, plan->kv_len, plan->num_threads, task_heads)
           .layout.bytes();
@@ -248,10 +245,7 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
   const Problem& p = plan.problem;
   PrefillParams params;
   KVATTN_RETURN_IF_ERROR(tile_of(p, plan.kernel, plan.qo_len, &params.tile));
-  const CpuKernel* planned = nullptr;
-  KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan.kernel, KernelOp::kPrefill, &planned));
-  const int task_heads = prefill_task_heads(p, *planned, params.tile,
-                                            static_cast<int64_t>(plan.work.size()),
+  const int task_heads = prefill_task_heads(p, params.tile, static_cast<int64_t>(plan.work.size()),
                                             plan.num_threads);
   const PrefillWorkspace layout(p, params.tile, plan.qo_len, plan.kv_len, plan.num_threads,
                                 task_heads);
@@ -374,15 +368,17 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
     params.rope_interleave = p.rope_interleave;
   }
 
+  const CpuKernel* planned = nullptr;
+  KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan.kernel, KernelOp::kPrefill, &planned));
   const CpuKernel& chosen = unit_stride_rows(params) ? *planned : strided_cpu_kernel(*planned);
   const prefill::PrefillItemFn kernel = chosen.prefill();
   if (kernel == nullptr) {
     return make_error(ErrorCode::kInternal, "cpu prefill: kernel ", chosen.name, " not built");
   }
   // Tasks: runs of up to task_heads items of one request and query range on consecutive KV heads
-  // (the plan's order keeps a tile's heads together), where the kernel that runs takes head
-  // tasks and the rows of a token's heads lie side by side; else one item each.
-  const int max_heads = chosen.head_tasks && heads_adjacent(params) ? task_heads : 1;
+  // (the plan's order keeps a tile's heads together) where the rows of a token's heads lie side
+  // by side; else one item each.
+  const int max_heads = heads_adjacent(params) ? task_heads : 1;
   std::vector<std::pair<int64_t, int>> tasks;  // first item, heads
   const int64_t num_items = static_cast<int64_t>(plan.work.size());
   for (int64_t i = 0; i < num_items;) {

@@ -245,9 +245,9 @@ struct SplitDotProducts : DotProducts {
 inline void run_item_bf16(const PrefillParams& p, const WorkItem* items, int heads,
                           float* scratch) {
   if (p.v_token_scale.base != nullptr) {
-    run_task_pairs<SplitDotProducts>(p, items, heads, scratch);
+    run_task<&run_tile_pairs<SplitDotProducts>>(p, items, heads, scratch);
   } else {
-    run_task_pairs<DotProducts>(p, items, heads, scratch);
+    run_task<&run_tile_pairs<DotProducts>>(p, items, heads, scratch);
   }
 }
 

@@ -16,7 +16,7 @@ inline constexpr int kRowAlign = 16;
 // so each converted K/V tile serves the whole group.
 inline constexpr int kTargetTileRows = 128;
 
-// The KV heads one task of a kernel with head tasks takes at most (run_task_pairs, bf16_pairs.h;
+// The KV heads one task of a kernel with head tasks takes at most (run_task and run_tile, kernel.h;
 // prefill_task_heads, prefill.cc).
 inline constexpr int kPrefillMaxTaskHeads = 8;
 
@@ -91,7 +91,7 @@ struct ScratchLayout {
   int64_t pair_rows = 0;             // 3 x max(D_qk, D_vo) u16: bf16 rows being paired
   int64_t p_lo = 0;                  // [kv_tile / 2][rows_pad] u32: the bf16 kernel's P pairs'
                                      // low parts (per-token V scales: softmax_pack)
-  // A task of several KV heads (the pairs kernels' run_task_pairs, bf16_pairs.h) keeps each
+  // A task of several KV heads (run_task, kernel.h) keeps each
   // head's own Q^T, O^T and row vectors (max, sum, position, slope): head 0 in the buffers
   // above, head h >= 1 in slot h - 1 of `head_slot` floats after them (for_head); the other
   // buffers serve one head at a time.
