@@ -88,21 +88,37 @@ inline void stage_value_pairs(const PrefillParams& p, const RequestInfo& req, in
   uint16_t* row_b = row_a + dvo;
   uint16_t* zeros = row_b + dvo;
   if (keys % 2 != 0) std::memset(zeros, 0, sizeof(uint16_t) * dvo);
+  // Word 2i of a pair vector from row a's column i, word 2i + 1 from row b's (b's words are 32 on
+  // in the two-source permute): columns 0-15 (lo) and 16-31 (hi) of a 32-column chunk.
+  alignas(64) static constexpr int16_t kLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,
+                                                  37, 6, 38, 7, 39, 8,  40, 9,  41, 10, 42,
+                                                  11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr int16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                                  53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                                  27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i interleave_lo = _mm512_load_si512(kLo), interleave_hi = _mm512_load_si512(kHi);
   for (int jj = 0; jj < keys; jj += 2) {
     const uint16_t* a = bf16_row(p, kv_row(p, p.v, req, j0 + jj, kv_head), dvo, tmp, row_a);
     const uint16_t* b =
         jj + 1 < keys ? bf16_row(p, kv_row(p, p.v, req, j0 + jj + 1, kv_head), dvo, tmp, row_b)
                       : zeros;
     uint32_t* out = vp + (jj / 2) * dvo;
-    int d = 0;
-    for (; d + Vec::W <= dvo; d += Vec::W) {
-      const __m512i lo =
-          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + d)));
-      const __m512i hi =
-          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + d)));
-      _mm512_storeu_si512(out + d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    // 32 columns of both rows at a time, interleaved by two-source word permutes (one per 16
+    // pairs: a zero-extension, shift and OR per row, as until 2026-12-07, was ~25 % of a tile of
+    // 16 query rows on Zen 4).
+    for (int d = 0; d < dvo; d += 32) {
+      const int count = dvo - d < 32 ? dvo - d : 32;
+      const auto m = static_cast<__mmask32>(count == 32 ? ~0u : (1u << count) - 1);
+      const __m512i ra = _mm512_maskz_loadu_epi16(m, a + d);
+      const __m512i rb = _mm512_maskz_loadu_epi16(m, b + d);
+      const auto m_lo = static_cast<__mmask16>(count >= 16 ? 0xFFFF : (1u << count) - 1);
+      _mm512_mask_storeu_epi32(out + d, m_lo, _mm512_permutex2var_epi16(ra, interleave_lo, rb));
+      if (count > 16) {
+        const auto m_hi = static_cast<__mmask16>(count == 32 ? 0xFFFF : (1u << (count - 16)) - 1);
+        _mm512_mask_storeu_epi32(out + d + 16, m_hi,
+                                 _mm512_permutex2var_epi16(ra, interleave_hi, rb));
+      }
     }
-    for (; d < dvo; ++d) out[d] = uint32_t(a[d]) | (uint32_t(b[d]) << 16);
   }
 }
 

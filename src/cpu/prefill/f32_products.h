@@ -7,10 +7,13 @@
 // ISA's copy is built with its own flags. Needs `Vec` defined.
 
 // The prefetch steps of a tile's products (NextTilePrefetch::spread): one per full register block
-// of Vec's shape, of the scores (kKeyBlock keys) and of the values (kDvBlock columns), per strip
-// of kRowVecs row vectors; the edge blocks take none.
+// of the scores (kKeyBlock keys) and of the values (kDvBlock columns), per strip of kRowVecs row
+// vectors and per row vector past them (each its own strip); the edge blocks take none. (Until
+// 2026-12-07 the row vectors past the strips took no value steps and were not counted: a tile of
+// 16 rows asked for two thirds of the next tile's lines in one burst at its end, where the
+// prefetches stalled on full miss buffers.)
 inline int register_blocks(int row_vecs, int keys, int dim_vo) {
-  const int strips = (row_vecs + Vec::kRowVecs - 1) / Vec::kRowVecs;
+  const int strips = row_vecs / Vec::kRowVecs + row_vecs % Vec::kRowVecs;
   return strips * (keys / Vec::kKeyBlock + dim_vo / Vec::kDvBlock);
 }
 
@@ -162,8 +165,10 @@ inline void accumulate_values(const float* vf, int dim_vo, int pitch, const floa
     float* o = ot + rv * W;
     const int seen = visible.of((rv + 1) * W - 1, keys);
     int d = 0;
-    for (; d + DB <= dim_vo; d += DB)
+    for (; d + DB <= dim_vo; d += DB) {
+      pf.step();
       value_block<DB, 1>(vf + d, pitch, p, rows_pad, seen, o + d * rows_pad);
+    }
     value_tail<1, DB - 1>(dim_vo - d, vf + d, pitch, p, rows_pad, seen, o + d * rows_pad);
   }
 }

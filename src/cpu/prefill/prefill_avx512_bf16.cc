@@ -25,6 +25,14 @@ namespace {
 // Zen 5.
 
 // S^T[kb][rows] = sum_p dot2(K[kb] pair p, Q^T pair p) for KB keys and RV row vectors.
+// acc + dot2(x, the pair at `pair` broadcast): one vdpbf16ps with an embedded broadcast.
+[[gnu::always_inline]] inline __m512 dot_broadcast(__m512 acc, __m512bh x, const void* pair) {
+  __asm__("vdpbf16ps %2%{1to16%}, %1, %0"
+          : "+v"(acc)
+          : "v"(x), "m"(*static_cast<const uint32_t*>(pair)));
+  return acc;
+}
+
 template <int KB, int RV>
 [[gnu::always_inline]] inline void score_block(const unsigned char* const* k_rows, int pairs,
                                                const uint32_t* qp, int64_t rows_pad, float* st) {
@@ -38,6 +46,10 @@ template <int KB, int RV>
       q[rv] = (__m512bh)_mm512_loadu_si512(qp + pr * rows_pad + rv * Vec::W);
     }
     for (int kb = 0; kb < KB; ++kb) {
+      if constexpr (RV == 1) {
+        acc[kb][0] = dot_broadcast(acc[kb][0], q[0], k_rows[kb] + 4 * pr);
+        continue;
+      }
       const __m512bh k =
           (__m512bh)_mm512_set1_epi32(static_cast<int>(load_u32(k_rows[kb] + 4 * pr)));
       for (int rv = 0; rv < RV; ++rv) acc[kb][rv] = _mm512_dpbf16_ps(acc[kb][rv], q[rv], k);
@@ -62,6 +74,10 @@ template <int DB, int RV>
       pv[rv] = (__m512bh)_mm512_loadu_si512(pp + pr * rows_pad + rv * Vec::W);
     }
     for (int db = 0; db < DB; ++db) {
+      if constexpr (RV == 1) {
+        acc[db][0] = dot_broadcast(acc[db][0], pv[0], vp + pr * dim_vo + db);
+        continue;
+      }
       const __m512bh v = (__m512bh)_mm512_set1_epi32(static_cast<int>(vp[pr * dim_vo + db]));
       for (int rv = 0; rv < RV; ++rv) acc[db][rv] = _mm512_dpbf16_ps(acc[db][rv], pv[rv], v);
     }
@@ -146,6 +162,7 @@ template <int RV>
     const int pairs = (visible.of((rv + 1) * W - 1, keys) + 1) / 2;
     int d = 0;
     for (; d + DB <= dim_vo; d += DB) {
+      pf.step();
       value_block<DB, 1>(vp + d, dim_vo, pp + rv * Vec::W, rows_pad, pairs,
                          ot + d * rows_pad + rv * Vec::W);
     }
