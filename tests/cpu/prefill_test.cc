@@ -477,6 +477,54 @@ TEST(CpuPrefillHeadTasks, MatchReferenceAndOneHeadATask) {
   }
 }
 
+// A paged batch of one query token a request is planned and run as the decode it is (the decode
+// path's kernel and cut), unless KVATTN_CPU_KERNEL names a prefill kernel: every variant, FP8
+// scales and sinks against the reference, lengths around the decode tile (32 keys).
+TEST(CpuPrefillOneToken, RunsAsTheDecodeItIs) {
+  std::vector<Variant> cases = variants();
+  cases.push_back({"e4m3_per_token", [](testing::CaseSpec& s) {
+                     s.problem.kv_dtype = DType::kE4M3;
+                     s.problem.kv_scale_granularity = KVScaleGranularity::kPerTokenHead;
+                     s.problem.o_dtype = DType::kF32;
+                     s.problem.mask_mode = MaskMode::kCausal;
+                   }});
+  cases.push_back({"e5m2_per_head_sinks", [](testing::CaseSpec& s) {
+                     s.problem.kv_dtype = DType::kE5M2;
+                     s.problem.kv_scale_granularity = KVScaleGranularity::kPerHead;
+                     s.problem.use_sinks = true;
+                     s.return_lse = true;
+                   }});
+  auto planned_kernel = [](const testing::CaseSpec& spec) {
+    testing::Case c = testing::Case::make(spec);
+    Plan plan;
+    plan.device = Device::cpu();
+    plan.problem = spec.problem;
+    const CpuKernel* k = nullptr;
+    EXPECT_TRUE(choose_cpu_kernel(spec.problem, plan_isa(plan.device), &k).ok());
+    plan.kernel = std::string(k->name);
+    EXPECT_TRUE(plan_prefill(spec.problem, c.args(), PlanOptions{}, &plan).ok());
+    const CpuKernel* planned = find_cpu_kernel(plan.kernel);
+    return planned ? planned->op : KernelOp::kMla;
+  };
+  for (const Variant& v : cases) {
+    testing::CaseSpec spec =
+        small_spec(Op::kBatchPrefillPaged, {1, 1, 1, 1, 1}, {1, 31, 32, 33, 200});
+    v.apply(spec);
+    EXPECT_EQ(planned_kernel(spec), KernelOp::kDecode) << v.name;
+    expect_matches_reference(spec, KernelLevel{""}, "one token " + v.name);
+  }
+  // Not where a request has another length, nor over a ragged cache, nor where a prefill kernel
+  // is named.
+  EXPECT_EQ(planned_kernel(small_spec(Op::kBatchPrefillPaged, {1, 2}, {40, 40})),
+            KernelOp::kPrefill);
+  EXPECT_EQ(planned_kernel(small_spec(Op::kBatchPrefillRagged, {1, 1}, {40, 40})),
+            KernelOp::kPrefill);
+  set_cpu_kernel_override(available_levels().back().kernel);
+  EXPECT_EQ(planned_kernel(small_spec(Op::kBatchPrefillPaged, {1, 1}, {40, 40})),
+            KernelOp::kPrefill);
+  clear_cpu_kernel_override();
+}
+
 TEST(CpuPrefillThreads, ResultIsTheSameOnOneAndTwoThreads) {
   testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {70, 20}, {90, 20});
   spec.problem.mask_mode = MaskMode::kCausal;

@@ -169,7 +169,11 @@ Status plan_decode(const Problem& problem, const AttentionArgs& args, const Plan
 
 Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
                   std::size_t workspace_bytes) {
-  const Problem& pb = plan.problem;
+  return run_decode(plan, plan.problem, args, workspace, workspace_bytes);
+}
+
+Status run_decode(const Plan& plan, const Problem& pb, const AttentionArgs& args, void* workspace,
+                  std::size_t workspace_bytes) {
   const DecodeWorkspace layout(pb, plan.num_partial_states, plan.num_threads);
   std::byte* ws = nullptr;
   KVATTN_RETURN_IF_ERROR(

@@ -177,5 +177,9 @@ Status plan_decode(const Problem& problem, const AttentionArgs& args, const Plan
                    Plan* plan);
 Status run_decode(const Plan& plan, const AttentionArgs& args, void* workspace,
                   std::size_t workspace_bytes);
+// The same for the decode problem `problem` a plan of another op was cut for (run_prefill: a
+// prefill of one query token per request, planned by plan_decode).
+Status run_decode(const Plan& plan, const Problem& problem, const AttentionArgs& args,
+                  void* workspace, std::size_t workspace_bytes);
 
 }  // namespace kvattn::cpu

@@ -16,6 +16,7 @@
 #include "core/paged_kv.h"
 #include "core/status_macros.h"
 #include "cpu/common/driver.h"
+#include "cpu/decode/decode.h"
 #include "cpu/kernel_table.h"
 #include "cpu/prefill/params.h"
 #include "cpu/prefill/tile_config.h"
@@ -138,6 +139,23 @@ bool heads_adjacent(const PrefillParams& params) {
          params.v.strides.head == params.head_dim_vo;
 }
 
+// A batch prefill over a paged cache whose every request has one query token (qo_indptr is then
+// 0, 1, ..., B: token b is request b's) is a decode: that query sits at the last position and
+// sees what a decode's does (causal or not; the window, RoPE and ALiBi positions; the custom
+// mask's bits laid out alike, kv_len a request).
+bool one_token_each(const Problem& p, const std::vector<int64_t>& qo_len) {
+  return p.op == Op::kBatchPrefillPaged && !qo_len.empty() &&
+         std::all_of(qo_len.begin(), qo_len.end(), [](int64_t n) { return n == 1; });
+}
+
+// The decode problem such a prefill is.
+Problem as_decode(const Problem& p) {
+  Problem d = p;
+  d.op = Op::kBatchDecode;
+  if (d.mask_mode == MaskMode::kCausal) d.mask_mode = MaskMode::kNone;
+  return d;
+}
+
 }  // namespace
 
 int prefill_task_heads(const Problem& problem, const PrefillTile& tile, int64_t items,
@@ -185,6 +203,17 @@ Status plan_prefill(const Problem& problem, const AttentionArgs& args, const Pla
   // under RoPE (validate_problem) were checked before any backend plans.
   request_lengths(problem, args, &plan->qo_len, &plan->kv_len);
   const int threads = resolve_num_threads(options.num_threads);
+  if (!cpu_kernel_forced(KernelOp::kPrefill) && one_token_each(problem, plan->qo_len)) {
+    // A decode (one_token_each): the decode path's kernel and cut, whose tasks read each token's
+    // rows of all KV heads together and whose kernels' rows are a GQA group, not a 16-row
+    // vector of a few rows (one token a request, B16 x 4096 keys, GQA 32/8 bf16 on Zen 4: 12.8
+    // against 23.8 ms on the prefill's tiles).
+    const Problem decode = as_decode(problem);
+    const CpuKernel* k = nullptr;
+    KVATTN_RETURN_IF_ERROR(choose_cpu_kernel(decode, plan_isa(plan->device), &k));
+    plan->kernel = std::string(k->name);
+    return plan_decode(decode, args, options, plan);
+  }
   if (!cpu_kernel_forced(KernelOp::kPrefill)) {
     const CpuKernel* chosen = nullptr;
     KVATTN_RETURN_IF_ERROR(planned_cpu_kernel(plan->kernel, KernelOp::kPrefill, &chosen));
@@ -243,6 +272,10 @@ Status plan_prefill(const Problem& problem, const AttentionArgs& args, const Pla
 Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
                    std::size_t workspace_bytes) {
   const Problem& p = plan.problem;
+  const CpuKernel* decode = find_cpu_kernel(plan.kernel);
+  if (decode != nullptr && decode->op == KernelOp::kDecode) {
+    return run_decode(plan, as_decode(p), args, workspace, workspace_bytes);
+  }
   PrefillParams params;
   KVATTN_RETURN_IF_ERROR(tile_of(p, plan.kernel, plan.qo_len, &params.tile));
   const int task_heads = prefill_task_heads(p, params.tile, static_cast<int64_t>(plan.work.size()),

@@ -47,7 +47,9 @@ int prefill_task_heads(const Problem& problem, const prefill::PrefillTile& tile,
 // Cuts prefill work (fills plan->work, workspace_bytes, num_threads) with the tile of the kernel
 // plan->kernel names (the kernel table's choice, made first), which it replaces with a taller
 // one where the lengths call for it (prefill_kernel_for_lengths; not where KVATTN_CPU_KERNEL
-// decides); args validated.
+// decides); args validated. A paged batch of one query token a request is a decode: planned by
+// plan_decode with the decode kernel the table chooses for it (its name in plan->kernel), and
+// run by run_decode (unless KVATTN_CPU_KERNEL names a prefill kernel).
 Status plan_prefill(const Problem& problem, const AttentionArgs& args, const PlanOptions& options,
                     Plan* plan);
 // Runs a prefill plan made by plan_prefill.
