@@ -31,6 +31,16 @@ testing::CaseSpec llama3_prefill(int head_dim, int64_t tokens, int batch = 1) {
   return spec;
 }
 
+// A speculative-decoding check: `batch` requests of `context` cached tokens, the last `tokens` of
+// which are the draft tokens being verified (the queries), causal.
+testing::CaseSpec spec_verify(int64_t tokens, int batch, int64_t context) {
+  testing::CaseSpec spec = llama3_decode(DType::kBF16, 128, batch, context);
+  spec.problem.op = Op::kBatchPrefillPaged;
+  spec.problem.mask_mode = MaskMode::kCausal;
+  spec.qo_lens.assign(batch, tokens);
+  return spec;
+}
+
 testing::CaseSpec with_layout(testing::CaseSpec spec, KVLayout layout) {
   spec.problem.kv_layout = layout;
   return spec;
@@ -94,6 +104,10 @@ std::vector<BenchCase> standard_cases() {
       // Many short prompts (64 x 128 tokens): each query tile meets 32-128 keys, so what a tile
       // costs besides its products (its queries in, its outputs out: 64 MiB each way) weighs here.
       {"prefill_short_b64_causal", llama3_prefill(128, 128, 64), false},
+      // Speculative decoding's check of 4 draft tokens a request over decode_llama3_8b_bf16's
+      // cache (268 MB): 16 query rows a KV head, judged by DRAM bandwidth like the decode it
+      // stands in for (its arithmetic at the bf16 dot peak takes about as long as the read).
+      {"prefill_spec4_b16_causal", spec_verify(4, 16, 4096), true},
       // MLA: 16 x 4096 latents x 576 x 2 bytes = 75 MB read once for all heads; at 128 heads
       // each latent meets 128 query rows (~2 kFLOP per byte): compute-bound on bf16 dot products.
       // At 16 heads (DeepSeek-V2-Lite) it is 8x less compute per byte: judged by DRAM bandwidth.
