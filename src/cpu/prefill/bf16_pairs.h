@@ -97,11 +97,12 @@ inline void stage_value_pairs(const PrefillParams& p, const RequestInfo& req, in
                                                   53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
                                                   27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const __m512i interleave_lo = _mm512_load_si512(kLo), interleave_hi = _mm512_load_si512(kHi);
+  KeyCursor key(p, req, j0);
   for (int jj = 0; jj < keys; jj += 2) {
-    const uint16_t* a = bf16_row(p, kv_row(p, p.v, req, j0 + jj, kv_head), dvo, tmp, row_a);
-    const uint16_t* b =
-        jj + 1 < keys ? bf16_row(p, kv_row(p, p.v, req, j0 + jj + 1, kv_head), dvo, tmp, row_b)
-                      : zeros;
+    const uint16_t* a = bf16_row(p, key.row(p.v, kv_head), dvo, tmp, row_a);
+    key.next();
+    const uint16_t* b = jj + 1 < keys ? bf16_row(p, key.row(p.v, kv_head), dvo, tmp, row_b) : zeros;
+    key.next();
     uint32_t* out = vp + (jj / 2) * dvo;
     // 32 columns of both rows at a time, interleaved by two-source word permutes (one per 16
     // pairs: a zero-extension, shift and OR per row, as until 2026-12-07, was ~25 % of a tile of

@@ -166,9 +166,10 @@ struct AmxProducts {
     auto* k_copy = reinterpret_cast<uint16_t*>(scratch + p.scratch.kf);
     float* tmp = scratch + p.scratch.row_tmp;
     const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
-    for (int jj = 0; jj < keys; ++jj) {
+    KeyCursor key(p, req, j0);
+    for (int jj = 0; jj < keys; ++jj, key.next()) {
       uint16_t* dst = k_copy + int64_t{jj} * dqk;
-      const uint16_t* row = bf16_row(p, kv_row(p, p.k, req, j0 + jj, kv_head), dqk, tmp, dst);
+      const uint16_t* row = bf16_row(p, key.row(p.k, kv_head), dqk, tmp, dst);
       if (row != dst) copy_row(row, dqk, dst);
     }
     const int keys_pad = round16(keys);

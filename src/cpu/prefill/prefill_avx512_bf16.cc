@@ -187,9 +187,10 @@ struct DotProducts {
     auto* k_copy = reinterpret_cast<uint16_t*>(scratch + p.scratch.kf);
     float* tmp = scratch + p.scratch.row_tmp;
     const int dqk = p.head_dim_qk;
-    for (int jj = 0; jj < keys; ++jj) {
+    KeyCursor key(p, req, j0);
+    for (int jj = 0; jj < keys; ++jj, key.next()) {
       k_rows[jj] = reinterpret_cast<const unsigned char*>(
-          bf16_row(p, kv_row(p, p.k, req, j0 + jj, kv_head), dqk, tmp, k_copy + jj * dqk));
+          bf16_row(p, key.row(p.k, kv_head), dqk, tmp, k_copy + jj * dqk));
     }
     stage_value_pairs(p, req, kv_head, j0, keys, scratch);
   }
