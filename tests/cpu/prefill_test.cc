@@ -455,8 +455,8 @@ TEST(CpuPrefillHeadTasks, MatchReferenceAndOneHeadATask) {
   for (const KernelLevel& isa : available_levels()) {
     for (const Variant& v : cases) {
       // Lengths below, at and above the KV tile (64 keys at d 64), a request with one key.
-      testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {1, 2, 3, 4, 5, 7},
-                                          {1, 63, 64, 65, 130, 200});
+      testing::CaseSpec spec =
+          small_spec(Op::kBatchPrefillPaged, {1, 2, 3, 4, 5, 7}, {1, 63, 64, 65, 130, 200});
       spec.problem.num_qo_heads = 16;
       spec.problem.num_kv_heads = 8;
       v.apply(spec);

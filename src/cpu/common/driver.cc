@@ -32,6 +32,26 @@ int64_t auto_kv_chunk(int64_t items, int64_t longest, int threads, int tile, int
   return chunk >= longest ? 0 : chunk;
 }
 
+std::vector<HeadRun> head_runs(const std::vector<WorkItem>& work, int max_heads) {
+  std::vector<HeadRun> runs;
+  const int64_t count = static_cast<int64_t>(work.size());
+  for (int64_t i = 0; i < count;) {
+    const WorkItem& w = work[i];
+    int heads = 1;
+    while (heads < max_heads && i + heads < count) {
+      const WorkItem& x = work[i + heads];
+      if (x.request != w.request || x.qo_begin != w.qo_begin || x.qo_end != w.qo_end ||
+          x.kv_begin != w.kv_begin || x.kv_end != w.kv_end || x.kv_head != w.kv_head + heads) {
+        break;
+      }
+      ++heads;
+    }
+    runs.push_back({i, heads});
+    i += heads;
+  }
+  return runs;
+}
+
 std::vector<Split> find_splits(const std::vector<WorkItem>& work) {
   std::vector<Split> splits;
   std::map<std::tuple<int, int, int32_t, int32_t>, std::size_t> index;

@@ -52,6 +52,16 @@ void for_each_item_ahead(int threads, int64_t count, std::byte* scratch, std::si
       });
 }
 
+// A task of consecutive work items on consecutive KV heads: work[first, first + heads), whose
+// token rows of all those heads a kernel reads as one run (decode's tasks, prefill's head tasks).
+struct HeadRun {
+  int64_t first = 0;
+  int heads = 1;
+};
+// The plan's items cut into runs of up to `max_heads` items of one request, query range and KV
+// range on consecutive KV heads, in the plan's order.
+std::vector<HeadRun> head_runs(const std::vector<WorkItem>& work, int max_heads);
+
 // One split: the plan's items (indices, in chunk order) of one (request, KV head, query range)
 // that wrote partial states.
 using Split = std::vector<int64_t>;

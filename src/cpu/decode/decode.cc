@@ -7,7 +7,6 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -295,24 +294,8 @@ Status run_decode(const Plan& plan, const Problem& pb, const AttentionArgs& args
   }
   // Tasks: runs of consecutive items of one request and KV range on consecutive heads (one head
   // each under fused RoPE, whose per-tile tables are per head).
-  const int max_task_heads =
-      p.rope ? 1 : decode_max_task_heads(p.group_padded, p.k_heads_adjacent());
-  std::vector<std::pair<int64_t, int>> tasks;  // first item, heads
-  const int64_t num_items = static_cast<int64_t>(plan.work.size());
-  for (int64_t i = 0; i < num_items;) {
-    const WorkItem& w = plan.work[i];
-    int count = 1;
-    while (count < max_task_heads && i + count < num_items) {
-      const WorkItem& x = plan.work[i + count];
-      if (x.request != w.request || x.kv_begin != w.kv_begin || x.kv_end != w.kv_end ||
-          x.kv_head != w.kv_head + count) {
-        break;
-      }
-      ++count;
-    }
-    tasks.emplace_back(i, count);
-    i += count;
-  }
+  const std::vector<HeadRun> tasks = head_runs(
+      plan.work, p.rope ? 1 : decode_max_task_heads(p.group_padded, p.k_heads_adjacent()));
   // A thread claims the task it runs next before it runs a short one, whose last tile then asks
   // for the next one's first tile (NextDecodeTask), and the next one does not ask again
   // (`claimed`): else each short request's first tile was read in a burst at its start, the cost
@@ -327,8 +310,8 @@ Status run_decode(const Plan& plan, const Problem& pb, const AttentionArgs& args
                       layout.layout.thread_stride(), claims_ahead,
                       [&](int64_t t, int64_t u, bool claimed, std::byte* scratch) {
                         NextDecodeTask next;
-                        if (u >= 0) next = {plan.work.data() + tasks[u].first, tasks[u].second};
-                        kernel(p, plan.work.data() + tasks[t].first, tasks[t].second, claimed, next,
+                        if (u >= 0) next = {plan.work.data() + tasks[u].first, tasks[u].heads};
+                        kernel(p, plan.work.data() + tasks[t].first, tasks[t].heads, claimed, next,
                                scratch);
                       });
   // Each split (request, KV head): its group's rows merged, the sink joining, then stored.

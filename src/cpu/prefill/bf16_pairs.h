@@ -90,8 +90,8 @@ inline void stage_value_pairs(const PrefillParams& p, const RequestInfo& req, in
   if (keys % 2 != 0) std::memset(zeros, 0, sizeof(uint16_t) * dvo);
   // Word 2i of a pair vector from row a's column i, word 2i + 1 from row b's (b's words are 32 on
   // in the two-source permute): columns 0-15 (lo) and 16-31 (hi) of a 32-column chunk.
-  alignas(64) static constexpr int16_t kLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,
-                                                  37, 6, 38, 7, 39, 8,  40, 9,  41, 10, 42,
+  alignas(64) static constexpr int16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                  37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
                                                   11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   alignas(64) static constexpr int16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
                                                   53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
@@ -240,8 +240,8 @@ inline void scale_scores(const TileRows& t, int keys, float scale, float* st) {
 //     folds into P (split in two: the P pairs and their low parts at p_lo).
 // A task's kernel is run_task<&run_tile_pairs<Products>> (kernel.h).
 template <class Products>
-inline void run_tile_pairs(const PrefillParams* hp, int heads, const RequestInfo& req,
-                           int kv_head, const TileRows& t, float* scratch) {
+inline void run_tile_pairs(const PrefillParams* hp, int heads, const RequestInfo& req, int kv_head,
+                           const TileRows& t, float* scratch) {
   Products products;
   for (int h = 0; h < heads; ++h) {
     init_rows(hp[h], req, kv_head + h, t, scratch);

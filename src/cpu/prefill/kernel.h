@@ -311,8 +311,7 @@ inline void stage_kv_tile(const PrefillParams& p, const RequestInfo& req, int kv
     float* k = kf + int64_t{jj} * L.k_pitch;
     const float ks = per_token ? token_scale(p, p.k_token_scale, req, j, kv_head) : k_scale;
     const float vs = per_token ? token_scale(p, p.v_token_scale, req, j, kv_head) : v_scale;
-    load_row_as_f32<Vec>(key.row(p.k, kv_head), p.kv_dtype, p.head_dim_qk, p.k.strides.dim, ks,
-                         k);
+    load_row_as_f32<Vec>(key.row(p.k, kv_head), p.kv_dtype, p.head_dim_qk, p.k.strides.dim, ks, k);
     if (p.rope_table) rope_rotate(p, j, p.head_dim_qk, k);
     load_row_as_f32<Vec>(key.row(p.v, kv_head), p.kv_dtype, p.head_dim_vo, p.v.strides.dim, vs,
                          vf + int64_t{jj} * L.v_pitch);
@@ -533,8 +532,8 @@ inline void run_tile(const PrefillParams* hp, int heads, const RequestInfo& req,
                               scratch + p.scratch.st, vf, scratch + p.scratch.ot);
       }
       accumulate_values(scratch + p.scratch.vf, p.head_dim_vo, p.scratch.v_pitch,
-                        scratch + p.scratch.st, t.rows_pad, t.row_vecs, n,
-                        scratch + p.scratch.ot, pf, visible);
+                        scratch + p.scratch.st, t.rows_pad, t.row_vecs, n, scratch + p.scratch.ot,
+                        pf, visible);
     }
     pf.finish();
   }

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
-#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -164,9 +163,9 @@ int prefill_task_heads(const Problem& problem, const PrefillTile& tile, int64_t 
   if (tile.rows > kPrefillHeadTaskRows) return 1;
   const ScratchLayout s = prefill::scratch_layout(tile, problem.head_dim_qk, problem.head_dim_vo);
   int heads = std::min(problem.num_kv_heads, prefill::kPrefillMaxTaskHeads);
-  while (heads > 1 && (items / heads < kPrefillTasksPerThread * threads ||
-                       int64_t{sizeof(float)} * s.head_slot * (heads - 1) >
-                           kPrefillTileScratchBytes)) {
+  while (heads > 1 &&
+         (items / heads < kPrefillTasksPerThread * threads ||
+          int64_t{sizeof(float)} * s.head_slot * (heads - 1) > kPrefillTileScratchBytes)) {
     heads /= 2;
   }
   return heads;
@@ -261,8 +260,8 @@ Status plan_prefill(const Problem& problem, const AttentionArgs& args, const Pla
       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, plan->work.size())));
   plan->kv_chunk_size = 0;
   plan->num_partial_states = 0;
-  const int task_heads = prefill_task_heads(
-      problem, tile, static_cast<int64_t>(plan->work.size()), plan->num_threads);
+  const int task_heads =
+      prefill_task_heads(problem, tile, static_cast<int64_t>(plan->work.size()), plan->num_threads);
   plan->workspace_bytes =
       PrefillWorkspace(problem, tile, plan->qo_len, plan->kv_len, plan->num_threads, task_heads)
           .layout.bytes();
@@ -278,16 +277,15 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
   }
   PrefillParams params;
   KVATTN_RETURN_IF_ERROR(tile_of(p, plan.kernel, plan.qo_len, &params.tile));
-  const int task_heads = prefill_task_heads(p, params.tile, static_cast<int64_t>(plan.work.size()),
-                                            plan.num_threads);
+  const int task_heads =
+      prefill_task_heads(p, params.tile, static_cast<int64_t>(plan.work.size()), plan.num_threads);
   const PrefillWorkspace layout(p, params.tile, plan.qo_len, plan.kv_len, plan.num_threads,
                                 task_heads);
   std::byte* base = nullptr;
   KVATTN_RETURN_IF_ERROR(
       bind_workspace("prefill", layout.layout, workspace, workspace_bytes, &base));
 
-  params.scratch =
-      prefill::scratch_layout(params.tile, p.head_dim_qk, p.head_dim_vo, task_heads);
+  params.scratch = prefill::scratch_layout(params.tile, p.head_dim_qk, p.head_dim_vo, task_heads);
   params.prefetch_l1 = detail::cpu_features().amd;
 
   const int batch = static_cast<int>(plan.qo_len.size());
@@ -411,26 +409,10 @@ Status run_prefill(const Plan& plan, const AttentionArgs& args, void* workspace,
   // Tasks: runs of up to task_heads items of one request and query range on consecutive KV heads
   // (the plan's order keeps a tile's heads together) where the rows of a token's heads lie side
   // by side; else one item each.
-  const int max_heads = heads_adjacent(params) ? task_heads : 1;
-  std::vector<std::pair<int64_t, int>> tasks;  // first item, heads
-  const int64_t num_items = static_cast<int64_t>(plan.work.size());
-  for (int64_t i = 0; i < num_items;) {
-    const WorkItem& w = plan.work[i];
-    int count = 1;
-    while (count < max_heads && i + count < num_items) {
-      const WorkItem& x = plan.work[i + count];
-      if (x.request != w.request || x.qo_begin != w.qo_begin || x.qo_end != w.qo_end ||
-          x.kv_head != w.kv_head + count) {
-        break;
-      }
-      ++count;
-    }
-    tasks.emplace_back(i, count);
-    i += count;
-  }
+  const std::vector<HeadRun> tasks = head_runs(plan.work, heads_adjacent(params) ? task_heads : 1);
   for_each_item(plan.num_threads, static_cast<int64_t>(tasks.size()), base + layout.scratch,
                 layout.layout.thread_stride(), [&](int64_t t, std::byte* scratch) {
-                  kernel(params, plan.work.data() + tasks[t].first, tasks[t].second,
+                  kernel(params, plan.work.data() + tasks[t].first, tasks[t].heads,
                          reinterpret_cast<float*>(scratch));
                 });
   return Status::Ok();

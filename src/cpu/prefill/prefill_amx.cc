@@ -231,8 +231,7 @@ struct AmxProducts {
   }
 };
 
-inline void run_item_amx(const PrefillParams& p, const WorkItem* items, int heads,
-                         float* scratch) {
+inline void run_item_amx(const PrefillParams& p, const WorkItem* items, int heads, float* scratch) {
   ::kvattn::cpu::amx::load_tile_config();
   run_task<&run_tile_pairs<AmxProducts>>(p, items, heads, scratch);
   _tile_release();
