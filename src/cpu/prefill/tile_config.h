@@ -16,7 +16,7 @@ inline constexpr int kRowAlign = 16;
 // so each converted K/V tile serves the whole group.
 inline constexpr int kTargetTileRows = 128;
 
-// The KV heads one task of a kernel with head tasks takes at most (run_task and run_tile, kernel.h;
+// The KV heads one prefill task takes at most (run_task and run_tile, kernel.h;
 // prefill_task_heads, prefill.cc).
 inline constexpr int kPrefillMaxTaskHeads = 8;
 
@@ -91,10 +91,9 @@ struct ScratchLayout {
   int64_t pair_rows = 0;             // 3 x max(D_qk, D_vo) u16: bf16 rows being paired
   int64_t p_lo = 0;                  // [kv_tile / 2][rows_pad] u32: the bf16 kernel's P pairs'
                                      // low parts (per-token V scales: softmax_pack)
-  // A task of several KV heads (run_task, kernel.h) keeps each
-  // head's own Q^T, O^T and row vectors (max, sum, position, slope): head 0 in the buffers
-  // above, head h >= 1 in slot h - 1 of `head_slot` floats after them (for_head); the other
-  // buffers serve one head at a time.
+  // A task of several KV heads (run_task, kernel.h) keeps each head's own Q^T, O^T and row
+  // vectors (max, sum, position, slope): head 0 in the buffers above, head h >= 1 in slot h - 1
+  // of `head_slot` floats after them (for_head); the other buffers serve one head at a time.
   int64_t head_slot = 0;
   int64_t qt_floats = 0, ot_floats = 0, row_floats = 0;  // one head's Q^T, O^T, row vector
   int64_t slots = 0;                                     // where slot 0 starts
@@ -104,11 +103,13 @@ struct ScratchLayout {
   constexpr ScratchLayout for_head(int h) const {
     ScratchLayout s = *this;
     if (h == 0) return s;
-    int64_t at = slots + (h - 1) * head_slot;
-    for (int64_t* offset : {&s.qt, &s.ot, &s.row_max, &s.row_sum, &s.row_pos, &s.row_slope}) {
-      *offset = at;
-      at += offset == &s.qt ? qt_floats : offset == &s.ot ? ot_floats : row_floats;
-    }
+    const int64_t at = slots + (h - 1) * head_slot;
+    s.qt = at;
+    s.ot = s.qt + qt_floats;
+    s.row_max = s.ot + ot_floats;
+    s.row_sum = s.row_max + row_floats;
+    s.row_pos = s.row_sum + row_floats;
+    s.row_slope = s.row_pos + row_floats;
     return s;
   }
 };
