@@ -47,6 +47,62 @@ Status run_cpu_prefill(const Problem& problem, const AttentionArgs& args, int nu
   return run_prefill(plan, args, workspace.get(), plan.workspace_bytes);
 }
 
+const std::vector<Variant>& variants() {
+  static const std::vector<Variant> all = {
+      {"plain", [](testing::CaseSpec&) {}},
+      {"causal", [](testing::CaseSpec& s) { s.problem.mask_mode = MaskMode::kCausal; }},
+      {"causal_window",
+       [](testing::CaseSpec& s) {
+         s.problem.mask_mode = MaskMode::kCausal;
+         s.problem.window_left = 9;
+       }},
+      {"window_only", [](testing::CaseSpec& s) { s.problem.window_left = 20; }},
+      {"soft_cap",
+       [](testing::CaseSpec& s) {
+         // Scores reach a few times the cap, so both branches of the tanh run.
+         s.problem.logits_soft_cap = 0.5f;
+         s.value_range = 2.0f;
+       }},
+      {"custom_mask", [](testing::CaseSpec& s) { s.problem.mask_mode = MaskMode::kCustom; }},
+      {"custom_mask_packed",
+       [](testing::CaseSpec& s) {
+         s.problem.mask_mode = MaskMode::kCustom;
+         s.packed_custom_mask = true;
+       }},
+      {"alibi", [](testing::CaseSpec& s) { s.problem.pos_encoding_mode = PosEncoding::kAlibi; }},
+      {"rope", [](testing::CaseSpec& s) { s.problem.pos_encoding_mode = PosEncoding::kRopeLlama; }},
+      {"rope_interleaved_scaled",
+       [](testing::CaseSpec& s) {
+         s.problem.pos_encoding_mode = PosEncoding::kRopeLlama;
+         s.problem.rope_interleave = true;
+         s.problem.rope_theta = 5e5f;
+         s.problem.rope_scale = 4.0f;
+       }},
+      {"lse", [](testing::CaseSpec& s) { s.return_lse = true; }},
+      {"fp16_qk_reduction",
+       [](testing::CaseSpec& s) {
+         s.problem.use_fp16_qk_reduction = true;
+         s.return_lse = true;
+       }},
+      {"sm_scale", [](testing::CaseSpec& s) { s.problem.sm_scale = 0.3f; }},
+      {"everything",
+       [](testing::CaseSpec& s) {
+         s.problem.mask_mode = MaskMode::kCausal;
+         s.problem.window_left = 30;
+         s.problem.logits_soft_cap = 2.0f;
+         s.problem.pos_encoding_mode = PosEncoding::kAlibi;
+         s.return_lse = true;
+       }},
+      {"causal_rope_lse",
+       [](testing::CaseSpec& s) {
+         s.problem.mask_mode = MaskMode::kCausal;
+         s.problem.pos_encoding_mode = PosEncoding::kRopeLlama;
+         s.return_lse = true;
+       }},
+  };
+  return all;
+}
+
 testing::CaseSpec small_spec(Op op, std::vector<int64_t> qo_lens, std::vector<int64_t> kv_lens) {
   testing::CaseSpec spec;
   Problem& p = spec.problem;

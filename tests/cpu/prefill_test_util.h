@@ -34,6 +34,14 @@ class LevelGuard {
   LevelGuard& operator=(const LevelGuard&) = delete;
 };
 
+// A prefill variant (mask, window, soft cap, positional encoding, LSE, ...) applied to a spec.
+struct Variant {
+  std::string name;
+  void (*apply)(testing::CaseSpec& spec);
+};
+// Every variant the prefill tests walk (prefill_test.cc, prefill_tasks_test.cc).
+const std::vector<Variant>& variants();
+
 // Validates, plans with plan_prefill and runs with run_prefill on `num_threads` threads.
 Status run_cpu_prefill(const Problem& problem, const AttentionArgs& args, int num_threads = 0);
 
