@@ -30,7 +30,9 @@ void print_help() {
          "also has \"cpu_kernel\": the CPU kernel its plan would run (KVATTN_CPU_KERNEL=<name>|\n"
          "reference overrides the choice; null, with \"cpu_kernel_error\", where it cannot)\n"
          "and \"cpu_kernel_taller\": the prefill kernels of taller query tiles its plan takes\n"
-         "instead where the requests' lengths allow (enough work items for the threads).\n"
+         "instead where the requests' lengths allow (enough work items for the threads), and\n"
+         "\"cpu_kernel_one_token\": the decode kernel a batch_prefill_paged plan runs where\n"
+         "every request has one query token (null for the other ops).\n"
          "Exit: 0 a backend is selected, 3 none can run it, 2 usage error.\n\nflags:\n"
       << flags_help(explain_flags());
 }

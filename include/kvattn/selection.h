@@ -26,14 +26,18 @@ struct Verdict {
   // place where the requests' lengths allow (enough work items for the threads), shortest first;
   // empty where there are none or KVATTN_CPU_KERNEL decides.
   std::vector<std::string> cpu_kernel_taller;
+  // The cpu backend's paged batch prefill: the decode kernel its plan runs where every request
+  // has one query token (a decode step sent as a prefill); empty for the other ops, where
+  // KVATTN_CPU_KERNEL names a prefill kernel, or where no decode kernel can be chosen.
+  std::string cpu_kernel_one_token;
 };
 
 struct Explanation {
   Device device;
   std::optional<std::string> selected;  // the first supported backend of the priority list
   std::vector<Verdict> verdicts;        // every registered backend, priority order first
-  // {"device":..., "selected":..., "verdicts":[...]}; the cpu verdict carries "cpu_kernel" and
-  // "cpu_kernel_taller".
+  // {"device":..., "selected":..., "verdicts":[...]}; the cpu verdict carries "cpu_kernel",
+  // "cpu_kernel_taller" and "cpu_kernel_one_token".
   std::string to_json() const;
   std::string to_text() const;
 };

@@ -28,7 +28,10 @@ def explain(op: str, *, device: str = "cpu", **problem: Any) -> Dict[str, Any]:
     kernel its plan would run ("cpu_kernel", from the cpu backend's kernel table; null with
     "cpu_kernel_error" where KVATTN_CPU_KERNEL names one that does not apply), and
     "cpu_kernel_taller": the prefill kernels of taller query tiles its plan takes instead where
-    the requests' lengths allow (empty where none, or where KVATTN_CPU_KERNEL decides). `op` and the
+    the requests' lengths allow (empty where none, or where KVATTN_CPU_KERNEL decides), and
+    "cpu_kernel_one_token": the decode kernel a paged batch prefill's plan runs where every request
+    has one query token (null for the other ops, or where KVATTN_CPU_KERNEL names a prefill
+    kernel). `op` and the
     keywords are the command line's names in snake case (num_qo_heads, head_dim_qk, causal,
     q_data_type, ...); dtypes as in `plan`; device "cpu" or a described GPU such as
     "cuda:sm90"."""

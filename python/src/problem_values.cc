@@ -153,6 +153,11 @@ nb::dict explanation_dict(const Explanation& e) {
       nb::list taller;
       for (const std::string& t : v.cpu_kernel_taller) taller.append(t);
       d["cpu_kernel_taller"] = taller;
+      if (v.cpu_kernel_one_token.empty()) {
+        d["cpu_kernel_one_token"] = nb::none();
+      } else {
+        d["cpu_kernel_one_token"] = v.cpu_kernel_one_token;
+      }
     }
     verdicts.append(d);
   }

@@ -36,14 +36,16 @@ class Backend {
   // The kernel its plan for `problem` on `device` would run (the cpu backend: a name from its
   // kernel table), for explain; "" where the backend has no such choice to name. `taller`: the
   // kernels a plan may take in its place from the requests' lengths (the cpu prefill's taller
-  // query tiles), shortest first; empty where none. Asked only after can_implement is OK; an
-  // error says why no kernel can be chosen.
+  // query tiles), shortest first; empty where none. `one_token`: the kernel a plan takes where
+  // every request has one query token (the cpu paged prefill's decode route); "" where none.
+  // Asked only after can_implement is OK; an error says why no kernel can be chosen.
   virtual Status planned_kernel(const Problem& problem, const Device& device, std::string* name,
-                                std::vector<std::string>* taller) const {
+                                std::vector<std::string>* taller, std::string* one_token) const {
     (void)problem;
     (void)device;
     name->clear();
     taller->clear();
+    one_token->clear();
     return Status::Ok();
   }
 

@@ -119,7 +119,8 @@ Explanation explain(const Problem& problem, const Device& device) {
     v.available = avail.ok();
     v.availability = avail.ok() ? "" : avail.message();
     if (cap.ok()) {
-      Status k = b->planned_kernel(problem, device, &v.cpu_kernel, &v.cpu_kernel_taller);
+      Status k = b->planned_kernel(problem, device, &v.cpu_kernel, &v.cpu_kernel_taller,
+                                   &v.cpu_kernel_one_token);
       if (!k.ok()) v.cpu_kernel_error = k.message();
     }
     if (!e.selected && v.supported && in_priority_list(problem, device, v.backend) &&
@@ -157,7 +158,12 @@ std::string Explanation::to_json() const {
       for (std::size_t t = 0; t < v.cpu_kernel_taller.size(); ++t) {
         os << (t ? ", " : "") << '"' << json_escape(v.cpu_kernel_taller[t]) << '"';
       }
-      os << ']';
+      os << "], \"cpu_kernel_one_token\": ";
+      if (v.cpu_kernel_one_token.empty()) {
+        os << "null";
+      } else {
+        os << '"' << json_escape(v.cpu_kernel_one_token) << '"';
+      }
     }
     os << '}';
   }
@@ -179,6 +185,9 @@ std::string Explanation::to_text() const {
       os << (t ? ", " : " (or, where the requests' lengths allow, ") << v.cpu_kernel_taller[t];
     }
     if (!v.cpu_kernel_taller.empty()) os << ')';
+    if (!v.cpu_kernel_one_token.empty()) {
+      os << "; one query token a request: " << v.cpu_kernel_one_token;
+    }
     if (!v.cpu_kernel_error.empty()) os << "; no kernel (" << v.cpu_kernel_error << ")";
     os << '\n';
   }

@@ -61,14 +61,22 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
   Status planned_kernel(const Problem& problem, const Device& device, std::string* kernel,
-                        std::vector<std::string>* taller) const override {
+                        std::vector<std::string>* taller, std::string* one_token) const override {
     const cpu::CpuKernel* k = nullptr;
     kernel->clear();
     taller->clear();
+    one_token->clear();
     KVATTN_RETURN_IF_ERROR(cpu::choose_cpu_kernel(problem, cpu::plan_isa(device), &k));
     *kernel = std::string(k->name);
     if (!cpu::cpu_kernel_forced(k->op)) {
       for (const cpu::CpuKernel* t : cpu::taller_cpu_kernels(*k)) taller->emplace_back(t->name);
+    }
+    // (Where no decode kernel can take it, e.g. KVATTN_CPU_KERNEL naming one that does not
+    // apply, only a batch of one-token requests fails to plan: the verdict stands, without it.)
+    const cpu::CpuKernel* decode = nullptr;
+    if (cpu::one_token_cpu_kernel(problem, cpu::plan_isa(device), &decode).ok() &&
+        decode != nullptr) {
+      *one_token = std::string(decode->name);
     }
     return Status::Ok();
   }

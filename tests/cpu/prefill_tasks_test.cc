@@ -12,6 +12,7 @@
 #include "cpu/prefill/prefill.h"
 #include "cpu/prefill/tile_config.h"
 #include "cpu/prefill_test_util.h"
+#include "kvattn/selection.h"
 
 namespace kvattn::cpu::test {
 namespace {
@@ -153,6 +154,44 @@ TEST(CpuPrefillOneToken, RunsAsTheDecodeItIs) {
   set_cpu_kernel_override(available_levels().back().kernel);
   EXPECT_EQ(planned_kernel(small_spec(Op::kBatchPrefillPaged, {1, 1}, {40, 40})),
             KernelOp::kPrefill);
+  clear_cpu_kernel_override();
+}
+
+// explain names that decode kernel ("cpu_kernel_one_token"): the one the plan of a one-token
+// batch takes, for every variant; null for a ragged cache, a decode, and a named prefill kernel.
+TEST(CpuPrefillOneToken, ExplainNamesItsDecodeKernel) {
+  auto one_token = [](const Problem& problem) {
+    for (const Verdict& v : explain(problem, Device::cpu()).verdicts) {
+      if (v.backend == "cpu") return v.cpu_kernel_one_token;
+    }
+    return std::string("no cpu verdict");
+  };
+  for (const Variant& v : variants_with_scales_and_sinks()) {
+    testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {1, 1, 1}, {1, 33, 40});
+    v.apply(spec);
+    testing::Case c = testing::Case::make(spec);
+    Plan plan;
+    plan.device = Device::cpu();
+    plan.problem = spec.problem;
+    const CpuKernel* k = nullptr;
+    ASSERT_TRUE(choose_cpu_kernel(spec.problem, plan_isa(plan.device), &k).ok()) << v.name;
+    plan.kernel = std::string(k->name);
+    ASSERT_TRUE(plan_prefill(spec.problem, c.args(), PlanOptions{}, &plan).ok()) << v.name;
+    EXPECT_EQ(one_token(spec.problem), plan.kernel) << v.name;
+    const std::string json = explain(spec.problem, Device::cpu()).to_json();
+    EXPECT_NE(json.find("\"cpu_kernel_one_token\": \"" + plan.kernel + "\""), std::string::npos)
+        << json;
+  }
+  const testing::CaseSpec ragged = small_spec(Op::kBatchPrefillRagged, {1, 1}, {40, 40});
+  EXPECT_EQ(one_token(ragged.problem), "");
+  EXPECT_NE(explain(ragged.problem, Device::cpu()).to_json().find("\"cpu_kernel_one_token\": null"),
+            std::string::npos);
+  testing::CaseSpec decode = small_spec(Op::kBatchPrefillPaged, {1, 1}, {40, 40});
+  decode.problem.op = Op::kBatchDecode;
+  decode.problem.mask_mode = MaskMode::kNone;
+  EXPECT_EQ(one_token(decode.problem), "");
+  set_cpu_kernel_override(available_levels().back().kernel);
+  EXPECT_EQ(one_token(small_spec(Op::kBatchPrefillPaged, {1, 1}, {40, 40}).problem), "");
   clear_cpu_kernel_override();
 }
 

@@ -135,6 +135,12 @@ def test_explain_founding_case():
     assert cpu["cpu_kernel"].startswith("prefill-")
     assert isinstance(cpu["cpu_kernel_taller"], list)
     assert all(k.startswith(cpu["cpu_kernel"].rsplit("-r", 1)[0]) for k in cpu["cpu_kernel_taller"])
+    # ... and the decode kernel a batch of one query token a request runs; none for a ragged cache.
+    assert cpu["cpu_kernel_one_token"].startswith("decode-")
+    ragged = next(v for v in kvattn.explain("batch_prefill_ragged", q_data_type=torch.bfloat16,
+                                            kv_data_type=torch.bfloat16)["verdicts"]
+                  if v["backend"] == "cpu")
+    assert ragged["cpu_kernel_one_token"] is None
     assert set(kvattn.backend_names()) >= {"reference", "cpu", "fa2", "fa3"}
     assert kvattn.devices()["cpu_threads"] >= 1
     with pytest.raises(kvattn.InvalidArgumentError):

@@ -157,6 +157,14 @@ Problem as_decode(const Problem& p) {
 
 }  // namespace
 
+Status one_token_cpu_kernel(const Problem& problem, CpuIsa isa, const CpuKernel** kernel) {
+  *kernel = nullptr;
+  if (problem.op != Op::kBatchPrefillPaged || cpu_kernel_forced(KernelOp::kPrefill)) {
+    return Status::Ok();
+  }
+  return choose_cpu_kernel(as_decode(problem), isa, kernel);
+}
+
 int prefill_task_heads(const Problem& problem, const PrefillTile& tile, int64_t items,
                        int threads) {
   if (problem.kv_layout != KVLayout::kNHD) return 1;
@@ -202,16 +210,17 @@ Status plan_prefill(const Problem& problem, const AttentionArgs& args, const Pla
   // under RoPE (validate_problem) were checked before any backend plans.
   request_lengths(problem, args, &plan->qo_len, &plan->kv_len);
   const int threads = resolve_num_threads(options.num_threads);
-  if (!cpu_kernel_forced(KernelOp::kPrefill) && one_token_each(problem, plan->qo_len)) {
+  if (one_token_each(problem, plan->qo_len)) {
     // A decode (one_token_each): the decode path's kernel and cut, whose tasks read each token's
     // rows of all KV heads together and whose kernels' rows are a GQA group, not a 16-row
     // vector of a few rows (one token a request, B16 x 4096 keys, GQA 32/8 bf16 on Zen 4: 12.8
     // against 23.8 ms on the prefill's tiles).
-    const Problem decode = as_decode(problem);
     const CpuKernel* k = nullptr;
-    KVATTN_RETURN_IF_ERROR(choose_cpu_kernel(decode, plan_isa(plan->device), &k));
-    plan->kernel = std::string(k->name);
-    return plan_decode(decode, args, options, plan);
+    KVATTN_RETURN_IF_ERROR(one_token_cpu_kernel(problem, plan_isa(plan->device), &k));
+    if (k != nullptr) {
+      plan->kernel = std::string(k->name);
+      return plan_decode(as_decode(problem), args, options, plan);
+    }
   }
   if (!cpu_kernel_forced(KernelOp::kPrefill)) {
     const CpuKernel* chosen = nullptr;

@@ -8,6 +8,7 @@
 
 #include "cpu/prefill/tile_config.h"
 #include "kvattn/attention.h"
+#include "kvattn/device.h"
 #include "kvattn/problem.h"
 #include "kvattn/status.h"
 
@@ -43,6 +44,12 @@ inline constexpr int kPrefillHeadTaskRows = 64;
 inline constexpr int64_t kPrefillTasksPerThread = 4;
 int prefill_task_heads(const Problem& problem, const prefill::PrefillTile& tile, int64_t items,
                        int threads);
+
+// The decode kernel a paged batch prefill takes where every request has one query token
+// (plan_prefill runs it as the decode it is): the kernel table's choice for that decode, on the
+// ISA level `isa`. *kernel is nullptr (and the status Ok) for another op, or where
+// KVATTN_CPU_KERNEL names a prefill kernel (the prefill's tiles then run it).
+Status one_token_cpu_kernel(const Problem& problem, CpuIsa isa, const CpuKernel** kernel);
 
 // Cuts prefill work (fills plan->work, workspace_bytes, num_threads) with the tile of the kernel
 // plan->kernel names (the kernel table's choice, made first), which it replaces with a taller
