@@ -31,10 +31,9 @@ def explain(op: str, *, device: str = "cpu", **problem: Any) -> Dict[str, Any]:
     the requests' lengths allow (empty where none, or where KVATTN_CPU_KERNEL decides), and
     "cpu_kernel_one_token": the decode kernel a paged batch prefill's plan runs where every request
     has one query token (null for the other ops, or where KVATTN_CPU_KERNEL names a prefill
-    kernel). `op` and the
-    keywords are the command line's names in snake case (num_qo_heads, head_dim_qk, causal,
-    q_data_type, ...); dtypes as in `plan`; device "cpu" or a described GPU such as
-    "cuda:sm90"."""
+    kernel). `op` and the keywords are the command line's names in snake case (num_qo_heads,
+    head_dim_qk, causal, q_data_type, ...); dtypes as in `plan`; device "cpu" or a described GPU
+    such as "cuda:sm90"."""
     return _kvattn.explain(_problem(op, problem), device)
 
 

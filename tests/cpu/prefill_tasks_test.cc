@@ -121,21 +121,26 @@ TEST(CpuPrefillHeadTasks, MatchReferenceAndOneHeadATask) {
   }
 }
 
+// The kernel plan_prefill plans for `spec` (the table's choice first, as the backend's plan).
+std::string planned_prefill_kernel(const testing::CaseSpec& spec) {
+  testing::Case c = testing::Case::make(spec);
+  Plan plan;
+  plan.device = Device::cpu();
+  plan.problem = spec.problem;
+  const CpuKernel* k = nullptr;
+  EXPECT_TRUE(choose_cpu_kernel(spec.problem, plan_isa(plan.device), &k).ok());
+  plan.kernel = std::string(k->name);
+  EXPECT_TRUE(plan_prefill(spec.problem, c.args(), PlanOptions{}, &plan).ok());
+  return plan.kernel;
+}
+
 // A paged batch of one query token a request is planned and run as the decode it is (the decode
 // path's kernel and cut), unless KVATTN_CPU_KERNEL names a prefill kernel: every variant, FP8
 // scales and sinks against the reference, lengths around the decode tile (32 keys).
 TEST(CpuPrefillOneToken, RunsAsTheDecodeItIs) {
   const std::vector<Variant> cases = variants_with_scales_and_sinks();
   auto planned_kernel = [](const testing::CaseSpec& spec) {
-    testing::Case c = testing::Case::make(spec);
-    Plan plan;
-    plan.device = Device::cpu();
-    plan.problem = spec.problem;
-    const CpuKernel* k = nullptr;
-    EXPECT_TRUE(choose_cpu_kernel(spec.problem, plan_isa(plan.device), &k).ok());
-    plan.kernel = std::string(k->name);
-    EXPECT_TRUE(plan_prefill(spec.problem, c.args(), PlanOptions{}, &plan).ok());
-    const CpuKernel* planned = find_cpu_kernel(plan.kernel);
+    const CpuKernel* planned = find_cpu_kernel(planned_prefill_kernel(spec));
     return planned ? planned->op : KernelOp::kMla;
   };
   for (const Variant& v : cases) {
@@ -169,17 +174,10 @@ TEST(CpuPrefillOneToken, ExplainNamesItsDecodeKernel) {
   for (const Variant& v : variants_with_scales_and_sinks()) {
     testing::CaseSpec spec = small_spec(Op::kBatchPrefillPaged, {1, 1, 1}, {1, 33, 40});
     v.apply(spec);
-    testing::Case c = testing::Case::make(spec);
-    Plan plan;
-    plan.device = Device::cpu();
-    plan.problem = spec.problem;
-    const CpuKernel* k = nullptr;
-    ASSERT_TRUE(choose_cpu_kernel(spec.problem, plan_isa(plan.device), &k).ok()) << v.name;
-    plan.kernel = std::string(k->name);
-    ASSERT_TRUE(plan_prefill(spec.problem, c.args(), PlanOptions{}, &plan).ok()) << v.name;
-    EXPECT_EQ(one_token(spec.problem), plan.kernel) << v.name;
+    const std::string planned = planned_prefill_kernel(spec);
+    EXPECT_EQ(one_token(spec.problem), planned) << v.name;
     const std::string json = explain(spec.problem, Device::cpu()).to_json();
-    EXPECT_NE(json.find("\"cpu_kernel_one_token\": \"" + plan.kernel + "\""), std::string::npos)
+    EXPECT_NE(json.find("\"cpu_kernel_one_token\": \"" + planned + "\""), std::string::npos)
         << json;
   }
   const testing::CaseSpec ragged = small_spec(Op::kBatchPrefillRagged, {1, 1}, {40, 40});
