@@ -1,12 +1,12 @@
 // What the decode kernels' AVX-512 instructions cost on this core, alone and two kinds side by
-// side (issue 23, Zen 4 note of 2026-12-08): latency (one dependent chain), throughput (12
-// independent chains) and, for pairs, the cycles of 6 + 6 interleaved instructions. The clock is
-// a chain of scalar adds (one cycle each on every x86 class), so the figures are core cycles.
-// The pairs tell which instructions share a pipe: where two kinds issue side by side the pair
-// takes the longer of the two alone; where they share one, the sum.
+// side (issue 23, Zen 4 note of 2026-12-07 from 22:56 UTC): latency (one dependent chain),
+// throughput (12 independent chains) and, for pairs, the cycles of 6 + 6 interleaved instructions.
+// The clock is a chain of scalar adds (one cycle each on every x86 class), so the figures are core
+// cycles. The pairs tell which instructions share a pipe: where two kinds issue side by side the
+// pair takes the longer of the two alone; where they share one, the sum.
 //
 // Not part of the build (a one-off measurement, AVX512_BF16 + AVX512_VBMI CPUs):
-//   g++ -O2 -march=native -std=c++20 bench/probes/vector_ops.cc -o /tmp/vector_ops && /tmp/vector_ops
+//   g++ -O2 -march=native -std=c++20 bench/probes/vector_ops.cc -o /tmp/vo && /tmp/vo
 //
 // AMD EPYC Zen 4 class VM (2 vCPUs), 2026-12-08, 3.55-3.57 GHz by the scalar chain, two runs;
 // cycles an instruction, throughput (latency):
@@ -21,7 +21,7 @@
 //   the in-lane ones (unpacks), the logic and the adds do not. The FP8 decode (d128, group 4) a
 //   key and KV head: 32 vdpbf16ps + 8 vpermt2b + ~4.5 lane shuffles on the products' side
 //   (~40-45 cycles), the unpacks, logic and adds beside them; it takes ~63 cycles with the paced
-//   prefetch's walk taken out and ~73 with it (README, Zen 4 block of 2026-12-08).
+//   prefetch's walk taken out and ~73 with it (README, Zen 4 block of 2026-12-07 from 22:56 UTC).
 #include <immintrin.h>
 
 #include <chrono>
@@ -81,10 +81,10 @@ struct Named {
   Op op;
 };
 constexpr Named kOps[] = {
-    {"vdpbf16ps", dpbf16},   {"vfmadd231ps", fmadd}, {"vaddps", addps},
-    {"vpternlogd", ternlog}, {"vpermt2b", permt2b},  {"vpermb", permb},
+    {"vdpbf16ps", dpbf16},   {"vfmadd231ps", fmadd},   {"vaddps", addps},
+    {"vpternlogd", ternlog}, {"vpermt2b", permt2b},    {"vpermb", permb},
     {"vpshufb", pshufb},     {"vpunpcklbw", unpcklbw}, {"vshufi32x4", shufi32x4},
-    {"vpslld", pslld},       {"vpermw", permw},      {"vpmovzxbw", pmovzxbw},
+    {"vpslld", pslld},       {"vpermw", permw},        {"vpmovzxbw", pmovzxbw},
     {"vcvtph2ps", cvtph2ps},
 };
 
