@@ -10,7 +10,10 @@
 //   by heads       DRAM, each group read as decode's one-head-a-step NHD task reads it (head h of
 //                  all 16 tokens of the 4 pages, 256 bytes each, then head h + 1), no prefetch
 //   dependent ...  the FMAs take the loaded line, as decode's products do (a late line holds them
-//                  up); "+ walk" prefetches through a copy of decode's walk (TilePrefetcher)
+//                  up); "+ walk" prefetches through a copy of decode's walk (TilePrefetcher),
+//                  "+ pf in reads' order" the line the next group reads at the same point
+//   barrier ...    as "+ walk", and between each head's K and V pages a "softmax" the V lines'
+//                  products wait on (every accumulator reduced, 16 dependent FMAs)
 // "(x)" is the DRAM rate over min(the column's cache rate, the W 0 in-order DRAM read).
 // Not part of the build; AVX-512 only:
 //   g++ -O3 -march=native -std=c++20 -pthread bench/probes/stream_overlap.cc -o /tmp/so
@@ -73,13 +76,14 @@ struct Walk {
 // reads each group of 4 pages as decode's one-head-a-step NHD task does (a 32 KiB page: 16 tokens
 // x 8 heads x 256 bytes; head h of every token of the 4 pages, then head h + 1), the prefetch of
 // the next group still line by line over its pages.
-template <int W, bool kHeadMajor = false, bool kDependent = false>
+template <int W, bool kHeadMajor = false, bool kDependent = false, bool kBarrier = false>
 uint64_t pass(const char* buf, const size_t* order, size_t pages, int prefetch) {
   Walk walk;
   __m512 acc[8];
   for (auto& a : acc) a = _mm512_set1_ps(1.0f);
   const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
   __m512i sum = _mm512_setzero_si512();
+  __m512 gate = one;
   for (size_t p = 0; p < pages; p += 4) {
     const bool ahead = prefetch == 1 && p + 4 < pages;
     const bool walks = prefetch == 2 && p + 4 < pages;
@@ -104,12 +108,31 @@ uint64_t pass(const char* buf, const size_t* order, size_t pages, int prefetch) 
         // i = ((h * 4 + page) * 16 + token) * 4 + line
         const int line = i % 4, token = i / 4 % 16, page = i / 64 % 4, h = i / 256;
         at = order[p + page] * kPage + 2048 * token + 256 * h + 64 * line;
+        // Mode 3: the line the next group reads at this point (the prefetch in the reads' order).
+        if (prefetch == 3 && p + 4 < pages) {
+          _mm_prefetch(buf + order[p + 4 + page] * kPage + 2048 * token + 256 * h + 64 * line,
+                       _MM_HINT_T0);
+        }
+      }
+      if (kBarrier && i % 256 == 128) {
+        // The head's "softmax" between its K rows and its V rows: every accumulator summed and
+        // reduced, then a chain of 16 dependent FMAs; the V rows' products wait on it (gate = 1).
+        __m512 t = _mm512_add_ps(
+            _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])),
+            _mm512_add_ps(_mm512_add_ps(acc[4], acc[5]), _mm512_add_ps(acc[6], acc[7])));
+        t = _mm512_add_ps(t, _mm512_maskz_shuffle_f32x4(0xFFFF, t, t, 0x4E));
+        t = _mm512_add_ps(t, _mm512_maskz_shuffle_f32x4(0xFFFF, t, t, 0xB1));
+        t = _mm512_add_ps(t, _mm512_maskz_permute_ps(0xFFFF, t, 0x4E));
+        t = _mm512_add_ps(t, _mm512_maskz_permute_ps(0xFFFF, t, 0xB1));
+        for (int k = 0; k < 16; ++k) t = _mm512_fmadd_ps(t, half, one);
+        gate = _mm512_maskz_max_ps(0xFFFF, _mm512_maskz_min_ps(0xFFFF, t, one), one);
       }
       const __m512i v = _mm512_load_si512(buf + at);
       sum = _mm512_add_epi64(sum, v);
       // kDependent: the FMAs take the line (its bytes 0x01: a tiny normal float), as decode's
       // products do, so a late line holds them up; else they run beside the loads.
-      const __m512 x = kDependent ? _mm512_castsi512_ps(v) : half;
+      __m512 x = kDependent ? _mm512_castsi512_ps(v) : half;
+      if (kBarrier && i % 256 >= 128) x = _mm512_mul_ps(x, gate);
 #pragma GCC unroll 64
       for (int w = 0; w < W; ++w) acc[w % 8] = _mm512_fmadd_ps(acc[w % 8], x, one);
     }
@@ -147,7 +170,7 @@ struct Buffer {
 };
 
 // GB/s of `threads` threads each running its pass `reps` times (best of `rounds`).
-template <int W, bool kHeadMajor = false, bool kDependent = false>
+template <int W, bool kHeadMajor = false, bool kDependent = false, bool kBarrier = false>
 double rate(const Buffer& b, int threads, int prefetch, int reps, int rounds) {
   double best = 0;
   for (int r = 0; r < rounds; ++r) {
@@ -157,8 +180,8 @@ double rate(const Buffer& b, int threads, int prefetch, int reps, int rounds) {
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         for (int i = 0; i < reps; ++i) {
-          sink[t] += pass<W, kHeadMajor, kDependent>(b.data, b.orders[t].data(), b.orders[t].size(),
-                                                     prefetch);
+          sink[t] += pass<W, kHeadMajor, kDependent, kBarrier>(b.data, b.orders[t].data(),
+                                                               b.orders[t].size(), prefetch);
         }
       });
     }
@@ -186,6 +209,10 @@ void row(const Buffer& cache, const Buffer& dram, double read, int threads) {
   cell(rate<W, false, true>(dram, threads, true, 1, 3), dep_compute);
   cell(rate<W, true, true>(dram, threads, true, 1, 3), dep_compute);
   cell(rate<W, true, true>(dram, threads, 2, 1, 3), dep_compute);
+  cell(rate<W, true, true>(dram, threads, 3, 1, 3), dep_compute);
+  const double bar_compute = rate<W, true, true, true>(cache, threads, 0, 400, 3);
+  std::printf(" | %6.2f", bar_compute);
+  cell(rate<W, true, true, true>(dram, threads, 2, 1, 3), bar_compute);
   std::printf("\n");
 }
 
@@ -205,7 +232,8 @@ int main(int argc, char** argv) {
       "dependent FMAs:\n");
   std::printf(
       "W     cache  | in order      | + prefetch    | by heads      | + prefetch    | "
-      "cache  | in order + pf | by heads + pf | + walk\n");
+      "cache  | in order + pf | by heads + pf | + walk        | + pf in reads' order | barrier: "
+      "cache, + walk\n");
   row<0>(cache, dram, read, threads);
   row<8>(cache, dram, read, threads);
   row<16>(cache, dram, read, threads);
