@@ -99,10 +99,10 @@
 // and 0.52 of the paired read (24.6): its arithmetic runs slower than this walk's at W=16 and
 // overlaps the DRAM reads less (0.70 of min(compute, paged read), the walk 0.85).
 //
-// Zen 4 VM again, 2026-12-08 from 01:29 UTC (`decode_overlap 5 2` three times, each followed by
-// `kvattn bench --filter '^decode_(llama3_8b_bf16|d64_bf16)$'`, GB/s at W = 0 / 8 / 16): dram
-// 25.6-31.2 / 29.3-31.5 / 28.6-36.3, read order 15.6-17.0 / 15.2-17.6 / 16.6-17.7; the kernel
-// (decode_llama3_8b_bf16) 23.2-24.5, 0.75-0.83 of the walk at W = 8-16. A throwaway variant of
+// Zen 4 VM again, 2026-12-08 from 01:29 UTC (`decode_overlap 5 2` four times, the last three each
+// followed by `kvattn bench --filter '^decode_(llama3_8b_bf16|d64_bf16)$'`, GB/s at W = 0 / 8 /
+// 16): dram 21.5-31.2 / 29.3-31.5 / 28.6-36.3, read order 15.6-17.0 / 15.2-17.6 / 16.6-17.7;
+// the kernel (decode_llama3_8b_bf16) 23.2-24.5, 0.75-0.83 of the walk at W = 8-16. A throwaway variant of
 // this walk with its FMAs taking the loaded line, and with a dependent chain between each head's
 // K and V rows that the V FMAs wait on (a softmax's place), read level with the independent FMAs
 // within the runs' noise (README, block "Zen 4, 2026-12-08").
