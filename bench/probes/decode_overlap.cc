@@ -15,9 +15,9 @@
 //   g++ -O2 -mavx2 -mfma -std=c++20 -pthread bench/probes/decode_overlap.cc -o /tmp/decode_overlap
 //   /tmp/decode_overlap [rounds=5] [threads=2]
 // -DPF_HINT=_MM_HINT_T1 (or _MM_HINT_NTA) asks for the next tile's lines with that hint instead of
-// prefetcht0. -DTILE_KEYS=16|64 walks tiles of 16 or 64 tokens instead (2 or 8 pages a tile, as many
-// prefetch streams). -DROW_BYTES=128|512 sets a head's row (d 64 / d 256 bf16, or d 128 e4m3 at
-// 128; the pages keep 16 tokens of 8 heads), -DVISIT_HEADS=2|4 reads that many adjacent heads'
+// prefetcht0. -DTILE_KEYS=16|64 walks tiles of 16 or 64 tokens instead (2 or 8 pages a tile, as
+// many prefetch streams). -DROW_BYTES=128|512 sets a head's row (d 64 / d 256 bf16, or d 128 e4m3
+// at 128; the pages keep 16 tokens of 8 heads), -DVISIT_HEADS=2|4 reads that many adjacent heads'
 // rows at each visit of the kernel-order walk ("dram", "compute"; at most 512 bytes a visit).
 // Prints, per W, the median GB/s over the rounds of: the walk over 16 pages that stay in L2
 // ("compute"), from DRAM with the address-order prefetch ("dram"), from DRAM with the
@@ -102,10 +102,10 @@
 // Zen 4 VM again, 2026-12-08 from 01:29 UTC (`decode_overlap 5 2` four times, the last three each
 // followed by `kvattn bench --filter '^decode_(llama3_8b_bf16|d64_bf16)$'`, GB/s at W = 0 / 8 /
 // 16): dram 21.5-31.2 / 29.3-31.5 / 28.6-36.3, read order 15.6-17.0 / 15.2-17.6 / 16.6-17.7;
-// the kernel (decode_llama3_8b_bf16) 23.2-24.5, 0.75-0.83 of the walk at W = 8-16. A throwaway variant of
-// this walk with its FMAs taking the loaded line, and with a dependent chain between each head's
-// K and V rows that the V FMAs wait on (a softmax's place), read level with the independent FMAs
-// within the runs' noise (README, block "Zen 4, 2026-12-08").
+// the kernel (decode_llama3_8b_bf16) 23.2-24.5, 0.75-0.83 of the walk at W = 8-16. A throwaway
+// variant of this walk with its FMAs taking the loaded line, and with a dependent chain between
+// each head's K and V rows that the V FMAs wait on (a softmax's place), read level with the
+// independent FMAs within the runs' noise (README, block "Zen 4, 2026-12-08").
 #include <immintrin.h>
 #include <sys/mman.h>
 
